@@ -1,0 +1,39 @@
+"""What every ``python -m components.<step>`` shares: logging set-up and the one-line error contract."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+
+
+class UsageError(ValueError):
+    """A mistake in the user's input: reported as one line on stderr, exit code 2, no traceback."""
+
+
+USAGE_EXIT_CODE = 2
+
+
+def configure_logging(verbose: bool = False) -> None:
+    """Our progress lines at INFO; library chatter only with ``verbose``."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    # Beam's local job service relays every worker's INFO lines: keep the user's view to our progress lines
+    for noisy in ("apache_beam", "absl", "tensorflow"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> None:
+    """Runs ``main`` and turns a ``UsageError`` into ``error: ...`` on stderr with exit code 2."""
+    try:
+        code = main(argv)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        code = USAGE_EXIT_CODE
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code)

@@ -1,0 +1,86 @@
+"""``python -m components.convert``: an image folder to sharded TFRecords (the same code the DAG's step runs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from components.cli import configure_logging, run_main
+from components.convert.core import ConversionError, ConvertConfig, run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = ConvertConfig(source="", output_dir="")
+    parser = argparse.ArgumentParser(
+        prog="python -m components.convert",
+        description="Convert an image folder (<root>/<class_name>/*.jpg|png, local or gs://) into sharded TFRecords "
+        "in the Keras-on-TPU codelab schema, with Apache Beam. Options this tool does not know are passed to Beam "
+        "as pipeline options, e.g. --runner DataflowRunner --project P --region R --temp_location gs://...",
+    )
+    parser.add_argument("--source", required=True, help="image folder: <root>/<class_name>/<image>")
+    parser.add_argument("--output", required=True, help="examples dir: <split>/*.tfrec, stats.json, quarantine.jsonl")
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        default=defaults.image_size,
+        help="side of the square images written (default %(default)s)",
+    )
+    parser.add_argument(
+        "--validation-fraction",
+        type=float,
+        default=defaults.validation_fraction,
+        help="share of images in the validation split (default %(default)s)",
+    )
+    parser.add_argument(
+        "--test-fraction",
+        type=float,
+        default=defaults.test_fraction,
+        help="share of images in the test split (default %(default)s)",
+    )
+    parser.add_argument(
+        "--num-shards",
+        type=int,
+        default=defaults.num_shards,
+        help="shards per split; 0 picks ~150 MB shards (default %(default)s)",
+    )
+    parser.add_argument(
+        "--jpeg-quality",
+        type=int,
+        default=defaults.jpeg_quality,
+        help="quality of the re-encoded JPEGs (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-bad-fraction",
+        type=float,
+        default=defaults.max_bad_fraction,
+        help="fail when more than this share of images cannot be read (default %(default)s)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, beam_args = build_parser().parse_known_args(argv)
+    configure_logging(args.verbose)
+    config = ConvertConfig(
+        source=args.source,
+        output_dir=args.output,
+        image_size=args.image_size,
+        validation_fraction=args.validation_fraction,
+        test_fraction=args.test_fraction,
+        num_shards=args.num_shards,
+        jpeg_quality=args.jpeg_quality,
+        max_bad_fraction=args.max_bad_fraction,
+        pipeline_args=tuple(beam_args),
+    )
+    try:
+        stats = run(config)
+    except ConversionError as err:
+        print(f"error: {err}")
+        return 1
+    print(json.dumps({"counts": stats["counts"], "quarantined": stats["quarantined"], "output": args.output}))
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

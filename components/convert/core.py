@@ -1,0 +1,359 @@
+"""Image folder -> sharded TFRecords in the codelab schema, as an Apache Beam pipeline.
+
+The listing and every check on the user's input happen in the driver before anything is written; the per-image work
+(read, decode, resize, crop, re-encode, serialize) runs in Beam, so the same code runs on the DirectRunner and on
+Dataflow. The split of each image is decided by a hash of its bytes: the same image lands in the same split on every
+rerun, wherever it is stored.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from components.cli import UsageError
+from components.schema import SHARD_SUFFIX, SPLITS, STATS_FILE, read_stats, serialize_example
+from components.storage import write_atomically, write_json
+
+log = logging.getLogger(__name__)
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+QUARANTINE_FILE = "quarantine.jsonl"
+# TPU guidance: shards of roughly 100-200 MB, so that many can be read in parallel without tiny-file overhead.
+TARGET_SHARD_BYTES = 150 * 1024 * 1024
+# A re-encoded JPEG at quality 95 takes roughly this many bytes per pixel (measured on photos; digits are smaller).
+ESTIMATED_JPEG_BYTES_PER_PIXEL = 0.5
+PROGRESS_EVERY = 500
+QUARANTINE_TAG = "quarantine"
+
+
+@dataclass(frozen=True)
+class ConvertConfig:
+    """What to convert and how.
+
+    Args:
+        source: an image folder ``<root>/<class_name>/*.jpg|png``, local or on any Beam filesystem (``gs://``).
+        output_dir: where ``<split>/<split>-SSSSS-of-NNNNN.tfrec``, ``stats.json`` and ``quarantine.jsonl`` go.
+        image_size: side of the square images written (resize to fill, then centre-crop).
+        validation_fraction, test_fraction: share of images hashed into those splits; the rest is ``train``.
+        num_shards: shards per split; 0 picks a count for ~150 MB shards.
+        jpeg_quality: quality of the re-encoded JPEGs.
+        max_bad_fraction: the job fails when more than this share of the images cannot be read.
+        pipeline_args: Beam pipeline options passed through as they are (``--runner DataflowRunner ...``).
+    """
+
+    source: str
+    output_dir: str
+    image_size: int = 192
+    validation_fraction: float = 0.1
+    test_fraction: float = 0.1
+    num_shards: int = 0
+    jpeg_quality: int = 95
+    max_bad_fraction: float = 0.01
+    pipeline_args: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.image_size < 8:
+            raise UsageError(f"--image-size {self.image_size} is too small: use 8 or more (the codelab uses 192)")
+        for name in ("validation_fraction", "test_fraction", "max_bad_fraction"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise UsageError(f"--{name.replace('_', '-')} {value} is out of range: use a fraction in [0, 1)")
+        if self.validation_fraction + self.test_fraction >= 1.0:
+            raise UsageError("--validation-fraction plus --test-fraction must leave some images for training (< 1)")
+        if self.num_shards < 0:
+            raise UsageError(f"--num-shards {self.num_shards} is negative: use 0 (automatic) or a positive count")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise UsageError(f"--jpeg-quality {self.jpeg_quality} is out of range: use 1 to 100")
+
+
+@dataclass(frozen=True)
+class ImageListing:
+    """The images found under a source folder, with class names in index order (sorted)."""
+
+    class_names: tuple[str, ...]
+    items: tuple[tuple[str, int], ...]  # (path, class index)
+    total_bytes: int
+
+
+class ConversionError(RuntimeError):
+    """The conversion ran but its result cannot be trusted (too many bad images)."""
+
+
+def list_image_folder(root: str) -> ImageListing:
+    """Lists ``<root>/<class_name>/<image>``; raises ``UsageError`` naming the path when the layout is wrong."""
+    root = root.rstrip("/")
+    is_local = "://" not in root
+    if is_local and not os.path.exists(root):
+        raise UsageError(f"data path {root} does not exist: pass a folder of class subfolders of images")
+    if is_local and not os.path.isdir(root):
+        raise UsageError(f"data path {root} is not a folder: expected <root>/<class_name>/*.jpg")
+
+    def images_matching(pattern: str):
+        (result,) = FileSystems.match([pattern])
+        return [m for m in result.metadata_list if _is_image_name(m.path)]
+
+    found = images_matching(f"{root}/*/*")
+    if not found:
+        if images_matching(f"{root}/*"):
+            raise UsageError(f"data path {root} has images but no class subfolders: expected <root>/<class_name>/*.jpg")
+        raise UsageError(
+            f"data path {root} holds no images: expected <root>/<class_name>/*.jpg "
+            f"(extensions: {', '.join(IMAGE_EXTENSIONS)})"
+        )
+    by_class: dict[str, list] = {}
+    for meta in found:
+        class_name = meta.path.rstrip("/").split("/")[-2]
+        by_class.setdefault(class_name, []).append(meta)
+    class_names = tuple(sorted(by_class))
+    items = tuple(
+        (meta.path, index)
+        for index, name in enumerate(class_names)
+        for meta in sorted(by_class[name], key=lambda m: m.path)
+    )
+    return ImageListing(class_names, items, sum(m.size_in_bytes for m in found))
+
+
+def _is_image_name(path: str) -> bool:
+    name = path.rstrip("/").split("/")[-1]
+    return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def assign_split(content: bytes, validation_fraction: float, test_fraction: float) -> str:
+    """The split of an image, from a hash of its bytes: stable across reruns, paths and machines."""
+    bucket = int.from_bytes(hashlib.sha256(content).digest()[:8], "big") / 2.0**64
+    if bucket < test_fraction:
+        return "test"
+    if bucket < test_fraction + validation_fraction:
+        return "validation"
+    return "train"
+
+
+def auto_num_shards(expected_examples: float, image_size: int) -> int:
+    """Shards for one split so that each is about ``TARGET_SHARD_BYTES``."""
+    estimated_bytes = expected_examples * image_size * image_size * ESTIMATED_JPEG_BYTES_PER_PIXEL
+    return max(1, math.ceil(estimated_bytes / TARGET_SHARD_BYTES))
+
+
+def encode_image(content: bytes, image_size: int, jpeg_quality: int) -> bytes:
+    """Decodes JPEG/PNG bytes, resizes to fill the square, centre-crops and re-encodes as JPEG."""
+    return _encoder(image_size, jpeg_quality)(content).numpy()
+
+
+@functools.cache
+def _encoder(image_size: int, jpeg_quality: int):
+    # one compiled graph per setting: eager dispatch of the dozen ops would cost more than the pixels
+    import tensorflow as tf
+
+    from components.imaging import decode_rgb, fill_square
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
+    def encode(content):
+        return tf.io.encode_jpeg(fill_square(decode_rgb(content), image_size), quality=jpeg_quality)
+
+    return encode
+
+
+def default_pipeline_args(pipeline_args: Sequence[str]) -> list[str]:
+    """Beam options as given, plus the local defaults (DirectRunner, one worker process per core) unless set."""
+    args = list(pipeline_args)
+    runner = PipelineOptions(args).view_as(StandardOptions).runner
+    if runner is None:
+        runner = "DirectRunner"
+        args.append(f"--runner={runner}")
+    if runner.rsplit(".", 1)[-1] == "DirectRunner":
+        if not any(a.startswith("--direct_num_workers") for a in args):
+            args.append("--direct_num_workers=0")  # 0: one worker per core
+        if not any(a.startswith("--direct_running_mode") for a in args):
+            args.append("--direct_running_mode=multi_processing")
+    return args
+
+
+def run(config: ConvertConfig) -> dict:
+    """Runs the conversion and returns the stats written to ``<output_dir>/stats.json``."""
+    listing = list_image_folder(config.source)
+    log.info(
+        "found %d images in %d classes under %s: %s",
+        len(listing.items),
+        len(listing.class_names),
+        config.source,
+        ", ".join(listing.class_names),
+    )
+    output_dir = config.output_dir.rstrip("/")
+    fractions = {
+        "train": 1.0 - config.validation_fraction - config.test_fraction,
+        "validation": config.validation_fraction,
+        "test": config.test_fraction,
+    }
+    shards = {
+        split: config.num_shards or auto_num_shards(len(listing.items) * fractions[split], config.image_size)
+        for split in SPLITS
+    }
+    options = PipelineOptions(default_pipeline_args(config.pipeline_args))
+    started = time.monotonic()
+    with beam.Pipeline(options=options) as pipeline:
+        converted = (
+            pipeline
+            | "ListImages" >> beam.Create(listing.items)
+            | "Spread" >> beam.Reshuffle()
+            | "ToExamples"
+            >> beam.ParDo(ToExample(config, listing.class_names, len(listing.items))).with_outputs(
+                QUARANTINE_TAG, *SPLITS
+            )
+        )
+        for split in SPLITS:
+            _ = converted[split] | f"Write{split.title()}" >> WriteSplit(output_dir, split, shards[split])
+        counts = (
+            [converted[split] | f"Key{split.title()}" >> beam.Map(_count_key, split) for split in SPLITS]
+            | "AllCounts" >> beam.Flatten()
+            | "CountPerClass" >> beam.combiners.Count.PerElement()
+            | "GatherCounts" >> beam.combiners.ToList()
+        )
+        quarantined = converted[QUARANTINE_TAG] | "GatherQuarantine" >> beam.combiners.ToList()
+        _ = counts | "WriteStats" >> beam.Map(
+            write_stats,
+            quarantine=beam.pvalue.AsSingleton(quarantined),
+            output_dir=output_dir,
+            class_names=listing.class_names,
+            config=config,
+            shards=shards,
+            input_bytes=listing.total_bytes,
+        )
+    stats = read_stats(output_dir)
+    seconds = time.monotonic() - started
+    log.info(
+        "converted %d images in %.1fs (%.0f images/s): %s; quarantined %d",
+        stats["num_examples"],
+        seconds,
+        len(listing.items) / max(seconds, 1e-9),
+        ", ".join(f"{split} {stats['counts'][split]}" for split in SPLITS),
+        stats["quarantined"],
+    )
+    bad_fraction = stats["quarantined"] / max(1, len(listing.items))
+    if bad_fraction > config.max_bad_fraction:
+        raise ConversionError(
+            f"{stats['quarantined']} of {len(listing.items)} images could not be converted "
+            f"({bad_fraction:.1%} > --max-bad-fraction {config.max_bad_fraction:.1%}): "
+            f"see {output_dir}/{QUARANTINE_FILE}"
+        )
+    return stats
+
+
+class ToExample(beam.DoFn):
+    """(path, class index) -> a serialized example tagged with its split, or a quarantine record."""
+
+    def __init__(self, config: ConvertConfig, class_names: Sequence[str], total: int):
+        self._config = config
+        self._class_names = tuple(class_names)
+        self._total = total
+
+    def setup(self):
+        import tensorflow as tf
+
+        # the DirectRunner runs one worker process per core: keep each one to its own core
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError:
+            pass  # TensorFlow was already initialised in this process
+        self._done = 0
+        self._started = time.monotonic()
+
+    def process(self, item):
+        path, class_index = item
+        try:
+            with FileSystems.open(path) as handle:
+                content = handle.read()
+            jpeg = encode_image(content, self._config.image_size, self._config.jpeg_quality)
+        except Exception as err:  # one bad file must not sink the job: record it instead
+            yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": path, "reason": _one_line(err)})
+            return
+        split = assign_split(content, self._config.validation_fraction, self._config.test_fraction)
+        size = (self._config.image_size, self._config.image_size)
+        label = self._class_names[class_index]
+        yield beam.pvalue.TaggedOutput(
+            split, (class_index, serialize_example(jpeg, class_index, label, size, len(self._class_names)))
+        )
+        self._done += 1
+        if self._done % PROGRESS_EVERY == 0:
+            rate = self._done / max(time.monotonic() - self._started, 1e-9)
+            log.info(
+                "worker %d: %d images converted (%.0f images/s) of %d in the job",
+                os.getpid(),
+                self._done,
+                rate,
+                self._total,
+            )
+
+
+def _one_line(err: Exception) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
+
+
+def _count_key(element, split: str):
+    class_index, _ = element
+    return (split, class_index)
+
+
+@beam.ptransform_fn
+def WriteSplit(pcoll, output_dir: str, split: str, num_shards: int):  # noqa: N802 (a PTransform's name)
+    """(class index, serialized example) -> ``<dir>/<split>/<split>-SSSSS-of-NNNNN.tfrec``."""
+    return (
+        pcoll
+        | "Payload" >> beam.Map(lambda element: element[1])
+        | "Shards"
+        >> beam.io.WriteToTFRecord(
+            f"{output_dir}/{split}/{split}", file_name_suffix=SHARD_SUFFIX, num_shards=num_shards
+        )
+    )
+
+
+def write_stats(
+    counts: Iterable[tuple[tuple[str, int], int]],
+    quarantine: list[dict],
+    output_dir: str,
+    class_names: Sequence[str],
+    config: ConvertConfig,
+    shards: dict[str, int],
+    input_bytes: int,
+) -> dict:
+    """Writes ``stats.json`` and ``quarantine.jsonl`` (each to a temporary name, then renamed)."""
+    stats = summarize_counts(counts, class_names)
+    stats.update(
+        quarantined=len(quarantine),
+        image_size=config.image_size,
+        source=config.source,
+        shards=shards,
+        input_bytes=input_bytes,
+    )
+    quarantine_lines = "".join(json.dumps(record, sort_keys=True) + "\n" for record in quarantine)
+    write_atomically(f"{output_dir}/{QUARANTINE_FILE}", quarantine_lines.encode())
+    write_json(f"{output_dir}/{STATS_FILE}", stats)
+    return stats
+
+
+def summarize_counts(counts: Iterable[tuple[tuple[str, int], int]], class_names: Sequence[str]) -> dict:
+    """Counts per split and per class (by name), from ``((split, class_index), count)`` pairs."""
+    per_class = {split: {name: 0 for name in class_names} for split in SPLITS}
+    for (split, class_index), count in counts:
+        per_class[split][class_names[class_index]] += count
+    per_split = {split: sum(per_class[split].values()) for split in SPLITS}
+    return {
+        "class_names": list(class_names),
+        "num_classes": len(class_names),
+        "counts": per_split,
+        "per_class": per_class,
+        "num_examples": sum(per_split.values()),
+    }

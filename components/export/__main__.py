@@ -1,0 +1,35 @@
+"""``python -m components.export``: export a trained model as a CPU SavedModel (the DAG step's code)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from components.cli import configure_logging, run_main
+from components.export.core import ExportConfig, run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m components.export",
+        description="Rebuild the trained model on the CPU, load its weights and write a SavedModel whose "
+        "serving_default signature takes image_bytes (encoded JPEG/PNG) and returns probabilities, class_id and "
+        "label; checks its predictions against the trained model's on the test split.",
+    )
+    parser.add_argument("--model-dir", required=True, help="the train step's output dir")
+    parser.add_argument("--examples", required=True, help="the convert step's output dir (for the parity check)")
+    parser.add_argument("--output", required=True, help="gets saved_model/ and export.json")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.verbose)
+    report = run(ExportConfig(model_dir=args.model_dir, examples_dir=args.examples, output_dir=args.output))
+    print(json.dumps({"saved_model": report["saved_model"]["path"], "parity": report["parity"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

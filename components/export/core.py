@@ -1,0 +1,162 @@
+"""Export for CPU serving: rebuild the model with no distribution strategy, load the trained weights (as the codelab
+does after TPU training), and write a SavedModel that takes encoded images.
+
+Signatures: ``serving_default`` takes ``image_bytes`` (a batch of JPEG / PNG strings of any size, resized exactly as
+the conversion does) and returns ``probabilities``, ``class_id`` and ``label``; ``serving_images`` takes decoded float
+images ``[N, size, size, 3]`` in ``[0, 1]``. The exported model's predictions are checked against the trained model's
+on the test split, and the agreement is recorded in ``export.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+from components.schema import parse_example, split_pattern
+from components.storage import write_json
+from components.train.core import MODEL_FILE, WEIGHTS_FILE, load_model_config
+
+log = logging.getLogger(__name__)
+
+SAVED_MODEL_DIR = "saved_model"
+EXPORT_FILE = "export.json"
+PARITY_BATCH_SIZE = 128
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """Args: model_dir (the train output), examples_dir (for the parity check), output_dir (gets ``saved_model/``
+    and ``export.json``)."""
+
+    model_dir: str
+    examples_dir: str
+    output_dir: str
+    parity_split: str = "test"
+
+
+def build_cpu_model(model_dir: str):
+    """The trained network rebuilt on the CPU in float32, with the trained weights loaded."""
+    import keras
+    import tensorflow as tf
+
+    from components.train.models import build_model
+
+    config = load_model_config(model_dir)
+    keras.mixed_precision.set_global_policy("float32")
+    with tf.device("/CPU:0"):
+        model = build_model(config["model_name"], config["image_size"], config["num_classes"])
+        model.load_weights(os.path.join(model_dir, WEIGHTS_FILE))
+    return model, config
+
+
+def write_saved_model(model, image_size: int, class_names, path: str) -> None:
+    """Writes the serving SavedModel to ``path`` through a temporary folder beside it."""
+    import tensorflow as tf
+    from keras.export import ExportArchive
+
+    from components.imaging import decode_rgb, fill_square, to_model_input
+
+    labels = tf.constant(list(class_names))
+
+    def predictions(images):
+        probabilities = tf.cast(model(images, training=False), tf.float32)
+        class_id = tf.argmax(probabilities, axis=-1)
+        return {"probabilities": probabilities, "class_id": class_id, "label": tf.gather(labels, class_id)}
+
+    def serve_bytes(image_bytes):
+        images = tf.map_fn(
+            lambda encoded: fill_square(decode_rgb(encoded), image_size),
+            image_bytes,
+            fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.uint8),
+        )
+        return predictions(to_model_input(images))
+
+    archive = ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(
+        "serving_default", serve_bytes, input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")]
+    )
+    archive.add_endpoint(
+        "serving_images",
+        predictions,
+        input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="images")],
+    )
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".saved_model-", dir=parent)
+    try:
+        archive.write_out(staging, verbose=False)
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        os.replace(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def check_parity(saved_model_path: str, trained_model, examples_dir: str, split: str, num_classes: int) -> dict:
+    """Compares the SavedModel (fed the split's JPEG bytes) with the trained model (fed the decoded images)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components.imaging import decode_rgb, to_model_input
+
+    serving = tf.saved_model.load(saved_model_path).signatures["serving_default"]
+    files = sorted(tf.io.gfile.glob(split_pattern(examples_dir, split)))
+    dataset = tf.data.TFRecordDataset(files).map(lambda s: parse_example(s, num_classes)["image"])
+    agree, total, max_difference = 0, 0, 0.0
+    for image_bytes in dataset.batch(PARITY_BATCH_SIZE):
+        exported = serving(image_bytes=image_bytes)["probabilities"].numpy()
+        images = to_model_input(tf.map_fn(decode_rgb, image_bytes, fn_output_signature=tf.uint8))
+        trained = np.asarray(trained_model(images, training=False), dtype=np.float32)
+        agree += int((exported.argmax(-1) == trained.argmax(-1)).sum())
+        total += len(exported)
+        max_difference = max(max_difference, float(np.abs(exported - trained).max()))
+    return {
+        "split": split,
+        "num_examples": total,
+        "argmax_agreement": agree / total if total else None,
+        "max_probability_difference": max_difference,
+    }
+
+
+def run(config: ExportConfig) -> dict:
+    """Exports the SavedModel, checks its parity with the trained model, and writes ``export.json``."""
+    load_model_config(config.model_dir)  # checks the input before the slow TensorFlow import
+    import keras
+
+    model, model_config = build_cpu_model(config.model_dir)
+    saved_model_path = os.path.join(config.output_dir, SAVED_MODEL_DIR)
+    write_saved_model(model, model_config["image_size"], model_config["class_names"], saved_model_path)
+    trained = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE))
+    parity = check_parity(
+        saved_model_path, trained, config.examples_dir, config.parity_split, model_config["num_classes"]
+    )
+    report = {
+        "saved_model": {"path": saved_model_path, "bytes": _tree_bytes(saved_model_path)},
+        "signatures": {
+            "serving_default": {"inputs": ["image_bytes"], "outputs": ["probabilities", "class_id", "label"]},
+            "serving_images": {"inputs": ["images"], "outputs": ["probabilities", "class_id", "label"]},
+        },
+        "parity": parity,
+        "class_names": model_config["class_names"],
+        "image_size": model_config["image_size"],
+        "trained_precision": model_config["precision"],
+    }
+    write_json(os.path.join(config.output_dir, EXPORT_FILE), report)
+    log.info(
+        "exported %s; parity on %d %s images: %.4f argmax agreement, max probability difference %.2e",
+        saved_model_path,
+        parity["num_examples"],
+        parity["split"],
+        parity["argmax_agreement"] or 0.0,
+        parity["max_probability_difference"],
+    )
+    return report
+
+
+def _tree_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)

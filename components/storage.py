@@ -1,0 +1,39 @@
+"""Reading and writing small files on any Beam filesystem (local, ``gs://``), never leaving half a file behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+
+def write_atomically(path: str, payload: bytes) -> None:
+    """Writes ``payload`` to ``path`` through a temporary name, so readers never see half a file."""
+    from apache_beam.io.filesystems import FileSystems
+
+    temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    parent = os.path.dirname(path)
+    if "://" not in path and parent:
+        os.makedirs(parent, exist_ok=True)
+    with FileSystems.create(temporary) as handle:
+        handle.write(payload)
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+    FileSystems.rename([temporary], [path])
+
+
+def write_json(path: str, value) -> None:
+    write_atomically(path, (json.dumps(value, indent=2, sort_keys=False) + "\n").encode())
+
+
+def read_json(path: str):
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path) as handle:
+        return json.loads(handle.read())
+
+
+def exists(path: str) -> bool:
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.exists(path)

@@ -1,0 +1,51 @@
+"""The train step as a lightweight KFP component: a thin wrapper over ``components.train.core``."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Model, Output
+
+
+def train(
+    examples: Input[Dataset],
+    model: Output[Model],
+    model_name: str = "codelab_convnet",
+    epochs: int = 20,
+    per_replica_batch_size: int = 32,
+    learning_rate: float = 0.002,
+    precision: str = "float32",
+    tpu: str = "",
+    seed: int = 42,
+) -> float:
+    """Trains the model on the examples; returns the final validation accuracy (training accuracy if none)."""
+    from components.cli import configure_logging
+    from components.train.core import TrainConfig, run
+
+    configure_logging()
+    result = run(
+        TrainConfig(
+            examples_dir=examples.path,
+            model_dir=model.path,
+            model_name=model_name,
+            epochs=epochs,
+            per_replica_batch_size=per_replica_batch_size,
+            learning_rate=learning_rate,
+            precision=precision,
+            tpu=tpu,
+            seed=seed,
+        )
+    )
+    model.metadata.update(
+        {
+            "framework": "tensorflow",
+            "model_name": model_name,
+            "strategy": result["strategy"],
+            "replicas": result["replicas"],
+            "precision": precision,
+        }
+    )
+    final = result["final"]
+    return float(final.get("val_accuracy", final["accuracy"]))
+
+
+def make_component(base_image: str):
+    """The KFP component, running in ``base_image`` (which has this project and kfp installed)."""
+    return dsl.component(train, base_image=base_image, install_kfp_package=False)

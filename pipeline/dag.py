@@ -1,0 +1,88 @@
+"""The KFP v2 DAG: convert -> train -> evaluate -> export. Knows the steps only through their KFP wrappers."""
+
+from typing import List, NamedTuple
+
+from kfp import dsl
+
+from components.convert.component import make_component as convert_component
+from components.evaluate.component import make_component as evaluate_component
+from components.export.component import make_component as export_component
+from components.train.component import make_component as train_component
+from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
+
+PIPELINE_NAME = "tpu-image-classifier"
+
+
+def build_pipeline(images: Images = DEFAULT_IMAGES):
+    """Returns the pipeline function, its steps running in ``images``."""
+    image = images.uri(PIPELINE_IMAGE)
+    convert_op = convert_component(image)
+    train_op = train_component(image)
+    evaluate_op = evaluate_component(image)
+    export_op = export_component(image)
+
+    class Outputs(NamedTuple):
+        test_accuracy: float
+        export_agreement: float
+        examples: dsl.Dataset
+        model: dsl.Model
+        exported_model: dsl.Model
+        evaluation: dsl.Artifact
+
+    @dsl.pipeline(
+        name=PIPELINE_NAME,
+        description="Image folder -> TFRecords (Beam) -> Keras training (TPU / GPU / CPU) -> evaluation -> "
+        "CPU SavedModel export.",
+    )
+    def image_classifier(
+        source: str,
+        image_size: int = 192,
+        validation_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        num_shards: int = 0,
+        max_bad_fraction: float = 0.01,
+        model_name: str = "codelab_convnet",
+        epochs: int = 20,
+        per_replica_batch_size: int = 32,
+        learning_rate: float = 0.002,
+        precision: str = "float32",
+        tpu: str = "",
+        seed: int = 42,
+        beam_args: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
+    ) -> Outputs:
+        converted = convert_op(
+            source=source,
+            image_size=image_size,
+            validation_fraction=validation_fraction,
+            test_fraction=test_fraction,
+            num_shards=num_shards,
+            max_bad_fraction=max_bad_fraction,
+            beam_args=beam_args,
+        ).set_display_name("convert to TFRecords")
+        trained = train_op(
+            examples=converted.outputs["examples"],
+            model_name=model_name,
+            epochs=epochs,
+            per_replica_batch_size=per_replica_batch_size,
+            learning_rate=learning_rate,
+            precision=precision,
+            tpu=tpu,
+            seed=seed,
+        ).set_display_name("train")
+        evaluated = evaluate_op(
+            examples=converted.outputs["examples"], model=trained.outputs["model"]
+        ).set_display_name("evaluate")
+        exported = export_op(model=trained.outputs["model"], examples=converted.outputs["examples"]).set_display_name(
+            "export for CPU serving"
+        )
+        exported.after(evaluated)
+        return Outputs(
+            test_accuracy=evaluated.outputs["Output"],
+            export_agreement=exported.outputs["Output"],
+            examples=converted.outputs["examples"],
+            model=trained.outputs["model"],
+            exported_model=exported.outputs["exported_model"],
+            evaluation=evaluated.outputs["evaluation"],
+        )
+
+    return image_classifier

@@ -1,0 +1,25 @@
+"""The container images the steps run in: one place that names them. Registry and tag are compile-time choices
+(``python -m pipeline compile --registry ... --tag ...``), never read from the environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_REGISTRY = "us-docker.pkg.dev/my-project/tpu-image-pipeline"
+DEFAULT_TAG = "0.1.0"
+# containers/<name>/Dockerfile builds the image <registry>/<name>:<tag>
+PIPELINE_IMAGE = "pipeline"
+
+
+@dataclass(frozen=True)
+class Images:
+    """Where the images live; ``uri(name)`` gives the full reference of ``containers/<name>``."""
+
+    registry: str = DEFAULT_REGISTRY
+    tag: str = DEFAULT_TAG
+
+    def uri(self, name: str) -> str:
+        return f"{self.registry.rstrip('/')}/{name}:{self.tag}"
+
+
+DEFAULT_IMAGES = Images()

@@ -1,0 +1,211 @@
+"""The convert step on the DirectRunner: schema, resizing, deterministic splits, stats, quarantine, bad input."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+
+from components.cli import UsageError
+from components.convert.core import (
+    ConvertConfig,
+    assign_split,
+    default_pipeline_args,
+    list_image_folder,
+    run,
+    summarize_counts,
+)
+from components.schema import SPLITS, split_pattern
+from tests.conftest import CLASSES, COLORS, IN_MEMORY, TINY_SIZE, image_bytes, run_cli, write_image_folder
+
+
+def read_examples(examples_dir: str, split: str) -> list[dict]:
+    import tensorflow as tf
+
+    from components.schema import parse_example
+
+    records = []
+    for path in sorted(glob.glob(split_pattern(examples_dir, split))):
+        for serialized in tf.data.TFRecordDataset(path):
+            example = parse_example(serialized, len(CLASSES))
+            records.append({name: value.numpy() for name, value in example.items()})
+    return records
+
+
+def test_writes_sharded_tfrecords_in_the_codelab_schema(converted):
+    import tensorflow as tf
+
+    examples_dir, stats = converted
+    total = 0
+    for split in SPLITS:
+        shards = sorted(os.listdir(os.path.join(examples_dir, split)))
+        assert shards, f"no {split} shards"
+        assert all(name.startswith(f"{split}-") and name.endswith(".tfrec") for name in shards)
+        assert all("-of-" in name for name in shards)
+        records = read_examples(examples_dir, split)
+        assert len(records) == stats["counts"][split]
+        for record in records:
+            image = tf.io.decode_jpeg(record["image"]).numpy()
+            assert image.shape == (TINY_SIZE, TINY_SIZE, 3)
+            assert list(record["size"]) == [TINY_SIZE, TINY_SIZE]
+            label = record["label"].decode()
+            assert CLASSES[record["class"]] == label
+            assert record["one_hot_class"].tolist() == [1.0 if c == label else 0.0 for c in CLASSES]
+            # the picture is the class colour: the conversion kept the content
+            assert np.abs(image.reshape(-1, 3).mean(axis=0) - COLORS[label]).max() < 30
+        total += len(records)
+    assert total == stats["num_examples"] == 36
+
+
+def test_stats_count_per_split_and_class_with_class_names_in_index_order(converted):
+    examples_dir, stats = converted
+    with open(os.path.join(examples_dir, "stats.json")) as handle:
+        on_disk = json.load(handle)
+    assert on_disk == stats
+    assert stats["class_names"] == list(CLASSES)
+    assert stats["quarantined"] == 0
+    assert stats["image_size"] == TINY_SIZE
+    for split in SPLITS:
+        assert sum(stats["per_class"][split].values()) == stats["counts"][split]
+    assert sum(stats["per_class"]["train"].values()) > sum(stats["per_class"]["test"].values())
+
+
+def test_split_depends_on_content_only_and_follows_the_fractions():
+    contents = [os.urandom(64) for _ in range(4000)]
+    splits = [assign_split(c, 0.1, 0.2) for c in contents]
+    assert splits == [assign_split(c, 0.1, 0.2) for c in contents]
+    shares = {split: splits.count(split) / len(splits) for split in SPLITS}
+    assert shares["test"] == pytest.approx(0.2, abs=0.03)
+    assert shares["validation"] == pytest.approx(0.1, abs=0.03)
+    assert assign_split(b"same bytes", 0.1, 0.1) == assign_split(b"same bytes", 0.1, 0.1)
+
+
+def test_rerun_puts_every_image_in_the_same_split(image_folder, converted, tmp_path):
+    examples_dir, _ = converted
+    again = str(tmp_path / "again")
+    run(
+        ConvertConfig(
+            source=image_folder,
+            output_dir=again,
+            image_size=TINY_SIZE,
+            validation_fraction=0.2,
+            test_fraction=0.2,
+            pipeline_args=IN_MEMORY,
+        )
+    )
+    for split in SPLITS:
+        before = sorted(r["image"] for r in read_examples(examples_dir, split))
+        after = sorted(r["image"] for r in read_examples(again, split))
+        assert before == after, f"{split} changed between runs"
+
+
+def test_resize_fills_the_square_then_centre_crops():
+    import tensorflow as tf
+
+    from components.imaging import fill_square
+
+    # a wide image: left third red, middle third green, right third blue; the crop keeps the middle
+    image = np.zeros((30, 90, 3), dtype=np.uint8)
+    image[:, :30] = (255, 0, 0)
+    image[:, 30:60] = (0, 255, 0)
+    image[:, 60:] = (0, 0, 255)
+    square = fill_square(tf.constant(image), 10).numpy()
+    assert square.shape == (10, 10, 3)
+    assert (square[:, :, 1] > 200).all() and (square[:, :, 0] < 50).all()
+    tall = fill_square(tf.constant(np.zeros((101, 37, 3), np.uint8)), 24).numpy()
+    assert tall.shape == (24, 24, 3)
+
+
+def test_corrupt_and_empty_files_are_quarantined_not_lost(tmp_path):
+    source = write_image_folder(tmp_path / "images", per_class=4)
+    (tmp_path / "images" / "cat" / "broken.jpg").write_bytes(image_bytes(COLORS["cat"])[:40])
+    (tmp_path / "images" / "dog" / "empty.png").write_bytes(b"")
+    output = str(tmp_path / "out")
+    stats = run(
+        ConvertConfig(
+            source=source, output_dir=output, image_size=TINY_SIZE, max_bad_fraction=0.5, pipeline_args=IN_MEMORY
+        )
+    )
+    assert stats["quarantined"] == 2
+    assert stats["num_examples"] == 12
+    with open(os.path.join(output, "quarantine.jsonl")) as handle:
+        records = [json.loads(line) for line in handle]
+    assert sorted(os.path.basename(r["path"]) for r in records) == ["broken.jpg", "empty.png"]
+    assert all(r["reason"] for r in records)
+
+
+def test_too_many_bad_files_fail_the_job_with_one_line(tmp_path):
+    source = write_image_folder(tmp_path / "images", per_class=2)
+    (tmp_path / "images" / "cat" / "broken.jpg").write_bytes(b"not an image")
+    result = run_cli(
+        "components.convert", "--source", source, "--output", str(tmp_path / "out"),
+        "--image-size", "8", "--max-bad-fraction", "0.01", *IN_MEMORY,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "1 of 7 images could not be converted" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_listing_orders_classes_and_ignores_hidden_and_non_image_files(tmp_path):
+    source = write_image_folder(tmp_path / "images", per_class=2)
+    (tmp_path / "images" / "cat" / ".DS_Store").write_bytes(b"junk")
+    (tmp_path / "images" / "dog" / "notes.txt").write_text("not an image")
+    listing = list_image_folder(source)
+    assert listing.class_names == CLASSES
+    assert len(listing.items) == 6
+    assert [index for _, index in listing.items] == [0, 0, 1, 1, 2, 2]
+
+
+@pytest.mark.parametrize(
+    ("layout", "message"),
+    [
+        ("missing", "does not exist"),
+        ("empty", "holds no images"),
+        ("flat", "has images but no class subfolders"),
+        ("file", "is not a folder"),
+    ],
+)
+def test_bad_data_path_is_one_line_exit_2_and_writes_nothing(tmp_path, layout, message):
+    source = tmp_path / "data"
+    if layout == "empty":
+        source.mkdir()
+        (source / "cat").mkdir()
+    elif layout == "flat":
+        source.mkdir()
+        (source / "a.jpg").write_bytes(image_bytes((1, 2, 3)))
+    elif layout == "file":
+        source.write_bytes(b"x")
+    output = tmp_path / "out"
+    result = run_cli("components.convert", "--source", str(source), "--output", str(output))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: data path ") and str(source) in lines[0] and message in lines[0]
+    assert not output.exists()
+
+
+def test_config_rejects_impossible_fractions():
+    with pytest.raises(UsageError, match="--test-fraction"):
+        ConvertConfig(source="s", output_dir="o", test_fraction=1.5)
+    with pytest.raises(UsageError, match="leave some images for training"):
+        ConvertConfig(source="s", output_dir="o", validation_fraction=0.5, test_fraction=0.5)
+
+
+def test_local_runs_default_to_every_core_and_dataflow_options_pass_through():
+    assert default_pipeline_args([]) == [
+        "--runner=DirectRunner",
+        "--direct_num_workers=0",
+        "--direct_running_mode=multi_processing",
+    ]
+    dataflow = ["--runner", "DataflowRunner", "--project", "p", "--region", "europe-west4"]
+    assert default_pipeline_args(dataflow) == dataflow
+
+
+def test_summarize_counts_fills_missing_classes_with_zero():
+    stats = summarize_counts([(("train", 0), 3), (("test", 2), 1)], ["a", "b", "c"])
+    assert stats["counts"] == {"train": 3, "validation": 0, "test": 1}
+    assert stats["per_class"]["train"] == {"a": 3, "b": 0, "c": 0}
+    assert stats["num_examples"] == 4

@@ -1,0 +1,102 @@
+"""Tiny real data for every tier: image folders on disk, TFRecords converted by Beam, a model trained for real."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLASSES = ("cat", "dog", "fish")
+# the in-memory DirectRunner keeps the unit tests quick; the DAG test runs the default (multi-process) runner
+IN_MEMORY = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
+TINY_SIZE = 16
+
+
+def image_bytes(color, size=(40, 30), fmt="JPEG", seed=0) -> bytes:
+    """An encoded picture: a flat ``color`` with noise and a class-coloured square, ``size`` = (width, height)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    width, height = size
+    pixels = np.empty((height, width, 3), dtype=np.uint8)
+    pixels[:] = color
+    noise = rng.integers(-25, 25, size=pixels.shape)
+    pixels = np.clip(pixels.astype(int) + noise, 0, 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+COLORS = {"cat": (220, 40, 40), "dog": (40, 200, 40), "fish": (40, 40, 220)}
+
+
+def write_image_folder(root, per_class: int = 12) -> str:
+    """``root/<class>/<n>.jpg|png`` with varied sizes and formats; returns the root as a string."""
+    for class_name in CLASSES:
+        os.makedirs(os.path.join(root, class_name), exist_ok=True)
+        for n in range(per_class):
+            fmt = "PNG" if n % 4 == 0 else "JPEG"
+            size = (40 + 7 * n, 30 + 5 * (n % 3))
+            path = os.path.join(root, class_name, f"{n:03d}.{'png' if fmt == 'PNG' else 'jpg'}")
+            with open(path, "wb") as handle:
+                handle.write(image_bytes(COLORS[class_name], size, fmt, seed=hash((class_name, n)) % 1000))
+    return str(root)
+
+
+@pytest.fixture(scope="session")
+def image_folder(tmp_path_factory) -> str:
+    return write_image_folder(tmp_path_factory.mktemp("images"))
+
+
+@pytest.fixture(scope="session")
+def converted(image_folder, tmp_path_factory) -> tuple[str, dict]:
+    """The tiny folder converted to TFRecords (16x16) by the real Beam pipeline; (examples dir, stats)."""
+    from components.convert.core import ConvertConfig, run
+
+    output = str(tmp_path_factory.mktemp("examples"))
+    stats = run(
+        ConvertConfig(
+            source=image_folder,
+            output_dir=output,
+            image_size=TINY_SIZE,
+            validation_fraction=0.2,
+            test_fraction=0.2,
+            pipeline_args=IN_MEMORY,
+        )
+    )
+    return output, stats
+
+
+@pytest.fixture(scope="session")
+def trained(converted, tmp_path_factory) -> tuple[str, dict]:
+    """A codelab convnet really trained for a few epochs on the tiny examples; (model dir, result)."""
+    from components.train.core import TrainConfig, run
+
+    examples_dir, _ = converted
+    model_dir = str(tmp_path_factory.mktemp("model"))
+    result = run(
+        TrainConfig(
+            examples_dir=examples_dir,
+            model_dir=model_dir,
+            epochs=10,
+            per_replica_batch_size=4,
+            learning_rate=0.002,
+        )
+    )
+    return model_dir, result
+
+
+def run_cli(*args: str, cwd: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Runs ``python -m ...`` in the project's interpreter, the way a user does."""
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=cwd or REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,0 +1,68 @@
+"""The whole DAG under kfp.local's SubprocessRunner, through the CLI a user runs, on the full demo dataset."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    work_dir = tmp_path_factory.mktemp("run") / "local"
+    result = run_cli("pipeline", "run-local", "--work-dir", str(work_dir), timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    with open(work_dir / "summary.json") as handle:
+        return work_dir, json.load(handle), result
+
+
+def test_demo_run_converts_all_digits_and_reaches_the_accuracy_bar(demo_run):
+    _, summary, _ = demo_run
+    assert sum(summary["counts"].values()) == 1797
+    assert summary["class_names"] == [str(d) for d in range(10)]
+    assert summary["quarantined"] == 0
+    assert summary["test_accuracy"] >= 0.97
+    assert summary["wall_seconds"] > 0
+
+
+def test_summary_points_at_real_artifacts(demo_run):
+    work_dir, summary, _ = demo_run
+    for key in ("counts", "test_accuracy", "examples_dir", "saved_model_dir", "wall_seconds"):
+        assert key in summary
+    assert os.path.exists(os.path.join(summary["examples_dir"], "stats.json"))
+    assert os.path.exists(os.path.join(summary["saved_model_dir"], "saved_model.pb"))
+    with open(summary["metrics_json"]) as handle:
+        assert json.load(handle)["accuracy"] == summary["test_accuracy"]
+    with open(summary["export_json"]) as handle:
+        assert json.load(handle)["parity"]["argmax_agreement"] == summary["export_agreement"] == 1.0
+    assert summary["examples_dir"].startswith(str(work_dir))
+
+
+def test_run_prints_a_readable_summary(demo_run):
+    _, summary, result = demo_run
+    assert "convert -> train -> evaluate -> export finished" in result.stdout
+    assert f"{summary['test_accuracy']:.4f}" in result.stdout
+
+
+def test_exported_model_classifies_a_demo_image(demo_run):
+    import tensorflow as tf
+
+    work_dir, summary, _ = demo_run
+    serving = tf.saved_model.load(summary["saved_model_dir"]).signatures["serving_default"]
+    digits = work_dir / "data" / "digits"
+    batch = tf.constant([(digits / d / sorted(os.listdir(digits / d))[0]).read_bytes() for d in ("3", "7")])
+    labels = [label.decode() for label in serving(image_bytes=batch)["label"].numpy()]
+    assert labels == ["3", "7"]
+
+
+def test_bad_source_is_one_line_exit_2_and_writes_nothing(tmp_path):
+    work_dir = tmp_path / "work"
+    result = run_cli("pipeline", "run-local", "--source", str(tmp_path / "missing"), "--work-dir", str(work_dir))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: data path {tmp_path / 'missing'} does not exist: pass a folder of class subfolders of images"
+    ]
+    assert not work_dir.exists()
