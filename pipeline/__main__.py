@@ -50,7 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size", dest="per_replica_batch_size", type=int, help="per-replica batch size (default 32)"
     )
     local_cmd.add_argument("--learning-rate", type=float, help="Adam learning rate (default 0.002)")
-    local_cmd.add_argument("--precision", choices=("float32", "mixed_bfloat16"), help="training precision")
+    local_cmd.add_argument(
+        "--precision",
+        choices=("auto", "float32", "mixed_bfloat16"),
+        help="training precision (default auto: bfloat16 where the hardware has it)",
+    )
+    local_cmd.add_argument(
+        "--lr-schedule", choices=("constant", "rampup_exponential"), help="learning-rate schedule (default constant)"
+    )
     local_cmd.add_argument(
         "--demo-per-class",
         type=int,
@@ -84,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)} must not be negative")
     optional = {
         name: getattr(args, name)
-        for name in ("model_name", "per_replica_batch_size", "learning_rate", "precision")
+        for name in ("model_name", "per_replica_batch_size", "learning_rate", "precision", "lr_schedule")
         if getattr(args, name) is not None
     }
     summary = run_local(

@@ -45,8 +45,12 @@ def build_pipeline(images: Images = DEFAULT_IMAGES):
         epochs: int = 20,
         per_replica_batch_size: int = 32,
         learning_rate: float = 0.002,
-        precision: str = "float32",
+        lr_schedule: str = "constant",
+        precision: str = "auto",
         tpu: str = "",
+        jit_compile: bool = False,
+        steps_per_execution: int = 1,
+        augment: bool = False,
         seed: int = 42,
         beam_args: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
     ) -> Outputs:
@@ -65,8 +69,12 @@ def build_pipeline(images: Images = DEFAULT_IMAGES):
             epochs=epochs,
             per_replica_batch_size=per_replica_batch_size,
             learning_rate=learning_rate,
+            lr_schedule=lr_schedule,
             precision=precision,
             tpu=tpu,
+            jit_compile=jit_compile,
+            steps_per_execution=steps_per_execution,
+            augment=augment,
             seed=seed,
         ).set_display_name("train")
         evaluated = evaluate_op(

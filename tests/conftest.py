@@ -50,7 +50,7 @@ def write_image_folder(root, per_class: int = 12) -> str:
 
 @pytest.fixture(scope="session")
 def image_folder(tmp_path_factory) -> str:
-    return write_image_folder(tmp_path_factory.mktemp("images"))
+    return write_image_folder(tmp_path_factory.mktemp("images"), per_class=20)
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +83,7 @@ def trained(converted, tmp_path_factory) -> tuple[str, dict]:
         TrainConfig(
             examples_dir=examples_dir,
             model_dir=model_dir,
-            epochs=10,
+            epochs=12,
             per_replica_batch_size=4,
             learning_rate=0.002,
         )

@@ -79,7 +79,7 @@ def run(config: EvaluateConfig) -> dict:
     model_config = load_model_config(config.model_dir)
     if stats["counts"].get(config.split, 0) == 0:
         raise UsageError(f"examples dir {config.examples_dir} has no {config.split} examples to evaluate on")
-    model = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE))
+    model = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
     y_true, probabilities = predict_split(
         model, config.examples_dir, config.split, model_config["image_size"], model_config["num_classes"]
     )

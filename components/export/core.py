@@ -131,7 +131,7 @@ def run(config: ExportConfig) -> dict:
     model, model_config = build_cpu_model(config.model_dir)
     saved_model_path = os.path.join(config.output_dir, SAVED_MODEL_DIR)
     write_saved_model(model, model_config["image_size"], model_config["class_names"], saved_model_path)
-    trained = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE))
+    trained = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
     parity = check_parity(
         saved_model_path, trained, config.examples_dir, config.parity_split, model_config["num_classes"]
     )

@@ -6,19 +6,22 @@ import argparse
 import json
 
 from components.cli import configure_logging, run_main
-from components.train.core import PRECISIONS, TrainConfig, run
+from components.train.core import LR_SCHEDULES, PRECISIONS, TrainConfig, run
 from components.train.models import MODELS
 
 
 def build_parser() -> argparse.ArgumentParser:
-    defaults = TrainConfig(examples_dir="", model_dir="")
+    defaults = TrainConfig(examples_dir="")
     parser = argparse.ArgumentParser(
         prog="python -m components.train",
         description="Train a Keras model on the convert step's TFRecords under the best available distribution "
-        "strategy (TPU, then GPUs, then the CPU).",
+        "strategy (TPU, then GPUs, then the CPU). Vertex AI's AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and "
+        "AIP_TENSORBOARD_LOG_DIR are used when the matching flag is not given. A run killed mid-way resumes after "
+        "its last finished epoch when started again with the same checkpoint dir.",
     )
     parser.add_argument("--examples", required=True, help="the convert step's output dir")
-    parser.add_argument("--model-dir", required=True, help="where the model, weights and history.json go")
+    parser.add_argument("--model-dir", default="", help="where the model, weights and history.json go "
+                        "(default: $AIP_MODEL_DIR)")  # fmt: skip
     parser.add_argument(
         "--model", default=defaults.model_name, help=f"one of {', '.join(sorted(MODELS))} (default %(default)s)"
     )
@@ -27,16 +30,65 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size",
         type=int,
         default=defaults.per_replica_batch_size,
-        help="per-replica batch size; the global batch is this times the replicas (default %(default)s)",
+        help="per-replica batch size, rounded up to a multiple of 8; the global batch is this times "
+        "the replicas (default %(default)s)",
     )
-    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate, help="default %(default)s")
     parser.add_argument(
-        "--precision", default=defaults.precision, help=f"one of {', '.join(PRECISIONS)} (default %(default)s)"
+        "--learning-rate",
+        type=float,
+        default=defaults.learning_rate,
+        help="Adam's learning rate, the peak with a schedule (default %(default)s)",
+    )
+    parser.add_argument(
+        "--lr-schedule", default=defaults.lr_schedule, help=f"one of {', '.join(LR_SCHEDULES)} (default %(default)s)"
+    )
+    parser.add_argument(
+        "--rampup-epochs",
+        type=int,
+        default=defaults.rampup_epochs,
+        help="rampup_exponential: epochs of linear ramp-up (default %(default)s)",
+    )
+    parser.add_argument(
+        "--lr-decay",
+        type=float,
+        default=defaults.lr_decay,
+        help="rampup_exponential: decay per epoch after the ramp (default %(default)s)",
+    )
+    parser.add_argument(
+        "--precision",
+        default=defaults.precision,
+        help=f"one of {', '.join(PRECISIONS)}; auto picks bfloat16 on TPUs, recent GPUs and CPUs "
+        "with AMX or AVX512-BF16 (default %(default)s)",
     )
     parser.add_argument(
         "--tpu",
         default=defaults.tpu,
-        help="TPU name or address (default: the TPU_NAME variable, else GPUs, else the CPU)",
+        help="TPU name, grpc://HOST:8470 address or 'local' (default: $TPU_NAME, 'local' on a TPU "
+        "VM, else GPUs, else the CPU)",
+    )
+    parser.add_argument(
+        "--cpu-replicas",
+        type=int,
+        default=defaults.cpu_replicas,
+        help="split the CPU into N logical devices and mirror over them (default %(default)s)",
+    )
+    parser.add_argument("--jit-compile", action="store_true", help="compile the training step with XLA")
+    parser.add_argument(
+        "--steps-per-execution",
+        type=int,
+        default=defaults.steps_per_execution,
+        help="training steps per compiled call (default %(default)s)",
+    )
+    parser.add_argument("--augment", action="store_true", help="random flips, brightness and saturation")
+    parser.add_argument(
+        "--checkpoint-dir",
+        default="",
+        help="preemption checkpoints (default: $AIP_CHECKPOINT_DIR, else <model-dir>/checkpoints)",
+    )
+    parser.add_argument(
+        "--tensorboard-dir",
+        default="",
+        help="TensorBoard logs (default: $AIP_TENSORBOARD_LOG_DIR, else <model-dir>/logs)",
     )
     parser.add_argument("--seed", type=int, default=defaults.seed, help="default %(default)s")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -54,12 +106,31 @@ def main(argv: list[str] | None = None) -> int:
             epochs=args.epochs,
             per_replica_batch_size=args.batch_size,
             learning_rate=args.learning_rate,
+            lr_schedule=args.lr_schedule,
+            rampup_epochs=args.rampup_epochs,
+            lr_decay=args.lr_decay,
             precision=args.precision,
             tpu=args.tpu,
+            cpu_replicas=args.cpu_replicas,
+            jit_compile=args.jit_compile,
+            steps_per_execution=args.steps_per_execution,
+            augment=args.augment,
+            checkpoint_dir=args.checkpoint_dir,
+            tensorboard_dir=args.tensorboard_dir,
             seed=args.seed,
         )
     )
-    print(json.dumps({"final": result["final"], "model_dir": args.model_dir}))
+    print(
+        json.dumps(
+            {
+                "final": result["final"],
+                "model_dir": result["model_dir"],
+                "precision": result["precision"],
+                "replicas": result["replicas"],
+                "resumed_after_epoch": result["resumed_after_epoch"],
+            }
+        )
+    )
     return 0
 
 

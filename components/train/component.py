@@ -11,8 +11,12 @@ def train(
     epochs: int = 20,
     per_replica_batch_size: int = 32,
     learning_rate: float = 0.002,
-    precision: str = "float32",
+    lr_schedule: str = "constant",
+    precision: str = "auto",
     tpu: str = "",
+    jit_compile: bool = False,
+    steps_per_execution: int = 1,
+    augment: bool = False,
     seed: int = 42,
 ) -> float:
     """Trains the model on the examples; returns the final validation accuracy (training accuracy if none)."""
@@ -28,8 +32,12 @@ def train(
             epochs=epochs,
             per_replica_batch_size=per_replica_batch_size,
             learning_rate=learning_rate,
+            lr_schedule=lr_schedule,
             precision=precision,
             tpu=tpu,
+            jit_compile=jit_compile,
+            steps_per_execution=steps_per_execution,
+            augment=augment,
             seed=seed,
         )
     )
@@ -39,7 +47,8 @@ def train(
             "model_name": model_name,
             "strategy": result["strategy"],
             "replicas": result["replicas"],
-            "precision": precision,
+            "precision": result["precision"],
+            "global_batch_size": result["global_batch_size"],
         }
     )
     final = result["final"]

@@ -1,47 +1,117 @@
 """The models, by name. Each builder makes the same network whether it runs in a TPU strategy's scope or on a CPU,
-so weights trained on one load into the other."""
+so weights trained on one load into the other. Under mixed precision the output layer stays float32 (a numerically
+sound softmax and loss)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 
-def codelab_convnet(image_size: int, num_classes: int, dtype_policy=None):
+def codelab_convnet(image_size: int, num_classes: int):
     """The "Keras on TPU" codelab's convnet: stacked 3x3 / 1x1 convolutions, max pooling, global average pooling,
     softmax (293,233 parameters for 5 classes at 192x192)."""
     import keras
     from keras import layers
 
     def conv(filters: int, kernel: int = 3):
-        return layers.Conv2D(filters, kernel, padding="same", activation="relu", dtype=dtype_policy)
+        return layers.Conv2D(filters, kernel, padding="same", activation="relu")
 
     return keras.Sequential(
         [
             keras.Input(shape=(image_size, image_size, 3)),
             conv(16),
             conv(30),
-            layers.MaxPooling2D(2, dtype=dtype_policy),
+            layers.MaxPooling2D(2),
             conv(60),
-            layers.MaxPooling2D(2, dtype=dtype_policy),
+            layers.MaxPooling2D(2),
             conv(90),
-            layers.MaxPooling2D(2, dtype=dtype_policy),
+            layers.MaxPooling2D(2),
             conv(110),
-            layers.MaxPooling2D(2, dtype=dtype_policy),
+            layers.MaxPooling2D(2),
             conv(130),
             conv(40, kernel=1),
-            layers.GlobalAveragePooling2D(dtype=dtype_policy),
-            # the softmax stays float32 under mixed precision, for a numerically sound loss
+            layers.GlobalAveragePooling2D(),
             layers.Dense(num_classes, activation="softmax", dtype="float32"),
         ],
         name="codelab_convnet",
     )
 
 
-MODELS: dict[str, Callable] = {"codelab_convnet": codelab_convnet}
+def squeezenet(image_size: int, num_classes: int):
+    """The codelab's SqueezeNet: fire modules (1x1 squeeze, then 1x1 and 3x3 expands) with batch norm
+    (120,613 parameters for 5 classes)."""
+    import keras
+    from keras import layers
+
+    def conv_bn(x, filters: int, kernel: int):
+        x = layers.Conv2D(filters, kernel, padding="same", activation="relu")(x)
+        return layers.BatchNormalization(momentum=0.9)(x)
+
+    def fire(x, squeeze: int, expand: int):
+        x = conv_bn(x, squeeze, 1)
+        return layers.concatenate([conv_bn(x, expand // 2, 1), conv_bn(x, expand // 2, 3)])
+
+    inputs = keras.Input(shape=(image_size, image_size, 3))
+    y = conv_bn(inputs, 32, 3)
+    for squeeze, expand in ((24, 48), (48, 96), (64, 128), (48, 96)):
+        y = layers.MaxPooling2D(2)(fire(y, squeeze, expand))
+    y = layers.GlobalAveragePooling2D()(fire(y, 24, 48))
+    outputs = layers.Dense(num_classes, activation="softmax", dtype="float32")(y)
+    return keras.Model(inputs, outputs, name="squeezenet")
 
 
-def build_model(name: str, image_size: int, num_classes: int, dtype_policy=None):
-    """Builds the named model; raises ``KeyError`` naming the valid choices for an unknown name."""
+CIFAR_BLOCKS = (32, 64, 128)
+CIFAR_DENSE = 128
+
+
+def cifar_convnet(image_size: int, num_classes: int):
+    """Three blocks of two 3x3 convolutions with batch norm, max pooling and dropout, for 32x32 inputs (CIFAR-10)."""
+    import keras
+    from keras import layers
+
+    stack: list = [keras.Input(shape=(image_size, image_size, 3))]
+    for index, filters in enumerate(CIFAR_BLOCKS):
+        for _ in range(2):
+            stack += [
+                layers.Conv2D(filters, 3, padding="same", use_bias=False),
+                layers.BatchNormalization(),
+                layers.Activation("relu"),
+            ]
+        stack += [layers.MaxPooling2D(2), layers.Dropout(0.2 + 0.1 * index)]
+    stack += [
+        layers.GlobalAveragePooling2D(),
+        layers.Dense(CIFAR_DENSE, activation="relu"),
+        layers.Dropout(0.5),
+        layers.Dense(num_classes, activation="softmax", dtype="float32"),
+    ]
+    return keras.Sequential(stack, name="cifar_convnet")
+
+
+def dense_baseline(image_size: int, num_classes: int):
+    """The codelab's first model: flatten the pixels, one softmax layer. A floor to compare convnets against."""
+    import keras
+    from keras import layers
+
+    return keras.Sequential(
+        [
+            keras.Input(shape=(image_size, image_size, 3)),
+            layers.Flatten(),
+            layers.Dense(num_classes, activation="softmax", dtype="float32"),
+        ],
+        name="dense_baseline",
+    )
+
+
+MODELS: dict[str, Callable] = {
+    "codelab_convnet": codelab_convnet,
+    "squeezenet": squeezenet,
+    "cifar_convnet": cifar_convnet,
+    "dense_baseline": dense_baseline,
+}
+
+
+def build_model(name: str, image_size: int, num_classes: int):
+    """Builds the named model under the current Keras dtype policy; ``KeyError`` names the valid choices."""
     if name not in MODELS:
         raise KeyError(f"unknown model {name!r}: choose one of {', '.join(sorted(MODELS))}")
-    return MODELS[name](image_size, num_classes, dtype_policy)
+    return MODELS[name](image_size, num_classes)

@@ -57,7 +57,7 @@ def test_writes_sharded_tfrecords_in_the_codelab_schema(converted):
             # the picture is the class colour: the conversion kept the content
             assert np.abs(image.reshape(-1, 3).mean(axis=0) - COLORS[label]).max() < 30
         total += len(records)
-    assert total == stats["num_examples"] == 36
+    assert total == stats["num_examples"] == 60
 
 
 def test_stats_count_per_split_and_class_with_class_names_in_index_order(converted):

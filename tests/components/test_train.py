@@ -1,17 +1,37 @@
-"""The train step: the codelab model, the input pipeline's static shapes, real training, saved outputs."""
+"""The train step: models, strategies, precision, XLA, replicas, schedules, preemption, Vertex AI conventions."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from components.cli import UsageError
-from components.train.core import TrainConfig, make_dataset, resolve_strategy
+from components.train.core import (
+    EPOCH_LOG_FILE,
+    TrainConfig,
+    choose_precision,
+    make_dataset,
+    read_cpu_flags,
+    resolve_output_dirs,
+    resolve_strategy,
+    round_up_batch,
+    run,
+    tpu_target,
+    validation_batching,
+)
 from components.train.models import build_model
-from tests.conftest import CLASSES, TINY_SIZE, run_cli
+from tests.conftest import CLASSES, REPO_ROOT, TINY_SIZE, run_cli
+
+
+def conv_params(kernel: int, channels_in: int, filters: int, bias: bool = True) -> int:
+    return kernel * kernel * channels_in * filters + (filters if bias else 0)
 
 
 def test_codelab_convnet_has_the_codelab_parameter_count():
@@ -22,25 +42,127 @@ def test_codelab_convnet_has_the_codelab_parameter_count():
     assert kinds[-2:] == ["GlobalAveragePooling2D", "Dense"]
 
 
-def test_unknown_model_or_precision_names_the_choices():
-    with pytest.raises(UsageError, match="choose one of codelab_convnet"):
-        TrainConfig(examples_dir="e", model_dir="m", model_name="resnet9000")
-    with pytest.raises(UsageError, match="float32, mixed_bfloat16"):
-        TrainConfig(examples_dir="e", model_dir="m", precision="float8")
+def test_squeezenet_has_the_codelab_parameter_count():
+    model = build_model("squeezenet", 192, 5)
+    assert model.count_params() == 120_613
+    assert sum(type(layer).__name__ == "Concatenate" for layer in model.layers) == 5  # five fire modules
 
 
-def test_strategy_falls_back_to_the_cpu_when_there_is_no_tpu_or_gpu(monkeypatch):
-    monkeypatch.delenv("TPU_NAME", raising=False)
-    strategy = resolve_strategy("")
-    assert strategy.num_replicas_in_sync == 1
+def test_cifar_convnet_parameter_count_follows_its_blocks():
+    expected, channels = 0, 3
+    for filters in (32, 64, 128):
+        for _ in range(2):
+            expected += conv_params(3, channels, filters, bias=False) + 4 * filters  # conv + batch norm
+            channels = filters
+    expected += 128 * 128 + 128 + 128 * 10 + 10
+    assert build_model("cifar_convnet", 32, 10).count_params() == expected
 
 
-def test_training_batches_have_static_shapes(converted):
+def test_dense_baseline_parameter_count_is_one_layer_over_the_pixels():
+    assert build_model("dense_baseline", 24, 5).count_params() == 24 * 24 * 3 * 5 + 5
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "choices"),
+    [
+        ("--model", "resnet9000", "codelab_convnet, cifar_convnet, dense_baseline, squeezenet"),
+        ("--precision", "float8", "auto, float32, mixed_bfloat16"),
+        ("--lr-schedule", "cosine", "constant, rampup_exponential"),
+    ],
+)
+def test_unknown_choice_is_one_line_exit_2_listing_the_choices(tmp_path, flag, value, choices):
+    result = run_cli("components.train", "--examples", str(tmp_path), "--model-dir", str(tmp_path), flag, value)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {flag} '{value}' does not exist: choose one of ")
+    assert sorted(line.split("choose one of ")[1].split(", ")) == sorted(choices.split(", "))
+
+
+def test_unreachable_tpu_is_one_line_exit_2(converted, tmp_path):
     examples_dir, _ = converted
-    dataset = make_dataset(examples_dir, "train", TINY_SIZE, len(CLASSES), batch_size=4, training=True)
+    result = run_cli("components.train", "--examples", examples_dir, "--model-dir", str(tmp_path), "--tpu", "no-tpu")
+    assert result.returncode == 2
+    (line,) = [line for line in result.stderr.strip().splitlines() if line.startswith("error:")]
+    assert line.startswith("error: --tpu 'no-tpu' could not be reached")
+    assert "'local' on a TPU VM" in line
+    assert "Traceback" not in result.stderr
+
+
+def test_tpu_target_order_flag_then_tpu_name_then_local_on_a_tpu_vm():
+    assert tpu_target("my-tpu", {"TPU_NAME": "other"}, on_tpu_vm=True) == "my-tpu"
+    assert tpu_target("", {"TPU_NAME": "other"}, on_tpu_vm=True) == "other"
+    assert tpu_target("", {}, on_tpu_vm=True) == "local"
+    assert tpu_target("", {}, on_tpu_vm=False) is None
+
+
+def test_strategy_asks_the_resolver_for_the_tpu_and_reports_its_failure_in_one_line():
+    asked = []
+
+    class FakeResolver:  # the cluster-resolver boundary: there is no TPU here
+        def __init__(self, tpu):
+            asked.append(tpu)
+            raise ValueError("Please provide a TPU Name to connect to.")
+
+    with pytest.raises(UsageError, match=r"--tpu 'v3-pod' could not be reached \(Please provide a TPU Name"):
+        resolve_strategy("", env={"TPU_NAME": "v3-pod"}, resolver_class=FakeResolver)
+    assert asked == ["v3-pod"]
+
+
+def test_strategy_falls_back_to_the_cpu_when_there_is_no_tpu_or_gpu():
+    strategy, accelerator = resolve_strategy("", env={})
+    assert strategy.num_replicas_in_sync == 1 and accelerator == "cpu"
+
+
+def test_precision_auto_picks_bfloat16_where_the_hardware_has_it():
+    assert choose_precision("auto", "tpu") == "mixed_bfloat16"
+    assert choose_precision("auto", "gpu", gpu_compute_capability=(8, 0)) == "mixed_bfloat16"
+    assert choose_precision("auto", "gpu", gpu_compute_capability=(7, 5)) == "float32"
+    assert choose_precision("auto", "cpu", cpu_flags={"avx2", "amx_bf16"}) == "mixed_bfloat16"
+    assert choose_precision("auto", "cpu", cpu_flags={"avx512f", "avx512_bf16"}) == "mixed_bfloat16"
+    assert choose_precision("auto", "cpu", cpu_flags={"avx2", "avx512f"}) == "float32"
+    assert choose_precision("float32", "tpu") == "float32"
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16 avx512_bf16\n")
+    assert read_cpu_flags(str(cpuinfo)) == {"fpu", "avx2", "amx_bf16", "avx512_bf16"}
+    assert read_cpu_flags(str(tmp_path / "missing")) == frozenset()
+
+
+def test_per_replica_batch_is_rounded_up_to_a_multiple_of_8():
+    assert [round_up_batch(n) for n in (1, 8, 9, 16, 100)] == [8, 8, 16, 16, 104]
+
+
+def test_vertex_ai_directories_are_honoured_and_flags_win():
+    env = {"AIP_MODEL_DIR": "gs://b/model", "AIP_CHECKPOINT_DIR": "gs://b/ckpt", "AIP_TENSORBOARD_LOG_DIR": "gs://b/tb"}
+    dirs = resolve_output_dirs(TrainConfig(examples_dir="e"), env)
+    assert (dirs.model_dir, dirs.checkpoint_dir, dirs.tensorboard_dir) == ("/gcs/b/model", "/gcs/b/ckpt", "/gcs/b/tb")
+    dirs = resolve_output_dirs(TrainConfig(examples_dir="e", model_dir="/m"), {})
+    assert (dirs.model_dir, dirs.checkpoint_dir, dirs.tensorboard_dir) == ("/m", "/m/checkpoints", "/m/logs")
+    with pytest.raises(UsageError, match=r"--model-dir.*AIP_MODEL_DIR"):
+        resolve_output_dirs(TrainConfig(examples_dir="e"), {})
+
+
+def test_learning_rate_ramps_up_then_decays_per_epoch():
+    from components.train.schedules import RampUpExponentialDecay
+
+    schedule = RampUpExponentialDecay(peak=0.01, rampup_steps=30, decay_steps=10, decay_rate=0.5)
+    rates = {step: float(schedule(step)) for step in (0, 15, 30, 45, 50, 500)}
+    assert rates[0] == pytest.approx(0.001)
+    assert rates[15] == pytest.approx(0.0055)
+    assert rates[30] == pytest.approx(0.01)
+    assert rates[45] == pytest.approx(0.005)
+    assert rates[50] == pytest.approx(0.0025)
+    assert rates[500] == pytest.approx(0.0001)  # the floor: peak / 100
+
+
+def test_training_batches_have_static_shapes_and_augmentation_keeps_the_range(converted):
+    examples_dir, _ = converted
+    dataset = make_dataset(examples_dir, "train", TINY_SIZE, len(CLASSES), batch_size=8, training=True, augment=True)
     images, labels = dataset.element_spec
-    assert images.shape.as_list() == [4, TINY_SIZE, TINY_SIZE, 3]
-    assert labels.shape.as_list() == [4, len(CLASSES)]
+    assert images.shape.as_list() == [8, TINY_SIZE, TINY_SIZE, 3]
+    assert labels.shape.as_list() == [8, len(CLASSES)]
     batch, _ = next(iter(dataset))
     assert float(batch.numpy().min()) >= 0.0 and float(batch.numpy().max()) <= 1.0
 
@@ -50,21 +172,139 @@ def test_training_learns_and_saves_model_weights_config_and_history(trained):
     for name in ("model.keras", "model.weights.h5", "model_config.json", "history.json"):
         assert os.path.exists(os.path.join(model_dir, name)), name
     with open(os.path.join(model_dir, "history.json")) as handle:
-        history = json.load(handle)["history"]
-    losses = history["loss"]
-    assert len(losses) == 10 and all(math.isfinite(loss) for loss in losses)
+        history = json.load(handle)
+    losses = history["history"]["loss"]
+    assert history["epochs"] == 12 and len(losses) == 12 and all(math.isfinite(loss) for loss in losses)
     assert losses[-1] < losses[0]
-    # three flat colours are easy: a convnet that trains at all separates them
-    assert result["final"]["accuracy"] >= 0.9
+    assert result["final"]["val_accuracy"] >= 0.9
     with open(os.path.join(model_dir, "model_config.json")) as handle:
         config = json.load(handle)
     assert config["class_names"] == list(CLASSES) and config["image_size"] == TINY_SIZE
-    assert config["global_batch_size"] == 4 * config["replicas"]
+    assert config["per_replica_batch_size"] == 8  # 4 asked, rounded up
+    assert config["global_batch_size"] == 8 * config["replicas"]
+    assert os.listdir(os.path.join(model_dir, "logs")), "no TensorBoard logs"
+    assert not os.path.exists(os.path.join(model_dir, "checkpoints")), "a finished run keeps no backup"
 
 
-def test_missing_examples_dir_is_a_one_line_error(tmp_path):
-    result = run_cli("components.train", "--examples", str(tmp_path / "nope"), "--model-dir", str(tmp_path / "m"))
+def test_two_replicas_split_the_global_batch_and_learn_like_one(converted, trained, tmp_path):
+    from components.evaluate.core import EvaluateConfig
+    from components.evaluate.core import run as evaluate
+
+    examples_dir, _ = converted
+    one_replica_dir, _ = trained
+    result = run_cli(
+        "components.train", "--examples", examples_dir, "--model-dir", str(tmp_path / "model"), "--cpu-replicas", "2",
+        "--epochs", "12", "--batch-size", "4", "--learning-rate", "0.002",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "MirroredStrategy with 2 replica(s)" in result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1])["replicas"] == 2
+    with open(tmp_path / "model" / "model_config.json") as handle:
+        config = json.load(handle)
+    assert config["global_batch_size"] == 2 * config["per_replica_batch_size"] == 16
+    with open(tmp_path / "model" / "history.json") as handle:
+        losses = json.load(handle)["history"]["loss"]
+    assert losses[-1] < losses[0]
+    # the same band as one replica, measured on the held-out test split by the evaluate step (one device)
+    two = evaluate(EvaluateConfig(examples_dir, str(tmp_path / "model"), str(tmp_path / "eval2")))["accuracy"]
+    one = evaluate(EvaluateConfig(examples_dir, one_replica_dir, str(tmp_path / "eval1")))["accuracy"]
+    assert two >= 0.9 and one >= 0.9 and abs(two - one) <= 0.1
+
+
+def test_xla_compiled_steps_train_on_the_cpu(converted, tmp_path):
+    examples_dir, _ = converted
+    result = run(
+        TrainConfig(
+            examples_dir=examples_dir, model_dir=str(tmp_path), epochs=6, per_replica_batch_size=8,
+            jit_compile=True, steps_per_execution=2, lr_schedule="rampup_exponential", rampup_epochs=1,
+        )
+    )  # fmt: skip
+    assert result["jit_compile"] and result["steps_per_execution"] == 2
+    with open(tmp_path / "history.json") as handle:
+        losses = json.load(handle)["history"]["loss"]
+    assert losses[-1] < losses[0]
+
+
+def test_jit_compile_with_cpu_replicas_is_refused_with_the_reason():
+    with pytest.raises(UsageError, match="--jit-compile cannot be combined with --cpu-replicas"):
+        TrainConfig(examples_dir="e", jit_compile=True, cpu_replicas=2)
+
+
+def test_vertex_ai_variables_choose_where_everything_goes(converted, tmp_path):
+    examples_dir, _ = converted
+    env = {
+        "AIP_MODEL_DIR": str(tmp_path / "aip-model"),
+        "AIP_CHECKPOINT_DIR": str(tmp_path / "aip-checkpoints"),
+        "AIP_TENSORBOARD_LOG_DIR": str(tmp_path / "aip-tensorboard"),
+    }
+    run(TrainConfig(examples_dir=examples_dir, epochs=1, precision="float32"), env=env)
+    assert os.path.exists(tmp_path / "aip-model" / "model.weights.h5")
+    assert os.listdir(tmp_path / "aip-tensorboard")
+
+
+def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_path):
+    examples_dir, _ = converted
+    model_dir, checkpoints = tmp_path / "model", tmp_path / "checkpoints"
+    command = [
+        sys.executable, "-m", "components.train", "--examples", examples_dir, "--model-dir", str(model_dir),
+        "--checkpoint-dir", str(checkpoints), "--epochs", "60", "--batch-size", "8", "--precision", "float32",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    epoch_log = checkpoints / EPOCH_LOG_FILE
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            if epoch_log.exists() and len(epoch_log.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.02)
+        process.send_signal(signal.SIGKILL)  # what a TPU or spot VM preemption looks like to the process
+        process.wait()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == -signal.SIGKILL, "training finished before it could be killed"
+    finished = len(epoch_log.read_text().splitlines())
+    assert 3 <= finished < 60
+    assert not (model_dir / "model.keras").exists()
+
+    resumed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert summary["resumed_after_epoch"] >= finished - 1 >= 2  # the kill may land between backup and log
+    assert f"Epoch {summary['resumed_after_epoch'] + 1}/60" in resumed.stdout + resumed.stderr
+    assert "Epoch 1/60" not in resumed.stdout + resumed.stderr
+    with open(model_dir / "history.json") as handle:
+        history = json.load(handle)
+    assert history["epochs"] == 60 and len(history["history"]["loss"]) == 60
+    import keras
+
+    model = keras.models.load_model(model_dir / "model.keras", compile=False)
+    assert model.count_params() == build_model("codelab_convnet", TINY_SIZE, len(CLASSES)).count_params()
+
+
+def test_records_that_miss_a_feature_name_the_file_and_the_feature(tmp_path):
+    import tensorflow as tf
+
+    os.makedirs(tmp_path / "train")
+    shard = tmp_path / "train" / "train-00000-of-00001.tfrec"
+    with tf.io.TFRecordWriter(str(shard)) as writer:
+        feature = {"image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"x"]))}
+        writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    stats = {"image_size": 8, "num_classes": 2, "class_names": ["a", "b"],
+             "counts": {"train": 64, "validation": 0, "test": 0}}  # fmt: skip
+    (tmp_path / "stats.json").write_text(json.dumps(stats))
+    result = run_cli("components.train", "--examples", str(tmp_path), "--model-dir", str(tmp_path / "m"))
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        f"error: examples dir {tmp_path / 'nope'} has no stats.json: run the convert step into it first"
-    ]
+    (line,) = [line for line in result.stderr.strip().splitlines() if line.startswith("error:")]
+    assert line == (
+        f"error: TFRecord file {shard} does not match the schema: missing feature(s) class, label, one_hot_class, "
+        "size (convert the images with `python -m components.convert`)"
+    )
+
+
+def test_validation_batches_split_evenly_across_replicas():
+    assert validation_batching(11, 1, 16, static=False) == (11, 11)
+    assert validation_batching(184, 1, 32, static=False) == (32, 184)
+    assert validation_batching(11, 2, 16, static=True) == (10, 10)
+    assert validation_batching(184, 2, 32, static=True) == (32, 160)
+    assert validation_batching(1, 2, 16, static=True) == (0, 0)
