@@ -37,3 +37,11 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
         print("error: interrupted", file=sys.stderr)
         code = 130
     sys.exit(code)
+
+
+def config_from_args(config_class, args, **overrides):
+    """Builds a config dataclass from parsed arguments whose ``dest`` names are the config's field names."""
+    from dataclasses import fields
+
+    values = {f.name: getattr(args, f.name) for f in fields(config_class) if hasattr(args, f.name)}
+    return config_class(**{**values, **overrides})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import configure_logging, run_main
+from components.cli import config_from_args, configure_logging, run_main
 from components.convert.core import ConversionError, ConvertConfig, run
 
 
@@ -18,7 +18,9 @@ def build_parser() -> argparse.ArgumentParser:
         "as pipeline options, e.g. --runner DataflowRunner --project P --region R --temp_location gs://...",
     )
     parser.add_argument("--source", required=True, help="image folder: <root>/<class_name>/<image>")
-    parser.add_argument("--output", required=True, help="examples dir: <split>/*.tfrec, stats.json, quarantine.jsonl")
+    parser.add_argument(
+        "--output", dest="output_dir", required=True, help="examples dir: <split>/*.tfrec, stats.json, quarantine.jsonl"
+    )
     parser.add_argument(
         "--image-size",
         type=int,
@@ -62,23 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = build_parser().parse_known_args(argv)
     configure_logging(args.verbose)
-    config = ConvertConfig(
-        source=args.source,
-        output_dir=args.output,
-        image_size=args.image_size,
-        validation_fraction=args.validation_fraction,
-        test_fraction=args.test_fraction,
-        num_shards=args.num_shards,
-        jpeg_quality=args.jpeg_quality,
-        max_bad_fraction=args.max_bad_fraction,
-        pipeline_args=tuple(beam_args),
-    )
+    config = config_from_args(ConvertConfig, args, pipeline_args=tuple(beam_args))
     try:
         stats = run(config)
     except ConversionError as err:
         print(f"error: {err}")
         return 1
-    print(json.dumps({"counts": stats["counts"], "quarantined": stats["quarantined"], "output": args.output}))
+    print(json.dumps({"counts": stats["counts"], "quarantined": stats["quarantined"], "output": args.output_dir}))
     return 0
 
 

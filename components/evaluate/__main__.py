@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import configure_logging, run_main
+from components.cli import config_from_args, configure_logging, run_main
 from components.evaluate.core import EvaluateConfig, run
 
 
@@ -15,9 +15,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Accuracy, per-class precision and recall and the confusion matrix of a trained model on a "
         "split of the converted TFRecords; writes <output>/metrics.json.",
     )
-    parser.add_argument("--examples", required=True, help="the convert step's output dir")
+    parser.add_argument("--examples", dest="examples_dir", required=True, help="the convert step's output dir")
     parser.add_argument("--model-dir", required=True, help="the train step's output dir")
-    parser.add_argument("--output", required=True, help="where metrics.json goes")
+    parser.add_argument("--output", dest="output_dir", required=True, help="where metrics.json goes")
     parser.add_argument("--split", default="test", choices=("train", "validation", "test"), help="default %(default)s")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
@@ -26,13 +26,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
-    metrics = run(EvaluateConfig(args.examples, args.model_dir, args.output, split=args.split))
+    metrics = run(config_from_args(EvaluateConfig, args))
     print(
         json.dumps(
             {
                 "accuracy": metrics["accuracy"],
                 "num_examples": metrics["num_examples"],
-                "metrics_json": f"{args.output}/metrics.json",
+                "metrics_json": f"{args.output_dir}/metrics.json",
             }
         )
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import configure_logging, run_main
+from components.cli import config_from_args, configure_logging, run_main
 from components.export.core import ExportConfig, run
 
 
@@ -17,8 +17,10 @@ def build_parser() -> argparse.ArgumentParser:
         "label; checks its predictions against the trained model's on the test split.",
     )
     parser.add_argument("--model-dir", required=True, help="the train step's output dir")
-    parser.add_argument("--examples", required=True, help="the convert step's output dir (for the parity check)")
-    parser.add_argument("--output", required=True, help="gets saved_model/ and export.json")
+    parser.add_argument(
+        "--examples", dest="examples_dir", required=True, help="the convert step's output dir (for the parity check)"
+    )
+    parser.add_argument("--output", dest="output_dir", required=True, help="gets saved_model/ and export.json")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -26,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
-    report = run(ExportConfig(model_dir=args.model_dir, examples_dir=args.examples, output_dir=args.output))
+    report = run(config_from_args(ExportConfig, args))
     print(json.dumps({"saved_model": report["saved_model"]["path"], "parity": report["parity"]}))
     return 0
 

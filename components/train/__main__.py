@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import configure_logging, run_main
+from components.cli import config_from_args, configure_logging, run_main
 from components.train.core import LR_SCHEDULES, PRECISIONS, TrainConfig, run
 from components.train.models import MODELS
 
@@ -19,15 +19,19 @@ def build_parser() -> argparse.ArgumentParser:
         "AIP_TENSORBOARD_LOG_DIR are used when the matching flag is not given. A run killed mid-way resumes after "
         "its last finished epoch when started again with the same checkpoint dir.",
     )
-    parser.add_argument("--examples", required=True, help="the convert step's output dir")
+    parser.add_argument("--examples", dest="examples_dir", required=True, help="the convert step's output dir")
     parser.add_argument("--model-dir", default="", help="where the model, weights and history.json go "
                         "(default: $AIP_MODEL_DIR)")  # fmt: skip
     parser.add_argument(
-        "--model", default=defaults.model_name, help=f"one of {', '.join(sorted(MODELS))} (default %(default)s)"
+        "--model",
+        dest="model_name",
+        default=defaults.model_name,
+        help=f"one of {', '.join(sorted(MODELS))} (default %(default)s)",
     )
     parser.add_argument("--epochs", type=int, default=defaults.epochs, help="default %(default)s")
     parser.add_argument(
         "--batch-size",
+        dest="per_replica_batch_size",
         type=int,
         default=defaults.per_replica_batch_size,
         help="per-replica batch size, rounded up to a multiple of 8; the global batch is this times "
@@ -98,28 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
-    result = run(
-        TrainConfig(
-            examples_dir=args.examples,
-            model_dir=args.model_dir,
-            model_name=args.model,
-            epochs=args.epochs,
-            per_replica_batch_size=args.batch_size,
-            learning_rate=args.learning_rate,
-            lr_schedule=args.lr_schedule,
-            rampup_epochs=args.rampup_epochs,
-            lr_decay=args.lr_decay,
-            precision=args.precision,
-            tpu=args.tpu,
-            cpu_replicas=args.cpu_replicas,
-            jit_compile=args.jit_compile,
-            steps_per_execution=args.steps_per_execution,
-            augment=args.augment,
-            checkpoint_dir=args.checkpoint_dir,
-            tensorboard_dir=args.tensorboard_dir,
-            seed=args.seed,
-        )
-    )
+    result = run(config_from_args(TrainConfig, args))
     print(
         json.dumps(
             {
