@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.max_bad_fraction,
         help="fail when more than this share of images cannot be read (default %(default)s)",
     )
+    parser.add_argument(
+        "--max-pixels",
+        type=int,
+        default=defaults.max_pixels,
+        help="quarantine images with more pixels, as decompression bombs (default %(default)s)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 

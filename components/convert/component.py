@@ -14,6 +14,7 @@ def convert(
     test_fraction: float = 0.1,
     num_shards: int = 0,
     max_bad_fraction: float = 0.01,
+    max_pixels: int = 178_956_970,  # components.decoding.DEFAULT_MAX_PIXELS: KFP runs this source alone
     beam_args: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
 ) -> int:
     """Converts an image folder into sharded TFRecords; returns the number of examples written."""
@@ -30,6 +31,7 @@ def convert(
             test_fraction=test_fraction,
             num_shards=num_shards,
             max_bad_fraction=max_bad_fraction,
+            max_pixels=max_pixels,
             pipeline_args=tuple(beam_args or ()),
         )
     )

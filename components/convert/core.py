@@ -23,12 +23,12 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from components.cli import UsageError
+from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError, decode_rgb_array
 from components.schema import SHARD_SUFFIX, SPLITS, STATS_FILE, read_stats, serialize_example
 from components.storage import write_atomically, write_json
 
 log = logging.getLogger(__name__)
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 QUARANTINE_FILE = "quarantine.jsonl"
 # TPU guidance: shards of roughly 100-200 MB, so that many can be read in parallel without tiny-file overhead.
 TARGET_SHARD_BYTES = 150 * 1024 * 1024
@@ -50,6 +50,7 @@ class ConvertConfig:
         num_shards: shards per split; 0 picks a count for ~150 MB shards.
         jpeg_quality: quality of the re-encoded JPEGs.
         max_bad_fraction: the job fails when more than this share of the images cannot be read.
+        max_pixels: images with more pixels are quarantined as decompression bombs.
         pipeline_args: Beam pipeline options passed through as they are (``--runner DataflowRunner ...``).
     """
 
@@ -61,6 +62,7 @@ class ConvertConfig:
     num_shards: int = 0
     jpeg_quality: int = 95
     max_bad_fraction: float = 0.01
+    max_pixels: int = DEFAULT_MAX_PIXELS
     pipeline_args: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -76,6 +78,8 @@ class ConvertConfig:
             raise UsageError(f"--num-shards {self.num_shards} is negative: use 0 (automatic) or a positive count")
         if not 1 <= self.jpeg_quality <= 100:
             raise UsageError(f"--jpeg-quality {self.jpeg_quality} is out of range: use 1 to 100")
+        if self.max_pixels < 1:
+            raise UsageError(f"--max-pixels {self.max_pixels} must be positive")
 
 
 @dataclass(frozen=True)
@@ -100,18 +104,16 @@ def list_image_folder(root: str) -> ImageListing:
     if is_local and not os.path.isdir(root):
         raise UsageError(f"data path {root} is not a folder: expected <root>/<class_name>/*.jpg")
 
-    def images_matching(pattern: str):
+    def files_matching(pattern: str):
         (result,) = FileSystems.match([pattern])
-        return [m for m in result.metadata_list if _is_image_name(m.path)]
+        return [m for m in result.metadata_list if not _is_hidden(m.path)]
 
-    found = images_matching(f"{root}/*/*")
+    # every file in a class folder is an item: what is not an image is quarantined with its reason, never skipped
+    found = files_matching(f"{root}/*/*")
     if not found:
-        if images_matching(f"{root}/*"):
+        if files_matching(f"{root}/*"):
             raise UsageError(f"data path {root} has images but no class subfolders: expected <root>/<class_name>/*.jpg")
-        raise UsageError(
-            f"data path {root} holds no images: expected <root>/<class_name>/*.jpg "
-            f"(extensions: {', '.join(IMAGE_EXTENSIONS)})"
-        )
+        raise UsageError(f"data path {root} holds no images: expected <root>/<class_name>/*.jpg")
     by_class: dict[str, list] = {}
     for meta in found:
         class_name = meta.path.rstrip("/").split("/")[-2]
@@ -125,9 +127,8 @@ def list_image_folder(root: str) -> ImageListing:
     return ImageListing(class_names, items, sum(m.size_in_bytes for m in found))
 
 
-def _is_image_name(path: str) -> bool:
-    name = path.rstrip("/").split("/")[-1]
-    return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
+def _is_hidden(path: str) -> bool:
+    return path.rstrip("/").split("/")[-1].startswith(".")
 
 
 def assign_split(content: bytes, validation_fraction: float, test_fraction: float) -> str:
@@ -146,9 +147,10 @@ def auto_num_shards(expected_examples: float, image_size: int) -> int:
     return max(1, math.ceil(estimated_bytes / TARGET_SHARD_BYTES))
 
 
-def encode_image(content: bytes, image_size: int, jpeg_quality: int) -> bytes:
-    """Decodes JPEG/PNG bytes, resizes to fill the square, centre-crops and re-encodes as JPEG."""
-    return _encoder(image_size, jpeg_quality)(content).numpy()
+def encode_image(content: bytes, image_size: int, jpeg_quality: int, max_pixels: int = DEFAULT_MAX_PIXELS) -> bytes:
+    """Decodes image bytes (any format, see ``components.decoding``), resizes to fill the square, centre-crops and
+    re-encodes as JPEG; raises ``UnusableImageError`` with the reason for a file that is not a usable image."""
+    return _encoder(image_size, jpeg_quality)(decode_rgb_array(content, max_pixels)).numpy()
 
 
 @functools.cache
@@ -156,11 +158,11 @@ def _encoder(image_size: int, jpeg_quality: int):
     # one compiled graph per setting: eager dispatch of the dozen ops would cost more than the pixels
     import tensorflow as tf
 
-    from components.imaging import decode_rgb, fill_square
+    from components.imaging import fill_square
 
-    @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
-    def encode(content):
-        return tf.io.encode_jpeg(fill_square(decode_rgb(content), image_size), quality=jpeg_quality)
+    @tf.function(input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)])
+    def encode(pixels):
+        return tf.io.encode_jpeg(fill_square(pixels, image_size), quality=jpeg_quality)
 
     return encode
 
@@ -275,7 +277,10 @@ class ToExample(beam.DoFn):
         try:
             with FileSystems.open(path) as handle:
                 content = handle.read()
-            jpeg = encode_image(content, self._config.image_size, self._config.jpeg_quality)
+            jpeg = encode_image(content, self._config.image_size, self._config.jpeg_quality, self._config.max_pixels)
+        except UnusableImageError as err:
+            yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": path, "reason": str(err)})
+            return
         except Exception as err:  # one bad file must not sink the job: record it instead
             yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": path, "reason": _one_line(err)})
             return

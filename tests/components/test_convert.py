@@ -149,14 +149,14 @@ def test_too_many_bad_files_fail_the_job_with_one_line(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_listing_orders_classes_and_ignores_hidden_and_non_image_files(tmp_path):
+def test_listing_orders_classes_skips_hidden_files_and_keeps_every_other_file(tmp_path):
     source = write_image_folder(tmp_path / "images", per_class=2)
     (tmp_path / "images" / "cat" / ".DS_Store").write_bytes(b"junk")
-    (tmp_path / "images" / "dog" / "notes.txt").write_text("not an image")
+    (tmp_path / "images" / "dog" / "notes.txt").write_text("not an image: quarantined by the conversion, not lost")
     listing = list_image_folder(source)
     assert listing.class_names == CLASSES
-    assert len(listing.items) == 6
-    assert [index for _, index in listing.items] == [0, 0, 1, 1, 2, 2]
+    assert len(listing.items) == 7
+    assert [index for _, index in listing.items] == [0, 0, 1, 1, 1, 2, 2]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,73 @@
+"""Turning whatever image bytes users have into RGB pixels, or a one-line reason why not.
+
+JPEG, PNG, GIF (first frame), BMP and WebP; grayscale, RGBA and LA (composited on white), palette, CMYK and 16-bit
+all become 8-bit RGB, and the EXIF orientation is applied, so a phone photo stands the right way up. Pillow decodes
+(TensorFlow's decoders know neither WebP, CMYK nor EXIF); the resize that follows is the shared TensorFlow one in
+``components.imaging``, the same that the serving signature runs.
+"""
+
+from __future__ import annotations
+
+import io
+
+# well above any photo (a 100-megapixel camera), well below what exhausts a worker's memory
+DEFAULT_MAX_PIXELS = 178_956_970
+FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WEBP", "MPO")
+
+
+class UnusableImageError(ValueError):
+    """This file cannot become a training image; ``str()`` is the one-line reason for the quarantine report."""
+
+
+def decode_rgb_array(content: bytes, max_pixels: int = DEFAULT_MAX_PIXELS):
+    """Decodes image bytes into an ``[H, W, 3]`` uint8 NumPy array; raises ``UnusableImageError`` with the reason."""
+    import numpy as np
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    if not content:
+        raise UnusableImageError("empty file (0 bytes)")
+    Image.MAX_IMAGE_PIXELS = None  # our own limit below, with a reason that names it
+    try:
+        image = Image.open(io.BytesIO(content))
+    except UnidentifiedImageError:
+        raise UnusableImageError("not an image (no known image format)") from None
+    except (OSError, SyntaxError, ValueError) as err:  # a header cut short or mangled
+        raise _broken(err) from None
+    if image.format not in FORMATS:
+        raise UnusableImageError(f"unsupported image format {image.format}: use one of {', '.join(FORMATS[:-1])}")
+    width, height = image.size
+    if width * height > max_pixels:
+        raise UnusableImageError(
+            f"decompression bomb: {width}x{height} = {width * height:,} pixels is over --max-pixels {max_pixels:,}"
+        )
+    try:
+        image.load()
+        image = ImageOps.exif_transpose(image)
+    except (OSError, SyntaxError, ValueError) as err:
+        raise _broken(err) from None
+    return np.ascontiguousarray(to_rgb(image), dtype=np.uint8)
+
+
+def _broken(err: Exception) -> UnusableImageError:
+    message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    kind = "truncated image" if "truncated" in message.lower() else "corrupt image"
+    return UnusableImageError(f"{kind}: {message}")
+
+
+def to_rgb(image):
+    """Any Pillow mode -> an 8-bit RGB array (alpha composited on white, 16-bit scaled down, CMYK converted)."""
+    import numpy as np
+    from PIL import Image
+
+    if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        pixels = np.asarray(image, dtype=np.float64)
+        peak = 65535.0 if image.mode.startswith("I;16") or pixels.max() > 255 else 255.0
+        gray = np.clip(np.round(pixels * (255.0 / peak)), 0, 255).astype(np.uint8)
+        return np.repeat(gray[:, :, np.newaxis], 3, axis=2)
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")
+    if image.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        image = Image.alpha_composite(background, rgba)
+    return np.asarray(image.convert("RGB"))

@@ -1,0 +1,123 @@
+"""Every image format users have becomes RGB; every kind of bad file gets a reason, in a quarantine record."""
+
+from __future__ import annotations
+
+import inspect
+import io
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from components.convert.component import convert as convert_component
+from components.convert.core import ConvertConfig, run
+from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError, decode_rgb_array
+from tests.conftest import IN_MEMORY
+
+RED = (200, 30, 30)
+
+
+def encoded(image: Image.Image, fmt: str, **save_args) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **save_args)
+    return buffer.getvalue()
+
+
+def red(mode: str = "RGB", size=(24, 16)) -> Image.Image:
+    return Image.new("RGB", size, RED).convert(mode)
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("jpeg", encoded(red(), "JPEG", quality=95)),
+        ("png", encoded(red(), "PNG")),
+        ("gif", encoded(red("P"), "GIF")),
+        ("bmp", encoded(red(), "BMP")),
+        ("webp", encoded(red(), "WEBP", lossless=True)),
+        ("cmyk jpeg", encoded(red("CMYK"), "JPEG", quality=95)),
+        ("palette png", encoded(red("P"), "PNG")),
+    ],
+)
+def test_colour_formats_become_rgb(name, content):
+    pixels = decode_rgb_array(content)
+    assert pixels.shape == (16, 24, 3) and pixels.dtype == np.uint8
+    assert np.abs(pixels.reshape(-1, 3).mean(axis=0) - RED).max() < 12, name
+
+
+def test_grayscale_and_16_bit_become_rgb_grey():
+    gray = decode_rgb_array(encoded(Image.new("L", (8, 8), 100), "PNG"))
+    assert gray.shape == (8, 8, 3) and (gray == 100).all()
+    deep = Image.fromarray(np.full((8, 8), 40000, dtype=np.uint16))
+    pixels = decode_rgb_array(encoded(deep, "PNG"))
+    assert pixels.shape == (8, 8, 3) and abs(int(pixels[0, 0, 0]) - round(40000 * 255 / 65535)) <= 1
+
+
+def test_transparency_is_composited_on_white():
+    clear = Image.new("RGBA", (4, 4), (0, 0, 0, 0))
+    assert (decode_rgb_array(encoded(clear, "PNG")) == 255).all()
+    half = Image.new("RGBA", (4, 4), (0, 0, 0, 128))
+    assert abs(int(decode_rgb_array(encoded(half, "PNG"))[0, 0, 0]) - 127) <= 1
+
+
+def test_exif_orientation_is_applied():
+    wide = Image.new("RGB", (40, 20), RED)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    pixels = decode_rgb_array(encoded(wide, "JPEG", exif=exif.tobytes()))
+    assert pixels.shape == (40, 20, 3)
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"", "empty file (0 bytes)"),
+        (b"just some text, not a picture", "not an image"),
+        (encoded(red(size=(64, 64)), "JPEG")[:200], "truncated image"),
+        (encoded(red(size=(64, 64)), "PNG")[:60] + os.urandom(200), "corrupt image"),
+    ],
+)
+def test_bad_bytes_are_rejected_with_a_reason(content, reason):
+    with pytest.raises(UnusableImageError, match=re.escape(reason)):
+        decode_rgb_array(content)
+
+
+def test_decompression_bomb_is_rejected_before_decoding():
+    with pytest.raises(UnusableImageError, match=r"decompression bomb: 300x200 = 60,000 pixels is over --max-pixels"):
+        decode_rgb_array(encoded(Image.new("RGB", (300, 200)), "PNG"), max_pixels=10_000)
+
+
+def test_every_kind_of_bad_file_lands_in_quarantine_with_its_reason(tmp_path):
+    root = tmp_path / "images"
+    for name in ("cat", "dog"):
+        (root / name).mkdir(parents=True)
+        for n in range(6):
+            (root / name / f"{n}.jpg").write_bytes(encoded(red(size=(30 + n, 20)), "JPEG"))
+    (root / "cat" / "photo.webp").write_bytes(encoded(red(), "WEBP"))
+    (root / "cat" / "empty.jpg").write_bytes(b"")
+    (root / "cat" / "notes.txt").write_text("not a picture")
+    (root / "dog" / "cut.jpg").write_bytes(encoded(red(size=(64, 64)), "JPEG")[:200])
+    (root / "dog" / "huge.png").write_bytes(encoded(Image.new("RGB", (400, 400)), "PNG"))
+    (root / "dog" / "garbage.png").write_bytes(encoded(red(size=(64, 64)), "PNG")[:60] + os.urandom(200))
+    output = tmp_path / "out"
+    stats = run(
+        ConvertConfig(
+            source=str(root), output_dir=str(output), image_size=8, max_bad_fraction=0.5, max_pixels=100_000,
+            pipeline_args=IN_MEMORY,
+        )
+    )  # fmt: skip
+    assert stats["num_examples"] == 13 and stats["quarantined"] == 5
+    with open(output / "quarantine.jsonl") as handle:
+        reasons = {os.path.basename(r["path"]): r["reason"] for r in map(json.loads, handle)}
+    assert reasons["empty.jpg"] == "empty file (0 bytes)"
+    assert reasons["notes.txt"].startswith("not an image")
+    assert reasons["cut.jpg"].startswith("truncated image")
+    assert reasons["huge.png"].startswith("decompression bomb: 400x400")
+    assert reasons["garbage.png"].startswith("corrupt image")
+
+
+def test_component_default_pixel_limit_is_the_library_one():
+    assert inspect.signature(convert_component).parameters["max_pixels"].default == DEFAULT_MAX_PIXELS
