@@ -35,7 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.path.join("runs", "local"),
         help="demo data, step artifacts and summary.json (default %(default)s)",
     )
-    local_cmd.add_argument("--source", default="", help="an image folder <root>/<class>/*.jpg (default: the demo)")
+    local_cmd.add_argument(
+        "--source", default="", help="an image folder <root>/<class>/*.jpg or a CSV manifest (default: the demo)"
+    )
     local_cmd.add_argument(
         "--image-size",
         type=int,

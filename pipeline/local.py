@@ -43,7 +43,7 @@ def run_local(config: LocalRunConfig) -> dict:
     """Runs the DAG under ``kfp.local`` and writes ``<work_dir>/summary.json``; returns the summary."""
     from kfp import local
 
-    from components.convert.core import list_image_folder
+    from components.convert.core import list_source
     from components.demo_data import write_digits
     from components.storage import read_json, write_json
     from pipeline.dag import PIPELINE_NAME, build_pipeline
@@ -56,7 +56,7 @@ def run_local(config: LocalRunConfig) -> dict:
         write_digits(source, per_class_limit=config.demo_per_class or None)
     else:
         source = os.path.abspath(config.source) if "://" not in config.source else config.source
-        list_image_folder(source)  # a wrong path fails here, in one line, before anything is written
+        list_source(source)  # a wrong path fails here, in one line, before anything is written
     parameters = {
         "source": source,
         "image_size": config.image_size or (DEMO_IMAGE_SIZE if demo else 192),

@@ -13,11 +13,12 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = ConvertConfig(source="", output_dir="")
     parser = argparse.ArgumentParser(
         prog="python -m components.convert",
-        description="Convert an image folder (<root>/<class_name>/*.jpg|png, local or gs://) into sharded TFRecords "
+        description="Convert an image folder (<root>/<class_name>/*, local or gs://) or a CSV manifest "
+        "([ML_USE,]IMAGE_URI,LABEL rows, Vertex AI's import format) into sharded TFRecords "
         "in the Keras-on-TPU codelab schema, with Apache Beam. Options this tool does not know are passed to Beam "
         "as pipeline options, e.g. --runner DataflowRunner --project P --region R --temp_location gs://...",
     )
-    parser.add_argument("--source", required=True, help="image folder: <root>/<class_name>/<image>")
+    parser.add_argument("--source", required=True, help="image folder <root>/<class_name>/<image>, or a .csv manifest")
     parser.add_argument(
         "--output", dest="output_dir", required=True, help="examples dir: <split>/*.tfrec, stats.json, quarantine.jsonl"
     )
@@ -62,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=defaults.max_pixels,
         help="quarantine images with more pixels, as decompression bombs (default %(default)s)",
+    )
+    parser.add_argument(
+        "--classes",
+        type=lambda text: tuple(name.strip() for name in text.split(",") if name.strip()),
+        default=(),
+        help="comma-separated class names in index order (default: sorted folder names or manifest labels); "
+        "keeps class ids stable across retraining",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser

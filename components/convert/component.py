@@ -14,7 +14,8 @@ def convert(
     test_fraction: float = 0.1,
     num_shards: int = 0,
     max_bad_fraction: float = 0.01,
-    max_pixels: int = 178_956_970,  # components.decoding.DEFAULT_MAX_PIXELS: KFP runs this source alone
+    max_pixels: int = 178_956_970,
+    classes: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)  # components.decoding.DEFAULT_MAX_PIXELS: KFP runs this source alone
     beam_args: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
 ) -> int:
     """Converts an image folder into sharded TFRecords; returns the number of examples written."""
@@ -32,6 +33,7 @@ def convert(
             num_shards=num_shards,
             max_bad_fraction=max_bad_fraction,
             max_pixels=max_pixels,
+            classes=tuple(classes),
             pipeline_args=tuple(beam_args or ()),
         )
     )

@@ -30,12 +30,14 @@ from components.storage import write_atomically, write_json
 log = logging.getLogger(__name__)
 
 QUARANTINE_FILE = "quarantine.jsonl"
+DUPLICATES_FILE = "duplicates.jsonl"
 # TPU guidance: shards of roughly 100-200 MB, so that many can be read in parallel without tiny-file overhead.
 TARGET_SHARD_BYTES = 150 * 1024 * 1024
 # A re-encoded JPEG at quality 95 takes roughly this many bytes per pixel (measured on photos; digits are smaller).
 ESTIMATED_JPEG_BYTES_PER_PIXEL = 0.5
 PROGRESS_EVERY = 500
 QUARANTINE_TAG = "quarantine"
+DUPLICATE_TAG = "duplicate"
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class ConvertConfig:
         jpeg_quality: quality of the re-encoded JPEGs.
         max_bad_fraction: the job fails when more than this share of the images cannot be read.
         max_pixels: images with more pixels are quarantined as decompression bombs.
+        classes: the class names in index order; empty: the sorted folder names or manifest labels. Labels outside
+            it are quarantined (manifests) or refused (folders).
         pipeline_args: Beam pipeline options passed through as they are (``--runner DataflowRunner ...``).
     """
 
@@ -63,6 +67,7 @@ class ConvertConfig:
     jpeg_quality: int = 95
     max_bad_fraction: float = 0.01
     max_pixels: int = DEFAULT_MAX_PIXELS
+    classes: tuple[str, ...] = ()
     pipeline_args: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -87,8 +92,9 @@ class ImageListing:
     """The images found under a source folder, with class names in index order (sorted)."""
 
     class_names: tuple[str, ...]
-    items: tuple[tuple[str, int], ...]  # (path, class index)
+    items: tuple[tuple[str, int, str], ...]  # (path, class index, split from the source or "")
     total_bytes: int
+    rejected: tuple[dict, ...] = ()  # quarantine records found while listing (manifest rows)
 
 
 class ConversionError(RuntimeError):
@@ -120,20 +126,90 @@ def list_image_folder(root: str) -> ImageListing:
         by_class.setdefault(class_name, []).append(meta)
     class_names = tuple(sorted(by_class))
     items = tuple(
-        (meta.path, index)
+        (meta.path, index, "")
         for index, name in enumerate(class_names)
         for meta in sorted(by_class[name], key=lambda m: m.path)
     )
     return ImageListing(class_names, items, sum(m.size_in_bytes for m in found))
 
 
+ML_USE_SPLITS = {"training": "train", "train": "train", "validation": "validation", "test": "test"}
+
+
+def list_manifest(manifest: str, classes: Sequence[str] = ()) -> ImageListing:
+    """Reads a Vertex AI image-classification import file: rows ``[ML_USE,]IMAGE_URI,LABEL``.
+
+    ``ML_USE`` (``training``, ``validation``, ``test``) becomes the example's split. Relative paths are resolved
+    against the manifest's folder. Rows that cannot be used (wrong column count, unknown ``ML_USE``, an empty label,
+    a label outside ``classes`` when given) become quarantine records, not errors.
+    """
+    import csv
+
+    if "://" not in manifest and not os.path.isfile(manifest):
+        raise UsageError(f"manifest {manifest} does not exist: pass a CSV file of [ML_USE,]IMAGE_URI,LABEL rows")
+    with FileSystems.open(manifest) as handle:
+        text = handle.read().decode("utf-8-sig")
+    base = manifest.rsplit("/", 1)[0] if "/" in manifest else "."
+    rows, rejected = [], []
+    for number, row in enumerate(csv.reader(text.splitlines()), start=1):
+        row = [cell.strip() for cell in row]
+        where = f"{manifest}:{number}"
+        if not any(row):
+            continue
+        if len(row) not in (2, 3):
+            rejected.append(
+                {"path": where, "reason": f"malformed row: {len(row)} columns, expected [ML_USE,]URI,LABEL"}
+            )
+            continue
+        ml_use, uri, label = row if len(row) == 3 else ("", *row)
+        split = ML_USE_SPLITS.get(ml_use.lower(), "" if not ml_use else None)
+        if split is None:
+            rejected.append({"path": where, "reason": f"unknown ML_USE {ml_use!r}: use training, validation or test"})
+        elif not label:
+            rejected.append({"path": uri or where, "reason": "unknown label: the label column is empty"})
+        elif classes and label not in classes:
+            rejected.append({"path": uri, "reason": f"unknown label {label!r}: not one of --classes"})
+        else:
+            path = uri if "://" in uri or uri.startswith("/") else f"{base}/{uri}"
+            rows.append((path, label, split))
+    if not rows:
+        raise UsageError(f"manifest {manifest} has no usable rows: expected [ML_USE,]IMAGE_URI,LABEL lines")
+    class_names = tuple(classes) or tuple(sorted({label for _, label, _ in rows}))
+    index = {name: i for i, name in enumerate(class_names)}
+    items = tuple((path, index[label], split) for path, label, split in rows)
+    return ImageListing(class_names, items, 0, tuple(rejected))
+
+
+def list_source(source: str, classes: Sequence[str] = ()) -> ImageListing:
+    """An image folder or a CSV manifest, by the source's form."""
+    if source.lower().endswith(".csv"):
+        return list_manifest(source, classes)
+    listing = list_image_folder(source)
+    if classes:
+        unknown = sorted(set(listing.class_names) - set(classes))
+        if unknown:
+            raise UsageError(f"data path {source} has class folders not in --classes: {', '.join(unknown)}")
+        index = {name: i for i, name in enumerate(classes)}
+        items = tuple((path, index[listing.class_names[i]], split) for path, i, split in listing.items)
+        listing = ImageListing(tuple(classes), items, listing.total_bytes)
+    return listing
+
+
 def _is_hidden(path: str) -> bool:
     return path.rstrip("/").split("/")[-1].startswith(".")
 
 
+def content_digest(content: bytes) -> bytes:
+    return hashlib.sha256(content).digest()
+
+
 def assign_split(content: bytes, validation_fraction: float, test_fraction: float) -> str:
     """The split of an image, from a hash of its bytes: stable across reruns, paths and machines."""
-    bucket = int.from_bytes(hashlib.sha256(content).digest()[:8], "big") / 2.0**64
+    return split_for_digest(content_digest(content), validation_fraction, test_fraction)
+
+
+def split_for_digest(digest: bytes, validation_fraction: float, test_fraction: float) -> str:
+    bucket = int.from_bytes(digest[:8], "big") / 2.0**64
     if bucket < test_fraction:
         return "test"
     if bucket < test_fraction + validation_fraction:
@@ -184,7 +260,7 @@ def default_pipeline_args(pipeline_args: Sequence[str]) -> list[str]:
 
 def run(config: ConvertConfig) -> dict:
     """Runs the conversion and returns the stats written to ``<output_dir>/stats.json``."""
-    listing = list_image_folder(config.source)
+    listing = list_source(config.source, config.classes)
     log.info(
         "found %d images in %d classes under %s: %s",
         len(listing.items),
@@ -202,18 +278,23 @@ def run(config: ConvertConfig) -> dict:
         split: config.num_shards or auto_num_shards(len(listing.items) * fractions[split], config.image_size)
         for split in SPLITS
     }
-    options = PipelineOptions(default_pipeline_args(config.pipeline_args))
     started = time.monotonic()
-    with beam.Pipeline(options=options) as pipeline:
-        converted = (
+    with beam.Pipeline(options=pipeline_options(config)) as pipeline:
+        rejected = pipeline | "ListingRejects" >> beam.Create(listing.rejected)
+        read = (
             pipeline
             | "ListImages" >> beam.Create(listing.items)
             | "Spread" >> beam.Reshuffle()
-            | "ToExamples"
-            >> beam.ParDo(ToExample(config, listing.class_names, len(listing.items))).with_outputs(
-                QUARANTINE_TAG, *SPLITS
-            )
+            | "ReadAndHash" >> beam.ParDo(ReadImage()).with_outputs(QUARANTINE_TAG, main="read")
         )
+        unique = (
+            read["read"]
+            | "GroupByContent" >> beam.GroupByKey()
+            | "KeepOnePerContent" >> beam.ParDo(KeepFirstCopy()).with_outputs(DUPLICATE_TAG, main="unique")
+        )
+        converted = unique["unique"] | "ToExamples" >> beam.ParDo(
+            ToExample(config, listing.class_names, len(listing.items))
+        ).with_outputs(QUARANTINE_TAG, *SPLITS)
         for split in SPLITS:
             _ = converted[split] | f"Write{split.title()}" >> WriteSplit(output_dir, split, shards[split])
         counts = (
@@ -222,10 +303,16 @@ def run(config: ConvertConfig) -> dict:
             | "CountPerClass" >> beam.combiners.Count.PerElement()
             | "GatherCounts" >> beam.combiners.ToList()
         )
-        quarantined = converted[QUARANTINE_TAG] | "GatherQuarantine" >> beam.combiners.ToList()
+        quarantined = (
+            (rejected, read[QUARANTINE_TAG], converted[QUARANTINE_TAG])
+            | "AllQuarantined" >> beam.Flatten()
+            | "GatherQuarantine" >> beam.combiners.ToList()
+        )
+        duplicates = unique[DUPLICATE_TAG] | "GatherDuplicates" >> beam.combiners.ToList()
         _ = counts | "WriteStats" >> beam.Map(
             write_stats,
             quarantine=beam.pvalue.AsSingleton(quarantined),
+            duplicates=beam.pvalue.AsSingleton(duplicates),
             output_dir=output_dir,
             class_names=listing.class_names,
             config=config,
@@ -235,25 +322,64 @@ def run(config: ConvertConfig) -> dict:
     stats = read_stats(output_dir)
     seconds = time.monotonic() - started
     log.info(
-        "converted %d images in %.1fs (%.0f images/s): %s; quarantined %d",
+        "converted %d images in %.1fs (%.0f images/s): %s; quarantined %d, duplicates dropped %d",
         stats["num_examples"],
         seconds,
         len(listing.items) / max(seconds, 1e-9),
         ", ".join(f"{split} {stats['counts'][split]}" for split in SPLITS),
         stats["quarantined"],
+        stats["duplicates"],
     )
-    bad_fraction = stats["quarantined"] / max(1, len(listing.items))
+    total = len(listing.items) + len(listing.rejected)
+    bad_fraction = stats["quarantined"] / max(1, total)
     if bad_fraction > config.max_bad_fraction:
         raise ConversionError(
-            f"{stats['quarantined']} of {len(listing.items)} images could not be converted "
+            f"{stats['quarantined']} of {total} images could not be converted "
             f"({bad_fraction:.1%} > --max-bad-fraction {config.max_bad_fraction:.1%}): "
             f"see {output_dir}/{QUARANTINE_FILE}"
         )
     return stats
 
 
+def pipeline_options(config: ConvertConfig) -> PipelineOptions:
+    """Beam's options: the user's (``--runner DataflowRunner --project ...``) as given, plus the local defaults."""
+    return PipelineOptions(default_pipeline_args(config.pipeline_args))
+
+
+class ReadImage(beam.DoFn):
+    """(path, class index) -> (content digest, (path, class index, bytes)), or a quarantine record."""
+
+    def process(self, item):
+        path, class_index, split = item
+        try:
+            with FileSystems.open(path) as handle:
+                content = handle.read()
+        except Exception as err:  # named in a manifest but absent, gone since the listing, unreadable
+            missing = isinstance(err, FileNotFoundError) or "no such file" in str(err).lower() or not _exists(path)
+            reason = "missing file" if missing else f"unreadable: {_one_line(err)}"
+            yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": path, "reason": reason})
+            return
+        yield content_digest(content), (path, class_index, split, content)
+
+
+class KeepFirstCopy(beam.DoFn):
+    """Byte-identical images are kept once (the first path in order), so that no image is in two splits or twice
+    in one; the others are listed as duplicates, with a flag when their folder says another class."""
+
+    def process(self, element):
+        digest, copies = element
+        copies = sorted(copies, key=lambda copy: copy[0])
+        kept_path, kept_class, kept_split, content = copies[0]
+        for path, class_index, _, _ in copies[1:]:
+            record = {"path": path, "duplicate_of": kept_path}
+            if class_index != kept_class:
+                record["label_conflict"] = True
+            yield beam.pvalue.TaggedOutput(DUPLICATE_TAG, record)
+        yield digest, kept_path, kept_class, kept_split, content
+
+
 class ToExample(beam.DoFn):
-    """(path, class index) -> a serialized example tagged with its split, or a quarantine record."""
+    """(digest, path, class index, bytes) -> a serialized example tagged with its split, or a quarantine record."""
 
     def __init__(self, config: ConvertConfig, class_names: Sequence[str], total: int):
         self._config = config
@@ -273,10 +399,8 @@ class ToExample(beam.DoFn):
         self._started = time.monotonic()
 
     def process(self, item):
-        path, class_index = item
+        digest, path, class_index, source_split, content = item
         try:
-            with FileSystems.open(path) as handle:
-                content = handle.read()
             jpeg = encode_image(content, self._config.image_size, self._config.jpeg_quality, self._config.max_pixels)
         except UnusableImageError as err:
             yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": path, "reason": str(err)})
@@ -284,7 +408,8 @@ class ToExample(beam.DoFn):
         except Exception as err:  # one bad file must not sink the job: record it instead
             yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": path, "reason": _one_line(err)})
             return
-        split = assign_split(content, self._config.validation_fraction, self._config.test_fraction)
+        # a manifest's ML_USE wins; otherwise the content hash decides
+        split = source_split or split_for_digest(digest, self._config.validation_fraction, self._config.test_fraction)
         size = (self._config.image_size, self._config.image_size)
         label = self._class_names[class_index]
         yield beam.pvalue.TaggedOutput(
@@ -300,6 +425,13 @@ class ToExample(beam.DoFn):
                 rate,
                 self._total,
             )
+
+
+def _exists(path: str) -> bool:
+    try:
+        return FileSystems.exists(path)
+    except Exception:
+        return False
 
 
 def _one_line(err: Exception) -> str:
@@ -328,23 +460,28 @@ def WriteSplit(pcoll, output_dir: str, split: str, num_shards: int):  # noqa: N8
 def write_stats(
     counts: Iterable[tuple[tuple[str, int], int]],
     quarantine: list[dict],
+    duplicates: list[dict],
     output_dir: str,
     class_names: Sequence[str],
     config: ConvertConfig,
     shards: dict[str, int],
     input_bytes: int,
 ) -> dict:
-    """Writes ``stats.json`` and ``quarantine.jsonl`` (each to a temporary name, then renamed)."""
+    """Writes ``stats.json``, ``quarantine.jsonl`` and ``duplicates.jsonl`` (each to a temporary name, then renamed)."""
     stats = summarize_counts(counts, class_names)
     stats.update(
         quarantined=len(quarantine),
+        duplicates=len(duplicates),
         image_size=config.image_size,
         source=config.source,
         shards=shards,
         input_bytes=input_bytes,
     )
-    quarantine_lines = "".join(json.dumps(record, sort_keys=True) + "\n" for record in quarantine)
-    write_atomically(f"{output_dir}/{QUARANTINE_FILE}", quarantine_lines.encode())
+    for name, records in ((QUARANTINE_FILE, quarantine), (DUPLICATES_FILE, duplicates)):
+        lines = "".join(
+            json.dumps(record, sort_keys=True) + "\n" for record in sorted(records, key=lambda r: r["path"])
+        )
+        write_atomically(f"{output_dir}/{name}", lines.encode())
     write_json(f"{output_dir}/{STATS_FILE}", stats)
     return stats
 

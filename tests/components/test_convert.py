@@ -15,6 +15,7 @@ from components.convert.core import (
     assign_split,
     default_pipeline_args,
     list_image_folder,
+    list_source,
     run,
     summarize_counts,
 )
@@ -156,7 +157,7 @@ def test_listing_orders_classes_skips_hidden_files_and_keeps_every_other_file(tm
     listing = list_image_folder(source)
     assert listing.class_names == CLASSES
     assert len(listing.items) == 7
-    assert [index for _, index in listing.items] == [0, 0, 1, 1, 1, 2, 2]
+    assert [index for _, index, _ in listing.items] == [0, 0, 1, 1, 1, 2, 2]
 
 
 @pytest.mark.parametrize(
@@ -209,3 +210,102 @@ def test_summarize_counts_fills_missing_classes_with_zero():
     assert stats["counts"] == {"train": 3, "validation": 0, "test": 1}
     assert stats["per_class"]["train"] == {"a": 3, "b": 0, "c": 0}
     assert stats["num_examples"] == 4
+
+
+def test_byte_identical_images_are_kept_once_and_counted(tmp_path):
+    source = write_image_folder(tmp_path / "images", per_class=4)
+    original = tmp_path / "images" / "cat" / "001.jpg"
+    (tmp_path / "images" / "cat" / "copy-of-001.jpg").write_bytes(original.read_bytes())
+    (tmp_path / "images" / "dog" / "misfiled-001.jpg").write_bytes(original.read_bytes())
+    output = tmp_path / "out"
+    stats = run(ConvertConfig(source=source, output_dir=str(output), image_size=8, pipeline_args=IN_MEMORY))
+    assert stats["num_examples"] == 12 and stats["duplicates"] == 2 and stats["quarantined"] == 0
+    with open(output / "duplicates.jsonl") as handle:
+        records = [json.loads(line) for line in handle]
+    assert records == [
+        {"path": str(tmp_path / "images" / "cat" / "copy-of-001.jpg"), "duplicate_of": str(original)},
+        {"path": str(tmp_path / "images" / "dog" / "misfiled-001.jpg"), "duplicate_of": str(original),
+         "label_conflict": True},
+    ]  # fmt: skip
+    images = [r["image"] for split in SPLITS for r in read_examples(str(output), split)]
+    assert len(images) == len(set(images)) == 12
+
+
+def test_dataflow_options_reach_beam_without_launching_a_job():
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions, WorkerOptions
+
+    from components.convert.__main__ import build_parser
+    from components.convert.core import pipeline_options
+
+    argv = [
+        "--source", "gs://bucket/flower_photos", "--output", "gs://bucket/tfrec",
+        "--runner", "DataflowRunner", "--project", "my-project", "--region", "europe-west4",
+        "--temp_location", "gs://bucket/tmp", "--sdk_container_image", "europe-docker.pkg.dev/p/r/pipeline:1",
+        "--max_num_workers", "20",
+    ]  # fmt: skip
+    args, beam_args = build_parser().parse_known_args(argv)
+    options = pipeline_options(
+        ConvertConfig(source=args.source, output_dir=args.output_dir, pipeline_args=tuple(beam_args))
+    )
+    assert options.view_as(StandardOptions).runner == "DataflowRunner"
+    cloud = options.view_as(GoogleCloudOptions)
+    assert (cloud.project, cloud.region, cloud.temp_location) == ("my-project", "europe-west4", "gs://bucket/tmp")
+    workers = options.view_as(WorkerOptions)
+    assert workers.sdk_container_image == "europe-docker.pkg.dev/p/r/pipeline:1"
+    assert workers.max_num_workers == 20
+    assert not any("direct" in arg for arg in options.get_all_options(drop_default=True))
+
+
+def test_csv_manifest_honours_ml_use_and_quarantines_bad_rows(tmp_path):
+    images = tmp_path / "bucket"
+    images.mkdir()
+    rows = []
+    for n in range(9):
+        name = CLASSES[n % 3]
+        (images / f"{name}{n}.png").write_bytes(image_bytes(COLORS[name], (20 + n, 20), "PNG", seed=n))
+        ml_use = ("training", "validation", "test")[n // 3]
+        path = f"bucket/{name}{n}.png" if n % 2 else str(images / f"{name}{n}.png")  # relative and absolute
+        rows.append(f"{ml_use},{path},{name}")
+    rows += [
+        "bucket/cat9.png,cat",  # no ML_USE: the content hash decides (the file is missing, though)
+        "training,bucket/cat0.png,",  # empty label
+        "training,bucket/cat0.png,hamster",  # not one of --classes
+        "sometimes,bucket/cat0.png,cat",  # unknown ML_USE
+        "a,b,c,d",  # malformed
+    ]
+    manifest = tmp_path / "import.csv"
+    manifest.write_text("\n".join(rows) + "\n")
+    output = tmp_path / "out"
+    stats = run(
+        ConvertConfig(
+            source=str(manifest), output_dir=str(output), image_size=8, classes=CLASSES, max_bad_fraction=0.5,
+            pipeline_args=IN_MEMORY,
+        )
+    )  # fmt: skip
+    assert stats["counts"] == {"train": 3, "validation": 3, "test": 3}
+    assert stats["class_names"] == list(CLASSES)
+    assert stats["quarantined"] == 5
+    with open(output / "quarantine.jsonl") as handle:
+        reasons = sorted(json.loads(line)["reason"] for line in handle)
+    assert reasons[0] == "malformed row: 4 columns, expected [ML_USE,]URI,LABEL"
+    assert reasons[1] == "missing file"
+    assert reasons[2] == "unknown ML_USE 'sometimes': use training, validation or test"
+    assert reasons[3] == "unknown label 'hamster': not one of --classes"
+    assert reasons[4] == "unknown label: the label column is empty"
+
+
+def test_classes_fix_the_index_order_and_refuse_unknown_folders(tmp_path):
+    source = write_image_folder(tmp_path / "images", per_class=2)
+    listing = list_source(source, classes=("fish", "dog", "cat"))
+    assert listing.class_names == ("fish", "dog", "cat")
+    assert [index for _, index, _ in listing.items] == [2, 2, 1, 1, 0, 0]
+    with pytest.raises(UsageError, match="class folders not in --classes: fish"):
+        list_source(source, classes=("cat", "dog"))
+
+
+def test_missing_manifest_is_one_line_exit_2(tmp_path):
+    result = run_cli("components.convert", "--source", str(tmp_path / "nope.csv"), "--output", str(tmp_path / "o"))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: manifest {tmp_path / 'nope.csv'} does not exist: pass a CSV file of [ML_USE,]IMAGE_URI,LABEL rows"
+    ]
