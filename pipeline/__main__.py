@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="write at most this many demo images per class, for a quick check (default: all)",
     )
     local_cmd.add_argument(
+        "--cache",
+        action="store_true",
+        help="reuse steps whose inputs did not change (the source's fingerprint is one: new images convert again)",
+    )
+    local_cmd.add_argument(
         "--beam-arg",
         action="append",
         default=[],
@@ -105,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             demo_per_class=args.demo_per_class,
             beam_args=tuple(args.beam_args),
             parameters=optional,
+            cache=args.cache,
         )
     )
     print(format_summary(summary, os.path.join(args.work_dir, SUMMARY_FILE)))

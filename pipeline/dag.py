@@ -5,6 +5,7 @@ from typing import List, NamedTuple
 from kfp import dsl
 
 from components.convert.component import make_component as convert_component
+from components.convert.component import make_fingerprint_component
 from components.evaluate.component import make_component as evaluate_component
 from components.export.component import make_component as export_component
 from components.train.component import make_component as train_component
@@ -16,6 +17,7 @@ PIPELINE_NAME = "tpu-image-classifier"
 def build_pipeline(images: Images = DEFAULT_IMAGES):
     """Returns the pipeline function, its steps running in ``images``."""
     image = images.uri(PIPELINE_IMAGE)
+    fingerprint_op = make_fingerprint_component(image)
     convert_op = convert_component(image)
     train_op = train_component(image)
     evaluate_op = evaluate_component(image)
@@ -41,6 +43,7 @@ def build_pipeline(images: Images = DEFAULT_IMAGES):
         test_fraction: float = 0.1,
         num_shards: int = 0,
         max_bad_fraction: float = 0.01,
+        classes: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
         model_name: str = "codelab_convnet",
         epochs: int = 20,
         per_replica_batch_size: int = 32,
@@ -54,8 +57,13 @@ def build_pipeline(images: Images = DEFAULT_IMAGES):
         seed: int = 42,
         beam_args: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
     ) -> Outputs:
+        # always recomputed; an unchanged fingerprint makes convert (and all after it) a cache hit on reruns
+        fingerprinted = fingerprint_op(source=source, classes=classes).set_display_name("fingerprint the source")
+        fingerprinted.set_caching_options(enable_caching=False)
         converted = convert_op(
             source=source,
+            classes=classes,
+            source_fingerprint=fingerprinted.output,
             image_size=image_size,
             validation_fraction=validation_fraction,
             test_fraction=test_fraction,

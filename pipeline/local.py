@@ -28,6 +28,8 @@ class LocalRunConfig:
         demo_per_class: write at most this many demo images per class (0: all 1,797); for quick checks.
         beam_args: Beam pipeline options for the convert step.
         parameters: any other pipeline parameters (``model_name``, ``per_replica_batch_size``, ...).
+        cache: reuse the outputs of steps whose inputs did not change (``<work_dir>/cache``); the source's
+            fingerprint is one of convert's inputs, so new or changed images always convert again.
     """
 
     work_dir: str = DEFAULT_WORK_DIR
@@ -37,6 +39,7 @@ class LocalRunConfig:
     demo_per_class: int = 0
     beam_args: tuple[str, ...] = ()
     parameters: dict = field(default_factory=dict)
+    cache: bool = False
 
 
 def run_local(config: LocalRunConfig) -> dict:
@@ -67,7 +70,13 @@ def run_local(config: LocalRunConfig) -> dict:
     pipeline_root = os.path.join(work_dir, "artifacts")
     workspace = os.path.join(work_dir, "workspace")
     os.makedirs(workspace, exist_ok=True)
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=pipeline_root, workspace_root=workspace)
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=pipeline_root,
+        workspace_root=workspace,
+        enable_caching=config.cache,
+        cache_root=os.path.join(work_dir, "cache"),
+    )
     log.info("running %s under kfp.local (SubprocessRunner) with %s", PIPELINE_NAME, parameters)
     run = build_pipeline()(**parameters)
     outputs = run.outputs

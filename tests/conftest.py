@@ -44,7 +44,7 @@ def write_image_folder(root, per_class: int = 12) -> str:
             size = (40 + 7 * n, 30 + 5 * (n % 3))
             path = os.path.join(root, class_name, f"{n:03d}.{'png' if fmt == 'PNG' else 'jpg'}")
             with open(path, "wb") as handle:
-                handle.write(image_bytes(COLORS[class_name], size, fmt, seed=hash((class_name, n)) % 1000))
+                handle.write(image_bytes(COLORS[class_name], size, fmt, seed=CLASSES.index(class_name) * 1000 + n))
     return str(root)
 
 

@@ -18,7 +18,11 @@ def build_parser() -> argparse.ArgumentParser:
         "in the Keras-on-TPU codelab schema, with Apache Beam. Options this tool does not know are passed to Beam "
         "as pipeline options, e.g. --runner DataflowRunner --project P --region R --temp_location gs://...",
     )
-    parser.add_argument("--source", required=True, help="image folder <root>/<class_name>/<image>, or a .csv manifest")
+    parser.add_argument(
+        "--source",
+        required=True,
+        help="image folder <root>/<class_name>/<image>, a .csv manifest or a .npz of arrays x and y",
+    )
     parser.add_argument(
         "--output", dest="output_dir", required=True, help="examples dir: <split>/*.tfrec, stats.json, quarantine.jsonl"
     )

@@ -14,11 +14,18 @@ def convert(
     test_fraction: float = 0.1,
     num_shards: int = 0,
     max_bad_fraction: float = 0.01,
-    max_pixels: int = 178_956_970,
-    classes: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)  # components.decoding.DEFAULT_MAX_PIXELS: KFP runs this source alone
+    max_pixels: int = 178_956_970,  # components.decoding.DEFAULT_MAX_PIXELS: KFP runs this source alone
+    classes: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
+    source_fingerprint: str = "",
     beam_args: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
 ) -> int:
-    """Converts an image folder into sharded TFRecords; returns the number of examples written."""
+    """Converts an image folder or manifest into sharded TFRecords; returns the number of examples written.
+
+    ``source_fingerprint`` (from the fingerprint step) is part of KFP's cache key: a rerun over unchanged data is a
+    cache hit, new or changed files make a new conversion.
+    """
+    import logging
+
     from components.cli import configure_logging
     from components.convert.core import ConvertConfig, run
 
@@ -43,11 +50,29 @@ def convert(
             "class_names": stats["class_names"],
             "image_size": stats["image_size"],
             "quarantined": stats["quarantined"],
+            "duplicates": stats["duplicates"],
+            "fingerprint": stats["fingerprint"],
         }
     )
+    if source_fingerprint and source_fingerprint != stats["fingerprint"]:
+        logging.getLogger(__name__).warning("the source changed between the fingerprint and convert steps")
     return stats["num_examples"]
 
 
 def make_component(base_image: str):
     """The KFP component, running in ``base_image`` (which has this project and kfp installed)."""
     return dsl.component(convert, base_image=base_image, install_kfp_package=False)
+
+
+def fingerprint(source: str, classes: List[str] = []) -> str:  # noqa: B006 (KFP reads the default)
+    """The source's fingerprint (paths, sizes, modification times): feeds convert's cache key. Never cached itself."""
+    from components.cli import configure_logging
+    from components.convert.core import list_source
+
+    configure_logging()
+    return list_source(source, tuple(classes)).fingerprint
+
+
+def make_fingerprint_component(base_image: str):
+    """The fingerprint step, running in ``base_image``."""
+    return dsl.component(fingerprint, base_image=base_image, install_kfp_package=False)

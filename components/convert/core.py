@@ -95,6 +95,18 @@ class ImageListing:
     items: tuple[tuple[str, int, str], ...]  # (path, class index, split from the source or "")
     total_bytes: int
     rejected: tuple[dict, ...] = ()  # quarantine records found while listing (manifest rows)
+    fingerprint: str = ""  # changes when a file is added, removed, resized or modified (see ``fingerprint_of``)
+
+
+FINGERPRINT_BASIS = "sha256 over the source's file paths, sizes and modification times (and a manifest's bytes)"
+
+
+def fingerprint_of(metadata, extra: bytes = b"") -> str:
+    """A digest of Beam ``FileMetadata`` (path, size, mtime): new, removed or changed files change it."""
+    digest = hashlib.sha256(extra)
+    for meta in sorted(metadata, key=lambda m: m.path):
+        digest.update(f"{meta.path}\0{meta.size_in_bytes}\0{meta.last_updated_in_seconds}\n".encode())
+    return digest.hexdigest()
 
 
 class ConversionError(RuntimeError):
@@ -130,7 +142,7 @@ def list_image_folder(root: str) -> ImageListing:
         for index, name in enumerate(class_names)
         for meta in sorted(by_class[name], key=lambda m: m.path)
     )
-    return ImageListing(class_names, items, sum(m.size_in_bytes for m in found))
+    return ImageListing(class_names, items, sum(m.size_in_bytes for m in found), fingerprint=fingerprint_of(found))
 
 
 ML_USE_SPLITS = {"training": "train", "train": "train", "validation": "validation", "test": "test"}
@@ -177,13 +189,87 @@ def list_manifest(manifest: str, classes: Sequence[str] = ()) -> ImageListing:
     class_names = tuple(classes) or tuple(sorted({label for _, label, _ in rows}))
     index = {name: i for i, name in enumerate(class_names)}
     items = tuple((path, index[label], split) for path, label, split in rows)
-    return ImageListing(class_names, items, 0, tuple(rejected))
+    found = [m for result in FileSystems.match([path for path, _, _ in items]) for m in result.metadata_list]
+    fingerprint = fingerprint_of(found, extra=text.encode())
+    return ImageListing(class_names, items, sum(m.size_in_bytes for m in found), tuple(rejected), fingerprint)
+
+
+NPZ_EXPECTED = "arrays x (N,H,W[,C]) uint8 and y (N,) integer labels"
+
+
+def list_npz(path: str, classes: Sequence[str] = ()) -> ImageListing:
+    """A NumPy ``.npz`` with ``x`` (N,H,W[,C] uint8) and ``y`` (N,), as ``keras.datasets`` gives CIFAR-10.
+
+    Class names: ``classes`` (names of ids 0..K-1), else a ``class_names`` array in the file, else the sorted label
+    values as strings. Each image is an item ``<path>#<index>``.
+    """
+    import numpy as np
+
+    if "://" not in path and not os.path.isfile(path):
+        raise UsageError(f"array file {path} does not exist: pass a .npz with {NPZ_EXPECTED}")
+    try:
+        data = _npz_arrays(path)
+    except Exception as err:
+        raise UsageError(
+            f"array file {path} cannot be read as .npz ({_one_line(err)}): expected {NPZ_EXPECTED}"
+        ) from None
+    missing = [key for key in ("x", "y") if key not in data]
+    if missing:
+        raise UsageError(f"array file {path} has no {' or '.join(missing)} array: expected {NPZ_EXPECTED}")
+    x, y = data["x"], np.asarray(data["y"]).reshape(-1)
+    if x.dtype != np.uint8 or x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[3] not in (1, 3, 4)):
+        raise UsageError(f"array file {path}: x is {x.dtype} {x.shape}, expected {NPZ_EXPECTED}")
+    if len(x) != len(y) or not np.issubdtype(y.dtype, np.integer):
+        raise UsageError(f"array file {path}: y is {y.dtype} {y.shape} for {len(x)} images, expected {NPZ_EXPECTED}")
+    values = sorted({int(v) for v in y})
+    if classes or "class_names" in data:
+        names = tuple(classes) or tuple(str(name) for name in data["class_names"])
+        if values and (values[0] < 0 or values[-1] >= len(names)):
+            raise UsageError(f"array file {path}: labels {values[0]}..{values[-1]} do not index {len(names)} classes")
+        index = {value: value for value in values}
+    else:
+        names = tuple(str(value) for value in values)
+        index = {value: i for i, value in enumerate(values)}
+    items = tuple((f"{path}#{i}", index[int(label)], "") for i, label in enumerate(y))
+    (result,) = FileSystems.match([path])
+    return ImageListing(names, items, int(x.nbytes), fingerprint=fingerprint_of(result.metadata_list))
+
+
+@functools.lru_cache(maxsize=2)
+def _npz_arrays(path: str) -> dict:
+    """The arrays of a .npz (each worker loads a file once)."""
+    import io
+
+    import numpy as np
+
+    with FileSystems.open(path) as handle, np.load(io.BytesIO(handle.read()), allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+
+
+def read_item(path: str) -> bytes:
+    """The encoded bytes of one item: a file, or ``<file.npz>#<index>`` as a lossless PNG."""
+    file, separator, index = path.rpartition("#")
+    if separator and file.lower().endswith(".npz"):
+        import io
+
+        from PIL import Image
+
+        pixels = _npz_arrays(file)["x"][int(index)]
+        buffer = io.BytesIO()
+        Image.fromarray(pixels.squeeze(-1) if pixels.ndim == 3 and pixels.shape[2] == 1 else pixels).save(
+            buffer, format="PNG"
+        )
+        return buffer.getvalue()
+    with FileSystems.open(path) as handle:
+        return handle.read()
 
 
 def list_source(source: str, classes: Sequence[str] = ()) -> ImageListing:
-    """An image folder or a CSV manifest, by the source's form."""
+    """An image folder, a CSV manifest or a NumPy .npz, by the source's form."""
     if source.lower().endswith(".csv"):
         return list_manifest(source, classes)
+    if source.lower().endswith(".npz"):
+        return list_npz(source, classes)
     listing = list_image_folder(source)
     if classes:
         unknown = sorted(set(listing.class_names) - set(classes))
@@ -191,7 +277,7 @@ def list_source(source: str, classes: Sequence[str] = ()) -> ImageListing:
             raise UsageError(f"data path {source} has class folders not in --classes: {', '.join(unknown)}")
         index = {name: i for i, name in enumerate(classes)}
         items = tuple((path, index[listing.class_names[i]], split) for path, i, split in listing.items)
-        listing = ImageListing(tuple(classes), items, listing.total_bytes)
+        listing = ImageListing(tuple(classes), items, listing.total_bytes, fingerprint=listing.fingerprint)
     return listing
 
 
@@ -318,6 +404,7 @@ def run(config: ConvertConfig) -> dict:
             config=config,
             shards=shards,
             input_bytes=listing.total_bytes,
+            fingerprint=listing.fingerprint,
         )
     stats = read_stats(output_dir)
     seconds = time.monotonic() - started
@@ -352,8 +439,7 @@ class ReadImage(beam.DoFn):
     def process(self, item):
         path, class_index, split = item
         try:
-            with FileSystems.open(path) as handle:
-                content = handle.read()
+            content = read_item(path)
         except Exception as err:  # named in a manifest but absent, gone since the listing, unreadable
             missing = isinstance(err, FileNotFoundError) or "no such file" in str(err).lower() or not _exists(path)
             reason = "missing file" if missing else f"unreadable: {_one_line(err)}"
@@ -466,12 +552,15 @@ def write_stats(
     config: ConvertConfig,
     shards: dict[str, int],
     input_bytes: int,
+    fingerprint: str = "",
 ) -> dict:
     """Writes ``stats.json``, ``quarantine.jsonl`` and ``duplicates.jsonl`` (each to a temporary name, then renamed)."""
     stats = summarize_counts(counts, class_names)
     stats.update(
         quarantined=len(quarantine),
         duplicates=len(duplicates),
+        fingerprint=fingerprint,
+        fingerprint_basis=FINGERPRINT_BASIS,
         image_size=config.image_size,
         source=config.source,
         shards=shards,

@@ -309,3 +309,48 @@ def test_missing_manifest_is_one_line_exit_2(tmp_path):
     assert result.stderr.strip().splitlines() == [
         f"error: manifest {tmp_path / 'nope.csv'} does not exist: pass a CSV file of [ML_USE,]IMAGE_URI,LABEL rows"
     ]
+
+
+def test_numpy_arrays_convert_like_keras_datasets_gives_them(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    labels = np.array([0, 1, 2] * 10, dtype=np.int64).reshape(-1, 1)  # CIFAR's y is (N, 1)
+    colors = np.array([COLORS[name] for name in CLASSES], dtype=np.uint8)
+    pixels = np.clip(colors[labels[:, 0]][:, None, None, :] + rng.integers(-20, 20, (30, 12, 12, 3)), 0, 255)
+    source = tmp_path / "cifar-like.npz"
+    np.savez(source, x=pixels.astype(np.uint8), y=labels, class_names=np.array(CLASSES))
+    output = tmp_path / "out"
+    stats = run(ConvertConfig(source=str(source), output_dir=str(output), image_size=8, pipeline_args=IN_MEMORY))
+    assert stats["num_examples"] == 30 and stats["class_names"] == list(CLASSES) and stats["quarantined"] == 0
+    import tensorflow as tf
+
+    for record in read_examples(str(output), "train"):
+        mean = tf.io.decode_jpeg(record["image"]).numpy().reshape(-1, 3).mean(axis=0)
+        assert np.abs(mean - COLORS[record["label"].decode()]).max() < 30
+
+    gray = tmp_path / "digits.npz"
+    np.savez(gray, x=np.zeros((4, 8, 8), np.uint8), y=np.array([3, 5, 3, 5]))
+    assert list_source(str(gray)).class_names == ("3", "5")
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        ({"x": "uint8"}, "has no y array"),
+        ({"x": "float32", "y": "int"}, "x is float32"),
+    ],
+)
+def test_npz_without_the_expected_arrays_is_one_line_exit_2(tmp_path, arrays, message):
+    import numpy as np
+
+    source = tmp_path / "data.npz"
+    values = {"x": np.zeros((2, 4, 4, 3), dtype=arrays["x"])}
+    if "y" in arrays:
+        values["y"] = np.array([0, 1])
+    np.savez(source, **values)
+    result = run_cli("components.convert", "--source", str(source), "--output", str(tmp_path / "o"))
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: array file {source}") and message in line
+    assert "expected arrays x (N,H,W[,C]) uint8 and y (N,) integer labels" in line

@@ -237,7 +237,7 @@ def test_vertex_ai_variables_choose_where_everything_goes(converted, tmp_path):
         "AIP_CHECKPOINT_DIR": str(tmp_path / "aip-checkpoints"),
         "AIP_TENSORBOARD_LOG_DIR": str(tmp_path / "aip-tensorboard"),
     }
-    run(TrainConfig(examples_dir=examples_dir, epochs=1, precision="float32"), env=env)
+    run(TrainConfig(examples_dir=examples_dir, epochs=1, per_replica_batch_size=8, precision="float32"), env=env)
     assert os.path.exists(tmp_path / "aip-model" / "model.weights.h5")
     assert os.listdir(tmp_path / "aip-tensorboard")
 

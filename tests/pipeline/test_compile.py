@@ -27,10 +27,15 @@ def test_committed_pipeline_yaml_is_fresh(tmp_path):
     )
 
 
-def test_dag_is_convert_train_evaluate_export():
+def test_dag_is_fingerprint_convert_train_evaluate_export():
     spec = without_sdk_version(COMMITTED)
     tasks = spec["root"]["dag"]["tasks"]
-    assert sorted(tasks) == ["convert", "evaluate", "export", "train"]
+    assert sorted(tasks) == ["convert", "evaluate", "export", "fingerprint", "train"]
+    assert tasks["convert"]["dependentTasks"] == ["fingerprint"]
+    fingerprint_input = tasks["convert"]["inputs"]["parameters"]["source_fingerprint"]
+    assert fingerprint_input["taskOutputParameter"]["producerTask"] == "fingerprint"
+    assert tasks["fingerprint"]["cachingOptions"] == {}  # never cached: it must see new files
+    assert tasks["convert"]["cachingOptions"] == {"enableCache": True}
     assert tasks["train"]["dependentTasks"] == ["convert"]
     assert sorted(tasks["evaluate"]["dependentTasks"]) == ["convert", "train"]
     assert sorted(tasks["export"]["dependentTasks"]) == ["convert", "evaluate", "train"]
