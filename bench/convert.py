@@ -1,0 +1,132 @@
+"""Conversion speed, side by side in one run: (a) a single-process loop in the style of the "Keras on TPU" codelab
+notebook (tf.data decode, resize and crop, re-encode with AUTOTUNE maps, then TFRecordWriter) and (b) this project's
+Beam conversion on the DirectRunner using every core, over the same photo-sized JPEGs; plus the per-image cost of
+decode, resize and encode alone, to show how close to the limit each is.
+
+Goal (issue: production-grade conversion): (b) at least 1.7x (a) on 2 cores. The last line printed is a JSON object.
+
+    .venv/bin/python bench/convert.py [--images 2000] [--image-size 192]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+CLASSES = ("daisy", "dandelion", "roses", "sunflowers", "tulips")
+
+
+def write_photos(root: str, count: int, size=(500, 375)) -> int:
+    """Photo-sized JPEGs with varied content (smooth colour fields, edges and noise) in class folders."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    total = 0
+    for index in range(count):
+        coarse = Image.fromarray(rng.integers(0, 256, size=(5, 7, 3), dtype=np.uint8))
+        picture = np.asarray(coarse.resize(size, Image.Resampling.BICUBIC), dtype=np.int16)
+        picture = np.clip(picture + rng.integers(-18, 18, size=picture.shape), 0, 255).astype(np.uint8)
+        folder = os.path.join(root, CLASSES[index % len(CLASSES)])
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{index:05d}.jpg")
+        Image.fromarray(picture).save(path, quality=90)
+        total += os.path.getsize(path)
+    return total
+
+
+def codelab_loop(root: str, output: str, size: int, shards: int = 16) -> float:
+    """The codelab notebook's conversion: tf.data maps with AUTOTUNE, then TFRecordWriter per shard. Seconds."""
+    import tensorflow as tf
+
+    from components.imaging import fill_square
+    from components.schema import serialize_example
+
+    started = time.perf_counter()
+    files = tf.data.Dataset.list_files(f"{root}/*/*.jpg", shuffle=False)
+
+    def decode(path):
+        label = tf.strings.split(path, os.sep)[-2]
+        return tf.io.decode_jpeg(tf.io.read_file(path), channels=3), label
+
+    def recompress(image, label):
+        return tf.io.encode_jpeg(fill_square(image, size), quality=95), label
+
+    autotune = tf.data.AUTOTUNE
+    dataset = files.map(decode, num_parallel_calls=autotune).map(recompress, num_parallel_calls=autotune)
+    count = sum(1 for _ in tf.io.gfile.glob(f"{root}/*/*.jpg"))
+    shard_size = -(-count // shards)
+    os.makedirs(output, exist_ok=True)
+    for shard, batch in enumerate(dataset.batch(shard_size)):
+        jpegs, labels = batch
+        with tf.io.TFRecordWriter(os.path.join(output, f"{shard:02d}-{len(jpegs)}.tfrec")) as writer:
+            for jpeg, label in zip(jpegs.numpy(), labels.numpy(), strict=True):
+                name = label.decode()
+                writer.write(serialize_example(jpeg, CLASSES.index(name), name, (size, size), len(CLASSES)))
+    return time.perf_counter() - started
+
+
+def stage_costs(root: str, size: int, samples: int = 200) -> dict:
+    """Milliseconds per image for each stage alone, one image at a time (TensorFlow ops may use both cores)."""
+    import glob
+
+    import tensorflow as tf
+
+    from components.convert.core import _encoder
+    from components.decoding import decode_rgb_array
+    from components.imaging import fill_square
+
+    paths = sorted(glob.glob(f"{root}/*/*.jpg"))[:samples]
+    contents = [open(path, "rb").read() for path in paths]  # noqa: SIM115 (a bench: read once, up front)
+    resize = tf.function(lambda image: fill_square(image, size))
+    encode = tf.function(lambda image: tf.io.encode_jpeg(image, quality=95))
+
+    def timed(function, inputs):
+        function(inputs[0])  # trace / warm
+        started = time.perf_counter()
+        outputs = [function(item) for item in inputs]
+        return outputs, (time.perf_counter() - started) * 1000 / len(inputs)
+
+    pixels, pillow_ms = timed(decode_rgb_array, contents)
+    _, tf_decode_ms = timed(lambda c: tf.io.decode_jpeg(c, channels=3), contents)
+    resized, resize_ms = timed(lambda p: resize(tf.constant(p)), pixels)
+    _, encode_ms = timed(encode, resized)
+    _, whole_ms = timed(lambda c: _encoder(size, 95)(decode_rgb_array(c)), contents)
+    return {"decode_pillow_ms": pillow_ms, "decode_tf_ms": tf_decode_ms, "resize_crop_ms": resize_ms,
+            "encode_ms": encode_ms, "decode_resize_encode_ms": whole_ms}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--images", type=int, default=2000, help="photo-sized JPEGs to generate (default 2000)")
+    parser.add_argument("--image-size", type=int, default=192, help="default 192 (the codelab's)")
+    args = parser.parse_args()
+    from components.convert.core import ConvertConfig, run
+
+    with tempfile.TemporaryDirectory(prefix="bench-convert-") as directory:
+        root = os.path.join(directory, "photos")
+        input_bytes = write_photos(root, args.images)
+        print(f"{args.images} JPEGs of 500x375, {input_bytes / 1e6:.0f} MB, in {len(CLASSES)} classes")
+        loop_seconds = codelab_loop(root, os.path.join(directory, "loop"), args.image_size)
+        loop_rate = args.images / loop_seconds
+        print(f"(a) codelab-style tf.data loop       {loop_rate:8.1f} images/s  ({loop_seconds:.1f}s)")
+        started = time.perf_counter()
+        run(ConvertConfig(source=root, output_dir=os.path.join(directory, "beam"), image_size=args.image_size))
+        beam_seconds = time.perf_counter() - started
+        beam_rate = args.images / beam_seconds
+        print(f"(b) Beam DirectRunner, every core   {beam_rate:8.1f} images/s  ({beam_seconds:.1f}s)"
+              f"  ratio {beam_rate / loop_rate:.2f} (goal 1.7)")  # fmt: skip
+        costs = stage_costs(root, args.image_size)
+        print("per image, one at a time: " + ", ".join(f"{k} {v:.2f}" for k, v in costs.items()))
+    print(json.dumps({
+        "images": args.images, "image_size": args.image_size, "cpu_cores": os.cpu_count(),
+        "codelab_loop_images_per_second": round(loop_rate, 1), "beam_images_per_second": round(beam_rate, 1),
+        "ratio": round(beam_rate / loop_rate, 2), **{k: round(v, 3) for k, v in costs.items()},
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
