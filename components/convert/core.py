@@ -473,14 +473,6 @@ class ToExample(beam.DoFn):
         self._total = total
 
     def setup(self):
-        import tensorflow as tf
-
-        # the DirectRunner runs one worker process per core: keep each one to its own core
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(1)
-            tf.config.threading.set_inter_op_parallelism_threads(1)
-        except RuntimeError:
-            pass  # TensorFlow was already initialised in this process
         self._done = 0
         self._started = time.monotonic()
 
