@@ -14,6 +14,16 @@ class UsageError(ValueError):
 USAGE_EXIT_CODE = 2
 
 
+def one_line(err: BaseException, with_type: bool = False) -> str:
+    """The first line of an exception's message (its type name when the message is empty), for one-line errors and
+    quarantine reasons; ``with_type`` prefixes the type name."""
+    text = str(err).strip()
+    if not text:
+        return type(err).__name__
+    first = text.splitlines()[0]
+    return f"{type(err).__name__}: {first}" if with_type else first
+
+
 def configure_logging(verbose: bool = False) -> None:
     """Our progress lines at INFO; library chatter only with ``verbose``."""
     logging.basicConfig(

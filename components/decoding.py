@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 
+from components.cli import one_line
+
 # well above any photo (a 100-megapixel camera), well below what exhausts a worker's memory
 DEFAULT_MAX_PIXELS = 178_956_970
 FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WEBP", "MPO")
@@ -49,7 +51,7 @@ def decode_rgb_array(content: bytes, max_pixels: int = DEFAULT_MAX_PIXELS):
 
 
 def _broken(err: Exception) -> UnusableImageError:
-    message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    message = one_line(err)
     kind = "truncated image" if "truncated" in message.lower() else "corrupt image"
     return UnusableImageError(f"{kind}: {message}")
 

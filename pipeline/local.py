@@ -48,6 +48,7 @@ def run_local(config: LocalRunConfig) -> dict:
 
     from components.convert.core import list_source
     from components.demo_data import write_digits
+    from components.schema import read_stats
     from components.storage import read_json, write_json
     from pipeline.dag import PIPELINE_NAME, build_pipeline
 
@@ -81,7 +82,7 @@ def run_local(config: LocalRunConfig) -> dict:
     run = build_pipeline()(**parameters)
     outputs = run.outputs
     examples_dir = outputs["examples"].path
-    stats = read_json(os.path.join(examples_dir, "stats.json"))
+    stats = read_stats(examples_dir)
     exported_dir = outputs["exported_model"].path
     export_report = read_json(os.path.join(exported_dir, "export.json"))
     summary = {

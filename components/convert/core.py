@@ -22,7 +22,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from components.cli import UsageError
+from components.cli import UsageError, one_line
 from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError, decode_rgb_array
 from components.schema import SHARD_SUFFIX, SPLITS, STATS_FILE, read_stats, serialize_example
 from components.storage import write_atomically, write_json
@@ -211,7 +211,7 @@ def list_npz(path: str, classes: Sequence[str] = ()) -> ImageListing:
         data = _npz_arrays(path)
     except Exception as err:
         raise UsageError(
-            f"array file {path} cannot be read as .npz ({_one_line(err)}): expected {NPZ_EXPECTED}"
+            f"array file {path} cannot be read as .npz ({one_line(err, with_type=True)}): expected {NPZ_EXPECTED}"
         ) from None
     missing = [key for key in ("x", "y") if key not in data]
     if missing:
@@ -442,7 +442,7 @@ class ReadImage(beam.DoFn):
             content = read_item(path)
         except Exception as err:  # named in a manifest but absent, gone since the listing, unreadable
             missing = isinstance(err, FileNotFoundError) or "no such file" in str(err).lower() or not _exists(path)
-            reason = "missing file" if missing else f"unreadable: {_one_line(err)}"
+            reason = "missing file" if missing else f"unreadable: {one_line(err, with_type=True)}"
             yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": path, "reason": reason})
             return
         yield content_digest(content), (path, class_index, split, content)
@@ -484,7 +484,7 @@ class ToExample(beam.DoFn):
             yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": path, "reason": str(err)})
             return
         except Exception as err:  # one bad file must not sink the job: record it instead
-            yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": path, "reason": _one_line(err)})
+            yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": path, "reason": one_line(err, with_type=True)})
             return
         # a manifest's ML_USE wins; otherwise the content hash decides
         split = source_split or split_for_digest(digest, self._config.validation_fraction, self._config.test_fraction)
@@ -510,11 +510,6 @@ def _exists(path: str) -> bool:
         return FileSystems.exists(path)
     except Exception:
         return False
-
-
-def _one_line(err: Exception) -> str:
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
 
 def _count_key(element, split: str):

@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from components.cli import UsageError
+from components.cli import UsageError, one_line
 from components.schema import read_stats, split_pattern
 from components.storage import write_json
 from components.train.models import MODELS, build_model
@@ -206,10 +206,10 @@ def resolve_strategy(tpu: str = "", env: Mapping[str, str] | None = None, resolv
             tf.config.experimental_connect_to_cluster(resolver)
             tf.tpu.experimental.initialize_tpu_system(resolver)
         except Exception as err:  # the resolver raises ValueError, URLError, OpError... all mean "no such TPU"
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UsageError(
-                f"--tpu {target!r} could not be reached ({reason}): pass a TPU name from `gcloud compute tpus list`, "
-                "a grpc://HOST:8470 address, or 'local' on a TPU VM; leave it empty to train on GPUs or the CPU"
+                f"--tpu {target!r} could not be reached ({one_line(err)}): pass a TPU name from "
+                "`gcloud compute tpus list`, a grpc://HOST:8470 address, or 'local' on a TPU VM; leave it empty to "
+                "train on GPUs or the CPU"
             ) from err
         strategy, accelerator = tf.distribute.TPUStrategy(resolver), "tpu"
     elif tf.config.list_logical_devices("GPU"):
