@@ -2,8 +2,8 @@
 
 JPEG, PNG, GIF (first frame), BMP and WebP; grayscale, RGBA and LA (composited on white), palette, CMYK and 16-bit
 all become 8-bit RGB, and the EXIF orientation is applied, so a phone photo stands the right way up. Pillow decodes
-(TensorFlow's decoders know neither WebP, CMYK nor EXIF); the resize that follows is the shared TensorFlow one in
-``components.imaging``, the same that the serving signature runs.
+(TensorFlow's decoders know neither WebP, CMYK nor EXIF); the resize that follows is ``components.imaging``'s, the
+same triangle filter the serving signature runs in TensorFlow.
 """
 
 from __future__ import annotations
@@ -24,6 +24,16 @@ class UnusableImageError(ValueError):
 def decode_rgb_array(content: bytes, max_pixels: int = DEFAULT_MAX_PIXELS):
     """Decodes image bytes into an ``[H, W, 3]`` uint8 NumPy array; raises ``UnusableImageError`` with the reason."""
     import numpy as np
+
+    return np.asarray(decode_rgb_image(content, max_pixels), dtype=np.uint8)
+
+
+def decode_rgb_image(content: bytes, max_pixels: int = DEFAULT_MAX_PIXELS, at_least: int = 0):
+    """Decodes image bytes into an RGB Pillow image; raises ``UnusableImageError`` with the reason.
+
+    ``at_least``: a JPEG may be decoded at 1/2, 1/4 or 1/8 scale (in the DCT domain, far cheaper) as long as both
+    sides stay at least this many pixels; 0 decodes at full size.
+    """
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     if not content:
@@ -43,11 +53,13 @@ def decode_rgb_array(content: bytes, max_pixels: int = DEFAULT_MAX_PIXELS):
             f"decompression bomb: {width}x{height} = {width * height:,} pixels is over --max-pixels {max_pixels:,}"
         )
     try:
+        if at_least and image.format in ("JPEG", "MPO") and image.mode in ("RGB", "L"):
+            image.draft(image.mode, (at_least, at_least))
         image.load()
         image = ImageOps.exif_transpose(image)
     except (OSError, SyntaxError, ValueError) as err:
         raise _broken(err) from None
-    return np.ascontiguousarray(to_rgb(image), dtype=np.uint8)
+    return to_rgb(image)
 
 
 def _broken(err: Exception) -> UnusableImageError:
@@ -57,7 +69,7 @@ def _broken(err: Exception) -> UnusableImageError:
 
 
 def to_rgb(image):
-    """Any Pillow mode -> an 8-bit RGB array (alpha composited on white, 16-bit scaled down, CMYK converted)."""
+    """Any Pillow mode -> an 8-bit RGB Pillow image (alpha composited on white, 16-bit scaled down, CMYK converted)."""
     import numpy as np
     from PIL import Image
 
@@ -65,11 +77,11 @@ def to_rgb(image):
         pixels = np.asarray(image, dtype=np.float64)
         peak = 65535.0 if image.mode.startswith("I;16") or pixels.max() > 255 else 255.0
         gray = np.clip(np.round(pixels * (255.0 / peak)), 0, 255).astype(np.uint8)
-        return np.repeat(gray[:, :, np.newaxis], 3, axis=2)
+        return Image.fromarray(gray).convert("RGB")
     if image.mode == "P" and "transparency" in image.info:
         image = image.convert("RGBA")
     if image.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
         rgba = image.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         image = Image.alpha_composite(background, rgba)
-    return np.asarray(image.convert("RGB"))
+    return image if image.mode == "RGB" else image.convert("RGB")

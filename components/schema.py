@@ -7,6 +7,7 @@ TensorFlow is imported inside the functions so that importing this module stays 
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 SPLITS = ("train", "validation", "test")
@@ -19,20 +20,64 @@ def split_pattern(examples_dir: str, split: str) -> str:
     return f"{examples_dir.rstrip('/')}/{split}/*{SHARD_SUFFIX}"
 
 
-def serialize_example(jpeg: bytes, class_index: int, label: str, size: Sequence[int], num_classes: int) -> bytes:
-    """One serialized ``tf.train.Example`` in the codelab schema."""
+def split_files(examples_dir: str, split: str) -> list[str]:
+    """The TFRecord files of ``split``: those ``stats.json`` lists when the convert step adopted existing TFRecords
+    as they are, else the shards under ``<examples_dir>/<split>/``."""
     import tensorflow as tf
 
+    from components.storage import exists, read_json
+
+    stats_path = f"{examples_dir.rstrip('/')}/{STATS_FILE}"
+    if exists(stats_path):
+        listed = read_json(stats_path).get("files")
+        if listed is not None:
+            return list(listed.get(split, []))
+    return sorted(tf.io.gfile.glob(split_pattern(examples_dir, split)))
+
+
+def serialize_example(jpeg: bytes, class_index: int, label: str, size: Sequence[int], num_classes: int) -> bytes:
+    """One serialized ``tf.train.Example`` in the codelab schema.
+
+    Written straight in the protobuf wire format (what ``tf.train.Example.SerializeToString`` produces, fields in
+    name order), so that the conversion's workers need no TensorFlow import; ``tests/components/test_convert.py``
+    parses the result with TensorFlow.
+    """
     one_hot = [0.0] * num_classes
     one_hot[class_index] = 1.0
     feature = {
-        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[jpeg])),
-        "class": tf.train.Feature(int64_list=tf.train.Int64List(value=[class_index])),
-        "label": tf.train.Feature(bytes_list=tf.train.BytesList(value=[label.encode("utf-8")])),
-        "size": tf.train.Feature(int64_list=tf.train.Int64List(value=list(size))),
-        "one_hot_class": tf.train.Feature(float_list=tf.train.FloatList(value=one_hot)),
+        "class": _int64_feature([class_index]),
+        "image": _bytes_feature(jpeg),
+        "label": _bytes_feature(label.encode("utf-8")),
+        "one_hot_class": _delimited(0x12, _delimited(0x0A, struct.pack(f"<{num_classes}f", *one_hot))),
+        "size": _int64_feature(size),
     }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    entries = b"".join(
+        _delimited(0x0A, _delimited(0x0A, name.encode()) + _delimited(0x12, value)) for name, value in feature.items()
+    )
+    return _delimited(0x0A, entries)
+
+
+def _varint(value: int) -> bytes:
+    value &= 0xFFFFFFFFFFFFFFFF  # int64 as protobuf encodes it: negatives take ten bytes
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _delimited(tag: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2) with a one-byte tag."""
+    return bytes([tag]) + _varint(len(payload)) + payload
+
+
+def _bytes_feature(value: bytes) -> bytes:  # Feature.bytes_list (1) -> BytesList.value (1)
+    return _delimited(0x0A, _delimited(0x0A, value))
+
+
+def _int64_feature(values: Sequence[int]) -> bytes:  # Feature.int64_list (3) -> Int64List.value (1), packed
+    return _delimited(0x1A, _delimited(0x0A, b"".join(_varint(int(v)) for v in values)))
 
 
 def feature_spec(num_classes: int) -> dict:

@@ -12,7 +12,7 @@ import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLASSES = ("cat", "dog", "fish")
-# the in-memory DirectRunner keeps the unit tests quick; the DAG test runs the default (multi-process) runner
+# the in-process runner (also the default since conversion threads use the cores); spelt out for the unit tests
 IN_MEMORY = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
 TINY_SIZE = 16
 

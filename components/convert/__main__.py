@@ -13,15 +13,16 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = ConvertConfig(source="", output_dir="")
     parser = argparse.ArgumentParser(
         prog="python -m components.convert",
-        description="Convert an image folder (<root>/<class_name>/*, local or gs://) or a CSV manifest "
-        "([ML_USE,]IMAGE_URI,LABEL rows, Vertex AI's import format) into sharded TFRecords "
+        description="Convert an image folder (<root>/<class_name>/*, local or gs://), a CSV manifest "
+        "([ML_USE,]IMAGE_URI,LABEL rows, Vertex AI's import format) or a .npz into sharded TFRecords "
         "in the Keras-on-TPU codelab schema, with Apache Beam. Options this tool does not know are passed to Beam "
         "as pipeline options, e.g. --runner DataflowRunner --project P --region R --temp_location gs://...",
     )
     parser.add_argument(
         "--source",
         required=True,
-        help="image folder <root>/<class_name>/<image>, a .csv manifest or a .npz of arrays x and y",
+        help="image folder <root>/<class_name>/<image>, a .csv manifest, a .npz of arrays x and y, or a glob of "
+        "TFRecords in the codelab schema (validated and used as they are)",
     )
     parser.add_argument(
         "--output", dest="output_dir", required=True, help="examples dir: <split>/*.tfrec, stats.json, quarantine.jsonl"
@@ -74,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=(),
         help="comma-separated class names in index order (default: sorted folder names or manifest labels); "
         "keeps class ids stable across retraining",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=defaults.threads,
+        help="conversion threads per worker process; 0: one per core, four per core for gs:// (default %(default)s)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser

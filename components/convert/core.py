@@ -14,7 +14,9 @@ import json
 import logging
 import math
 import os
+import threading
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -23,7 +25,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from components.cli import UsageError, one_line
-from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError, decode_rgb_array
+from components.convert.adopt import adopt, is_tfrecord_source
+from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError
 from components.schema import SHARD_SUFFIX, SPLITS, STATS_FILE, read_stats, serialize_example
 from components.storage import write_atomically, write_json
 
@@ -35,7 +38,6 @@ DUPLICATES_FILE = "duplicates.jsonl"
 TARGET_SHARD_BYTES = 150 * 1024 * 1024
 # A re-encoded JPEG at quality 95 takes roughly this many bytes per pixel (measured on photos; digits are smaller).
 ESTIMATED_JPEG_BYTES_PER_PIXEL = 0.5
-PROGRESS_EVERY = 500
 QUARANTINE_TAG = "quarantine"
 DUPLICATE_TAG = "duplicate"
 
@@ -55,6 +57,7 @@ class ConvertConfig:
         max_pixels: images with more pixels are quarantined as decompression bombs.
         classes: the class names in index order; empty: the sorted folder names or manifest labels. Labels outside
             it are quarantined (manifests) or refused (folders).
+        threads: conversion threads per worker process; 0: one per core (four per core for ``gs://`` sources).
         pipeline_args: Beam pipeline options passed through as they are (``--runner DataflowRunner ...``).
     """
 
@@ -68,6 +71,7 @@ class ConvertConfig:
     max_bad_fraction: float = 0.01
     max_pixels: int = DEFAULT_MAX_PIXELS
     classes: tuple[str, ...] = ()
+    threads: int = 0
     pipeline_args: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -83,6 +87,8 @@ class ConvertConfig:
             raise UsageError(f"--num-shards {self.num_shards} is negative: use 0 (automatic) or a positive count")
         if not 1 <= self.jpeg_quality <= 100:
             raise UsageError(f"--jpeg-quality {self.jpeg_quality} is out of range: use 1 to 100")
+        if self.threads < 0:
+            raise UsageError(f"--threads {self.threads} is negative: use 0 (one per core) or a positive count")
         if self.max_pixels < 1:
             raise UsageError(f"--max-pixels {self.max_pixels} must be positive")
 
@@ -311,41 +317,53 @@ def auto_num_shards(expected_examples: float, image_size: int) -> int:
 
 def encode_image(content: bytes, image_size: int, jpeg_quality: int, max_pixels: int = DEFAULT_MAX_PIXELS) -> bytes:
     """Decodes image bytes (any format, see ``components.decoding``), resizes to fill the square, centre-crops and
-    re-encodes as JPEG; raises ``UnusableImageError`` with the reason for a file that is not a usable image."""
-    return _encoder(image_size, jpeg_quality)(decode_rgb_array(content, max_pixels)).numpy()
+    re-encodes as JPEG; raises ``UnusableImageError`` with the reason for a file that is not a usable image.
+
+    All in Pillow, which releases the GIL, so that a worker's threads convert on every core. A large JPEG is decoded
+    at a reduced DCT scale that keeps both sides at least twice the target (as Pillow's ``thumbnail`` does), then
+    resized with the same triangle filter as the serving signature (``components.imaging``).
+    """
+    import io
+
+    from components.decoding import decode_rgb_image
+    from components.imaging import fill_square_pillow
+
+    image = fill_square_pillow(decode_rgb_image(content, max_pixels, at_least=2 * image_size), image_size)
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=jpeg_quality)
+    return buffer.getvalue()
 
 
-@functools.cache
-def _encoder(image_size: int, jpeg_quality: int):
-    # one compiled graph per setting: eager dispatch of the dozen ops would cost more than the pixels
-    import tensorflow as tf
-
-    from components.imaging import fill_square
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)])
-    def encode(pixels):
-        return tf.io.encode_jpeg(fill_square(pixels, image_size), quality=jpeg_quality)
-
-    return encode
+LOCAL_RUNNER = "FnApiRunner"
 
 
 def default_pipeline_args(pipeline_args: Sequence[str]) -> list[str]:
-    """Beam options as given, plus the local defaults (DirectRunner, one worker process per core) unless set."""
+    """Beam options as given, plus the local defaults unless set: the DirectRunner's in-process engine (Beam's
+    ``FnApiRunner``) in one process, whose conversion threads use every core (``ConvertConfig.threads``).
+
+    Named rather than ``DirectRunner`` because Beam 2.77's ``DirectRunner`` first tries to download and start the
+    Prism runner from GitHub: a local run must not depend on the network, nor change engine when it is reachable.
+    """
     args = list(pipeline_args)
     runner = PipelineOptions(args).view_as(StandardOptions).runner
     if runner is None:
-        runner = "DirectRunner"
+        runner = LOCAL_RUNNER
         args.append(f"--runner={runner}")
-    if runner.rsplit(".", 1)[-1] == "DirectRunner":
-        if not any(a.startswith("--direct_num_workers") for a in args):
-            args.append("--direct_num_workers=0")  # 0: one worker per core
+    if runner.rsplit(".", 1)[-1] in ("DirectRunner", LOCAL_RUNNER):
         if not any(a.startswith("--direct_running_mode") for a in args):
-            args.append("--direct_running_mode=multi_processing")
+            args.append("--direct_running_mode=in_memory")
+        if not any(a.startswith("--direct_num_workers") for a in args):
+            args.append("--direct_num_workers=1")
     return args
 
 
 def run(config: ConvertConfig) -> dict:
-    """Runs the conversion and returns the stats written to ``<output_dir>/stats.json``."""
+    """Runs the conversion and returns the stats written to ``<output_dir>/stats.json``.
+
+    A TFRecord source (``*.tfrec`` glob) is validated and used as it is instead (``components.convert.adopt``).
+    """
+    if is_tfrecord_source(config.source):
+        return adopt(config, fingerprint_of, conversion_threads(config))
     listing = list_source(config.source, config.classes)
     log.info(
         "found %d images in %d classes under %s: %s",
@@ -367,30 +385,35 @@ def run(config: ConvertConfig) -> dict:
     started = time.monotonic()
     with beam.Pipeline(options=pipeline_options(config)) as pipeline:
         rejected = pipeline | "ListingRejects" >> beam.Create(listing.rejected)
-        read = (
+        converted = (
             pipeline
             | "ListImages" >> beam.Create(listing.items)
             | "Spread" >> beam.Reshuffle()
-            | "ReadAndHash" >> beam.ParDo(ReadImage()).with_outputs(QUARANTINE_TAG, main="read")
+            | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
+            | "Convert"
+            >> beam.ParDo(ConvertImages(config, listing.class_names, len(listing.items))).with_outputs(
+                QUARANTINE_TAG, main="converted"
+            )
         )
+        # byte-identical images meet here (keyed by content digest), so that each is kept once, in one split
         unique = (
-            read["read"]
+            converted["converted"]
             | "GroupByContent" >> beam.GroupByKey()
-            | "KeepOnePerContent" >> beam.ParDo(KeepFirstCopy()).with_outputs(DUPLICATE_TAG, main="unique")
+            | "KeepOnePerContent"
+            >> beam.ParDo(KeepFirstCopy(config.validation_fraction, config.test_fraction)).with_outputs(
+                DUPLICATE_TAG, *SPLITS
+            )
         )
-        converted = unique["unique"] | "ToExamples" >> beam.ParDo(
-            ToExample(config, listing.class_names, len(listing.items))
-        ).with_outputs(QUARANTINE_TAG, *SPLITS)
         for split in SPLITS:
-            _ = converted[split] | f"Write{split.title()}" >> WriteSplit(output_dir, split, shards[split])
+            _ = unique[split] | f"Write{split.title()}" >> WriteSplit(output_dir, split, shards[split])
         counts = (
-            [converted[split] | f"Key{split.title()}" >> beam.Map(_count_key, split) for split in SPLITS]
+            [unique[split] | f"Key{split.title()}" >> beam.Map(_count_key, split) for split in SPLITS]
             | "AllCounts" >> beam.Flatten()
             | "CountPerClass" >> beam.combiners.Count.PerElement()
             | "GatherCounts" >> beam.combiners.ToList()
         )
         quarantined = (
-            (rejected, read[QUARANTINE_TAG], converted[QUARANTINE_TAG])
+            (rejected, converted[QUARANTINE_TAG])
             | "AllQuarantined" >> beam.Flatten()
             | "GatherQuarantine" >> beam.combiners.ToList()
         )
@@ -433,76 +456,129 @@ def pipeline_options(config: ConvertConfig) -> PipelineOptions:
     return PipelineOptions(default_pipeline_args(config.pipeline_args))
 
 
-class ReadImage(beam.DoFn):
-    """(path, class index) -> (content digest, (path, class index, bytes)), or a quarantine record."""
+class Progress:
+    """Logs images done / total, the rate and the time left, at most every ``every`` seconds and at the end.
 
-    def process(self, item):
+    Thread-safe; one per process. In the default local run (one process) the counts are the job's; with several
+    worker processes each logs its own share, and Beam's ``images_converted`` counter holds the job's total (the
+    Dataflow console shows it).
+    """
+
+    def __init__(self, total: int, every: float = 5.0):
+        self.total = total
+        self.every = every
+        self.done = 0
+        self.started = self.last = time.monotonic()
+        self.lock = threading.Lock()
+
+    def add(self, count: int, driver_pid: int) -> None:
+        with self.lock:
+            self.done += count
+            now = time.monotonic()
+            if now - self.last < self.every and self.done < self.total:
+                return
+            self.last = now
+            done, seconds = self.done, now - self.started
+        rate = done / max(seconds, 1e-9)
+        if os.getpid() == driver_pid:
+            left = (self.total - done) / rate if rate else float("inf")
+            log.info(
+                "converted %d/%d images (%.0f%%), %.0f images/s, %s left",
+                done,
+                self.total,
+                100.0 * done / max(self.total, 1),
+                rate,
+                f"{left:.0f}s" if math.isfinite(left) else "?",
+            )
+        else:
+            log.info("worker %d: converted %d images, %.0f images/s (of %d)", os.getpid(), done, rate, self.total)
+
+
+_progress: dict[int, Progress] = {}
+_progress_lock = threading.Lock()
+
+
+class ConvertImages(beam.DoFn):
+    """A batch of (path, class index, split) -> (content digest, (path, class index, split, serialized example)),
+    or quarantine records. Each batch is read and converted on a pool of threads (I/O and Pillow release the GIL),
+    so one worker process uses every core, and reads from Cloud Storage overlap."""
+
+    def __init__(self, config: ConvertConfig, class_names: Sequence[str], total: int):
+        self._config = config
+        self._class_names = tuple(class_names)
+        self._total = total
+        self._driver_pid = os.getpid()
+        self._job = uuid.uuid4().hex  # the progress key: one count per job and process
+        self._converted = beam.metrics.Metrics.counter("convert", "images_converted")
+        self._quarantined = beam.metrics.Metrics.counter("convert", "images_quarantined")
+
+    def setup(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=conversion_threads(self._config), thread_name_prefix="convert")
+        with _progress_lock:  # one per process and job, shared by the DoFn instances of its threads
+            self._progress = _progress.setdefault(self._job, Progress(self._total))
+
+    def teardown(self):
+        self._pool.shutdown(wait=False)
+
+    def process(self, batch):
+        for result in self._pool.map(self._convert_one, batch):
+            if isinstance(result, dict):
+                self._quarantined.inc()
+                yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, result)
+            else:
+                self._converted.inc()
+                yield result
+        self._progress.add(len(batch), self._driver_pid)
+
+    def _convert_one(self, item):
         path, class_index, split = item
         try:
             content = read_item(path)
         except Exception as err:  # named in a manifest but absent, gone since the listing, unreadable
             missing = isinstance(err, FileNotFoundError) or "no such file" in str(err).lower() or not _exists(path)
             reason = "missing file" if missing else f"unreadable: {one_line(err, with_type=True)}"
-            yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": path, "reason": reason})
-            return
-        yield content_digest(content), (path, class_index, split, content)
+            return {"path": path, "reason": reason}
+        config = self._config
+        try:
+            jpeg = encode_image(content, config.image_size, config.jpeg_quality, config.max_pixels)
+        except UnusableImageError as err:
+            return {"path": path, "reason": str(err)}
+        except Exception as err:  # one bad file must not sink the job: record it instead
+            return {"path": path, "reason": one_line(err, with_type=True)}
+        size = (config.image_size, config.image_size)
+        example = serialize_example(jpeg, class_index, self._class_names[class_index], size, len(self._class_names))
+        return content_digest(content), (path, class_index, split, example)
+
+
+def conversion_threads(config: ConvertConfig) -> int:
+    """``config.threads``, or one per core for local files and four per core for remote ones (I/O-bound)."""
+    if config.threads:
+        return config.threads
+    cores = os.cpu_count() or 1
+    return cores * 4 if "://" in config.source else cores
 
 
 class KeepFirstCopy(beam.DoFn):
     """Byte-identical images are kept once (the first path in order), so that no image is in two splits or twice
-    in one; the others are listed as duplicates, with a flag when their folder says another class."""
+    in one; the others are listed as duplicates, with a flag when their folder says another class. The kept example
+    goes to its split: the manifest's ``ML_USE`` when given, else the one the content hash picks."""
+
+    def __init__(self, validation_fraction: float, test_fraction: float):
+        self._fractions = (validation_fraction, test_fraction)
 
     def process(self, element):
         digest, copies = element
         copies = sorted(copies, key=lambda copy: copy[0])
-        kept_path, kept_class, kept_split, content = copies[0]
+        kept_path, kept_class, source_split, example = copies[0]
         for path, class_index, _, _ in copies[1:]:
             record = {"path": path, "duplicate_of": kept_path}
             if class_index != kept_class:
                 record["label_conflict"] = True
             yield beam.pvalue.TaggedOutput(DUPLICATE_TAG, record)
-        yield digest, kept_path, kept_class, kept_split, content
-
-
-class ToExample(beam.DoFn):
-    """(digest, path, class index, bytes) -> a serialized example tagged with its split, or a quarantine record."""
-
-    def __init__(self, config: ConvertConfig, class_names: Sequence[str], total: int):
-        self._config = config
-        self._class_names = tuple(class_names)
-        self._total = total
-
-    def setup(self):
-        self._done = 0
-        self._started = time.monotonic()
-
-    def process(self, item):
-        digest, path, class_index, source_split, content = item
-        try:
-            jpeg = encode_image(content, self._config.image_size, self._config.jpeg_quality, self._config.max_pixels)
-        except UnusableImageError as err:
-            yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": path, "reason": str(err)})
-            return
-        except Exception as err:  # one bad file must not sink the job: record it instead
-            yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": path, "reason": one_line(err, with_type=True)})
-            return
-        # a manifest's ML_USE wins; otherwise the content hash decides
-        split = source_split or split_for_digest(digest, self._config.validation_fraction, self._config.test_fraction)
-        size = (self._config.image_size, self._config.image_size)
-        label = self._class_names[class_index]
-        yield beam.pvalue.TaggedOutput(
-            split, (class_index, serialize_example(jpeg, class_index, label, size, len(self._class_names)))
-        )
-        self._done += 1
-        if self._done % PROGRESS_EVERY == 0:
-            rate = self._done / max(time.monotonic() - self._started, 1e-9)
-            log.info(
-                "worker %d: %d images converted (%.0f images/s) of %d in the job",
-                os.getpid(),
-                self._done,
-                rate,
-                self._total,
-            )
+        split = source_split or split_for_digest(digest, *self._fractions)
+        yield beam.pvalue.TaggedOutput(split, (kept_class, example))
 
 
 def _exists(path: str) -> bool:

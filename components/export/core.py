@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from components.schema import parse_example, split_pattern
+from components.schema import parse_example, split_files
 from components.storage import write_json
 from components.train.core import MODEL_FILE, WEIGHTS_FILE, load_model_config
 
@@ -105,7 +105,7 @@ def check_parity(saved_model_path: str, trained_model, examples_dir: str, split:
     from components.imaging import decode_rgb, to_model_input
 
     serving = tf.saved_model.load(saved_model_path).signatures["serving_default"]
-    files = sorted(tf.io.gfile.glob(split_pattern(examples_dir, split)))
+    files = split_files(examples_dir, split)
     dataset = tf.data.TFRecordDataset(files).map(lambda s: parse_example(s, num_classes)["image"])
     agree, total, max_difference = 0, 0, 0.0
     for image_bytes in dataset.batch(PARITY_BATCH_SIZE):

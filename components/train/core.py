@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from components.cli import UsageError, one_line
-from components.schema import read_stats, split_pattern
+from components.schema import read_stats, split_files, split_pattern
 from components.storage import write_json
 from components.train.models import MODELS, build_model
 
@@ -257,10 +257,10 @@ def make_dataset(
     from components.schema import feature_spec
 
     autotune = tf.data.AUTOTUNE
-    pattern = split_pattern(examples_dir, split)
-    files = sorted(tf.io.gfile.glob(pattern))
+    files = split_files(examples_dir, split)
     if not files:
-        raise UsageError(f"examples dir {examples_dir} has no {split} shards: expected {pattern}")
+        expected = split_pattern(examples_dir, split)
+        raise UsageError(f"examples dir {examples_dir} has no {split} shards: expected {expected}")
     spec = feature_spec(num_classes)
     check_schema(files[0], spec)
     files_ds = tf.data.Dataset.from_tensor_slices(files)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from components.cli import UsageError
 from components.convert.core import (
     ConvertConfig,
     assign_split,
+    conversion_threads,
     default_pipeline_args,
     list_image_folder,
     list_source,
@@ -120,6 +122,67 @@ def test_resize_fills_the_square_then_centre_crops():
     assert tall.shape == (24, 24, 3)
 
 
+@pytest.mark.parametrize("height, width, size", [(375, 500, 192), (91, 37, 32), (480, 640, 64), (192, 193, 192)])
+def test_conversion_resize_matches_the_serving_resize(height, width, size):
+    """Pillow in the conversion, TensorFlow in the serving signature: same sizes, filter and crop, to within one
+    level of rounding, so a model sees the same pixels in training and in serving."""
+    import tensorflow as tf
+    from PIL import Image
+
+    from components.imaging import fill_square, fill_square_pillow
+
+    coarse = np.random.default_rng(height).integers(0, 256, size=(6, 6, 3), dtype=np.uint8)
+    image = Image.fromarray(coarse).resize((width, height), Image.Resampling.BICUBIC)
+    converted = np.asarray(fill_square_pillow(image, size), dtype=np.int16)
+    served = fill_square(tf.constant(np.asarray(image)), size).numpy().astype(np.int16)
+    assert converted.shape == served.shape == (size, size, 3)
+    assert np.abs(converted - served).max() <= 1
+
+
+def test_large_jpegs_decode_at_a_reduced_scale_without_visible_change():
+    """A 2000x1600 photo is decoded at 1/8 scale (DCT domain) before the resize; the result stays within one level
+    of decoding it in full, and the pixel limit still sees the full size."""
+    import io
+
+    from PIL import Image
+
+    from components.convert.core import encode_image
+    from components.decoding import UnusableImageError, decode_rgb_image
+    from components.imaging import fill_square_pillow
+
+    coarse = np.random.default_rng(7).integers(0, 256, size=(8, 10, 3), dtype=np.uint8)
+    photo = Image.fromarray(coarse).resize((2000, 1600), Image.Resampling.BICUBIC)
+    buffer = io.BytesIO()
+    photo.save(buffer, format="JPEG", quality=92)
+    content = buffer.getvalue()
+    assert decode_rgb_image(content, at_least=64).size == (250, 200)
+    assert decode_rgb_image(content, at_least=400).size == (500, 400)
+    # what encode_image resizes (before its JPEG re-encode) against a full-size decode: within one level
+    fast = np.asarray(fill_square_pillow(decode_rgb_image(content, at_least=64), 32), dtype=np.int16)
+    full = np.asarray(fill_square_pillow(decode_rgb_image(content), 32), dtype=np.int16)
+    assert np.abs(fast - full).max() <= 1
+    assert Image.open(io.BytesIO(encode_image(content, 32, 95))).size == (32, 32)
+    with pytest.raises(UnusableImageError, match="decompression bomb"):
+        encode_image(content, 32, 95, max_pixels=1_000_000)
+
+
+def test_examples_are_byte_identical_to_tensorflows_own():
+    import tensorflow as tf
+
+    from components.schema import serialize_example
+
+    ours = serialize_example(b"\xff\xd8jpeg", 3, "roses", (192, 192), 5)
+    feature = {
+        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"\xff\xd8jpeg"])),
+        "class": tf.train.Feature(int64_list=tf.train.Int64List(value=[3])),
+        "label": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"roses"])),
+        "size": tf.train.Feature(int64_list=tf.train.Int64List(value=[192, 192])),
+        "one_hot_class": tf.train.Feature(float_list=tf.train.FloatList(value=[0, 0, 0, 1, 0])),
+    }
+    theirs = tf.train.Example(features=tf.train.Features(feature=feature))
+    assert ours == theirs.SerializeToString(deterministic=True)
+
+
 def test_corrupt_and_empty_files_are_quarantined_not_lost(tmp_path):
     source = write_image_folder(tmp_path / "images", per_class=4)
     (tmp_path / "images" / "cat" / "broken.jpg").write_bytes(image_bytes(COLORS["cat"])[:40])
@@ -148,6 +211,8 @@ def test_too_many_bad_files_fail_the_job_with_one_line(tmp_path):
     assert result.returncode == 1
     assert "1 of 7 images could not be converted" in result.stdout
     assert "Traceback" not in result.stderr
+    # progress: the job's images done / total and the rate
+    assert re.search(r"converted 7/7 images \(100%\), \d+ images/s", result.stderr), result.stderr
 
 
 def test_listing_orders_classes_skips_hidden_files_and_keeps_every_other_file(tmp_path):
@@ -196,11 +261,17 @@ def test_config_rejects_impossible_fractions():
 
 
 def test_local_runs_default_to_every_core_and_dataflow_options_pass_through():
+    # one process (no worker start-up), whose conversion threads use every core
     assert default_pipeline_args([]) == [
-        "--runner=DirectRunner",
-        "--direct_num_workers=0",
-        "--direct_running_mode=multi_processing",
+        "--runner=FnApiRunner",
+        "--direct_running_mode=in_memory",
+        "--direct_num_workers=1",
     ]
+    assert conversion_threads(ConvertConfig(source="photos", output_dir="o")) == os.cpu_count()
+    assert conversion_threads(ConvertConfig(source="gs://b/photos", output_dir="o")) == 4 * os.cpu_count()
+    assert conversion_threads(ConvertConfig(source="photos", output_dir="o", threads=3)) == 3
+    chosen = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    assert default_pipeline_args(chosen) == [*chosen, "--runner=FnApiRunner"]
     dataflow = ["--runner", "DataflowRunner", "--project", "p", "--region", "europe-west4"]
     assert default_pipeline_args(dataflow) == dataflow
 
