@@ -30,9 +30,10 @@ run: setup ## run the whole pipeline locally (kfp.local) on the demo digits
 test: setup lint ## lint, then run the tests
 	$(VENV)/bin/python -m pytest
 
-lint: setup ## ruff lint and format check
+lint: setup ## ruff lint and format check, hadolint on every Dockerfile
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/hadolint containers/*/Dockerfile
 
 format: setup ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix .

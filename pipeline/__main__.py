@@ -1,18 +1,23 @@
-"""``python -m pipeline``: compile the DAG, or run it locally under ``kfp.local``."""
+"""``python -m pipeline``: compile the DAG, run it locally under ``kfp.local``, submit it to Vertex AI Pipelines, and
+schedule it to retrain."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from components.cli import UsageError, configure_logging, run_main
+from pipeline.accelerators import ACCELERATORS, DEFAULT_ACCELERATOR
 from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, Images
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pipeline",
-        description="Compile the image-classification DAG to pipeline.yaml, or run it locally under kfp.local.",
+        description="Compile the image-classification DAG to pipeline.yaml, run it locally under kfp.local, submit "
+        "it to Vertex AI Pipelines, or schedule it to retrain. Vertex AI settings: flags over environment variables "
+        "(TPU_PIPELINE_PROJECT, TPU_PIPELINE_REGION, ...) over a YAML config file (--config) over defaults.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -23,6 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--registry", default=DEFAULT_REGISTRY, help="registry of the step images (default %(default)s)"
     )
     compile_cmd.add_argument("--tag", default=DEFAULT_TAG, help="tag of the step images (default %(default)s)")
+    compile_cmd.add_argument(
+        "--accelerator",
+        default=DEFAULT_ACCELERATOR,
+        metavar="TARGET",
+        help=f"what the training step runs on in Vertex AI: {', '.join(ACCELERATORS)} (default %(default)s)",
+    )
 
     local_cmd = commands.add_parser(
         "run-local",
@@ -79,17 +90,113 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ARG",
         help="a Beam pipeline option for the convert step, e.g. --beam-arg=--direct_num_workers=2",
     )
+    submit_cmd = commands.add_parser(
+        "submit",
+        help="submit pipeline.yaml to Vertex AI Pipelines",
+        description="Create a Vertex AI PipelineJob from the compiled pipeline and submit it; print its resource "
+        "name and console link; with --wait, follow its state to the end.",
+    )
+    add_vertex_options(submit_cmd)
+    submit_cmd.add_argument("--job-id", default="", help="the job's id (default: <pipeline name>-<timestamp>)")
+    submit_cmd.add_argument("--wait", action="store_true", help="follow the job's state until it ends")
+    submit_cmd.add_argument(
+        "--poll-interval", type=float, default=30.0, help="seconds between state checks with --wait (default 30)"
+    )
+
+    schedule_cmd = commands.add_parser(
+        "schedule", help="create, list, pause, resume or delete retraining schedules on Vertex AI"
+    )
+    schedule_actions = schedule_cmd.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = schedule_actions.add_parser(
+        "create",
+        help="schedule the pipeline on a cron",
+        description="Run the pipeline on a cron schedule. With caching on, a rerun over unchanged data reuses the "
+        "conversion and every step after it (the fingerprint step sees no change).",
+    )
+    add_vertex_options(create)
+    create.add_argument(
+        "--cron", required=True, help='[TZ=Area/City] MINUTE HOUR DAY MONTH WEEKDAY, e.g. "TZ=Europe/Paris 0 3 * * 1"'
+    )
+    create.add_argument("--name", default="", help="the schedule's display name (default: <pipeline>-retrain)")
+    create.add_argument(
+        "--max-concurrent-runs", type=int, default=1, help="runs that may overlap (default %(default)s)"
+    )
+    create.add_argument("--max-runs", type=int, default=None, help="stop after this many runs (default: no limit)")
+    listing = schedule_actions.add_parser("list", help="list the schedules")
+    add_vertex_options(listing, for_jobs=False)
+    listing.add_argument("--name", default="", help="only schedules with this display name")
+    for action in ("pause", "resume", "delete"):
+        changer = schedule_actions.add_parser(action, help=f"{action} a schedule")
+        add_vertex_options(changer, for_jobs=False)
+        changer.add_argument("schedule", help="the schedule's resource name, id or display name")
     return parser
+
+
+def add_vertex_options(parser: argparse.ArgumentParser, for_jobs: bool = True) -> None:
+    """The Vertex AI settings; each defaults to None so that environment variables and the config file can fill it."""
+    group = parser.add_argument_group("Vertex AI (flags over TPU_PIPELINE_* variables over --config over defaults)")
+    group.add_argument("--config", help="YAML config file of settings (see pipeline/vertex.example.yaml)")
+    group.add_argument("--project", help="Google Cloud project (TPU_PIPELINE_PROJECT, GOOGLE_CLOUD_PROJECT)")
+    group.add_argument("--region", help="Vertex AI region, e.g. europe-west4 (TPU_PIPELINE_REGION)")
+    group.add_argument("--api-endpoint", help="API endpoint, e.g. a private one (default: <region>-aiplatform...)")
+    group.add_argument("--anonymous", action="store_true", default=None, help="send no credentials (local endpoints)")
+    group.add_argument(
+        "--retry-timeout", type=float, help="seconds to keep retrying calls answered 429 or 503 (default 120)"
+    )
+    if not for_jobs:
+        return
+    group.add_argument("--template", help="compiled pipeline (default pipeline.yaml)")
+    group.add_argument("--pipeline-root", help="gs:// folder for the run's artifacts (TPU_PIPELINE_PIPELINE_ROOT)")
+    group.add_argument("--service-account", help="service account the run uses (TPU_PIPELINE_SERVICE_ACCOUNT)")
+    group.add_argument("--network", help="VPC network to peer, projects/N/global/networks/NAME")
+    group.add_argument("--display-name", help="display name (default: the pipeline's name)")
+    group.add_argument("--label", action="append", dest="label_pairs", metavar="KEY=VALUE", help="a label; repeat")
+    group.add_argument(
+        "--param", action="append", dest="param_pairs", metavar="NAME=VALUE", help="a pipeline parameter; repeat"
+    )
+    caching = group.add_mutually_exclusive_group()
+    caching.add_argument("--cache", dest="enable_caching", action="store_true", default=None, help="reuse cached steps")
+    caching.add_argument("--no-cache", dest="enable_caching", action="store_false", help="run every step again")
+
+
+def vertex_settings(args: argparse.Namespace):
+    from pipeline.vertex import SETTING_NAMES, load_settings, parse_pairs
+
+    flags = {name: getattr(args, name) for name in SETTING_NAMES if hasattr(args, name)}
+    flags["labels"] = parse_pairs(getattr(args, "label_pairs", None), "--label")
+    flags["parameters"] = parse_pairs(getattr(args, "param_pairs", None), "--param")
+    return load_settings(flags, config_path=args.config)
+
+
+def run_vertex(args: argparse.Namespace) -> int:
+    from pipeline import vertex
+
+    settings = vertex_settings(args)
+    try:
+        if args.command == "submit":
+            vertex.submit(settings, job_id=args.job_id, wait=args.wait, poll_seconds=args.poll_interval)
+        elif args.action == "create":
+            vertex.create_schedule(settings, args.cron, args.name, args.max_concurrent_runs, args.max_runs)
+        elif args.action == "list":
+            vertex.list_schedules(settings, args.name)
+        else:
+            vertex.change_schedule(settings, args.action, args.schedule)
+    except vertex.VertexError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
+    if args.command in ("submit", "schedule"):
+        return run_vertex(args)
     if args.command == "compile":
         from pipeline.compile import compile_pipeline
 
-        path = compile_pipeline(args.output, Images(registry=args.registry, tag=args.tag))
-        print(f"compiled the pipeline to {path}")
+        path = compile_pipeline(args.output, Images(registry=args.registry, tag=args.tag), args.accelerator)
+        print(f"compiled the pipeline for {args.accelerator} to {path}")
         return 0
     from pipeline.local import SUMMARY_FILE, LocalRunConfig, format_summary, run_local
 

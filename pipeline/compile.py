@@ -5,13 +5,19 @@ from __future__ import annotations
 import os
 import tempfile
 
+from pipeline.accelerators import DEFAULT_ACCELERATOR
 from pipeline.images import DEFAULT_IMAGES, Images
 
 DEFAULT_OUTPUT = "pipeline.yaml"
 
 
-def compile_pipeline(output: str = DEFAULT_OUTPUT, images: Images = DEFAULT_IMAGES) -> str:
-    """Compiles the pipeline into ``output`` (written to a temporary name, then renamed); returns the path."""
+def compile_pipeline(
+    output: str = DEFAULT_OUTPUT, images: Images = DEFAULT_IMAGES, accelerator: str = DEFAULT_ACCELERATOR
+) -> str:
+    """Compiles the pipeline for ``accelerator`` into ``output`` (written to a temporary name, then renamed)."""
+    from pipeline.accelerators import machine_spec
+
+    machine_spec(accelerator)  # a one-line error before anything is written
     from kfp import compiler
 
     from pipeline.dag import build_pipeline
@@ -21,7 +27,7 @@ def compile_pipeline(output: str = DEFAULT_OUTPUT, images: Images = DEFAULT_IMAG
     handle, temporary = tempfile.mkstemp(prefix=".pipeline-", suffix=".yaml", dir=directory)
     os.close(handle)
     try:
-        compiler.Compiler().compile(build_pipeline(images), temporary)
+        compiler.Compiler().compile(build_pipeline(images, accelerator), temporary)
         os.replace(temporary, output)
     except BaseException:
         os.unlink(temporary)

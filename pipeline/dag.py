@@ -1,6 +1,6 @@
 """The KFP v2 DAG: convert -> train -> evaluate -> export. Knows the steps only through their KFP wrappers."""
 
-from typing import List, NamedTuple
+from typing import List, NamedTuple, Optional
 
 from kfp import dsl
 
@@ -14,12 +14,19 @@ from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
 PIPELINE_NAME = "tpu-image-classifier"
 
 
-def build_pipeline(images: Images = DEFAULT_IMAGES):
-    """Returns the pipeline function, its steps running in ``images``."""
+def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] = None):
+    """Returns the pipeline function, its steps running in ``images``.
+
+    ``accelerator`` (a name in ``pipeline.accelerators.ACCELERATORS``): the training step becomes a Vertex AI custom
+    job on that machine, in its image (Google Cloud Pipeline Components' ``create_custom_training_job_from_component``).
+    None: every step is a plain container step, as ``kfp.local`` runs them.
+    """
     image = images.uri(PIPELINE_IMAGE)
     fingerprint_op = make_fingerprint_component(image)
     convert_op = convert_component(image)
-    train_op = train_component(image)
+    train_op, train_options = train_component(image), {}
+    if accelerator is not None:
+        train_op, train_options = custom_training_job(images, accelerator)
     evaluate_op = evaluate_component(image)
     export_op = export_component(image)
 
@@ -72,6 +79,7 @@ def build_pipeline(images: Images = DEFAULT_IMAGES):
             beam_args=beam_args,
         ).set_display_name("convert to TFRecords")
         trained = train_op(
+            **train_options,
             examples=converted.outputs["examples"],
             model_name=model_name,
             epochs=epochs,
@@ -102,3 +110,27 @@ def build_pipeline(images: Images = DEFAULT_IMAGES):
         )
 
     return image_classifier
+
+
+def custom_training_job(images: Images, accelerator: str):
+    """The train component as a Vertex AI custom job on ``accelerator``'s machine, and the call arguments it needs."""
+    import copy
+
+    from google_cloud_pipeline_components.v1.custom_job import create_custom_training_job_from_component
+
+    from pipeline.accelerators import machine_spec
+
+    spec = machine_spec(accelerator)
+    job_op = create_custom_training_job_from_component(
+        train_component(images.uri(spec.image)),
+        display_name=f"train-{accelerator}",
+        machine_type=spec.machine_type,
+        accelerator_type=spec.accelerator_type,
+        accelerator_count=spec.accelerator_count or 1,
+    )
+    options = {}
+    if spec.tpu_topology:  # not an argument of the GCPC helper: set it in the worker pool's machine spec
+        worker_pools = copy.deepcopy(job_op.component_spec.inputs["worker_pool_specs"].default)
+        worker_pools[0]["machine_spec"] = spec.as_vertex()
+        options["worker_pool_specs"] = worker_pools
+    return job_op, options

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ CLASSES = ("cat", "dog", "fish")
 # the in-process runner (also the default since conversion threads use the cores); spelt out for the unit tests
 IN_MEMORY = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
 TINY_SIZE = 16
+BUCKET = "pipeline-test"
 
 
 def image_bytes(color, size=(40, 30), fmt="JPEG", seed=0) -> bytes:
@@ -100,3 +102,27 @@ def run_cli(*args: str, cwd: str | None = None, timeout: int = 600) -> subproces
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    """gcp-storage-emulator on 127.0.0.1 with bucket ``BUCKET``; ``STORAGE_EMULATOR_HOST`` points the real clients
+    at it. Yields the bucket (an anonymous ``google.cloud.storage`` client)."""
+    from gcp_storage_emulator.server import create_server
+    from google.cloud import storage
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=BUCKET)
+    server.start()
+    previous = os.environ.get("STORAGE_EMULATOR_HOST")
+    os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
+    try:
+        yield storage.Client.create_anonymous_client().bucket(BUCKET)
+    finally:
+        server.stop()
+        if previous is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = previous

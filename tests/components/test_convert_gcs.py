@@ -1,42 +1,15 @@
 """Cloud paths: images read from and TFRecords written to gs://, with the real Beam and Cloud Storage clients
-pointed at gcp-storage-emulator on 127.0.0.1 (started here). Beam looks for Google credentials first (about 24 s of
+pointed at gcp-storage-emulator on 127.0.0.1 (the `gcs` fixture). Beam looks for Google credentials first (about 24 s of
 retries, once per process) and then connects anonymously, as it would on a laptop without credentials."""
 
 from __future__ import annotations
-
-import os
-import socket
 
 import pytest
 
 from components.convert.core import ConvertConfig, list_image_folder, run
 from components.schema import SPLITS
 from components.storage import read_json
-from tests.conftest import COLORS, IN_MEMORY, image_bytes
-
-BUCKET = "pipeline-test"
-
-
-@pytest.fixture(scope="module")
-def gcs():
-    from gcp_storage_emulator.server import create_server
-    from google.cloud import storage
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=BUCKET)
-    server.start()
-    previous = os.environ.get("STORAGE_EMULATOR_HOST")
-    os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
-    try:
-        yield storage.Client.create_anonymous_client().bucket(BUCKET)
-    finally:
-        server.stop()
-        if previous is None:
-            os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = previous
+from tests.conftest import BUCKET, COLORS, IN_MEMORY, image_bytes
 
 
 def test_converts_a_gcs_folder_into_gcs_tfrecords(gcs):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import yaml
 
+from pipeline.accelerators import ACCELERATORS, DEFAULT_ACCELERATOR
 from pipeline.compile import compile_pipeline
-from pipeline.images import Images
+from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, Images
 from tests.conftest import REPO_ROOT, run_cli
 
 COMMITTED = os.path.join(REPO_ROOT, "pipeline.yaml")
@@ -42,20 +44,100 @@ def test_dag_is_fingerprint_convert_train_evaluate_export():
     assert spec["root"]["inputDefinitions"]["parameters"]["image_size"]["defaultValue"] == 192
 
 
+GCPC_LAUNCHER = "gcr.io/ml-pipeline/google-cloud-pipeline-components:"
+
+
+def train_machine(spec: dict) -> tuple[dict, str]:
+    """The training custom job's first worker pool: (machine spec, image)."""
+    task = spec["root"]["dag"]["tasks"]["train"]
+    given = task["inputs"]["parameters"].get("worker_pool_specs")
+    if given:
+        pools = given["runtimeValue"]["constant"]
+    else:
+        component = spec["components"][task["componentRef"]["name"]]
+        pools = component["inputDefinitions"]["parameters"]["worker_pool_specs"]["defaultValue"]
+    return pools[0]["machine_spec"], pools[0]["container_spec"]["image_uri"]
+
+
+def our_images(spec: dict) -> set[str]:
+    """Every image the pipeline runs our code in: the steps' containers and the training job's worker pool."""
+    images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
+    images = {image for image in images if not image.startswith(GCPC_LAUNCHER)}
+    return images | {train_machine(spec)[1]}
+
+
 def test_registry_and_tag_are_compile_time_choices(tmp_path):
     path = compile_pipeline(str(tmp_path / "p.yaml"), Images(registry="europe-docker.pkg.dev/acme/ml", tag="v7"))
-    executors = without_sdk_version(path)["deploymentSpec"]["executors"]
-    assert {e["container"]["image"] for e in executors.values()} == {"europe-docker.pkg.dev/acme/ml/pipeline:v7"}
+    assert our_images(without_sdk_version(path)) == {
+        "europe-docker.pkg.dev/acme/ml/pipeline:v7",
+        "europe-docker.pkg.dev/acme/ml/train-tpu:v7",
+    }
 
 
 def test_every_image_in_pipeline_yaml_has_a_dockerfile():
-    executors = without_sdk_version(COMMITTED)["deploymentSpec"]["executors"]
-    for executor in executors.values():
-        name = executor["container"]["image"].rsplit("/", 1)[-1].split(":")[0]
+    spec = without_sdk_version(COMMITTED)
+    for image in our_images(spec):
+        name = image.rsplit("/", 1)[-1].split(":")[0]
         assert os.path.exists(os.path.join(REPO_ROOT, "containers", name, "Dockerfile")), name
+    launchers = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()} - our_images(spec)
+    assert launchers == {GCPC_LAUNCHER + "2.22.0"}  # Google's, pinned with google-cloud-pipeline-components
+
+
+EXPECTED_MACHINES = {
+    "cpu": ({"machine_type": "n1-standard-8"}, "pipeline"),
+    "t4": ({"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 1},
+           "pipeline"),
+    "l4": ({"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}, "pipeline"),
+    "a100": ({"machine_type": "a2-highgpu-1g", "accelerator_type": "NVIDIA_TESLA_A100", "accelerator_count": 1},
+             "pipeline"),
+    "v2-8": ({"machine_type": "cloud-tpu", "accelerator_type": "TPU_V2", "accelerator_count": 8}, "train-tpu"),
+    "v3-8": ({"machine_type": "cloud-tpu", "accelerator_type": "TPU_V3", "accelerator_count": 8}, "train-tpu"),
+    "v5e-1": ({"machine_type": "ct5lp-hightpu-1t", "tpu_topology": "1x1"}, "train-tpu"),
+    "v5e-4": ({"machine_type": "ct5lp-hightpu-4t", "tpu_topology": "2x2"}, "train-tpu"),
+    "v5e-8": ({"machine_type": "ct5lp-hightpu-8t", "tpu_topology": "2x4"}, "train-tpu"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("target", sorted(ACCELERATORS))
+def test_each_target_compiles_to_its_machine_spec(tmp_path, target):
+    spec = without_sdk_version(compile_pipeline(str(tmp_path / "p.yaml"), accelerator=target))
+    machine, image = train_machine(spec)
+    expected_machine, expected_image = EXPECTED_MACHINES[target]
+    assert machine == expected_machine
+    assert image == f"{DEFAULT_REGISTRY}/{expected_image}:{DEFAULT_TAG}"
+    # the other steps stay where they were
+    assert sorted(spec["root"]["dag"]["tasks"]) == ["convert", "evaluate", "export", "fingerprint", "train"]
+
+
+def test_the_committed_pipeline_is_the_default_target():
+    assert train_machine(without_sdk_version(COMMITTED))[0] == EXPECTED_MACHINES[DEFAULT_ACCELERATOR][0]
+
+
+def test_an_unknown_target_is_one_line_exit_2(tmp_path):
+    result = run_cli("pipeline", "compile", "--accelerator", "v9-1024", "--output", str(tmp_path / "p.yaml"))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("error: --accelerator 'v9-1024' is not a target: use")
+    assert not (tmp_path / "p.yaml").exists()
 
 
 def test_compile_cli_writes_the_file(tmp_path):
     result = run_cli("pipeline", "compile", "--output", str(tmp_path / "out.yaml"))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out.yaml").exists()
+
+
+def test_every_dockerfile_passes_hadolint():
+    import glob
+    import subprocess
+    import sys
+
+    hadolint = os.path.join(os.path.dirname(sys.executable), "hadolint")
+    dockerfiles = sorted(glob.glob(os.path.join(REPO_ROOT, "containers", "*", "Dockerfile")))
+    assert len(dockerfiles) >= 3  # the step image, the TPU trainer, the Beam worker
+    for dockerfile in dockerfiles:
+        result = subprocess.run([hadolint, dockerfile], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+        with open(dockerfile) as handle:
+            text = handle.read()
+        assert "uv.lock" in text and "--locked" in text  # installs from the one lock file
+        assert ":latest" not in text and "FROM " in text

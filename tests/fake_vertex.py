@@ -1,0 +1,170 @@
+"""A local stand-in for the Vertex AI REST API (v1), enough for pipeline jobs, schedules and model uploads.
+
+The real ``google-cloud-aiplatform`` client talks to it (``api_endpoint="http://127.0.0.1:PORT"``,
+``api_transport="rest"``). It records every request (method, path, query, JSON body) for the tests to check, moves a
+job from PENDING to RUNNING to its final state as it is polled, and injects faults: ``fail(method, fragment,
+[503, 503])`` answers the next matching requests with those status codes, in Google's JSON error format.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+STATUS_NAMES = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ALREADY_EXISTS",
+                429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}  # fmt: skip
+PERMISSIONS = {"pipelineJobs": "aiplatform.pipelineJobs.create", "schedules": "aiplatform.schedules.create",
+               "models": "aiplatform.models.upload"}  # fmt: skip
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict
+    body: dict | None
+
+
+@dataclass
+class FakeVertex:
+    """State and fault plan; ``url`` once started."""
+
+    final_state: str = "PIPELINE_STATE_SUCCEEDED"
+    requests: list[Request] = field(default_factory=list)
+    jobs: dict[str, dict] = field(default_factory=dict)
+    schedules: dict[str, dict] = field(default_factory=dict)
+    models: dict[str, dict] = field(default_factory=dict)
+    faults: list[tuple[str, str, list[int]]] = field(default_factory=list)
+    url: str = ""
+    ids: itertools.count = field(default_factory=lambda: itertools.count(1000))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def fail(self, method: str, fragment: str, codes: list[int]) -> None:
+        """The next ``len(codes)`` requests whose path contains ``fragment`` get those status codes."""
+        self.faults.append((method, fragment, list(codes)))
+
+    def bodies(self, method: str, fragment: str) -> list[dict]:
+        return [r.body for r in self.requests if r.method == method and fragment in r.path]
+
+    # -- request handling ----------------------------------------------------------------------------------------
+
+    def handle(self, method: str, path: str, query: dict, body: dict | None) -> tuple[int, dict]:
+        with self.lock:
+            self.requests.append(Request(method, path, query, body))
+            for fault in self.faults:
+                fault_method, fragment, codes = fault
+                if fault_method == method and fragment in path and codes:
+                    code = codes.pop(0)
+                    return code, self.error(code, path)
+            return self.route(method, path, query, body or {})
+
+    def error(self, code: int, path: str) -> dict:
+        collection = next((name for name in PERMISSIONS if f"/{name}" in path), "pipelineJobs")
+        message = {
+            403: f"Permission '{PERMISSIONS[collection]}' denied on resource '{path}' (or it may not exist).",
+            409: "A resource with this name already exists.",
+            429: "Quota exceeded for aiplatform.googleapis.com/pipeline_job_create_requests.",
+            503: "The service is currently unavailable.",
+        }.get(code, "fault injected by the test")
+        return {"error": {"code": code, "message": message, "status": STATUS_NAMES.get(code, "UNKNOWN")}}
+
+    def route(self, method: str, path: str, query: dict, body: dict) -> tuple[int, dict]:
+        match = re.match(r"^/v1/(projects/[^/]+/locations/[^/]+)/(.*)$", path)
+        if not match:
+            return 404, self.error(404, path)
+        parent, rest = match.groups()
+        if rest == "pipelineJobs" and method == "POST":
+            job_id = query.get("pipelineJobId", [f"job-{next(self.ids)}"])[0]
+            name = f"{parent}/pipelineJobs/{job_id}"
+            if name in self.jobs:
+                return 409, self.error(409, path)
+            job = {**body, "name": name, "state": "PIPELINE_STATE_PENDING", "createTime": "2026-11-21T00:00:00Z"}
+            self.jobs[name] = job
+            return 200, job
+        if rest.startswith("pipelineJobs/") and method == "GET":
+            name = f"{parent}/{rest}"
+            if name not in self.jobs:
+                return 404, self.error(404, path)
+            job = self.jobs[name]
+            # each read moves the job on: PENDING, RUNNING for three reads, then the final state
+            job["_reads"] = job.get("_reads", 0) + 1
+            order = ["PIPELINE_STATE_PENDING", *["PIPELINE_STATE_RUNNING"] * 3, self.final_state]
+            job["state"] = order[min(job["_reads"], len(order) - 1)]
+            if job["state"] == "PIPELINE_STATE_FAILED":
+                job["error"] = {"code": 9, "message": "The DAG failed because some tasks failed: train."}
+            return 200, job
+        if rest == "schedules" and method == "POST":
+            name = f"{parent}/schedules/{next(self.ids)}"
+            schedule = {**body, "name": name, "state": "ACTIVE", "createTime": "2026-11-21T00:00:00Z"}
+            self.schedules[name] = schedule
+            return 200, schedule
+        if rest == "schedules" and method == "GET":
+            wanted = re.search(r'display_name="([^"]*)"', query.get("filter", [""])[0])
+            found = [s for s in self.schedules.values() if not wanted or s.get("displayName") == wanted.group(1)]
+            return 200, {"schedules": found}
+        schedule_match = re.match(r"^(schedules/[^/:]+)(?::(pause|resume))?$", rest)
+        if schedule_match:
+            name = f"{parent}/{schedule_match.group(1)}"
+            if name not in self.schedules:
+                return 404, self.error(404, path)
+            action = schedule_match.group(2)
+            if method == "POST" and action:
+                self.schedules[name]["state"] = "PAUSED" if action == "pause" else "ACTIVE"
+                return 200, {}
+            if method == "GET":
+                return 200, self.schedules[name]
+            if method == "DELETE":
+                del self.schedules[name]
+                return 200, self.operation(parent, {"@type": "type.googleapis.com/google.protobuf.Empty"})
+        if rest == "models:upload" and method == "POST":
+            model_id = str(next(self.ids))
+            parent_model = body.get("parentModel", "")
+            name = parent_model or f"{parent}/models/{model_id}"
+            versions = self.models.setdefault(name, {"versions": []})["versions"]
+            versions.append(body.get("model", {}))
+            response = {"@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
+                        "model": name, "modelVersionId": str(len(versions))}  # fmt: skip
+            return 200, self.operation(parent, response)
+        if rest.startswith("models/") and method == "GET":
+            name = f"{parent}/{rest.split('@')[0]}"
+            if name not in self.models:
+                return 404, self.error(404, path)
+            versions = self.models[name]["versions"]
+            return 200, {**versions[-1], "name": name, "versionId": str(len(versions))}
+        return 404, self.error(404, path)
+
+    def operation(self, parent: str, response: dict) -> dict:
+        return {"name": f"{parent}/operations/{next(self.ids)}", "done": True, "response": response}
+
+
+def start(fake: FakeVertex) -> ThreadingHTTPServer:
+    """Serves ``fake`` on 127.0.0.1 (a free port) in a daemon thread; sets ``fake.url``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            parsed = urlparse(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            body = json.loads(raw) if raw else None
+            code, payload = fake.handle(self.command, parsed.path, parse_qs(parsed.query), body)
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_DELETE = do_PATCH = _serve  # noqa: N815 (http.server's names)
+
+        def log_message(self, *args) -> None:  # quiet
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    return server

@@ -1,0 +1,242 @@
+"""Submit and schedule contract tests: the real google-cloud-aiplatform client (REST transport, anonymous
+credentials) against the fake Vertex AI server started here, and the pipeline root's bucket in gcp-storage-emulator.
+The tests check the request bodies the client sends, and what users see when the server refuses."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+
+from components.cli import UsageError
+from pipeline.__main__ import main
+from pipeline.vertex import load_settings
+from tests.conftest import BUCKET, REPO_ROOT, run_cli
+from tests.fake_vertex import FakeVertex, start
+
+PARENT = "projects/demo-project/locations/europe-west4"
+SOURCE = "gs://data/flower_photos"
+
+
+@pytest.fixture
+def vertex(gcs, monkeypatch, tmp_path):
+    """A fresh fake server; the environment cleared of settings; a config file that makes retries quick."""
+    for name in list(os.environ):
+        if name.startswith("TPU_PIPELINE_") or name in ("GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_REGION"):
+            monkeypatch.delenv(name)
+    # the one edge the fake cannot stand in for: before submitting, the client asks Cloud Resource Manager (over
+    # gRPC) for the project's number, to check that the pipeline root's bucket belongs to it
+    from gcp_storage_emulator import settings as emulator_settings
+    from google.cloud.aiplatform.utils import resource_manager_utils
+
+    monkeypatch.setattr(
+        resource_manager_utils, "get_project_number", lambda *a, **k: emulator_settings.DEFAULT_PROJECT_NUMBER
+    )
+    fake = FakeVertex()
+    server = start(fake)
+    config = tmp_path / "vertex.yaml"
+    config.write_text("retry_initial: 0.05\nretry_timeout: 2\n")
+    fake.args = [
+        "--config", str(config), "--project", "demo-project", "--region", "europe-west4",
+        "--api-endpoint", fake.url, "--anonymous",
+    ]  # fmt: skip
+    fake.job_args = [*fake.args, "--pipeline-root", f"gs://{BUCKET}/root", "--param", f"source={SOURCE}"]
+    yield fake
+    server.shutdown()
+
+
+def compiled() -> dict:
+    with open(os.path.join(REPO_ROOT, "pipeline.yaml")) as handle:
+        return yaml.safe_load(handle)
+
+
+def test_submit_sends_the_compiled_pipeline_with_its_settings(vertex, capsys):
+    code = main([
+        "submit", *vertex.job_args, "--param", "epochs=3", "--param", "learning_rate=0.01",
+        "--service-account", "trainer@demo-project.iam.gserviceaccount.com", "--label", "team=vision",
+        "--label", "trigger=manual", "--job-id", "flowers-1",
+    ])  # fmt: skip
+    assert code == 0
+    (body,) = vertex.bodies("POST", "/pipelineJobs")
+    assert body["pipelineSpec"] == compiled()
+    assert body["runtimeConfig"]["gcsOutputDirectory"] == f"gs://{BUCKET}/root"
+    assert body["runtimeConfig"]["parameterValues"] == {"source": SOURCE, "epochs": 3, "learning_rate": 0.01}
+    assert body["serviceAccount"] == "trainer@demo-project.iam.gserviceaccount.com"
+    assert {"team": "vision", "trigger": "manual"}.items() <= body["labels"].items()
+    request = next(r for r in vertex.requests if r.method == "POST")
+    assert request.query["pipelineJobId"] == ["flowers-1"]
+    out = capsys.readouterr().out
+    assert f"submitted {PARENT}/pipelineJobs/flowers-1" in out
+    link = "console.cloud.google.com/vertex-ai/locations/europe-west4/pipelines/runs/flowers-1?project=demo-project"
+    assert link in out
+
+
+def test_no_cache_and_wait_follow_the_job_to_the_end(vertex, capsys):
+    assert main(["submit", *vertex.job_args, "--no-cache", "--wait", "--poll-interval", "0"]) == 0
+    (body,) = vertex.bodies("POST", "/pipelineJobs")
+    tasks = body["pipelineSpec"]["root"]["dag"]["tasks"]
+    assert tasks and all(task["cachingOptions"].get("enableCache", False) is False for task in tasks.values())
+    out = capsys.readouterr().out
+    assert "PIPELINE_STATE_RUNNING" in out and "PIPELINE_STATE_SUCCEEDED" in out
+
+
+def test_a_failed_run_is_one_line_and_exit_1(vertex, capsys):
+    vertex.final_state = "PIPELINE_STATE_FAILED"
+    assert main(["submit", *vertex.job_args, "--wait", "--poll-interval", "0"]) == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: pipeline job projects/") and "ended PIPELINE_STATE_FAILED" in error
+    assert "some tasks failed: train" in error
+
+
+@pytest.mark.parametrize(
+    "codes, expected",
+    [
+        ([403], "permission denied: the caller lacks aiplatform.pipelineJobs.create"),
+        ([429] * 50, "still answered 429 TooManyRequests after retrying for 2s"),
+        ([503] * 50, "still answered 503 ServiceUnavailable after retrying for 2s"),
+    ],
+)
+def test_refusals_are_one_line_errors(vertex, capsys, codes, expected):
+    vertex.fail("POST", "/pipelineJobs", codes)
+    assert main(["submit", *vertex.job_args]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and expected in lines[0], lines
+    assert "roles/aiplatform.user" in lines[0] or codes[0] != 403
+
+
+def test_429_and_503_are_retried_then_succeed(vertex, capsys):
+    vertex.fail("POST", "/pipelineJobs", [503, 429])
+    assert main(["submit", *vertex.job_args]) == 0
+    assert len(vertex.bodies("POST", "/pipelineJobs")) == 3
+    assert len(vertex.jobs) == 1
+
+
+def test_a_duplicate_job_id_is_a_clear_error(vertex, capsys):
+    assert main(["submit", *vertex.job_args, "--job-id", "nightly"]) == 0
+    assert main(["submit", *vertex.job_args, "--job-id", "nightly"]) == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: submit the pipeline: the name is taken") and "another name or job id" in error
+
+
+def test_schedule_create_list_pause_resume_delete(vertex, capsys):
+    cron = "TZ=Europe/Paris 0 3 * * 1"
+    assert main([
+        "schedule", "create", *vertex.job_args, "--cron", cron, "--name", "weekly-retrain",
+        "--max-concurrent-runs", "2", "--max-runs", "10",
+        "--service-account", "sa@demo-project.iam.gserviceaccount.com",
+    ]) == 0  # fmt: skip
+    (body,) = vertex.bodies("POST", "/schedules")
+    assert body["cron"] == cron and body["displayName"] == "weekly-retrain"
+    assert int(body["maxConcurrentRunCount"]) == 2 and int(body["maxRunCount"]) == 10
+    job = body["createPipelineJobRequest"]["pipelineJob"]
+    assert job["pipelineSpec"] == compiled()
+    assert job["runtimeConfig"]["gcsOutputDirectory"] == f"gs://{BUCKET}/root"
+    assert job["runtimeConfig"]["parameterValues"] == {"source": SOURCE}
+    assert job["serviceAccount"] == "sa@demo-project.iam.gserviceaccount.com"
+    (name,) = vertex.schedules
+    assert main(["schedule", "list", *vertex.args]) == 0
+    assert f"{name}  weekly-retrain  ACTIVE  {cron}" in capsys.readouterr().out
+    assert main(["schedule", "pause", *vertex.args, "weekly-retrain"]) == 0  # by display name
+    assert vertex.schedules[name]["state"] == "PAUSED"
+    assert main(["schedule", "resume", *vertex.args, name.rsplit("/", 1)[-1]]) == 0  # by id
+    assert vertex.schedules[name]["state"] == "ACTIVE"
+    assert main(["schedule", "delete", *vertex.args, name]) == 0  # by resource name
+    assert not vertex.schedules
+    with pytest.raises(UsageError, match="no schedule named 'weekly-retrain'"):
+        main(["schedule", "pause", *vertex.args, "weekly-retrain"])
+
+
+@pytest.mark.parametrize("cron", ["0 3 * *", "TZ=Mars/Olympus 0 3 * * 1", "every monday"])
+def test_a_wrong_cron_is_a_one_line_error(vertex, cron):
+    with pytest.raises(UsageError, match="--cron"):
+        main(["schedule", "create", *vertex.job_args, "--cron", cron])
+    assert not vertex.requests
+
+
+def test_settings_precedence_flags_over_environment_over_config_over_defaults(tmp_path):
+    config = tmp_path / "vertex.yaml"
+    config.write_text(
+        "project: from-config\nregion: us-central1\npipeline_root: gs://c/root\nlabels: {team: vision, env: dev}\n"
+    )
+    environ = {"TPU_PIPELINE_PROJECT": "from-env", "TPU_PIPELINE_PIPELINE_ROOT": "gs://e/root"}
+    settings = load_settings({"project": "from-flag", "labels": {"env": "prod"}}, environ, str(config))
+    assert settings.project == "from-flag"  # flag over environment over config
+    assert settings.pipeline_root == "gs://e/root"  # environment over config
+    assert settings.region == "us-central1"  # config over default
+    assert settings.labels == {"team": "vision", "env": "prod"}  # merged key by key
+    assert settings.template == "pipeline.yaml" and settings.enable_caching is None  # defaults
+    assert load_settings({}, {"GOOGLE_CLOUD_PROJECT": "adc-project"}).project == "adc-project"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--region", "europe-west4"], "no Google Cloud project: pass --project my-project, set TPU_PIPELINE_PROJECT"),
+        (["--project", "p"], "no region: pass --region europe-west4, set TPU_PIPELINE_REGION"),
+        (["--project", "p", "--region", "Europe West"], "region 'Europe West' is not a Google Cloud region"),
+        (["--project", "p", "--region", "europe-west4"], "no pipeline root: pass --pipeline-root gs://BUCKET/"),
+        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--label", "Team=x"],
+         "label Team=x is not a valid Google Cloud label"),
+        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
+          "--param", "source=x", "--param", "epoch=3"], "pipeline has no parameter 'epoch'"),
+        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous"],
+         "pipeline parameter source is required: pass --param source=VALUE"),
+        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
+          "--param", "source=x", "--param", "epochs=many"], "--param epochs=many is not a number integer"),
+    ],
+)  # fmt: skip
+def test_missing_or_wrong_settings_are_one_line_errors(monkeypatch, args, message):
+    for name in list(os.environ):
+        if name.startswith("TPU_PIPELINE_") or name in ("GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_REGION"):
+            monkeypatch.delenv(name)
+    with pytest.raises(UsageError) as raised:
+        main(["submit", *args])
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_the_example_config_file_loads_and_its_parameters_fit_the_pipeline():
+    from pipeline.vertex import check_settings, pipeline_parameters
+
+    settings = load_settings({}, {}, os.path.join(REPO_ROOT, "pipeline", "vertex.example.yaml"))
+    check_settings(settings)
+    assert settings.enable_caching is True and settings.labels == {"team": "vision", "env": "dev"}
+    template = os.path.join(REPO_ROOT, settings.template)
+    assert pipeline_parameters(template, settings.parameters)["epochs"] == 20
+
+
+def test_a_config_file_with_an_unknown_setting_names_it(tmp_path):
+    config = tmp_path / "vertex.yaml"
+    config.write_text("project: p\nregoin: europe-west4\n")
+    with pytest.raises(UsageError, match=f"config file {config}: unknown setting 'regoin'"):
+        load_settings({}, {}, str(config))
+
+
+def test_no_credentials_is_one_line_exit_2_saying_how(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_PIPELINE_", "GOOGLE_"))}
+    env.update(NO_GCE_CHECK="true", HOME=str(tmp_path), CLOUDSDK_CONFIG=str(tmp_path / "gcloud"))
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "submit", "--project", "p", "--region", "europe-west4",
+         "--pipeline-root", "gs://b/root", "--param", "source=gs://b/photos"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: no Google Cloud credentials: run `gcloud auth application-default login`, or set "
+        "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, or run where a service account is attached"
+    ]
+
+
+def test_the_cli_reports_a_missing_project_as_exit_2():
+    result = run_cli("pipeline", "schedule", "list", "--region", "europe-west4")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("error: no Google Cloud project: pass --project")
+
+
+def test_no_credentials_or_tokens_in_the_compiled_pipeline():
+    text = open(os.path.join(REPO_ROOT, "pipeline.yaml")).read().lower()  # noqa: SIM115
+    for secret in ("private_key", "begin private key", "access_token", "refresh_token", "ya29.", "authorization:"):
+        assert secret not in text
