@@ -90,6 +90,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ARG",
         help="a Beam pipeline option for the convert step, e.g. --beam-arg=--direct_num_workers=2",
     )
+    predict_cmd = commands.add_parser(
+        "predict",
+        help="top labels for image files, from an exported model, on the CPU",
+        description="Print the top labels with their probabilities for each image, from the export step's "
+        "SavedModel. An image that cannot be decoded is reported on one line; the others are still answered "
+        "(exit 2 when any could not be).",
+    )
+    predict_cmd.add_argument("--model", required=True, help="the export step's output dir (or its saved_model/)")
+    predict_cmd.add_argument("images", nargs="+", metavar="IMAGE", help="image files: JPEG, PNG, GIF, BMP, WebP")
+    predict_cmd.add_argument("--top", type=int, default=3, help="labels per image (default %(default)s)")
+    predict_cmd.add_argument("--json", action="store_true", help="one JSON object per image instead of text")
+
     submit_cmd = commands.add_parser(
         "submit",
         help="submit pipeline.yaml to Vertex AI Pipelines",
@@ -168,6 +180,22 @@ def vertex_settings(args: argparse.Namespace):
     return load_settings(flags, config_path=args.config)
 
 
+def run_predict(args: argparse.Namespace) -> int:
+    import json
+
+    from pipeline.predict import predict
+
+    answers, errors = predict(args.model, args.images, args.top)
+    for answer in answers:
+        if args.json:
+            print(json.dumps({"path": answer.path, "top": [{"label": n, "probability": p} for n, p in answer.top]}))
+        else:
+            print(answer.line())
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
+    return 2 if errors else 0
+
+
 def run_vertex(args: argparse.Namespace) -> int:
     from pipeline import vertex
 
@@ -192,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.verbose)
     if args.command in ("submit", "schedule"):
         return run_vertex(args)
+    if args.command == "predict":
+        return run_predict(args)
     if args.command == "compile":
         from pipeline.compile import compile_pipeline
 

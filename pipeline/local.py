@@ -98,6 +98,10 @@ def run_local(config: LocalRunConfig) -> dict:
         "model_dir": outputs["model"].path,
         "metrics_json": os.path.join(outputs["evaluation"].path, "metrics.json"),
         "saved_model_dir": export_report["saved_model"]["path"],
+        "formats": {
+            name: {"path": entry["path"], "bytes": entry["bytes"], "test_accuracy": entry["test_accuracy"]}
+            for name, entry in export_report.get("formats", {}).items()
+        },
         "export_json": os.path.join(exported_dir, "export.json"),
         "pipeline_root": pipeline_root,
         "wall_seconds": round(time.monotonic() - started, 1),
@@ -115,6 +119,11 @@ def format_summary(summary: dict, summary_path: str) -> str:
         ("export parity", f"{summary['export_agreement']:.4f} argmax agreement with the trained model"),
         ("TFRecords", summary["examples_dir"]),
         ("SavedModel", summary["saved_model_dir"]),
+        *(
+            (name, f"{entry['bytes'] / 1e6:.2f} MB, test accuracy {entry['test_accuracy']:.4f}  {entry['path']}")
+            for name, entry in summary.get("formats", {}).items()
+            if name != "saved_model"
+        ),
         ("metrics", summary["metrics_json"]),
         ("summary", summary_path),
     ]

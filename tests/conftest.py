@@ -93,6 +93,17 @@ def trained(converted, tmp_path_factory) -> tuple[str, dict]:
     return model_dir, result
 
 
+@pytest.fixture(scope="session")
+def exported(converted, trained, tmp_path_factory) -> tuple[str, dict]:
+    """The trained model exported for CPU serving; (output dir with saved_model/ and export.json, report)."""
+    from components.export.core import ExportConfig, run
+
+    examples_dir, _ = converted
+    model_dir, _ = trained
+    output = str(tmp_path_factory.mktemp("export"))
+    return output, run(ExportConfig(model_dir=model_dir, examples_dir=examples_dir, output_dir=output))
+
+
 def run_cli(*args: str, cwd: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """Runs ``python -m ...`` in the project's interpreter, the way a user does."""
     return subprocess.run(

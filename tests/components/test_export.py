@@ -8,16 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from components.export.core import ExportConfig, run
 from tests.conftest import CLASSES, COLORS, TINY_SIZE, image_bytes, run_cli
-
-
-@pytest.fixture(scope="module")
-def exported(converted, trained, tmp_path_factory):
-    examples_dir, _ = converted
-    model_dir, _ = trained
-    output = str(tmp_path_factory.mktemp("export"))
-    return output, run(ExportConfig(model_dir=model_dir, examples_dir=examples_dir, output_dir=output))
 
 
 def test_saved_model_serves_jpeg_and_png_of_any_size(exported):
@@ -75,3 +66,24 @@ def test_model_dir_that_is_not_a_training_output_is_a_one_line_error(tmp_path, c
     assert result.stderr.strip().splitlines() == [
         f"error: model dir {tmp_path} has no model_config.json: pass the train step's output"
     ]
+
+
+def test_tflite_float_and_int8_are_exported_with_sizes_and_test_accuracy(exported):
+    import tensorflow as tf
+
+    output, report = exported
+    formats = report["formats"]
+    assert sorted(formats) == ["saved_model", "tflite_float", "tflite_int8"]
+    for entry in formats.values():
+        assert os.path.exists(entry["path"]) and entry["bytes"] > 0
+        assert 0.0 <= entry["test_accuracy"] <= 1.0
+    assert formats["tflite_int8"]["bytes"] < formats["tflite_float"]["bytes"]
+    saved_model, int8 = formats["saved_model"], formats["tflite_int8"]
+    assert report["int8_size_vs_float_weights"] == int8["bytes"] / saved_model["weights_bytes"]
+    assert report["int8_accuracy_drop"] == pytest.approx(saved_model["test_accuracy"] - int8["test_accuracy"])
+    # full-integer: int8 in, int8 out
+    interpreter = tf.lite.Interpreter(model_path=formats["tflite_int8"]["path"])
+    assert interpreter.get_input_details()[0]["dtype"].__name__ == "int8"
+    assert interpreter.get_output_details()[0]["dtype"].__name__ == "int8"
+    with open(os.path.join(output, "export.json")) as handle:
+        assert json.load(handle)["formats"] == formats

@@ -66,3 +66,14 @@ def test_bad_source_is_one_line_exit_2_and_writes_nothing(tmp_path):
         f"error: data path {tmp_path / 'missing'} does not exist: pass a folder of class subfolders of images"
     ]
     assert not work_dir.exists()
+
+
+def test_tflite_exports_of_the_demo_model_are_small_and_accurate(demo_run):
+    _, summary, result = demo_run
+    formats = summary["formats"]
+    assert sorted(formats) == ["saved_model", "tflite_float", "tflite_int8"]
+    with open(summary["export_json"]) as handle:
+        report = json.load(handle)
+    assert report["int8_size_vs_float_weights"] <= 0.30  # the goal: int8 at most 30% of the float weights
+    assert formats["tflite_int8"]["test_accuracy"] >= 0.95 and formats["tflite_float"]["test_accuracy"] >= 0.97
+    assert "tflite_int8" in result.stdout

@@ -1,0 +1,104 @@
+"""Prediction on the CPU, the codelab's last step: the exported SavedModel answers for image files.
+
+Each image is decoded here first (every format the conversion reads, EXIF orientation applied) and handed to the
+``serving_default`` signature as PNG bytes, which resizes it exactly as the conversion did. An image that cannot be
+decoded gets a one-line error naming it; the others are still answered.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from dataclasses import dataclass
+
+from components.cli import UsageError, one_line
+
+EXPORT_FILE = "export.json"
+SAVED_MODEL_DIR = "saved_model"
+
+
+@dataclass
+class Answer:
+    path: str
+    top: list[tuple[str, float]]  # (label, probability), most likely first
+
+    def line(self) -> str:
+        return f"{self.path}: " + ", ".join(f"{label} {probability:.3f}" for label, probability in self.top)
+
+
+def locate_export(model: str) -> tuple[str, list[str]]:
+    """(SavedModel dir or .tflite file, class names) from an export dir (``saved_model/`` + ``export.json``), a
+    SavedModel dir, or a TFLite file of the export."""
+    if model.endswith(".tflite") and os.path.isfile(model):
+        return model, _class_names(os.path.join(os.path.dirname(os.path.abspath(model)), EXPORT_FILE))
+    for saved_model, report in (
+        (os.path.join(model, SAVED_MODEL_DIR), os.path.join(model, EXPORT_FILE)),
+        (model, os.path.join(os.path.dirname(os.path.abspath(model)), EXPORT_FILE)),
+    ):
+        if os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
+            return saved_model, _class_names(report)
+    raise UsageError(
+        f"model {model} is not an export: expected the export step's output (saved_model/ and export.json), "
+        "a SavedModel folder or a .tflite file"
+    )
+
+
+def _class_names(report: str) -> list[str]:
+    if not os.path.isfile(report):
+        return []
+    with open(report, encoding="utf-8") as handle:
+        return json.load(handle).get("class_names", [])
+
+
+def predict(model: str, images: list[str], top: int = 3) -> tuple[list[Answer], list[str]]:
+    """Top-``top`` labels for each readable image, and one-line errors for the others."""
+    from components.decoding import UnusableImageError, decode_rgb_image
+
+    if top < 1:
+        raise UsageError(f"--top {top} must be at least 1")
+    saved_model, class_names = locate_export(model)
+    readable, errors = [], []
+    for path in images:
+        try:
+            with open(path, "rb") as handle:
+                pixels = decode_rgb_image(handle.read())
+        except (OSError, UnusableImageError) as err:
+            errors.append(f"image {path} cannot be used: {one_line(err)}")
+            continue
+        buffer = io.BytesIO()
+        pixels.save(buffer, format="PNG")
+        readable.append((path, buffer.getvalue()))
+    if not readable:
+        return [], errors
+    if saved_model.endswith(".tflite"):
+        probabilities = _tflite_probabilities(saved_model, [content for _, content in readable])
+    else:
+        import tensorflow as tf
+
+        serving = tf.saved_model.load(saved_model).signatures["serving_default"]
+        batch = tf.constant([content for _, content in readable])
+        probabilities = serving(image_bytes=batch)["probabilities"].numpy()
+    names = class_names or [str(i) for i in range(probabilities.shape[1])]
+    answers = []
+    for (path, _), row in zip(readable, probabilities, strict=True):
+        best = row.argsort()[::-1][:top]
+        answers.append(Answer(path, [(names[i], float(row[i])) for i in best]))
+    return answers, errors
+
+
+def _tflite_probabilities(path: str, contents: list[bytes]):
+    """The TFLite model's probabilities: each image resized as the conversion does, scaled to [0, 1]."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components.decoding import decode_rgb_image
+    from components.export.core import tflite_predict
+    from components.imaging import fill_square_pillow
+
+    with open(path, "rb") as handle:
+        content = handle.read()
+    interpreter = tf.lite.Interpreter(model_content=content)
+    size = int(interpreter.get_input_details()[0]["shape"][1])
+    images = [np.asarray(fill_square_pillow(decode_rgb_image(c), size), dtype=np.float32) / 255.0 for c in contents]
+    return tflite_predict(content, np.stack(images))

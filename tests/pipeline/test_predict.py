@@ -1,0 +1,63 @@
+"""``python -m pipeline predict``: the exported SavedModel answers for image files on the CPU, the codelab's last
+step; a bad image is reported on one line and the others are still answered."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from components.cli import UsageError
+from pipeline.__main__ import main
+from tests.conftest import CLASSES, COLORS, image_bytes
+
+
+def write(path, content: bytes) -> str:
+    path.write_bytes(content)
+    return str(path)
+
+
+def test_top_3_labels_for_every_format_and_a_bad_image_reported_alone(exported, tmp_path, capsys):
+    output, _ = exported
+    images = {
+        "cat": write(tmp_path / "cat.jpg", image_bytes(COLORS["cat"], (80, 60), "JPEG", seed=71)),
+        "fish": write(tmp_path / "fish.png", image_bytes(COLORS["fish"], (50, 90), "PNG", seed=72)),
+        "dog": write(tmp_path / "dog.webp", image_bytes(COLORS["dog"], (64, 64), "WEBP", seed=73)),
+    }
+    broken = write(tmp_path / "broken.jpg", b"\xff\xd8 not really a jpeg")
+    code = main(["predict", "--model", output, images["cat"], broken, images["fish"], images["dog"]])
+    assert code == 2  # one image could not be used
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
+    assert len(lines) == 3
+    for line, (truth, path) in zip(lines, images.items(), strict=True):
+        assert line.startswith(f"{path}: ")
+        top = [item.rsplit(" ", 1) for item in line.split(": ", 1)[1].split(", ")]
+        labels, probabilities = [label for label, _ in top], [float(p) for _, p in top]
+        assert len(top) == 3 and set(labels) == set(CLASSES)
+        assert probabilities == sorted(probabilities, reverse=True) and abs(sum(probabilities) - 1.0) < 0.01
+        assert labels[0] == truth
+    (error,) = captured.err.strip().splitlines()
+    assert error.startswith(f"error: image {broken} cannot be used: ")
+
+
+def test_json_output_and_the_saved_model_folder_itself(exported, tmp_path, capsys):
+    output, _ = exported
+    image = write(tmp_path / "fish.jpg", image_bytes(COLORS["fish"], (40, 40), "JPEG", seed=74))
+    assert main(["predict", "--model", f"{output}/saved_model", "--top", "1", "--json", image]) == 0
+    (record,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert record["path"] == image and [t["label"] for t in record["top"]] == ["fish"]
+
+
+def test_a_folder_that_is_not_an_export_is_a_one_line_error(tmp_path):
+    with pytest.raises(UsageError, match=f"model {tmp_path} is not an export: expected the export step's output"):
+        main(["predict", "--model", str(tmp_path), "x.jpg"])
+
+
+@pytest.mark.parametrize("file", ["model_float.tflite", "model_int8.tflite"])
+def test_the_tflite_files_answer_too(exported, tmp_path, capsys, file):
+    output, _ = exported
+    image = write(tmp_path / "cat.jpg", image_bytes(COLORS["cat"], (70, 50), "JPEG", seed=75))
+    assert main(["predict", "--model", f"{output}/{file}", image]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"{image}: cat ")
