@@ -6,7 +6,7 @@ UV := .tools/bin/uv
 INSTALLED := $(VENV)/.installed
 REGISTRY ?= us-docker.pkg.dev/my-project/tpu-image-pipeline
 TAG ?= 0.1.0
-IMAGES := $(notdir $(wildcard containers/*))
+IMAGES := $(notdir $(patsubst %/Dockerfile,%,$(wildcard containers/*/Dockerfile)))
 export UV_PYTHON_DOWNLOADS := never
 
 .DEFAULT_GOAL := help
@@ -45,12 +45,20 @@ compile: setup ## compile the DAG to pipeline.yaml
 lock: | $(UV) ## re-resolve uv.lock after editing pyproject.toml
 	$(UV) lock --python $(PYTHON)
 
-images: ## build and push containers/<name> as $(REGISTRY)/<name>:$(TAG) (needs a Docker engine)
-	@docker info >/dev/null 2>&1 || { echo "error: no Docker engine here: run 'make images' where Docker runs, or use Cloud Build" >&2; exit 2; }
-	@for name in $(IMAGES); do \
-		docker build -f containers/$$name/Dockerfile -t $(REGISTRY)/$$name:$(TAG) . && \
-		docker push $(REGISTRY)/$$name:$(TAG) || exit 1; \
-	done
+images: ## build and push containers/<name> as $(REGISTRY)/<name>:$(TAG) (Docker, or Cloud Build through gcloud)
+	@if docker info >/dev/null 2>&1; then \
+		for name in $(IMAGES); do \
+			docker build -f containers/$$name/Dockerfile -t $(REGISTRY)/$$name:$(TAG) . && \
+			docker push $(REGISTRY)/$$name:$(TAG) || exit 1; \
+		done; \
+	elif command -v gcloud >/dev/null 2>&1; then \
+		for name in $(IMAGES); do \
+			gcloud builds submit . --config containers/cloudbuild.yaml \
+				--substitutions _DOCKERFILE=containers/$$name/Dockerfile,_IMAGE=$(REGISTRY)/$$name:$(TAG) || exit 1; \
+		done; \
+	else \
+		echo "error: neither a Docker engine nor gcloud here: run 'make images' where one of them is" >&2; exit 2; \
+	fi
 
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf runs .pytest_cache .ruff_cache

@@ -115,6 +115,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--poll-interval", type=float, default=30.0, help="seconds between state checks with --wait (default 30)"
     )
 
+    register_cmd = commands.add_parser(
+        "register",
+        help="upload an exported SavedModel to the Vertex AI Model Registry",
+        description="Upload the export step's SavedModel (a gs:// folder) to the Vertex AI Model Registry with the "
+        "prebuilt TensorFlow CPU serving container, as a new default version of --parent-model when given.",
+    )
+    add_vertex_options(register_cmd, for_jobs=False)
+    register_cmd.add_argument("--model", required=True, help="gs:// folder of the exported SavedModel")
+    register_cmd.add_argument("--display-name", default="tpu-image-classifier", help="default %(default)s")
+    register_cmd.add_argument("--parent-model", default="", help="models/ID (or its resource name): add a version")
+    register_cmd.add_argument("--pipeline-run", default="", help="the pipeline run to label the model with")
+    register_cmd.add_argument("--label", action="append", dest="label_pairs", metavar="KEY=VALUE", help="a label")
+    register_cmd.add_argument("--serving-image", default=None, help="serving container (default: Vertex AI's TF2 CPU)")
+
     schedule_cmd = commands.add_parser(
         "schedule", help="create, list, pause, resume or delete retraining schedules on Vertex AI"
     )
@@ -201,7 +215,12 @@ def run_vertex(args: argparse.Namespace) -> int:
 
     settings = vertex_settings(args)
     try:
-        if args.command == "submit":
+        if args.command == "register":
+            from pipeline.registry import DEFAULT_SERVING_IMAGE, register
+
+            register(settings, args.model, args.display_name, args.parent_model, args.pipeline_run,
+                     args.serving_image or DEFAULT_SERVING_IMAGE)  # fmt: skip
+        elif args.command == "submit":
             vertex.submit(settings, job_id=args.job_id, wait=args.wait, poll_seconds=args.poll_interval)
         elif args.action == "create":
             vertex.create_schedule(settings, args.cron, args.name, args.max_concurrent_runs, args.max_runs)
@@ -218,7 +237,7 @@ def run_vertex(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
-    if args.command in ("submit", "schedule"):
+    if args.command in ("submit", "schedule", "register"):
         return run_vertex(args)
     if args.command == "predict":
         return run_predict(args)

@@ -84,6 +84,8 @@ def run_local(config: LocalRunConfig) -> dict:
     examples_dir = outputs["examples"].path
     stats = read_stats(examples_dir)
     exported_dir = outputs["exported_model"].path
+    metrics = read_json(os.path.join(outputs["evaluation"].path, "metrics.json"))
+    blessing = metrics.get("blessing", {})
     export_report = read_json(os.path.join(exported_dir, "export.json"))
     summary = {
         "pipeline": PIPELINE_NAME,
@@ -93,6 +95,8 @@ def run_local(config: LocalRunConfig) -> dict:
         "class_names": stats["class_names"],
         "quarantined": stats["quarantined"],
         "test_accuracy": outputs["test_accuracy"],
+        "blessed": blessing.get("blessed"),
+        "reasons": blessing.get("reasons", []),
         "export_agreement": outputs["export_agreement"],
         "examples_dir": examples_dir,
         "model_dir": outputs["model"].path,
@@ -116,6 +120,7 @@ def format_summary(summary: dict, summary_path: str) -> str:
     rows = [
         ("examples", f"{counts}  ({len(summary['class_names'])} classes, {summary['quarantined']} quarantined)"),
         ("test accuracy", f"{summary['test_accuracy']:.4f}"),
+        ("blessed", f"{'yes' if summary.get('blessed') else 'no'}: {'; '.join(summary.get('reasons', []))}"),
         ("export parity", f"{summary['export_agreement']:.4f} argmax agreement with the trained model"),
         ("TFRecords", summary["examples_dir"]),
         ("SavedModel", summary["saved_model_dir"]),

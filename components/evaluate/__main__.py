@@ -19,6 +19,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model-dir", required=True, help="the train step's output dir")
     parser.add_argument("--output", dest="output_dir", required=True, help="where metrics.json goes")
     parser.add_argument("--split", default="test", choices=("train", "validation", "test"), help="default %(default)s")
+    parser.add_argument(
+        "--min-accuracy",
+        type=float,
+        default=EvaluateConfig.min_accuracy,
+        help="bless only at this accuracy or more (default %(default)s, the codelab's transfer-learning baseline)",
+    )
+    parser.add_argument(
+        "--baseline", default="", help="the last blessed model's dir (a train step output), evaluated on the same split"
+    )
+    parser.add_argument(
+        "--max-accuracy-drop",
+        type=float,
+        default=EvaluateConfig.max_accuracy_drop,
+        help="bless only if at most this much less accurate than the baseline (default %(default)s)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -32,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "accuracy": metrics["accuracy"],
                 "num_examples": metrics["num_examples"],
+                "blessed": metrics["blessing"]["blessed"],
+                "reasons": metrics["blessing"]["reasons"],
                 "metrics_json": f"{args.output_dir}/metrics.json",
             }
         )

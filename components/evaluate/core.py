@@ -1,4 +1,10 @@
-"""Evaluation on the held-out ``test`` split: accuracy, per-class precision and recall, and the confusion matrix."""
+"""Evaluation on the held-out ``test`` split: accuracy, top-k accuracy, per-class precision / recall / F1, the
+confusion matrix, and the blessing: whether the model is good enough to be exported and registered.
+
+Blessing works as TFX's Evaluator does: value thresholds (``min_accuracy``), and a change threshold against a
+baseline (the last blessed model, evaluated here on the same examples): the candidate may be worse by at most
+``max_accuracy_drop``. With no baseline, the value thresholds alone decide. The outcome and its reasons are recorded.
+"""
 
 from __future__ import annotations
 
@@ -16,20 +22,61 @@ log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.json"
 EVAL_BATCH_SIZE = 256
+TOP_K = 3
+# the codelab's transfer-learning baseline on the flowers: a model below it is not worth serving
+DEFAULT_MIN_ACCURACY = 0.75
 
 
 @dataclass(frozen=True)
 class EvaluateConfig:
-    """Args: examples_dir (the convert output), model_dir (the train output), output_dir (gets ``metrics.json``)."""
+    """Args: examples_dir (the convert output), model_dir (the train output), output_dir (gets ``metrics.json``);
+    min_accuracy, baseline (the last blessed model's dir, or empty) and max_accuracy_drop decide the blessing."""
 
     examples_dir: str
     model_dir: str
     output_dir: str
     split: str = "test"
+    min_accuracy: float = DEFAULT_MIN_ACCURACY
+    baseline: str = ""
+    max_accuracy_drop: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_accuracy <= 1.0:
+            raise UsageError(f"--min-accuracy {self.min_accuracy} is out of range: use a fraction in [0, 1]")
+        if not 0.0 <= self.max_accuracy_drop <= 1.0:
+            raise UsageError(f"--max-accuracy-drop {self.max_accuracy_drop} is out of range: use a fraction in [0, 1]")
+
+
+def bless(accuracy: float, min_accuracy: float, baseline_accuracy: float | None, max_accuracy_drop: float) -> dict:
+    """The blessing: ``blessed`` and the ``reasons`` for it, one per threshold."""
+    reasons, blessed = [], True
+    if accuracy < min_accuracy:
+        blessed = False
+        reasons.append(f"accuracy {accuracy:.4f} is below the minimum {min_accuracy:.4f}")
+    else:
+        reasons.append(f"accuracy {accuracy:.4f} meets the minimum {min_accuracy:.4f}")
+    if baseline_accuracy is None:
+        reasons.append("no baseline model: judged on the value threshold alone")
+    elif accuracy < baseline_accuracy - max_accuracy_drop - 1e-12:
+        blessed = False
+        reasons.append(
+            f"accuracy {accuracy:.4f} is below the baseline's {baseline_accuracy:.4f} by more than the allowed "
+            f"{max_accuracy_drop:.4f}"
+        )
+    else:
+        reasons.append(f"accuracy {accuracy:.4f} is not worse than the baseline's {baseline_accuracy:.4f}"
+                       + (f" by more than {max_accuracy_drop:.4f}" if max_accuracy_drop else ""))  # fmt: skip
+    return {
+        "blessed": blessed,
+        "reasons": reasons,
+        "thresholds": {"min_accuracy": min_accuracy, "max_accuracy_drop": max_accuracy_drop},
+        "baseline_accuracy": baseline_accuracy,
+    }
 
 
 def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int], class_names: Sequence[str]) -> dict:
-    """Accuracy, per-class precision / recall / support and the confusion matrix (rows: true, columns: predicted).
+    """Accuracy, per-class precision / recall / F1 / support and the confusion matrix (rows: true, columns:
+    predicted).
 
     A class never predicted has precision 0; a class absent from ``y_true`` has recall 0 (and support 0).
     """
@@ -42,14 +89,12 @@ def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int], class_n
     predicted = matrix.sum(axis=0)
     actual = matrix.sum(axis=1)
     total = int(matrix.sum())
-    per_class = {
-        name: {
-            "precision": float(correct[i] / predicted[i]) if predicted[i] else 0.0,
-            "recall": float(correct[i] / actual[i]) if actual[i] else 0.0,
-            "support": int(actual[i]),
-        }
-        for i, name in enumerate(class_names)
-    }
+    per_class = {}
+    for i, name in enumerate(class_names):
+        precision = float(correct[i] / predicted[i]) if predicted[i] else 0.0
+        recall = float(correct[i] / actual[i]) if actual[i] else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        per_class[name] = {"precision": precision, "recall": recall, "f1": f1, "support": int(actual[i])}
     return {
         "accuracy": float(correct.sum() / total) if total else 0.0,
         "num_examples": total,
@@ -71,20 +116,64 @@ def predict_split(model, examples_dir: str, split: str, image_size: int, num_cla
     return np.concatenate(true_ids), np.concatenate(probabilities)
 
 
+def top_k_accuracy(y_true, probabilities, k: int) -> float:
+    """Share of examples whose true class is among the ``k`` most probable."""
+    import numpy as np
+
+    if not len(y_true):
+        return 0.0
+    best = np.argsort(probabilities, axis=-1)[:, ::-1][:, :k]
+    return float((best == np.asarray(y_true)[:, None]).any(axis=1).mean())
+
+
 def run(config: EvaluateConfig) -> dict:
-    """Evaluates the trained model on ``config.split`` and writes ``<output_dir>/metrics.json``."""
+    """Evaluates the trained model (and the baseline, if any) on ``config.split``; writes ``metrics.json`` with the
+    metrics and the blessing."""
     import keras
 
     stats = read_stats(config.examples_dir)
     model_config = load_model_config(config.model_dir)
     if stats["counts"].get(config.split, 0) == 0:
         raise UsageError(f"examples dir {config.examples_dir} has no {config.split} examples to evaluate on")
+    baseline_config = check_baseline(config.baseline, model_config) if config.baseline else None
     model = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
     y_true, probabilities = predict_split(
         model, config.examples_dir, config.split, model_config["image_size"], model_config["num_classes"]
     )
     metrics = classification_metrics(y_true, probabilities.argmax(axis=-1), model_config["class_names"])
+    k = min(TOP_K, model_config["num_classes"])
+    metrics["top_k_accuracy"] = {"k": k, "accuracy": top_k_accuracy(y_true, probabilities, k)}
     metrics["split"] = config.split
+    baseline_accuracy = None
+    if baseline_config is not None:
+        baseline = keras.models.load_model(os.path.join(config.baseline, MODEL_FILE), compile=False)
+        _, baseline_probabilities = predict_split(
+            baseline, config.examples_dir, config.split, baseline_config["image_size"], model_config["num_classes"]
+        )
+        baseline_accuracy = float((baseline_probabilities.argmax(axis=-1) == y_true).mean())
+    metrics["blessing"] = bless(metrics["accuracy"], config.min_accuracy, baseline_accuracy, config.max_accuracy_drop)
+    metrics["blessing"]["baseline"] = config.baseline or None
     write_json(os.path.join(config.output_dir, METRICS_FILE), metrics)
     log.info("%s accuracy %.4f on %d examples", config.split, metrics["accuracy"], metrics["num_examples"])
+    blessing = metrics["blessing"]
+    log.info("%s: %s", "blessed" if blessing["blessed"] else "NOT blessed", "; ".join(blessing["reasons"]))
     return metrics
+
+
+def check_baseline(baseline: str, model_config: dict) -> dict:
+    """The baseline model's config; one-line errors when it is missing or not comparable."""
+    if not os.path.isdir(baseline):
+        raise UsageError(
+            f"baseline {baseline} does not exist: pass the last blessed model's dir (a train step output) or leave "
+            "--baseline out to judge on --min-accuracy alone"
+        )
+    try:
+        baseline_config = load_model_config(baseline)
+    except UsageError:
+        raise UsageError(f"baseline {baseline} is not a trained model: expected a train step output") from None
+    if baseline_config["class_names"] != model_config["class_names"]:
+        raise UsageError(
+            f"baseline {baseline} predicts other classes ({', '.join(baseline_config['class_names'])}): "
+            "it cannot be compared with this model"
+        )
+    return baseline_config

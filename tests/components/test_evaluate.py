@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from components.evaluate.core import EvaluateConfig, classification_metrics, run
+from components.cli import UsageError
+from components.evaluate.core import EvaluateConfig, bless, classification_metrics, run, top_k_accuracy
 from tests.conftest import CLASSES
 
 
@@ -15,14 +16,15 @@ def test_metrics_from_known_predictions():
     metrics = classification_metrics([0, 0, 1, 1, 2, 2], [0, 1, 1, 1, 2, 0], ["a", "b", "c"])
     assert metrics["accuracy"] == pytest.approx(4 / 6)
     assert metrics["confusion_matrix"] == [[1, 1, 0], [0, 2, 0], [1, 0, 1]]
-    assert metrics["per_class"]["a"] == {"precision": 0.5, "recall": 0.5, "support": 2}
+    assert metrics["per_class"]["a"] == {"precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 2}
     assert metrics["per_class"]["b"]["precision"] == pytest.approx(2 / 3)
-    assert metrics["per_class"]["c"] == {"precision": 1.0, "recall": 0.5, "support": 2}
+    assert metrics["per_class"]["b"]["f1"] == pytest.approx(0.8)  # 2PR / (P + R) with P 2/3, R 1
+    assert metrics["per_class"]["c"] == {"precision": 1.0, "recall": 0.5, "f1": pytest.approx(2 / 3), "support": 2}
 
 
 def test_class_never_predicted_or_absent_has_zero_not_nan():
     metrics = classification_metrics([0, 0], [0, 0], ["a", "b"])
-    assert metrics["per_class"]["b"] == {"precision": 0.0, "recall": 0.0, "support": 0}
+    assert metrics["per_class"]["b"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
 
 
 def test_evaluates_the_test_split_and_writes_metrics_json(converted, trained, tmp_path):
@@ -35,3 +37,57 @@ def test_evaluates_the_test_split_and_writes_metrics_json(converted, trained, tm
     assert metrics["accuracy"] >= 0.8
     with open(os.path.join(tmp_path, "metrics.json")) as handle:
         assert json.load(handle) == metrics
+
+
+def test_top_k_accuracy_counts_the_true_class_among_the_k_most_probable():
+    probabilities = [[0.5, 0.3, 0.2], [0.1, 0.2, 0.7], [0.6, 0.3, 0.1]]
+    assert top_k_accuracy([0, 0, 2], probabilities, 1) == pytest.approx(1 / 3)
+    assert top_k_accuracy([0, 0, 2], probabilities, 2) == pytest.approx(1 / 3)
+    assert top_k_accuracy([0, 0, 2], probabilities, 3) == 1.0
+
+
+@pytest.mark.parametrize(
+    "accuracy, baseline, blessed, reason",
+    [
+        (0.90, None, True, "no baseline model: judged on the value threshold alone"),
+        (0.70, None, False, "accuracy 0.7000 is below the minimum 0.7500"),
+        (0.90, 0.92, False, "below the baseline's 0.9200 by more than the allowed 0.0000"),
+        (0.92, 0.92, True, "is not worse than the baseline's 0.9200"),
+        (0.70, 0.60, False, "accuracy 0.7000 is below the minimum 0.7500"),
+    ],
+)
+def test_blessing_applies_value_and_change_thresholds(accuracy, baseline, blessed, reason):
+    outcome = bless(accuracy, 0.75, baseline, 0.0)
+    assert outcome["blessed"] is blessed
+    assert any(reason in line for line in outcome["reasons"]), outcome["reasons"]
+
+
+def test_a_tolerated_drop_against_the_baseline_still_blesses():
+    assert bless(0.90, 0.75, 0.92, 0.05)["blessed"] is True
+    assert bless(0.90, 0.75, 0.92, 0.01)["blessed"] is False
+
+
+def test_blessing_against_a_baseline_is_recorded_in_metrics_json(converted, trained, tmp_path):
+    examples_dir, _ = converted
+    model_dir, _ = trained
+    # the model against itself: not worse, so blessed
+    metrics = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path), baseline=model_dir))
+    assert metrics["blessing"]["blessed"] is True
+    assert metrics["blessing"]["baseline_accuracy"] == metrics["accuracy"]
+    assert metrics["top_k_accuracy"]["k"] == 3 and metrics["top_k_accuracy"]["accuracy"] == 1.0
+    # a minimum above what the model reaches: not blessed, and the reason says so
+    above = min(1.0, metrics["accuracy"] + 0.01)
+    strict = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "strict"), min_accuracy=above))
+    assert strict["blessing"]["blessed"] is (metrics["accuracy"] >= above)
+    assert strict["blessing"]["reasons"][0].startswith(f"accuracy {metrics['accuracy']:.4f}")
+    with open(os.path.join(tmp_path, "metrics.json")) as handle:
+        assert json.load(handle)["blessing"]["reasons"] == metrics["blessing"]["reasons"]
+
+
+def test_a_baseline_that_does_not_exist_is_a_one_line_error(converted, trained, tmp_path):
+    examples_dir, _ = converted
+    model_dir, _ = trained
+    with pytest.raises(UsageError, match=f"baseline {tmp_path}/nope does not exist: pass the last blessed model"):
+        run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "out"), baseline=str(tmp_path / "nope")))
+    with pytest.raises(UsageError, match=f"baseline {tmp_path} is not a trained model"):
+        run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "out"), baseline=str(tmp_path)))

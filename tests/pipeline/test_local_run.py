@@ -25,6 +25,7 @@ def test_demo_run_converts_all_digits_and_reaches_the_accuracy_bar(demo_run):
     assert summary["class_names"] == [str(d) for d in range(10)]
     assert summary["quarantined"] == 0
     assert summary["test_accuracy"] >= 0.97
+    assert summary["blessed"] is True and summary["reasons"][0].startswith("accuracy ")
     assert summary["wall_seconds"] > 0
 
 

@@ -55,7 +55,7 @@ def test_submit_sends_the_compiled_pipeline_with_its_settings(vertex, capsys):
     code = main([
         "submit", *vertex.job_args, "--param", "epochs=3", "--param", "learning_rate=0.01",
         "--service-account", "trainer@demo-project.iam.gserviceaccount.com", "--label", "team=vision",
-        "--label", "trigger=manual", "--job-id", "flowers-1",
+        "--label", "trigger=manual", "--job-id", "flowers-1", "--network", "projects/42/global/networks/ml-vpc",
     ])  # fmt: skip
     assert code == 0
     (body,) = vertex.bodies("POST", "/pipelineJobs")
@@ -63,6 +63,7 @@ def test_submit_sends_the_compiled_pipeline_with_its_settings(vertex, capsys):
     assert body["runtimeConfig"]["gcsOutputDirectory"] == f"gs://{BUCKET}/root"
     assert body["runtimeConfig"]["parameterValues"] == {"source": SOURCE, "epochs": 3, "learning_rate": 0.01}
     assert body["serviceAccount"] == "trainer@demo-project.iam.gserviceaccount.com"
+    assert body["network"] == "projects/42/global/networks/ml-vpc"
     assert {"team": "vision", "trigger": "manual"}.items() <= body["labels"].items()
     request = next(r for r in vertex.requests if r.method == "POST")
     assert request.query["pipelineJobId"] == ["flowers-1"]
@@ -240,3 +241,26 @@ def test_no_credentials_or_tokens_in_the_compiled_pipeline():
     text = open(os.path.join(REPO_ROOT, "pipeline.yaml")).read().lower()  # noqa: SIM115
     for secret in ("private_key", "begin private key", "access_token", "refresh_token", "ya29.", "authorization:"):
         assert secret not in text
+
+
+def test_register_uploads_a_new_version_of_the_parent_model(vertex, capsys):
+    uri = f"gs://{BUCKET}/root/run-1/export/exported_model/saved_model"
+    args = ["register", *vertex.args, "--model", uri, "--display-name", "flowers", "--label", "team=vision"]
+    assert main([*args, "--pipeline-run", f"{PARENT}/pipelineJobs/flowers-1"]) == 0
+    (name,) = vertex.models
+    assert main([*args, "--parent-model", name, "--pipeline-run", "flowers-2"]) == 0
+    first, second = vertex.bodies("POST", "/models:upload")
+    for body, run in ((first, "flowers-1"), (second, "flowers-2")):
+        model = body["model"]
+        assert model["artifactUri"] == uri and model["displayName"] == "flowers"
+        assert model["containerSpec"]["imageUri"] == "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
+        assert model["labels"] == {"team": "vision", "pipeline-run": run}
+    assert "parentModel" not in first and second["parentModel"] == name
+    assert len(vertex.models[name]["versions"]) == 2
+    out = capsys.readouterr().out
+    assert f"registered {name} version 1" in out and f"registered {name} version 2" in out
+
+
+def test_register_needs_a_cloud_storage_model(vertex):
+    with pytest.raises(UsageError, match="model /tmp/x must be a gs:// folder"):
+        main(["register", *vertex.args, "--model", "/tmp/x"])
