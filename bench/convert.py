@@ -146,7 +146,7 @@ def main() -> None:
         run(ConvertConfig(source=root, output_dir=os.path.join(directory, "beam"), image_size=args.image_size))
         beam_seconds = time.perf_counter() - started
         beam_rate = args.images / beam_seconds
-        print(f"(b) Beam DirectRunner, every core      {beam_rate:8.1f} images/s  ({beam_seconds:.1f}s)"
+        print(f"(b) Beam, local runner, every core     {beam_rate:8.1f} images/s  ({beam_seconds:.1f}s)"
               f"  ratio {beam_rate / loop_rate:.2f} (goal 1.7), {beam_rate / same_rate:.2f} against (a')")  # fmt: skip
         costs = stage_costs(root, args.image_size)
         print("ms per image, one thread: " + ", ".join(f"{k} {v:.2f}" for k, v in costs.items()))
