@@ -96,6 +96,7 @@ def run_local(config: LocalRunConfig) -> dict:
         "quarantined": stats["quarantined"],
         "test_accuracy": outputs["test_accuracy"],
         "blessed": blessing.get("blessed"),
+        "report_html": metrics.get("report_html"),
         "reasons": blessing.get("reasons", []),
         "export_agreement": outputs["export_agreement"],
         "examples_dir": examples_dir,
@@ -130,6 +131,7 @@ def format_summary(summary: dict, summary_path: str) -> str:
             if name != "saved_model"
         ),
         ("metrics", summary["metrics_json"]),
+        ("report", summary.get("report_html") or "-"),
         ("summary", summary_path),
     ]
     width = max(len(name) for name, _ in rows)

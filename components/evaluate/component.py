@@ -1,7 +1,7 @@
 """The evaluate step as a lightweight KFP component: a thin wrapper over ``components.evaluate.core``."""
 
 from kfp import dsl
-from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
+from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
 
 def evaluate(
@@ -10,8 +10,12 @@ def evaluate(
     metrics: Output[Metrics],
     confusion: Output[ClassificationMetrics],
     evaluation: Output[Artifact],
+    report: Output[HTML],
 ) -> float:
-    """Evaluates on the test split; logs KFP Metrics and ClassificationMetrics; returns the test accuracy."""
+    """Evaluates on the test split; logs KFP Metrics and ClassificationMetrics, publishes the HTML report (shown by
+    the Vertex AI console); returns the test accuracy."""
+    import shutil
+
     from components.cli import configure_logging
     from components.evaluate.core import EvaluateConfig, run
 
@@ -23,6 +27,7 @@ def evaluate(
         metrics.log_metric(f"precision_{name}", figures["precision"])
         metrics.log_metric(f"recall_{name}", figures["recall"])
     confusion.log_confusion_matrix(result["class_names"], result["confusion_matrix"])
+    shutil.copyfile(result["report_html"], report.path)
     return result["accuracy"]
 
 

@@ -153,11 +153,52 @@ def run(config: EvaluateConfig) -> dict:
         baseline_accuracy = float((baseline_probabilities.argmax(axis=-1) == y_true).mean())
     metrics["blessing"] = bless(metrics["accuracy"], config.min_accuracy, baseline_accuracy, config.max_accuracy_drop)
     metrics["blessing"]["baseline"] = config.baseline or None
+    metrics["report_html"] = write_report(config, metrics, model, model_config)
     write_json(os.path.join(config.output_dir, METRICS_FILE), metrics)
     log.info("%s accuracy %.4f on %d examples", config.split, metrics["accuracy"], metrics["num_examples"])
     blessing = metrics["blessing"]
     log.info("%s: %s", "blessed" if blessing["blessed"] else "NOT blessed", "; ".join(blessing["reasons"]))
     return metrics
+
+
+def misclassified_examples(model, examples_dir: str, split: str, model_config: dict, limit: int):
+    """Up to ``limit`` (JPEG bytes, true label, predicted label, probability) of the split's wrongly classified
+    images, in file order."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components.imaging import to_model_input
+    from components.schema import parse_example, split_files
+
+    names, size = model_config["class_names"], model_config["image_size"]
+    dataset = tf.data.TFRecordDataset(split_files(examples_dir, split)).map(
+        lambda serialized: parse_example(serialized, len(names))
+    )
+    found = []
+    for batch in dataset.batch(128):
+        images = tf.map_fn(lambda jpeg: tf.reshape(tf.io.decode_jpeg(jpeg, channels=3), [size, size, 3]),
+                           batch["image"], fn_output_signature=tf.uint8)  # fmt: skip
+        probabilities = np.asarray(model(to_model_input(images), training=False), dtype=np.float32)
+        for jpeg, truth, row in zip(batch["image"].numpy(), batch["class"].numpy(), probabilities, strict=True):
+            predicted = int(row.argmax())
+            if predicted != int(truth):
+                found.append((bytes(jpeg), names[int(truth)], names[predicted], float(row[predicted])))
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def write_report(config: EvaluateConfig, metrics: dict, model, model_config: dict) -> str:
+    """Writes ``report.html`` beside ``metrics.json``; returns its path."""
+    from components.evaluate.report import MAX_MISCLASSIFIED, REPORT_FILE, render
+    from components.storage import exists, read_json, write_atomically
+
+    history_path = os.path.join(config.model_dir, "history.json")
+    history = read_json(history_path) if exists(history_path) else None
+    wrong = misclassified_examples(model, config.examples_dir, config.split, model_config, MAX_MISCLASSIFIED)
+    path = os.path.join(config.output_dir, REPORT_FILE)
+    write_atomically(path, render(metrics, history, wrong).encode("utf-8"))
+    return path
 
 
 def check_baseline(baseline: str, model_config: dict) -> dict:

@@ -91,3 +91,61 @@ def test_a_baseline_that_does_not_exist_is_a_one_line_error(converted, trained, 
         run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "out"), baseline=str(tmp_path / "nope")))
     with pytest.raises(UsageError, match=f"baseline {tmp_path} is not a trained model"):
         run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "out"), baseline=str(tmp_path)))
+
+
+def test_the_html_report_is_valid_and_its_pictures_decode(converted, trained, tmp_path):
+    """What a person looks at: the verdict and reasons, curves, the confusion matrix picture, the per-class table
+    and the misclassified images, all embedded (checked by parsing the HTML and decoding every picture)."""
+    import base64
+    import html
+    import io
+    from html.parser import HTMLParser
+
+    from PIL import Image
+
+    examples_dir, _ = converted
+    model_dir, _ = trained
+    # against a baseline, so that the report lists both reasons
+    metrics = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path), min_accuracy=1.0, baseline=model_dir))
+    assert metrics["report_html"] == os.path.join(tmp_path, "report.html")
+
+    class Collect(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.images, self.rows, self.svgs, self.open = [], 0, 0, []
+
+        def handle_starttag(self, tag, attrs):
+            if tag not in ("img", "br", "meta", "rect", "polyline"):
+                self.open.append(tag)
+            attrs = dict(attrs)
+            if tag == "img":
+                self.images.append(attrs["src"])
+            self.rows += tag == "tr"
+            self.svgs += tag == "svg"
+
+        def handle_endtag(self, tag):
+            if tag in ("rect", "polyline"):
+                return
+            assert self.open and self.open[-1] == tag, (tag, self.open[-3:])
+            self.open.pop()
+
+    with open(metrics["report_html"], encoding="utf-8") as handle:
+        text = handle.read()
+    parser = Collect()
+    parser.feed(text)
+    assert not parser.open  # every element closed, in order
+    assert parser.rows == 1 + len(CLASSES)  # header + one per class
+    assert parser.svgs == 2  # loss and accuracy curves
+    assert ("Not blessed" in text) is (not metrics["blessing"]["blessed"])
+    for reason in metrics["blessing"]["reasons"]:
+        assert html.escape(reason) in text
+    wrong = sum(sum(row) - row[i] for i, row in enumerate(metrics["confusion_matrix"]))
+    assert len(parser.images) == 1 + min(wrong, 24)  # the confusion matrix + the misclassified grid
+    for source in parser.images:
+        header, payload = source.split(",", 1)
+        assert header in ("data:image/png;base64", "data:image/jpeg;base64")
+        picture = Image.open(io.BytesIO(base64.b64decode(payload)))
+        picture.load()
+        assert picture.size[0] > 0
+    offline = text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "http://" not in offline and "https://" not in offline  # self-contained: nothing fetched

@@ -78,3 +78,15 @@ def test_tflite_exports_of_the_demo_model_are_small_and_accurate(demo_run):
     assert report["int8_size_vs_float_weights"] <= 0.30  # the goal: int8 at most 30% of the float weights
     assert formats["tflite_int8"]["test_accuracy"] >= 0.95 and formats["tflite_float"]["test_accuracy"] >= 0.97
     assert "tflite_int8" in result.stdout
+
+
+def test_the_report_of_the_demo_run_shows_its_misclassified_digits(demo_run):
+    _, summary, result = demo_run
+    with open(summary["report_html"], encoding="utf-8") as handle:
+        text = handle.read()
+    with open(summary["metrics_json"]) as handle:
+        matrix = json.load(handle)["confusion_matrix"]
+    wrong = sum(sum(row) - row[i] for i, row in enumerate(matrix))
+    assert text.count('alt="misclassified"') == min(wrong, 24)
+    assert text.count("data:image/png;base64,") == 1 and "Blessed" in text
+    assert summary["report_html"] in result.stdout

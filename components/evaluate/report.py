@@ -1,0 +1,119 @@
+"""The evaluation report: one self-contained HTML file (no network, every picture embedded) that shows why a model
+was or was not blessed: the blessing and its reasons, the training curves, the confusion matrix as a picture, the
+per-class table, and a grid of misclassified test images with their true and predicted labels.
+
+Pictures are drawn here with Pillow (the confusion matrix) and as inline SVG (the curves), so the report needs no
+plotting library. It is viewable as a local file and, as a KFP ``HTML`` artifact, in the Vertex AI console.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Sequence
+
+REPORT_FILE = "report.html"
+MAX_MISCLASSIFIED = 24
+CURVE_WIDTH, CURVE_HEIGHT = 420, 220
+
+
+def data_uri(content: bytes, mime: str) -> str:
+    return f"data:{mime};base64,{base64.b64encode(content).decode('ascii')}"
+
+
+def confusion_png(matrix: Sequence[Sequence[int]], class_names: Sequence[str], cell: int = 36) -> bytes:
+    """The confusion matrix as a PNG: rows true, columns predicted, each row shaded by its share, counts written."""
+    from PIL import Image, ImageDraw
+
+    count = len(class_names)
+    margin = 12 + 7 * max((len(name) for name in class_names), default=1)
+    size = (margin + cell * count + 8, margin + cell * count + 8)
+    image = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(image)
+    for row in range(count):
+        total = sum(matrix[row]) or 1
+        draw.text((4, margin + row * cell + cell // 3), str(class_names[row])[:24], fill="black")
+        for column in range(count):
+            share = matrix[row][column] / total
+            shade = int(255 - 200 * share)
+            color = (shade, shade, 255) if row == column else (255, shade, shade)
+            box = (margin + column * cell, margin + row * cell, margin + (column + 1) * cell, margin + (row + 1) * cell)
+            draw.rectangle(box, fill=color, outline=(200, 200, 200))
+            draw.text((box[0] + 4, box[1] + cell // 3), str(matrix[row][column]), fill="black")
+    for column in range(count):
+        draw.text((margin + column * cell + 4, 4), str(class_names[column])[:4], fill="black")
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def curve_svg(title: str, series: dict[str, Sequence[float]]) -> str:
+    """A small line chart (inline SVG) of per-epoch values, one polyline per series."""
+    colors = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
+    values = [v for points in series.values() for v in points]
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    left, top, width, height = 40, 24, CURVE_WIDTH - 50, CURVE_HEIGHT - 50
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{CURVE_WIDTH}" height="{CURVE_HEIGHT}" role="img">',
+             f'<text x="{left}" y="16" font-size="13">{html.escape(title)}</text>',
+             f'<rect x="{left}" y="{top}" width="{width}" height="{height}" fill="none" stroke="#ccc"/>',
+             f'<text x="4" y="{top + 10}" font-size="10">{high:.3g}</text>',
+             f'<text x="4" y="{top + height}" font-size="10">{low:.3g}</text>']  # fmt: skip
+    for index, (name, points) in enumerate(series.items()):
+        steps = max(len(points) - 1, 1)
+        coordinates = " ".join(
+            f"{left + width * i / steps:.1f},{top + height * (1 - (v - low) / span):.1f}" for i, v in enumerate(points)
+        )
+        color = colors[index % len(colors)]
+        parts.append(f'<polyline points="{coordinates}" fill="none" stroke="{color}" stroke-width="2"/>')
+        parts.append(f'<text x="{left + 8 + 110 * index}" y="{top + height + 20}" font-size="11" fill="{color}">'
+                     f"{html.escape(name)}</text>")  # fmt: skip
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render(metrics: dict, history: dict | None, misclassified: Sequence[tuple[bytes, str, str, float]]) -> str:
+    """The report's HTML. ``misclassified``: (JPEG bytes, true label, predicted label, its probability)."""
+    blessing = metrics.get("blessing", {})
+    verdict = "Blessed" if blessing.get("blessed") else "Not blessed"
+    rows = "".join(
+        f"<tr><td>{html.escape(name)}</td><td>{c['precision']:.3f}</td><td>{c['recall']:.3f}</td>"
+        f"<td>{c.get('f1', 0.0):.3f}</td><td>{c['support']}</td></tr>"
+        for name, c in metrics["per_class"].items()
+    )
+    reasons = "".join(f"<li>{html.escape(reason)}</li>" for reason in blessing.get("reasons", []))
+    curves = ""
+    if history:
+        per_epoch = history.get("history", history)
+        curves = curve_svg("loss", {k: per_epoch[k] for k in ("loss", "val_loss") if k in per_epoch})
+        curves += curve_svg("accuracy", {k: per_epoch[k] for k in ("accuracy", "val_accuracy") if k in per_epoch})
+    grid = "".join(
+        f'<figure><img src="{data_uri(jpeg, "image/jpeg")}" width="96" height="96" alt="misclassified">'
+        f"<figcaption>true <b>{html.escape(truth)}</b><br>predicted {html.escape(predicted)} ({probability:.2f})"
+        "</figcaption></figure>"
+        for jpeg, truth, predicted, probability in misclassified
+    )
+    top_k = metrics.get("top_k_accuracy", {})
+    matrix = data_uri(confusion_png(metrics["confusion_matrix"], metrics["class_names"]), "image/png")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Evaluation: {verdict}</title>
+<style>body{{font-family:sans-serif;margin:24px;max-width:1100px}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ddd;padding:4px 10px;text-align:right}} td:first-child{{text-align:left}}
+.verdict{{font-size:22px;font-weight:bold;color:{"#2a7d2a" if blessing.get("blessed") else "#b22222"}}}
+figure{{display:inline-block;margin:6px;text-align:center;font-size:12px}}</style></head>
+<body>
+<h1>Evaluation on the {html.escape(str(metrics.get("split", "test")))} split</h1>
+<p class="verdict">{verdict}</p><ul>{reasons}</ul>
+<p>Accuracy <b>{metrics["accuracy"]:.4f}</b> on {metrics["num_examples"]} images; top-{top_k.get("k", "k")} accuracy
+{top_k.get("accuracy", 0.0):.4f}.</p>
+<h2>Training curves</h2>{curves or "<p>No training history.</p>"}
+<h2>Confusion matrix</h2><p>Rows: true class; columns: predicted class.</p>
+<img src="{matrix}" alt="confusion matrix">
+<h2>Per class</h2>
+<table><tr><th>class</th><th>precision</th><th>recall</th><th>F1</th><th>support</th></tr>{rows}</table>
+<h2>Misclassified test images</h2>{grid or "<p>None.</p>"}
+</body></html>
+"""
