@@ -66,18 +66,17 @@ def predict(model: str, images: list[str], top: int = 3) -> tuple[list[Answer], 
         except (OSError, UnusableImageError) as err:
             errors.append(f"image {path} cannot be used: {one_line(err)}")
             continue
-        buffer = io.BytesIO()
-        pixels.save(buffer, format="PNG")
-        readable.append((path, buffer.getvalue()))
+        readable.append((path, pixels))
     if not readable:
         return [], errors
+    decoded = [pixels for _, pixels in readable]
     if saved_model.endswith(".tflite"):
-        probabilities = _tflite_probabilities(saved_model, [content for _, content in readable])
+        probabilities = _tflite_probabilities(saved_model, decoded)
     else:
         import tensorflow as tf
 
         serving = tf.saved_model.load(saved_model).signatures["serving_default"]
-        batch = tf.constant([content for _, content in readable])
+        batch = tf.constant([_png(pixels) for pixels in decoded])
         probabilities = serving(image_bytes=batch)["probabilities"].numpy()
     names = class_names or [str(i) for i in range(probabilities.shape[1])]
     answers = []
@@ -87,12 +86,18 @@ def predict(model: str, images: list[str], top: int = 3) -> tuple[list[Answer], 
     return answers, errors
 
 
-def _tflite_probabilities(path: str, contents: list[bytes]):
-    """The TFLite model's probabilities: each image resized as the conversion does, scaled to [0, 1]."""
+def _png(pixels) -> bytes:
+    """Decoded pixels as lossless PNG bytes, for the SavedModel's ``image_bytes`` input."""
+    buffer = io.BytesIO()
+    pixels.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _tflite_probabilities(path: str, decoded: list):
+    """The TFLite model's probabilities for decoded RGB images, each resized as the conversion does, in [0, 1]."""
     import numpy as np
     import tensorflow as tf
 
-    from components.decoding import decode_rgb_image
     from components.export.core import tflite_predict
     from components.imaging import fill_square_pillow
 
@@ -100,5 +105,5 @@ def _tflite_probabilities(path: str, contents: list[bytes]):
         content = handle.read()
     interpreter = tf.lite.Interpreter(model_content=content)
     size = int(interpreter.get_input_details()[0]["shape"][1])
-    images = [np.asarray(fill_square_pillow(decode_rgb_image(c), size), dtype=np.float32) / 255.0 for c in contents]
+    images = [np.asarray(fill_square_pillow(pixels, size), dtype=np.float32) / 255.0 for pixels in decoded]
     return tflite_predict(content, np.stack(images))

@@ -104,16 +104,23 @@ def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int], class_n
     }
 
 
-def predict_split(model, examples_dir: str, split: str, image_size: int, num_classes: int):
-    """Runs ``model`` over a split in order; returns (true class ids, predicted probabilities) as NumPy arrays."""
+def predict_split(model, examples_dir: str, split: str, image_size: int, num_classes: int, keep_wrong: int = 0):
+    """Runs ``model`` over a split in order; returns (true class ids, predicted probabilities) as NumPy arrays, and
+    the first ``keep_wrong`` misclassified images as (uint8 pixels, true id, predicted id, its probability)."""
     import numpy as np
 
     dataset = make_dataset(examples_dir, split, image_size, num_classes, EVAL_BATCH_SIZE, training=False)
-    true_ids, probabilities = [], []
+    true_ids, probabilities, wrong = [], [], []
     for images, one_hot in dataset:
-        probabilities.append(model(images, training=False).numpy())
-        true_ids.append(np.argmax(one_hot.numpy(), axis=-1))
-    return np.concatenate(true_ids), np.concatenate(probabilities)
+        batch_probabilities = model(images, training=False).numpy()
+        batch_true = np.argmax(one_hot.numpy(), axis=-1)
+        probabilities.append(batch_probabilities)
+        true_ids.append(batch_true)
+        for index in np.flatnonzero(batch_probabilities.argmax(axis=-1) != batch_true)[: keep_wrong - len(wrong)]:
+            predicted = int(batch_probabilities[index].argmax())
+            pixels = np.clip(np.round(images[index].numpy() * 255.0), 0, 255).astype(np.uint8)
+            wrong.append((pixels, int(batch_true[index]), predicted, float(batch_probabilities[index][predicted])))
+    return np.concatenate(true_ids), np.concatenate(probabilities), wrong
 
 
 def top_k_accuracy(y_true, probabilities, k: int) -> float:
@@ -137,8 +144,15 @@ def run(config: EvaluateConfig) -> dict:
         raise UsageError(f"examples dir {config.examples_dir} has no {config.split} examples to evaluate on")
     baseline_config = check_baseline(config.baseline, model_config) if config.baseline else None
     model = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
-    y_true, probabilities = predict_split(
-        model, config.examples_dir, config.split, model_config["image_size"], model_config["num_classes"]
+    from components.evaluate.report import MAX_MISCLASSIFIED
+
+    y_true, probabilities, wrong = predict_split(
+        model,
+        config.examples_dir,
+        config.split,
+        model_config["image_size"],
+        model_config["num_classes"],
+        keep_wrong=MAX_MISCLASSIFIED,
     )
     metrics = classification_metrics(y_true, probabilities.argmax(axis=-1), model_config["class_names"])
     k = min(TOP_K, model_config["num_classes"])
@@ -147,13 +161,13 @@ def run(config: EvaluateConfig) -> dict:
     baseline_accuracy = None
     if baseline_config is not None:
         baseline = keras.models.load_model(os.path.join(config.baseline, MODEL_FILE), compile=False)
-        _, baseline_probabilities = predict_split(
+        _, baseline_probabilities, _ = predict_split(
             baseline, config.examples_dir, config.split, baseline_config["image_size"], model_config["num_classes"]
         )
         baseline_accuracy = float((baseline_probabilities.argmax(axis=-1) == y_true).mean())
     metrics["blessing"] = bless(metrics["accuracy"], config.min_accuracy, baseline_accuracy, config.max_accuracy_drop)
     metrics["blessing"]["baseline"] = config.baseline or None
-    metrics["report_html"] = write_report(config, metrics, model, model_config)
+    metrics["report_html"] = write_report(config, metrics, wrong)
     write_json(os.path.join(config.output_dir, METRICS_FILE), metrics)
     log.info("%s accuracy %.4f on %d examples", config.split, metrics["accuracy"], metrics["num_examples"])
     blessing = metrics["blessing"]
@@ -161,43 +175,27 @@ def run(config: EvaluateConfig) -> dict:
     return metrics
 
 
-def misclassified_examples(model, examples_dir: str, split: str, model_config: dict, limit: int):
-    """Up to ``limit`` (JPEG bytes, true label, predicted label, probability) of the split's wrongly classified
-    images, in file order."""
-    import numpy as np
-    import tensorflow as tf
+def write_report(config: EvaluateConfig, metrics: dict, wrong) -> str:
+    """Writes ``report.html`` beside ``metrics.json``, with the misclassified images ``predict_split`` kept (the
+    pixels the model saw); returns its path."""
+    import io
 
-    from components.imaging import to_model_input
-    from components.schema import parse_example, split_files
+    from PIL import Image
 
-    names, size = model_config["class_names"], model_config["image_size"]
-    dataset = tf.data.TFRecordDataset(split_files(examples_dir, split)).map(
-        lambda serialized: parse_example(serialized, len(names))
-    )
-    found = []
-    for batch in dataset.batch(128):
-        images = tf.map_fn(lambda jpeg: tf.reshape(tf.io.decode_jpeg(jpeg, channels=3), [size, size, 3]),
-                           batch["image"], fn_output_signature=tf.uint8)  # fmt: skip
-        probabilities = np.asarray(model(to_model_input(images), training=False), dtype=np.float32)
-        for jpeg, truth, row in zip(batch["image"].numpy(), batch["class"].numpy(), probabilities, strict=True):
-            predicted = int(row.argmax())
-            if predicted != int(truth):
-                found.append((bytes(jpeg), names[int(truth)], names[predicted], float(row[predicted])))
-                if len(found) >= limit:
-                    return found
-    return found
-
-
-def write_report(config: EvaluateConfig, metrics: dict, model, model_config: dict) -> str:
-    """Writes ``report.html`` beside ``metrics.json``; returns its path."""
-    from components.evaluate.report import MAX_MISCLASSIFIED, REPORT_FILE, render
+    from components.evaluate.report import REPORT_FILE, render
     from components.storage import exists, read_json, write_atomically
 
+    def jpeg(pixels) -> bytes:
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, format="JPEG", quality=90)
+        return buffer.getvalue()
+
+    names = metrics["class_names"]
+    misclassified = [(jpeg(pixels), names[truth], names[predicted], p) for pixels, truth, predicted, p in wrong]
     history_path = os.path.join(config.model_dir, "history.json")
     history = read_json(history_path) if exists(history_path) else None
-    wrong = misclassified_examples(model, config.examples_dir, config.split, model_config, MAX_MISCLASSIFIED)
     path = os.path.join(config.output_dir, REPORT_FILE)
-    write_atomically(path, render(metrics, history, wrong).encode("utf-8"))
+    write_atomically(path, render(metrics, history, misclassified).encode("utf-8"))
     return path
 
 
