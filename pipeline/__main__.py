@@ -72,6 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--lr-schedule", choices=("constant", "rampup_exponential"), help="learning-rate schedule (default constant)"
     )
     local_cmd.add_argument(
+        "--min-accuracy", type=float, help="bless (and so export) only at this test accuracy or more (default 0.75)"
+    )
+    local_cmd.add_argument(
+        "--baseline",
+        dest="baseline_model",
+        help="the last blessed model (a train or export step output): bless only if not worse than it",
+    )
+    local_cmd.add_argument(
+        "--max-accuracy-drop", type=float, help="how much less accurate than --baseline still blesses (default 0)"
+    )
+    local_cmd.add_argument(
         "--demo-per-class",
         type=int,
         default=0,
@@ -252,9 +263,29 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("image_size", "epochs", "demo_per_class"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)} must not be negative")
+    for name in ("min_accuracy", "max_accuracy_drop"):
+        value = getattr(args, name)
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise UsageError(f"--{name.replace('_', '-')} {value} is out of range: use a fraction in [0, 1]")
+    if args.baseline_model is not None:
+        if not os.path.isdir(args.baseline_model):
+            raise UsageError(
+                f"baseline {args.baseline_model} does not exist: pass the last blessed model (a train or export "
+                "step output) or leave --baseline out to judge on --min-accuracy alone"
+            )
+        args.baseline_model = os.path.abspath(args.baseline_model)
     optional = {
         name: getattr(args, name)
-        for name in ("model_name", "per_replica_batch_size", "learning_rate", "precision", "lr_schedule")
+        for name in (
+            "model_name",
+            "per_replica_batch_size",
+            "learning_rate",
+            "precision",
+            "lr_schedule",
+            "min_accuracy",
+            "max_accuracy_drop",
+            "baseline_model",
+        )
         if getattr(args, name) is not None
     }
     summary = run_local(

@@ -1,4 +1,5 @@
-"""The KFP v2 DAG: convert -> train -> evaluate -> export. Knows the steps only through their KFP wrappers."""
+"""The KFP v2 DAG: convert -> train -> evaluate -> (blessed) export -> register. Knows the steps only through their
+KFP wrappers."""
 
 from typing import List, NamedTuple, Optional
 
@@ -7,19 +8,27 @@ from kfp import dsl
 from components.convert.component import make_component as convert_component
 from components.convert.component import make_fingerprint_component
 from components.evaluate.component import make_component as evaluate_component
+from components.evaluate.component import make_not_blessed_component
 from components.export.component import make_component as export_component
+from components.register.component import make_components as registry_components
 from components.train.component import make_component as train_component
 from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
 
 PIPELINE_NAME = "tpu-image-classifier"
 
 
-def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] = None):
+def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] = None, registry: bool = True):
     """Returns the pipeline function, its steps running in ``images``.
 
     ``accelerator`` (a name in ``pipeline.accelerators.ACCELERATORS``): the training step becomes a Vertex AI custom
     job on that machine, in its image (Google Cloud Pipeline Components' ``create_custom_training_job_from_component``).
     None: every step is a plain container step, as ``kfp.local`` runs them.
+
+    ``registry``: the Vertex AI Model Registry steps (the baseline looked up before evaluate, the blessed export
+    uploaded after export); they run only on Vertex AI, so ``run-local`` builds the DAG without them.
+
+    Export (and registration) run only when evaluate blesses the model (``dsl.If``); otherwise the ``not-blessed``
+    branch says why and the run still succeeds.
     """
     image = images.uri(PIPELINE_IMAGE)
     fingerprint_op = make_fingerprint_component(image)
@@ -28,20 +37,22 @@ def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] =
     if accelerator is not None:
         train_op, train_options = custom_training_job(images, accelerator)
     evaluate_op = evaluate_component(image)
+    not_blessed_op = make_not_blessed_component(image)
     export_op = export_component(image)
+    find_baseline_op, register_op = registry_components(image)
 
     class Outputs(NamedTuple):
         test_accuracy: float
-        export_agreement: float
+        blessed: bool
+        exported_model_uri: str  # empty when the model was not blessed
         examples: dsl.Dataset
         model: dsl.Model
-        exported_model: dsl.Model
         evaluation: dsl.Artifact
 
     @dsl.pipeline(
         name=PIPELINE_NAME,
-        description="Image folder -> TFRecords (Beam) -> Keras training (TPU / GPU / CPU) -> evaluation -> "
-        "CPU SavedModel export.",
+        description="Image folder -> TFRecords (Beam) -> Keras training (TPU / GPU / CPU) -> evaluation and blessing "
+        "-> CPU SavedModel and TFLite export -> Vertex AI Model Registry.",
     )
     def image_classifier(
         source: str,
@@ -63,6 +74,10 @@ def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] =
         augment: bool = False,
         seed: int = 42,
         beam_args: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
+        min_accuracy: float = 0.75,
+        max_accuracy_drop: float = 0.0,
+        baseline_model: str = "",
+        model_display_name: str = PIPELINE_NAME,
     ) -> Outputs:
         # always recomputed; an unchanged fingerprint makes convert (and all after it) a cache hit on reruns
         fingerprinted = fingerprint_op(source=source, classes=classes).set_display_name("fingerprint the source")
@@ -93,19 +108,37 @@ def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] =
             augment=augment,
             seed=seed,
         ).set_display_name("train")
+        baseline = baseline_model
+        if registry:  # the registry's current model is the baseline unless one is given
+            found = find_baseline_op(display_name=model_display_name, baseline=baseline_model)
+            found.set_display_name("find the baseline").set_caching_options(enable_caching=False)
+            baseline = found.output
         evaluated = evaluate_op(
-            examples=converted.outputs["examples"], model=trained.outputs["model"]
-        ).set_display_name("evaluate")
-        exported = export_op(model=trained.outputs["model"], examples=converted.outputs["examples"]).set_display_name(
-            "export for CPU serving"
-        )
-        exported.after(evaluated)
-        return Outputs(
-            test_accuracy=evaluated.outputs["Output"],
-            export_agreement=exported.outputs["Output"],
             examples=converted.outputs["examples"],
             model=trained.outputs["model"],
-            exported_model=exported.outputs["exported_model"],
+            min_accuracy=min_accuracy,
+            max_accuracy_drop=max_accuracy_drop,
+            baseline=baseline,
+        ).set_display_name("evaluate and bless")
+        with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712 (a KFP condition)
+            exported = export_op(
+                model=trained.outputs["model"], examples=converted.outputs["examples"]
+            ).set_display_name("export for CPU serving")
+            if registry:
+                registered = register_op(
+                    exported_model=exported.outputs["exported_model"],
+                    display_name=model_display_name,
+                    pipeline_run=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+                ).set_display_name("register in the Model Registry")
+                registered.set_caching_options(enable_caching=False)  # each blessed run records its version
+        with dsl.Else(name="not-blessed"):
+            skipped = not_blessed_op(evaluation=evaluated.outputs["evaluation"]).set_display_name("not blessed")
+        return Outputs(
+            test_accuracy=evaluated.outputs["test_accuracy"],
+            blessed=evaluated.outputs["Output"],
+            exported_model_uri=dsl.OneOf(exported.outputs["Output"], skipped.output),
+            examples=converted.outputs["examples"],
+            model=trained.outputs["model"],
             evaluation=evaluated.outputs["evaluation"],
         )
 

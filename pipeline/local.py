@@ -79,14 +79,17 @@ def run_local(config: LocalRunConfig) -> dict:
         cache_root=os.path.join(work_dir, "cache"),
     )
     log.info("running %s under kfp.local (SubprocessRunner) with %s", PIPELINE_NAME, parameters)
-    run = build_pipeline()(**parameters)
+    # the Model Registry steps need Vertex AI: a local run has the rest of the DAG, the blessing gate included
+    run = build_pipeline(registry=False)(**parameters)
     outputs = run.outputs
     examples_dir = outputs["examples"].path
     stats = read_stats(examples_dir)
-    exported_dir = outputs["exported_model"].path
-    metrics = read_json(os.path.join(outputs["evaluation"].path, "metrics.json"))
+    metrics_json = os.path.join(outputs["evaluation"].path, "metrics.json")
+    metrics = read_json(metrics_json)
     blessing = metrics.get("blessing", {})
-    export_report = read_json(os.path.join(exported_dir, "export.json"))
+    exported_dir = outputs["exported_model_uri"]  # empty: not blessed, so not exported
+    export_json = os.path.join(exported_dir, "export.json") if exported_dir else None
+    export_report = read_json(export_json) if export_json else {}
     summary = {
         "pipeline": PIPELINE_NAME,
         "source": source,
@@ -95,19 +98,20 @@ def run_local(config: LocalRunConfig) -> dict:
         "class_names": stats["class_names"],
         "quarantined": stats["quarantined"],
         "test_accuracy": outputs["test_accuracy"],
-        "blessed": blessing.get("blessed"),
-        "report_html": metrics.get("report_html"),
+        "blessed": outputs["blessed"],
         "reasons": blessing.get("reasons", []),
-        "export_agreement": outputs["export_agreement"],
+        "report_html": metrics.get("report_html"),
+        "export_agreement": export_report.get("parity", {}).get("argmax_agreement"),
         "examples_dir": examples_dir,
         "model_dir": outputs["model"].path,
-        "metrics_json": os.path.join(outputs["evaluation"].path, "metrics.json"),
-        "saved_model_dir": export_report["saved_model"]["path"],
+        "metrics_json": metrics_json,
+        "saved_model_dir": export_report.get("saved_model", {}).get("path"),
         "formats": {
             name: {"path": entry["path"], "bytes": entry["bytes"], "test_accuracy": entry["test_accuracy"]}
             for name, entry in export_report.get("formats", {}).items()
         },
-        "export_json": os.path.join(exported_dir, "export.json"),
+        "export_json": export_json,
+        "registry": "skipped: a local run (the cloud DAG uploads a blessed export to the Vertex AI Model Registry)",
         "pipeline_root": pipeline_root,
         "wall_seconds": round(time.monotonic() - started, 1),
     }
@@ -118,23 +122,30 @@ def run_local(config: LocalRunConfig) -> dict:
 def format_summary(summary: dict, summary_path: str) -> str:
     """The readable summary printed at the end of a local run."""
     counts = " / ".join(f"{split} {count}" for split, count in summary["counts"].items())
+    exported = summary.get("export_json") is not None
+    not_exported = "- (not blessed: nothing exported)"
     rows = [
         ("examples", f"{counts}  ({len(summary['class_names'])} classes, {summary['quarantined']} quarantined)"),
         ("test accuracy", f"{summary['test_accuracy']:.4f}"),
-        ("blessed", f"{'yes' if summary.get('blessed') else 'no'}: {'; '.join(summary.get('reasons', []))}"),
-        ("export parity", f"{summary['export_agreement']:.4f} argmax agreement with the trained model"),
+        ("blessed", f"{'yes' if summary.get('blessed') else 'NO'}: {'; '.join(summary.get('reasons', []))}"),
+        (
+            "export parity",
+            f"{summary['export_agreement']:.4f} argmax agreement with the trained model" if exported else not_exported,
+        ),
         ("TFRecords", summary["examples_dir"]),
-        ("SavedModel", summary["saved_model_dir"]),
+        ("SavedModel", summary["saved_model_dir"] or not_exported),
         *(
             (name, f"{entry['bytes'] / 1e6:.2f} MB, test accuracy {entry['test_accuracy']:.4f}  {entry['path']}")
             for name, entry in summary.get("formats", {}).items()
             if name != "saved_model"
         ),
+        ("registry", "skipped (local run)"),
         ("metrics", summary["metrics_json"]),
         ("report", summary.get("report_html") or "-"),
         ("summary", summary_path),
     ]
     width = max(len(name) for name, _ in rows)
-    lines = [f"{summary['pipeline']}: convert -> train -> evaluate -> export finished in {summary['wall_seconds']}s"]
+    steps = "convert -> train -> evaluate -> " + ("export" if exported else "not blessed, so no export")
+    lines = [f"{summary['pipeline']}: {steps}: finished in {summary['wall_seconds']}s"]
     lines += [f"  {name.ljust(width)}  {value}" for name, value in rows]
     return "\n".join(lines)

@@ -34,6 +34,7 @@ ENVIRONMENT = {
     "network": (f"{ENV_PREFIX}NETWORK",),
     "api_endpoint": (f"{ENV_PREFIX}API_ENDPOINT",),
     "template": (f"{ENV_PREFIX}TEMPLATE",),
+    "anonymous": (f"{ENV_PREFIX}ANONYMOUS",),  # 1 / true: send no credentials (a local endpoint)
 }
 CONFIG_ENV = f"{ENV_PREFIX}CONFIG"
 TERMINAL_STATES = {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED"}
@@ -80,7 +81,7 @@ def load_settings(
     for name, variables in ENVIRONMENT.items():
         found = next((environ[v] for v in variables if environ.get(v)), None)
         if found is not None:
-            values[name] = found
+            values[name] = found.strip().lower() in ("1", "true", "yes") if name == "anonymous" else found
     for name, value in flags.items():
         if value is None:
             continue

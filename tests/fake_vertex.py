@@ -130,6 +130,14 @@ class FakeVertex:
             response = {"@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
                         "model": name, "modelVersionId": str(len(versions))}  # fmt: skip
             return 200, self.operation(parent, response)
+        if rest == "models" and method == "GET":  # list, newest first, the default (latest) version of each
+            wanted = re.search(r'display_name="([^"]*)"', query.get("filter", [""])[0])
+            found = [
+                {**model["versions"][-1], "name": name, "versionId": str(len(model["versions"]))}
+                for name, model in reversed(self.models.items())
+                if not wanted or model["versions"][-1].get("displayName") == wanted.group(1)
+            ]
+            return 200, {"models": found}
         if rest.startswith("models/") and method == "GET":
             name = f"{parent}/{rest.split('@')[0]}"
             if name not in self.models:

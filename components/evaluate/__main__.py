@@ -26,7 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="bless only at this accuracy or more (default %(default)s, the codelab's transfer-learning baseline)",
     )
     parser.add_argument(
-        "--baseline", default="", help="the last blessed model's dir (a train step output), evaluated on the same split"
+        "--baseline",
+        default="",
+        help="the last blessed model, evaluated on the same split: a train or export step output, or the SavedModel "
+        "folder the Model Registry holds (gs:// read through /gcs/)",
     )
     parser.add_argument(
         "--max-accuracy-drop",

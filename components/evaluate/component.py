@@ -1,7 +1,8 @@
-"""The evaluate step as a lightweight KFP component: a thin wrapper over ``components.evaluate.core``."""
+"""The evaluate step as lightweight KFP components: a thin wrapper over ``components.evaluate.core``, and the step
+a run takes instead of export and registration when the model is not blessed."""
 
 from kfp import dsl
-from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
+from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output, OutputPath
 
 
 def evaluate(
@@ -11,26 +12,66 @@ def evaluate(
     confusion: Output[ClassificationMetrics],
     evaluation: Output[Artifact],
     report: Output[HTML],
-) -> float:
-    """Evaluates on the test split; logs KFP Metrics and ClassificationMetrics, publishes the HTML report (shown by
-    the Vertex AI console); returns the test accuracy."""
+    test_accuracy: OutputPath(float),
+    min_accuracy: float = 0.75,
+    max_accuracy_drop: float = 0.0,
+    baseline: str = "",
+) -> bool:
+    """Evaluates on the test split (and the baseline, if any); logs KFP Metrics and ClassificationMetrics, publishes
+    the HTML report (shown by the Vertex AI console); returns the blessing, which gates export and registration."""
     import shutil
 
     from components.cli import configure_logging
     from components.evaluate.core import EvaluateConfig, run
 
     configure_logging()
-    result = run(EvaluateConfig(examples_dir=examples.path, model_dir=model.path, output_dir=evaluation.path))
+    result = run(
+        EvaluateConfig(
+            examples_dir=examples.path,
+            model_dir=model.path,
+            output_dir=evaluation.path,
+            min_accuracy=min_accuracy,
+            max_accuracy_drop=max_accuracy_drop,
+            baseline=baseline,
+        )
+    )
+    blessing = result["blessing"]
     metrics.log_metric("accuracy", result["accuracy"])
+    metrics.log_metric(f"top_{result['top_k_accuracy']['k']}_accuracy", result["top_k_accuracy"]["accuracy"])
     metrics.log_metric("num_examples", result["num_examples"])
+    metrics.log_metric("blessed", int(blessing["blessed"]))
+    if blessing.get("baseline_accuracy") is not None:
+        metrics.log_metric("baseline_accuracy", blessing["baseline_accuracy"])
     for name, figures in result["per_class"].items():
-        metrics.log_metric(f"precision_{name}", figures["precision"])
-        metrics.log_metric(f"recall_{name}", figures["recall"])
+        for figure in ("precision", "recall", "f1"):
+            metrics.log_metric(f"{figure}_{name}", figures[figure])
     confusion.log_confusion_matrix(result["class_names"], result["confusion_matrix"])
+    evaluation.metadata.update({"blessed": blessing["blessed"], "reasons": blessing["reasons"]})
     shutil.copyfile(result["report_html"], report.path)
-    return result["accuracy"]
+    with open(test_accuracy, "w", encoding="utf-8") as handle:
+        handle.write(repr(float(result["accuracy"])))
+    return bool(blessing["blessed"])
+
+
+def not_blessed(evaluation: Input[Artifact]) -> str:
+    """The branch of a run whose model is not blessed: says why; nothing is exported or registered, and the run
+    still succeeds. Returns "" (no exported model)."""
+    import json
+    import os
+
+    with open(os.path.join(evaluation.path, "metrics.json"), encoding="utf-8") as handle:
+        blessing = json.load(handle)["blessing"]
+    print(
+        "NOT blessed: " + "; ".join(blessing["reasons"]) + ". Nothing was exported or registered; the serving model "
+        "stays as it was."
+    )
+    return ""
 
 
 def make_component(base_image: str):
     """The KFP component, running in ``base_image`` (which has this project and kfp installed)."""
     return dsl.component(evaluate, base_image=base_image, install_kfp_package=False)
+
+
+def make_not_blessed_component(base_image: str):
+    return dsl.component(not_blessed, base_image=base_image, install_kfp_package=False)

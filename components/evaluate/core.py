@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from components.cli import UsageError
 from components.schema import read_stats
 from components.storage import write_json
-from components.train.core import MODEL_FILE, load_model_config, make_dataset
+from components.train.core import MODEL_FILE, gcs_fuse_path, load_model_config, make_dataset
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,9 @@ DEFAULT_MIN_ACCURACY = 0.75
 @dataclass(frozen=True)
 class EvaluateConfig:
     """Args: examples_dir (the convert output), model_dir (the train output), output_dir (gets ``metrics.json``);
-    min_accuracy, baseline (the last blessed model's dir, or empty) and max_accuracy_drop decide the blessing."""
+    min_accuracy, baseline and max_accuracy_drop decide the blessing. The baseline (empty: none) is the last blessed
+    model: a train step output, an export step output, or its ``saved_model/`` folder as the Vertex AI Model
+    Registry holds it (``gs://`` is read through Vertex AI's ``/gcs/`` mount)."""
 
     examples_dir: str
     model_dir: str
@@ -142,7 +144,7 @@ def run(config: EvaluateConfig) -> dict:
     model_config = load_model_config(config.model_dir)
     if stats["counts"].get(config.split, 0) == 0:
         raise UsageError(f"examples dir {config.examples_dir} has no {config.split} examples to evaluate on")
-    baseline_config = check_baseline(config.baseline, model_config) if config.baseline else None
+    baseline = check_baseline(config.baseline, model_config) if config.baseline else None
     model = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
     from components.evaluate.report import MAX_MISCLASSIFIED
 
@@ -159,10 +161,9 @@ def run(config: EvaluateConfig) -> dict:
     metrics["top_k_accuracy"] = {"k": k, "accuracy": top_k_accuracy(y_true, probabilities, k)}
     metrics["split"] = config.split
     baseline_accuracy = None
-    if baseline_config is not None:
-        baseline = keras.models.load_model(os.path.join(config.baseline, MODEL_FILE), compile=False)
+    if baseline is not None:
         _, baseline_probabilities, _ = predict_split(
-            baseline, config.examples_dir, config.split, baseline_config["image_size"], model_config["num_classes"]
+            load_baseline(baseline), config.examples_dir, config.split, baseline.image_size, model_config["num_classes"]
         )
         baseline_accuracy = float((baseline_probabilities.argmax(axis=-1) == y_true).mean())
     metrics["blessing"] = bless(metrics["accuracy"], config.min_accuracy, baseline_accuracy, config.max_accuracy_drop)
@@ -199,20 +200,66 @@ def write_report(config: EvaluateConfig, metrics: dict, wrong) -> str:
     return path
 
 
-def check_baseline(baseline: str, model_config: dict) -> dict:
-    """The baseline model's config; one-line errors when it is missing or not comparable."""
-    if not os.path.isdir(baseline):
+@dataclass(frozen=True)
+class Baseline:
+    kind: str  # "trained" (a train step output) or "export" (an exported SavedModel)
+    path: str  # the model.keras folder or the SavedModel folder, local or under /gcs/
+    image_size: int
+
+
+def check_baseline(baseline: str, model_config: dict) -> Baseline:
+    """Finds the baseline model without loading it; one-line errors when it is missing or not comparable."""
+    from components.export.core import EXPORT_FILE, SAVED_MODEL_DIR
+    from components.storage import read_json
+
+    path = gcs_fuse_path(baseline)
+    if not os.path.isdir(path):
         raise UsageError(
-            f"baseline {baseline} does not exist: pass the last blessed model's dir (a train step output) or leave "
-            "--baseline out to judge on --min-accuracy alone"
+            f"baseline {baseline} does not exist: pass the last blessed model (a train or export step output, or "
+            "the SavedModel the Model Registry holds) or leave --baseline out to judge on --min-accuracy alone"
         )
-    try:
-        baseline_config = load_model_config(baseline)
-    except UsageError:
-        raise UsageError(f"baseline {baseline} is not a trained model: expected a train step output") from None
-    if baseline_config["class_names"] != model_config["class_names"]:
+    saved_model = next(
+        (p for p in (os.path.join(path, SAVED_MODEL_DIR), path) if os.path.isfile(os.path.join(p, "saved_model.pb"))),
+        None,
+    )
+    if saved_model is None:
+        try:
+            config = load_model_config(path)
+        except UsageError:
+            raise UsageError(
+                f"baseline {baseline} is not a trained or exported model: expected a train or export step output"
+            ) from None
+        found = Baseline("trained", path, config["image_size"])
+        class_names = config["class_names"]
+    else:
+        report = os.path.join(os.path.dirname(saved_model), EXPORT_FILE)
+        if not os.path.isfile(report):
+            raise UsageError(
+                f"baseline {baseline} has no {EXPORT_FILE} beside its SavedModel: pass a model this pipeline exported"
+            )
+        report_json = read_json(report)
+        found = Baseline("export", saved_model, report_json["image_size"])
+        class_names = report_json["class_names"]
+    if class_names != model_config["class_names"]:
         raise UsageError(
-            f"baseline {baseline} predicts other classes ({', '.join(baseline_config['class_names'])}): "
+            f"baseline {baseline} predicts other classes ({', '.join(class_names)}): "
             "it cannot be compared with this model"
         )
-    return baseline_config
+    return found
+
+
+def load_baseline(baseline: Baseline):
+    """The baseline as a callable from a batch of float images to probabilities (as ``predict_split`` wants)."""
+    if baseline.kind == "trained":
+        import keras
+
+        return keras.models.load_model(os.path.join(baseline.path, MODEL_FILE), compile=False)
+    import tensorflow as tf
+
+    signatures = tf.saved_model.load(baseline.path).signatures
+    if "serving_images" not in signatures:
+        raise UsageError(
+            f"baseline {baseline.path} has no serving_images signature: pass a model this pipeline exported"
+        )
+    serving = signatures["serving_images"]
+    return lambda images, training=False: serving(images=tf.cast(images, tf.float32))["probabilities"]

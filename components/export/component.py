@@ -4,15 +4,26 @@ from kfp import dsl
 from kfp.dsl import Dataset, Input, Model, Output
 
 
-def export(model: Input[Model], examples: Input[Dataset], exported_model: Output[Model]) -> float:
-    """Exports a CPU SavedModel from the trained weights; returns its argmax agreement with the trained model."""
+def export(model: Input[Model], examples: Input[Dataset], exported_model: Output[Model]) -> str:
+    """Exports a CPU SavedModel (and TFLite float and int8) from the trained weights; records the parity with the
+    trained model and each format's size and accuracy in the artifact's metadata; returns the export's URI."""
     from components.cli import configure_logging
     from components.export.core import ExportConfig, run
 
     configure_logging()
     report = run(ExportConfig(model_dir=model.path, examples_dir=examples.path, output_dir=exported_model.path))
-    exported_model.metadata.update({"framework": "tensorflow", "format": "saved_model", "parity": report["parity"]})
-    return float(report["parity"]["argmax_agreement"] or 0.0)
+    exported_model.metadata.update(
+        {
+            "framework": "tensorflow",
+            "format": "saved_model",
+            "parity": report["parity"],
+            "formats": {
+                name: {"bytes": e["bytes"], "test_accuracy": e["test_accuracy"]}
+                for name, e in report["formats"].items()
+            },
+        }
+    )
+    return exported_model.uri
 
 
 def make_component(base_image: str):

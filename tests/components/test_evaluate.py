@@ -84,12 +84,40 @@ def test_blessing_against_a_baseline_is_recorded_in_metrics_json(converted, trai
         assert json.load(handle)["blessing"]["reasons"] == metrics["blessing"]["reasons"]
 
 
+def test_an_exported_model_is_a_baseline_as_the_model_registry_holds_it(converted, trained, exported, tmp_path):
+    """The last blessed model comes back from the registry as the export's saved_model/ folder: it is evaluated
+    through its serving_images signature, with the class names from the export.json beside it."""
+    examples_dir, _ = converted
+    model_dir, _ = trained
+    export_dir, report = exported
+    for index, baseline in enumerate((export_dir, os.path.join(export_dir, "saved_model"))):
+        metrics = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / str(index)), baseline=baseline))
+        blessing = metrics["blessing"]
+        assert blessing["baseline"] == baseline
+        # the same weights: the export agrees with the trained model on every test image
+        assert report["parity"]["argmax_agreement"] == 1.0
+        assert blessing["baseline_accuracy"] == pytest.approx(metrics["accuracy"]) and blessing["blessed"] is True
+
+
+def test_a_baseline_with_other_classes_is_refused(converted, trained, exported, tmp_path):
+    import shutil
+
+    examples_dir, _ = converted
+    model_dir, _ = trained
+    export_dir, report = exported
+    other = tmp_path / "other"
+    shutil.copytree(export_dir, other)
+    (other / "export.json").write_text(json.dumps({**report, "class_names": ["cat", "dog"]}))
+    with pytest.raises(UsageError, match=f"baseline {other} predicts other classes \\(cat, dog\\)"):
+        run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "out"), baseline=str(other)))
+
+
 def test_a_baseline_that_does_not_exist_is_a_one_line_error(converted, trained, tmp_path):
     examples_dir, _ = converted
     model_dir, _ = trained
     with pytest.raises(UsageError, match=f"baseline {tmp_path}/nope does not exist: pass the last blessed model"):
         run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "out"), baseline=str(tmp_path / "nope")))
-    with pytest.raises(UsageError, match=f"baseline {tmp_path} is not a trained model"):
+    with pytest.raises(UsageError, match=f"baseline {tmp_path} is not a trained or exported model"):
         run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "out"), baseline=str(tmp_path)))
 
 

@@ -29,19 +29,76 @@ def test_committed_pipeline_yaml_is_fresh(tmp_path):
     )
 
 
-def test_dag_is_fingerprint_convert_train_evaluate_export():
+TOP_TASKS = ["condition-branches-1", "convert", "evaluate", "find-baseline", "fingerprint", "train"]
+
+
+def branches(spec: dict) -> dict[str, tuple[str, dict]]:
+    """The If / Else branches under the blessing gate: {branch task: (condition, its tasks)}."""
+    gate = spec["components"][spec["root"]["dag"]["tasks"]["condition-branches-1"]["componentRef"]["name"]]
+    return {
+        name: (task["triggerPolicy"]["condition"], spec["components"][task["componentRef"]["name"]]["dag"]["tasks"])
+        for name, task in gate["dag"]["tasks"].items()
+    }
+
+
+def test_dag_is_fingerprint_convert_train_evaluate_then_gated_export_and_registration():
     spec = without_sdk_version(COMMITTED)
     tasks = spec["root"]["dag"]["tasks"]
-    assert sorted(tasks) == ["convert", "evaluate", "export", "fingerprint", "train"]
+    assert sorted(tasks) == TOP_TASKS
     assert tasks["convert"]["dependentTasks"] == ["fingerprint"]
     fingerprint_input = tasks["convert"]["inputs"]["parameters"]["source_fingerprint"]
     assert fingerprint_input["taskOutputParameter"]["producerTask"] == "fingerprint"
     assert tasks["fingerprint"]["cachingOptions"] == {}  # never cached: it must see new files
     assert tasks["convert"]["cachingOptions"] == {"enableCache": True}
     assert tasks["train"]["dependentTasks"] == ["convert"]
-    assert sorted(tasks["evaluate"]["dependentTasks"]) == ["convert", "train"]
-    assert sorted(tasks["export"]["dependentTasks"]) == ["convert", "evaluate", "train"]
-    assert spec["root"]["inputDefinitions"]["parameters"]["image_size"]["defaultValue"] == 192
+    # the baseline comes from the registry (never cached: the registry changes between runs)
+    assert sorted(tasks["evaluate"]["dependentTasks"]) == ["convert", "find-baseline", "train"]
+    assert tasks["evaluate"]["inputs"]["parameters"]["baseline"]["taskOutputParameter"]["producerTask"] == (
+        "find-baseline"
+    )
+    assert tasks["find-baseline"]["cachingOptions"] == {}
+    # export and registration only when blessed; otherwise the not-blessed step, and the run succeeds
+    (blessed_condition, blessed), (else_condition, not_blessed) = branches(spec).values()
+    channel = "inputs.parameter_values['pipelinechannel--evaluate-Output']"
+    assert blessed_condition == f"{channel} == true" and else_condition == f"!({channel} == true)"
+    assert sorted(blessed) == ["export", "register"] and sorted(not_blessed) == ["not-blessed"]
+    assert blessed["register"]["dependentTasks"] == ["export"] and blessed["register"]["cachingOptions"] == {}
+    assert blessed["register"]["inputs"]["parameters"]["pipeline_run"]["runtimeValue"]["constant"] == (
+        "{{$.pipeline_job_name}}"
+    )
+    outputs = spec["root"]["dag"]["outputs"]["parameters"]
+    assert outputs["blessed"]["valueFromParameter"] == {"outputParameterKey": "Output", "producerSubtask": "evaluate"}
+    assert outputs["exported_model_uri"]["valueFromParameter"]["producerSubtask"] == "condition-branches-1"
+    parameters = spec["root"]["inputDefinitions"]["parameters"]
+    assert parameters["image_size"]["defaultValue"] == 192
+    assert parameters["min_accuracy"]["defaultValue"] == 0.75 and parameters["baseline_model"]["defaultValue"] == ""
+    assert parameters["model_display_name"]["defaultValue"] == "tpu-image-classifier"
+
+
+def test_registry_steps_take_project_and_location_from_vertex_ai():
+    from components.register.component import LOCATION_PLACEHOLDER, PROJECT_ID_PLACEHOLDER
+
+    spec = without_sdk_version(COMMITTED)
+    for component in ("comp-find-baseline", "comp-register"):
+        parameters = spec["components"][component]["inputDefinitions"]["parameters"]
+        assert parameters["project"]["defaultValue"] == PROJECT_ID_PLACEHOLDER
+        assert parameters["location"]["defaultValue"] == LOCATION_PLACEHOLDER
+
+
+def test_the_local_dag_has_the_gate_but_no_registry_steps(tmp_path):
+    from kfp import compiler
+
+    from pipeline.dag import build_pipeline
+
+    path = str(tmp_path / "local.yaml")
+    compiler.Compiler().compile(build_pipeline(registry=False), path)
+    spec = without_sdk_version(path)
+    assert sorted(spec["root"]["dag"]["tasks"]) == sorted(set(TOP_TASKS) - {"find-baseline"})
+    assert [sorted(tasks) for _, tasks in branches(spec).values()] == [["export"], ["not-blessed"]]
+    baseline = spec["root"]["dag"]["tasks"]["evaluate"]["inputs"]["parameters"]["baseline"]
+    assert baseline == {"componentInputParameter": "baseline_model"}
+    with open(path) as handle:
+        assert "{{$.pipeline_google_cloud" not in handle.read()  # kfp.local cannot resolve these
 
 
 GCPC_LAUNCHER = "gcr.io/ml-pipeline/google-cloud-pipeline-components:"
@@ -106,7 +163,7 @@ def test_each_target_compiles_to_its_machine_spec(tmp_path, target):
     assert machine == expected_machine
     assert image == f"{DEFAULT_REGISTRY}/{expected_image}:{DEFAULT_TAG}"
     # the other steps stay where they were
-    assert sorted(spec["root"]["dag"]["tasks"]) == ["convert", "evaluate", "export", "fingerprint", "train"]
+    assert sorted(spec["root"]["dag"]["tasks"]) == TOP_TASKS
 
 
 def test_the_committed_pipeline_is_the_default_target():

@@ -44,7 +44,8 @@ def test_summary_points_at_real_artifacts(demo_run):
 
 def test_run_prints_a_readable_summary(demo_run):
     _, summary, result = demo_run
-    assert "convert -> train -> evaluate -> export finished" in result.stdout
+    assert "convert -> train -> evaluate -> export: finished" in result.stdout
+    assert "registry       skipped (local run)" in result.stdout
     assert f"{summary['test_accuracy']:.4f}" in result.stdout
 
 
@@ -59,13 +60,19 @@ def test_exported_model_classifies_a_demo_image(demo_run):
     assert labels == ["3", "7"]
 
 
-def test_bad_source_is_one_line_exit_2_and_writes_nothing(tmp_path):
-    work_dir = tmp_path / "work"
-    result = run_cli("pipeline", "run-local", "--source", str(tmp_path / "missing"), "--work-dir", str(work_dir))
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--source", "data path {path} does not exist: pass a folder of class subfolders of images"),
+        ("--baseline", "baseline {path} does not exist: pass the last blessed model (a train or export step output) "
+                       "or leave --baseline out to judge on --min-accuracy alone"),
+    ],
+)  # fmt: skip
+def test_a_path_that_does_not_exist_is_one_line_exit_2_and_writes_nothing(tmp_path, flag, message):
+    work_dir, missing = tmp_path / "work", tmp_path / "missing"
+    result = run_cli("pipeline", "run-local", flag, str(missing), "--work-dir", str(work_dir))
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        f"error: data path {tmp_path / 'missing'} does not exist: pass a folder of class subfolders of images"
-    ]
+    assert result.stderr.strip().splitlines() == ["error: " + message.format(path=missing)]
     assert not work_dir.exists()
 
 
@@ -90,3 +97,28 @@ def test_the_report_of_the_demo_run_shows_its_misclassified_digits(demo_run):
     assert text.count('alt="misclassified"') == min(wrong, 24)
     assert text.count("data:image/png;base64,") == 1 and "Blessed" in text
     assert summary["report_html"] in result.stdout
+
+
+def test_a_run_that_is_not_blessed_succeeds_says_why_and_exports_nothing(demo_run, tmp_path):
+    """The gate (dsl.If on evaluate's blessing) under kfp.local: a weak model against the demo run's export as the
+    baseline takes the not-blessed branch; export never runs, and the run still succeeds."""
+    _, blessed, _ = demo_run
+    baseline = os.path.dirname(blessed["export_json"])
+    work_dir = tmp_path / "weak"
+    result = run_cli(
+        "pipeline", "run-local", "--work-dir", str(work_dir), "--demo-per-class", "20", "--epochs", "1",
+        "--min-accuracy", "0.9", "--baseline", baseline, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    with open(work_dir / "summary.json") as handle:
+        summary = json.load(handle)
+    assert summary["blessed"] is False
+    reasons = " ".join(summary["reasons"])
+    assert "is below the minimum 0.9000" in reasons and "below the baseline's" in reasons
+    assert summary["export_json"] is None and summary["formats"] == {} and summary["saved_model_dir"] is None
+    with open(summary["metrics_json"]) as handle:
+        assert json.load(handle)["blessing"]["baseline"] == baseline
+    run_dir = os.path.dirname(os.path.dirname(summary["examples_dir"]))
+    assert sorted(os.listdir(run_dir)) == ["convert", "evaluate", "fingerprint", "not-blessed", "train"]
+    assert "NOT blessed: accuracy" in result.stderr + result.stdout
+    assert "not blessed, so no export" in result.stdout and "blessed        NO: " in result.stdout

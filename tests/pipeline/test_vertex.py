@@ -264,3 +264,52 @@ def test_register_uploads_a_new_version_of_the_parent_model(vertex, capsys):
 def test_register_needs_a_cloud_storage_model(vertex):
     with pytest.raises(UsageError, match="model /tmp/x must be a gs:// folder"):
         main(["register", *vertex.args, "--model", "/tmp/x"])
+
+
+@pytest.fixture
+def in_pipeline(vertex, monkeypatch, tmp_path):
+    """The environment of a DAG step on Vertex AI, pointed at the fake server."""
+    monkeypatch.setenv("TPU_PIPELINE_API_ENDPOINT", vertex.url)
+    monkeypatch.setenv("TPU_PIPELINE_ANONYMOUS", "1")
+    monkeypatch.setenv("TPU_PIPELINE_CONFIG", vertex.args[1])  # quick retries
+    return vertex
+
+
+def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(in_pipeline, capsys):
+    """find-baseline and register, as the cloud DAG runs them (Vertex AI fills in project and location)."""
+    from kfp.dsl import Model
+
+    from components.register.component import find_baseline, register
+
+    where = {"project": "demo-project", "location": "europe-west4"}
+    # the first run: no model of that name yet, so no baseline, and the upload makes the model
+    assert find_baseline("flowers", **where) == ""
+    export_1 = f"gs://{BUCKET}/root/flowers-1/export/exported_model"
+    name = register(Model(uri=export_1), "flowers", pipeline_run="flowers-1", **where).split("@")[0]
+    assert name.startswith("projects/demo-project/locations/europe-west4/models/")
+    # the next run compares against it, and its blessed export becomes version 2 of the same model
+    assert find_baseline("flowers", **where) == f"{export_1}/saved_model"
+    export_2 = f"gs://{BUCKET}/root/flowers-2/export/exported_model"
+    assert register(Model(uri=export_2), "flowers", pipeline_run="flowers-2", **where) == f"{name}@2"
+    assert find_baseline("flowers", **where) == f"{export_2}/saved_model"
+    first, second = in_pipeline.bodies("POST", "/models:upload")
+    assert "parentModel" not in first and second["parentModel"] == name
+    assert second["model"]["labels"] == {"pipeline-run": "flowers-2"}
+    assert second["model"]["artifactUri"] == f"{export_2}/saved_model"
+    # a baseline given as a parameter wins over the registry, which is then not asked
+    requests = len(in_pipeline.requests)
+    assert find_baseline("flowers", baseline="gs://b/last-good", **where) == "gs://b/last-good"
+    assert len(in_pipeline.requests) == requests
+    out = capsys.readouterr().out
+    assert "no model named flowers in the registry" in out and f"baseline: {name} version 2" in out
+
+
+def test_the_dag_registration_step_reports_a_missing_permission(in_pipeline):
+    from kfp.dsl import Model
+
+    from components.register.component import register
+    from pipeline.vertex import VertexError
+
+    in_pipeline.fail("POST", "/models:upload", [403])
+    with pytest.raises(VertexError, match=r"aiplatform\.models\.upload"):
+        register(Model(uri=f"gs://{BUCKET}/x"), "flowers", project="demo-project", location="europe-west4")
