@@ -42,10 +42,14 @@ def register(
     location: str = "{{$.pipeline_google_cloud_location}}",
 ) -> str:
     """Uploads the blessed export to the Vertex AI Model Registry (TensorFlow CPU serving container) as a new
-    version of the model ``display_name``, labelled with the pipeline run; returns ``MODEL@VERSION``."""
+    version of the model ``display_name``, labelled with the pipeline run; returns ``MODEL@VERSION`` ("" when
+    ``display_name`` is empty: registration is off)."""
     from components.cli import configure_logging
 
     configure_logging()
+    if not display_name:
+        print("model_display_name is empty: the blessed export is not registered")
+        return ""
     from pipeline.registry import register_blessed, vertex_settings_in_pipeline
 
     result = register_blessed(

@@ -302,6 +302,9 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     assert len(in_pipeline.requests) == requests
     out = capsys.readouterr().out
     assert "no model named flowers in the registry" in out and f"baseline: {name} version 2" in out
+    # an empty model_display_name turns the registry off: no lookup, no upload
+    assert find_baseline("", **where) == "" and register(Model(uri=export_2), "", **where) == ""
+    assert len(in_pipeline.requests) == requests
 
 
 def test_the_dag_registration_step_reports_a_missing_permission(in_pipeline):
