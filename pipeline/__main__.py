@@ -72,15 +72,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--lr-schedule", choices=("constant", "rampup_exponential"), help="learning-rate schedule (default constant)"
     )
     local_cmd.add_argument(
-        "--min-accuracy", type=float, help="bless (and so export) only at this test accuracy or more (default 0.75)"
+        "--min-accuracy",
+        type=float,
+        metavar="FRACTION",
+        help="bless (and so export) only at this test accuracy or more (default 0.75)",
     )
     local_cmd.add_argument(
         "--baseline",
         dest="baseline_model",
+        metavar="MODEL",
         help="the last blessed model (a train or export step output): bless only if not worse than it",
     )
     local_cmd.add_argument(
-        "--max-accuracy-drop", type=float, help="how much less accurate than --baseline still blesses (default 0)"
+        "--max-accuracy-drop",
+        type=float,
+        metavar="FRACTION",
+        help="how much less accurate than --baseline still blesses (default 0)",
     )
     local_cmd.add_argument(
         "--demo-per-class",
