@@ -270,17 +270,13 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("image_size", "epochs", "demo_per_class"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)} must not be negative")
+    from components.evaluate.core import baseline_path, check_fraction
+
     for name in ("min_accuracy", "max_accuracy_drop"):
-        value = getattr(args, name)
-        if value is not None and not 0.0 <= value <= 1.0:
-            raise UsageError(f"--{name.replace('_', '-')} {value} is out of range: use a fraction in [0, 1]")
-    if args.baseline_model is not None:
-        if not os.path.isdir(args.baseline_model):
-            raise UsageError(
-                f"baseline {args.baseline_model} does not exist: pass the last blessed model (a train or export "
-                "step output) or leave --baseline out to judge on --min-accuracy alone"
-            )
-        args.baseline_model = os.path.abspath(args.baseline_model)
+        if getattr(args, name) is not None:
+            check_fraction(f"--{name.replace('_', '-')}", getattr(args, name))
+    if args.baseline_model is not None:  # checked before anything is written, as evaluate will check it
+        args.baseline_model = os.path.abspath(baseline_path(args.baseline_model))
     optional = {
         name: getattr(args, name)
         for name in (

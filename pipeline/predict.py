@@ -13,9 +13,7 @@ import os
 from dataclasses import dataclass
 
 from components.cli import UsageError, one_line
-
-EXPORT_FILE = "export.json"
-SAVED_MODEL_DIR = "saved_model"
+from components.export.core import EXPORT_FILE, find_saved_model
 
 
 @dataclass
@@ -32,12 +30,10 @@ def locate_export(model: str) -> tuple[str, list[str]]:
     SavedModel dir, or a TFLite file of the export."""
     if model.endswith(".tflite") and os.path.isfile(model):
         return model, _class_names(os.path.join(os.path.dirname(os.path.abspath(model)), EXPORT_FILE))
-    for saved_model, report in (
-        (os.path.join(model, SAVED_MODEL_DIR), os.path.join(model, EXPORT_FILE)),
-        (model, os.path.join(os.path.dirname(os.path.abspath(model)), EXPORT_FILE)),
-    ):
-        if os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
-            return saved_model, _class_names(report)
+    found = find_saved_model(model)
+    if found is not None:
+        saved_model, report = found
+        return saved_model, _class_names(report)
     raise UsageError(
         f"model {model} is not an export: expected the export step's output (saved_model/ and export.json), "
         "a SavedModel folder or a .tflite file"

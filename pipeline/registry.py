@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 from components.cli import UsageError
+from components.export.core import SAVED_MODEL_DIR
 from pipeline.vertex import VertexSettings, call, check_settings, connect
 
-SAVED_MODEL_DIR = "saved_model"  # in the export step's output
 # Vertex AI's prebuilt TensorFlow 2 CPU prediction image (serves the SavedModel's serving_default signature)
 DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
 

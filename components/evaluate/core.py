@@ -43,10 +43,26 @@ class EvaluateConfig:
     max_accuracy_drop: float = 0.0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.min_accuracy <= 1.0:
-            raise UsageError(f"--min-accuracy {self.min_accuracy} is out of range: use a fraction in [0, 1]")
-        if not 0.0 <= self.max_accuracy_drop <= 1.0:
-            raise UsageError(f"--max-accuracy-drop {self.max_accuracy_drop} is out of range: use a fraction in [0, 1]")
+        check_fraction("--min-accuracy", self.min_accuracy)
+        check_fraction("--max-accuracy-drop", self.max_accuracy_drop)
+
+
+def check_fraction(flag: str, value: float) -> None:
+    """A blessing threshold must be a fraction in [0, 1]; a one-line error naming the flag otherwise."""
+    if not 0.0 <= value <= 1.0:
+        raise UsageError(f"{flag} {value} is out of range: use a fraction in [0, 1]")
+
+
+def baseline_path(baseline: str) -> str:
+    """The baseline's local path (``gs://`` through Vertex AI's ``/gcs/`` mount); a one-line error when nothing is
+    there."""
+    path = gcs_fuse_path(baseline)
+    if not os.path.isdir(path):
+        raise UsageError(
+            f"baseline {baseline} does not exist: pass the last blessed model (a train or export step output, or "
+            "the SavedModel the Model Registry holds) or leave --baseline out to judge on --min-accuracy alone"
+        )
+    return path
 
 
 def bless(accuracy: float, min_accuracy: float, baseline_accuracy: float | None, max_accuracy_drop: float) -> dict:
@@ -209,20 +225,12 @@ class Baseline:
 
 def check_baseline(baseline: str, model_config: dict) -> Baseline:
     """Finds the baseline model without loading it; one-line errors when it is missing or not comparable."""
-    from components.export.core import EXPORT_FILE, SAVED_MODEL_DIR
+    from components.export.core import EXPORT_FILE, find_saved_model
     from components.storage import read_json
 
-    path = gcs_fuse_path(baseline)
-    if not os.path.isdir(path):
-        raise UsageError(
-            f"baseline {baseline} does not exist: pass the last blessed model (a train or export step output, or "
-            "the SavedModel the Model Registry holds) or leave --baseline out to judge on --min-accuracy alone"
-        )
-    saved_model = next(
-        (p for p in (os.path.join(path, SAVED_MODEL_DIR), path) if os.path.isfile(os.path.join(p, "saved_model.pb"))),
-        None,
-    )
-    if saved_model is None:
+    path = baseline_path(baseline)
+    found_export = find_saved_model(path)
+    if found_export is None:
         try:
             config = load_model_config(path)
         except UsageError:
@@ -232,7 +240,7 @@ def check_baseline(baseline: str, model_config: dict) -> Baseline:
         found = Baseline("trained", path, config["image_size"])
         class_names = config["class_names"]
     else:
-        report = os.path.join(os.path.dirname(saved_model), EXPORT_FILE)
+        saved_model, report = found_export
         if not os.path.isfile(report):
             raise UsageError(
                 f"baseline {baseline} has no {EXPORT_FILE} beside its SavedModel: pass a model this pipeline exported"

@@ -39,6 +39,15 @@ class ExportConfig:
     parity_split: str = "test"
 
 
+def find_saved_model(path: str) -> tuple[str, str] | None:
+    """(the SavedModel folder, the ``export.json`` beside it) of an export step output or of its ``saved_model/``
+    folder; None when neither holds a SavedModel."""
+    for saved_model in (os.path.join(path, SAVED_MODEL_DIR), path):
+        if os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
+            return saved_model, os.path.join(os.path.dirname(os.path.abspath(saved_model)), EXPORT_FILE)
+    return None
+
+
 def build_cpu_model(model_dir: str):
     """The trained network rebuilt on the CPU in float32, with the trained weights loaded."""
     import keras

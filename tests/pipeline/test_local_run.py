@@ -64,8 +64,9 @@ def test_exported_model_classifies_a_demo_image(demo_run):
     "flag, message",
     [
         ("--source", "data path {path} does not exist: pass a folder of class subfolders of images"),
-        ("--baseline", "baseline {path} does not exist: pass the last blessed model (a train or export step output) "
-                       "or leave --baseline out to judge on --min-accuracy alone"),
+        ("--baseline", "baseline {path} does not exist: pass the last blessed model (a train or export step output, "
+                       "or the SavedModel the Model Registry holds) or leave --baseline out to judge on --min-accuracy "
+                       "alone"),
     ],
 )  # fmt: skip
 def test_a_path_that_does_not_exist_is_one_line_exit_2_and_writes_nothing(tmp_path, flag, message):
