@@ -50,8 +50,8 @@ def training_rate(
     """Images per second over ``steps`` training steps, after one warm-up epoch (tracing, compilation)."""
     import keras
 
-    from components.train.core import make_dataset
-    from components.train.models import build_model
+    from components.artifacts.examples import make_dataset
+    from components.models import build_model
 
     dataset = make_dataset(examples_dir, "train", size, num_classes, batch, training=True, cache=True)
     keras.mixed_precision.set_global_policy(precision)
@@ -75,7 +75,7 @@ def training_rate(
 
 def input_rate(examples_dir: str, size: int, num_classes: int, batch: int, batches: int) -> float:
     """Images per second of the uncached input pipeline alone: read, parse, decode, shuffle, batch."""
-    from components.train.core import make_dataset
+    from components.artifacts.examples import make_dataset
 
     dataset = make_dataset(examples_dir, "train", size, num_classes, batch, training=True, cache=False)
     iterator = iter(dataset)
@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=192, help="default 192 (the codelab's)")
     parser.add_argument("--jit-compile", action="store_true", help="compile the training steps with XLA")
     args = parser.parse_args()
-    from components.train.core import read_cpu_flags
+    from components.train.placement import read_cpu_flags
 
     size, classes, batch = args.image_size, 5, args.batch_size
     with tempfile.TemporaryDirectory(prefix="bench-train-") as directory:

@@ -37,3 +37,8 @@ def exists(path: str) -> bool:
     from apache_beam.io.filesystems import FileSystems
 
     return FileSystems.exists(path)
+
+
+def gcs_fuse_path(path: str) -> str:
+    """``gs://bucket/x`` -> ``/gcs/bucket/x``, where Vertex AI mounts Cloud Storage for training code."""
+    return "/gcs/" + path[len("gs://") :] if path.startswith("gs://") else path

@@ -8,6 +8,7 @@ import os
 import sys
 
 from components.cli import UsageError, configure_logging, run_main
+from components.train.placement import BACKENDS
 from pipeline.accelerators import ACCELERATORS, DEFAULT_ACCELERATOR
 from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, Images
 
@@ -67,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--precision",
         choices=("auto", "float32", "mixed_bfloat16"),
         help="training precision (default auto: bfloat16 where the hardware has it)",
+    )
+    local_cmd.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="Keras backend of the train step (default auto: JAX on TPUs, elsewhere the faster one there)",
     )
     local_cmd.add_argument(
         "--lr-schedule", choices=("constant", "rampup_exponential"), help="learning-rate schedule (default constant)"
@@ -284,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             "per_replica_batch_size",
             "learning_rate",
             "precision",
+            "backend",
             "lr_schedule",
             "min_accuracy",
             "max_accuracy_drop",

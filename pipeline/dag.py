@@ -51,7 +51,8 @@ def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] =
 
     @dsl.pipeline(
         name=PIPELINE_NAME,
-        description="Image folder -> TFRecords (Beam) -> Keras training (TPU / GPU / CPU) -> evaluation and blessing "
+        description="Image folder -> TFRecords (Beam) -> Keras training (JAX on TPUs; GPU, CPU) -> evaluation, blessing"
+        " "
         "-> CPU SavedModel and TFLite export -> Vertex AI Model Registry.",
     )
     def image_classifier(
@@ -68,7 +69,7 @@ def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] =
         learning_rate: float = 0.002,
         lr_schedule: str = "constant",
         precision: str = "auto",
-        tpu: str = "",
+        backend: str = "auto",
         jit_compile: bool = False,
         steps_per_execution: int = 1,
         augment: bool = False,
@@ -102,7 +103,7 @@ def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] =
             learning_rate=learning_rate,
             lr_schedule=lr_schedule,
             precision=precision,
-            tpu=tpu,
+            backend=backend,
             jit_compile=jit_compile,
             steps_per_execution=steps_per_execution,
             augment=augment,
@@ -149,6 +150,11 @@ def custom_training_job(images: Images, accelerator: str):
     """The train component as a Vertex AI custom job on ``accelerator``'s machine, and the call arguments it needs."""
     import copy
 
+    from google_cloud_pipeline_components._placeholders import (
+        ENCRYPTION_SPEC_KMS_KEY_NAME_PLACEHOLDER,
+        NETWORK_PLACEHOLDER,
+        SERVICE_ACCOUNT_PLACEHOLDER,
+    )
     from google_cloud_pipeline_components.v1.custom_job import create_custom_training_job_from_component
 
     from pipeline.accelerators import machine_spec
@@ -160,8 +166,13 @@ def custom_training_job(images: Images, accelerator: str):
         machine_type=spec.machine_type,
         accelerator_type=spec.accelerator_type,
         accelerator_count=spec.accelerator_count or 1,
+        # the job runs as the pipeline does: its service account, in its VPC network, under its encryption key
+        # (Vertex AI fills GCPC's placeholders in at run time; unset ones stay empty, as without them)
+        service_account=SERVICE_ACCOUNT_PLACEHOLDER,
+        network=NETWORK_PLACEHOLDER,
+        encryption_spec_key_name=ENCRYPTION_SPEC_KMS_KEY_NAME_PLACEHOLDER,
     )
-    options = {}
+    options = {"hosts": spec.hosts}
     if spec.tpu_topology:  # not an argument of the GCPC helper: set it in the worker pool's machine spec
         worker_pools = copy.deepcopy(job_op.component_spec.inputs["worker_pool_specs"].default)
         worker_pools[0]["machine_spec"] = spec.as_vertex()

@@ -12,8 +12,8 @@ import json
 import os
 from dataclasses import dataclass
 
+from components.artifacts.exported import EXPORT_FILE, find_saved_model
 from components.cli import UsageError, one_line
-from components.export.core import EXPORT_FILE, find_saved_model
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
+from components.artifacts.exported import SAVED_MODEL_DIR
 from components.cli import UsageError
-from components.export.core import SAVED_MODEL_DIR
 from pipeline.vertex import VertexSettings, call, check_settings, connect
 
 # Vertex AI's prebuilt TensorFlow 2 CPU prediction image (serves the SavedModel's serving_default signature)

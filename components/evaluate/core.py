@@ -13,10 +13,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from components.artifacts.examples import make_dataset
+from components.artifacts.model import MODEL_FILE, load_model_config
 from components.cli import UsageError
 from components.schema import read_stats
-from components.storage import write_json
-from components.train.core import MODEL_FILE, gcs_fuse_path, load_model_config, make_dataset
+from components.storage import gcs_fuse_path, write_json
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,9 @@ def top_k_accuracy(y_true, probabilities, k: int) -> float:
 def run(config: EvaluateConfig) -> dict:
     """Evaluates the trained model (and the baseline, if any) on ``config.split``; writes ``metrics.json`` with the
     metrics and the blessing."""
+    from components.keras_backend import activate_backend
+
+    activate_backend("tensorflow")  # a CPU step; the baseline may be a TensorFlow SavedModel
     import keras
 
     stats = read_stats(config.examples_dir)
@@ -225,7 +229,7 @@ class Baseline:
 
 def check_baseline(baseline: str, model_config: dict) -> Baseline:
     """Finds the baseline model without loading it; one-line errors when it is missing or not comparable."""
-    from components.export.core import EXPORT_FILE, find_saved_model
+    from components.artifacts.exported import EXPORT_FILE, find_saved_model
     from components.storage import read_json
 
     path = baseline_path(baseline)

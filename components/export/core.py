@@ -1,10 +1,12 @@
-"""Export for CPU serving: rebuild the model with no distribution strategy, load the trained weights (as the codelab
-does after TPU training), and write a SavedModel that takes encoded images.
+"""Export for CPU serving: rebuild the model on TensorFlow with no distribution, load the trained weights (the codelab's
+hand-off after TPU training, here across backends: weights trained on JAX load as they are), and write a SavedModel
+that takes encoded images.
 
 Signatures: ``serving_default`` takes ``image_bytes`` (a batch of JPEG / PNG strings of any size, resized exactly as
 the conversion does) and returns ``probabilities``, ``class_id`` and ``label``; ``serving_images`` takes decoded float
 images ``[N, size, size, 3]`` in ``[0, 1]``. The exported model's predictions are checked against the trained model's
-on the test split, and the agreement is recorded in ``export.json``.
+on the test split, and against the probabilities the training backend computed itself (``backend_parity``); both
+agreements are recorded in ``export.json``.
 """
 
 from __future__ import annotations
@@ -15,16 +17,15 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
+from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, TFLITE_FILES
+from components.artifacts.model import MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE, load_model_config
+from components.keras_backend import activate_backend
 from components.schema import parse_example, split_files
 from components.storage import write_atomically, write_json
-from components.train.core import MODEL_FILE, WEIGHTS_FILE, load_model_config
 
 log = logging.getLogger(__name__)
 
-SAVED_MODEL_DIR = "saved_model"
-EXPORT_FILE = "export.json"
 PARITY_BATCH_SIZE = 128
-TFLITE_FILES = {"tflite_float": "model_float.tflite", "tflite_int8": "model_int8.tflite"}
 REPRESENTATIVE_IMAGES = 200  # training images that calibrate the int8 ranges
 
 
@@ -39,21 +40,12 @@ class ExportConfig:
     parity_split: str = "test"
 
 
-def find_saved_model(path: str) -> tuple[str, str] | None:
-    """(the SavedModel folder, the ``export.json`` beside it) of an export step output or of its ``saved_model/``
-    folder; None when neither holds a SavedModel."""
-    for saved_model in (os.path.join(path, SAVED_MODEL_DIR), path):
-        if os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
-            return saved_model, os.path.join(os.path.dirname(os.path.abspath(saved_model)), EXPORT_FILE)
-    return None
-
-
 def build_cpu_model(model_dir: str):
     """The trained network rebuilt on the CPU in float32, with the trained weights loaded."""
     import keras
     import tensorflow as tf
 
-    from components.train.models import build_model
+    from components.models import build_model
 
     config = load_model_config(model_dir)
     keras.mixed_precision.set_global_policy("float32")
@@ -139,7 +131,7 @@ def tflite_models(model, image_size: int, examples_dir: str, num_classes: int) -
     activations, the ranges calibrated on images from the training split, int8 input and output)."""
     import tensorflow as tf
 
-    from components.train.core import make_dataset
+    from components.artifacts.examples import make_dataset
 
     # TFLite converts from a SavedModel of the bare network (Keras 3's own export: images in, probabilities out)
     staging = tempfile.mkdtemp(prefix=".tflite-source-")
@@ -198,7 +190,7 @@ def format_accuracies(saved_model_path: str, tflite: dict[str, bytes], examples_
     import numpy as np
     import tensorflow as tf
 
-    from components.train.core import make_dataset
+    from components.artifacts.examples import make_dataset
 
     serving = tf.saved_model.load(saved_model_path).signatures["serving_images"]
     test = make_dataset(examples_dir, "test", model_config["image_size"], model_config["num_classes"], 64,
@@ -215,9 +207,37 @@ def format_accuracies(saved_model_path: str, tflite: dict[str, bytes], examples_
     return correct, total
 
 
+def backend_parity(model, model_dir: str, model_config: dict, examples_dir: str) -> dict:
+    """The codelab's hand-off, across backends: the CPU model (TensorFlow, float32) against the probabilities the
+    training backend itself computed on the same validation images, in its own precision (``reference_predictions``
+    in the model artifact)."""
+    import numpy as np
+
+    from components.artifacts.examples import make_dataset
+
+    record = {"trained_backend": model_config.get("backend", "tensorflow"), "export_backend": "tensorflow"}
+    path = os.path.join(model_dir, REFERENCE_FILE)
+    if not os.path.exists(path):
+        return {**record, "num_examples": 0, "skipped": "the train step recorded no reference predictions"}
+    with np.load(path) as arrays:
+        reference = arrays["probabilities"]
+    count = len(reference)
+    images, _ = next(iter(make_dataset(examples_dir, "validation", model_config["image_size"],
+                                       model_config["num_classes"], count, training=False, take=count)))  # fmt: skip
+    exported = np.asarray(model(images, training=False), dtype=np.float32)
+    return {
+        **record,
+        "split": "validation",
+        "num_examples": count,
+        "argmax_agreement": float((exported.argmax(-1) == reference.argmax(-1)).mean()),
+        "max_probability_difference": float(np.abs(exported - reference).max()),
+    }
+
+
 def run(config: ExportConfig) -> dict:
     """Exports the SavedModel, checks its parity with the trained model, and writes ``export.json``."""
     load_model_config(config.model_dir)  # checks the input before the slow TensorFlow import
+    activate_backend("tensorflow")  # the SavedModel and TFLite files are TensorFlow graphs, whatever trained it
     import keras
 
     model, model_config = build_cpu_model(config.model_dir)
@@ -227,6 +247,7 @@ def run(config: ExportConfig) -> dict:
     parity = check_parity(
         saved_model_path, trained, config.examples_dir, config.parity_split, model_config["num_classes"]
     )
+    crossed = backend_parity(model, config.model_dir, model_config, config.examples_dir)
     tflite = tflite_models(model, model_config["image_size"], config.examples_dir, model_config["num_classes"])
     for name, content in tflite.items():
         write_atomically(os.path.join(config.output_dir, TFLITE_FILES[name]), content)
@@ -250,9 +271,11 @@ def run(config: ExportConfig) -> dict:
             "serving_images": {"inputs": ["images"], "outputs": ["probabilities", "class_id", "label"]},
         },
         "parity": parity,
+        "backend_parity": crossed,
         "class_names": model_config["class_names"],
         "image_size": model_config["image_size"],
         "trained_precision": model_config["precision"],
+        "trained_backend": crossed["trained_backend"],
     }
     write_json(os.path.join(config.output_dir, EXPORT_FILE), report)
     log.info(
@@ -267,6 +290,13 @@ def run(config: ExportConfig) -> dict:
         parity["argmax_agreement"] or 0.0,
         parity["max_probability_difference"],
     )
+    if crossed["num_examples"]:
+        log.info(
+            "trained on %s, exported on %s: %.4f argmax agreement on %d validation images, max probability "
+            "difference %.2e",
+            crossed["trained_backend"], crossed["export_backend"], crossed["argmax_agreement"],
+            crossed["num_examples"], crossed["max_probability_difference"],
+        )  # fmt: skip
     return report
 
 

@@ -6,18 +6,19 @@ import argparse
 import json
 
 from components.cli import config_from_args, configure_logging, run_main
-from components.train.core import LR_SCHEDULES, PRECISIONS, TrainConfig, run
-from components.train.models import MODELS
+from components.models import MODELS
+from components.train.core import LR_SCHEDULES, TrainConfig, run
+from components.train.placement import BACKENDS, PRECISIONS
 
 
 def build_parser() -> argparse.ArgumentParser:
     defaults = TrainConfig(examples_dir="")
     parser = argparse.ArgumentParser(
         prog="python -m components.train",
-        description="Train a Keras model on the convert step's TFRecords under the best available distribution "
-        "strategy (TPU, then GPUs, then the CPU). Vertex AI's AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and "
-        "AIP_TENSORBOARD_LOG_DIR are used when the matching flag is not given. A run killed mid-way resumes after "
-        "its last finished epoch when started again with the same checkpoint dir.",
+        description="Train a Keras model on the convert step's TFRecords on the backend that reaches the hardware "
+        "(Keras on JAX on TPUs; TensorFlow or JAX on GPUs and the CPU) over every device. Vertex AI's "
+        "AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR are used when the matching flag is not given. "
+        "A run killed mid-way resumes after its last finished epoch when started again with the same checkpoint dir.",
     )
     parser.add_argument("--examples", dest="examples_dir", required=True, help="the convert step's output dir")
     parser.add_argument("--model-dir", default="", help="where the model, weights and history.json go "
@@ -65,18 +66,30 @@ def build_parser() -> argparse.ArgumentParser:
         "with AMX or AVX512-BF16 (default %(default)s)",
     )
     parser.add_argument(
-        "--tpu",
-        default=defaults.tpu,
-        help="TPU name, grpc://HOST:8470 address or 'local' (default: $TPU_NAME, 'local' on a TPU "
-        "VM, else GPUs, else the CPU)",
+        "--backend",
+        default=defaults.backend,
+        help=f"Keras backend, one of {', '.join(BACKENDS)}: auto takes JAX on TPUs (TensorFlow cannot reach them), "
+        "elsewhere $KERAS_BACKEND if set, else the backend bench/train.py measured faster there, and logs why "
+        "(default %(default)s)",
     )
     parser.add_argument(
         "--cpu-replicas",
         type=int,
         default=defaults.cpu_replicas,
-        help="split the CPU into N logical devices and mirror over them (default %(default)s)",
+        help="train on N virtual CPU devices: TensorFlow's logical devices under MirroredStrategy, XLA host devices "
+        "under JAX's DataParallel (default %(default)s)",
     )
-    parser.add_argument("--jit-compile", action="store_true", help="compile the training step with XLA")
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        default=defaults.hosts,
+        help="hosts of a multi-host TPU slice: more than 1 connects them with jax.distributed, and each reads its "
+        "share of the files; several local processes: set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and "
+        "JAX_PROCESS_ID in each (default %(default)s)",
+    )
+    parser.add_argument(
+        "--jit-compile", action="store_true", help="compile TensorFlow's training step with XLA (JAX always does)"
+    )
     parser.add_argument(
         "--steps-per-execution",
         type=int,
@@ -109,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
                 "final": result["final"],
                 "model_dir": result["model_dir"],
                 "precision": result["precision"],
+                "backend": result["backend"],
                 "replicas": result["replicas"],
+                "processes": result["processes"],
                 "resumed_after_epoch": result["resumed_after_epoch"],
             }
         )

@@ -13,7 +13,8 @@ def train(
     learning_rate: float = 0.002,
     lr_schedule: str = "constant",
     precision: str = "auto",
-    tpu: str = "",
+    backend: str = "auto",
+    hosts: int = 1,
     jit_compile: bool = False,
     steps_per_execution: int = 1,
     augment: bool = False,
@@ -34,7 +35,8 @@ def train(
             learning_rate=learning_rate,
             lr_schedule=lr_schedule,
             precision=precision,
-            tpu=tpu,
+            backend=backend,
+            hosts=hosts,
             jit_compile=jit_compile,
             steps_per_execution=steps_per_execution,
             augment=augment,
@@ -43,10 +45,12 @@ def train(
     )
     model.metadata.update(
         {
-            "framework": "tensorflow",
+            "framework": "keras",
+            "backend": result["backend"],
             "model_name": model_name,
             "strategy": result["strategy"],
             "replicas": result["replicas"],
+            "processes": result["processes"],
             "precision": result["precision"],
             "global_batch_size": result["global_batch_size"],
         }

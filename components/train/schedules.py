@@ -1,4 +1,5 @@
-"""Learning-rate schedules as graph functions of the step: they run inside XLA / TPU steps, no Python callback.
+"""Learning-rate schedules as functions of the step written with ``keras.ops``: they run inside the compiled step on
+every backend (an XLA program on TPUs under JAX, a graph function under TensorFlow), with no Python callback.
 
 Imports Keras at module level: import it only where training happens.
 """
@@ -6,7 +7,7 @@ Imports Keras at module level: import it only where training happens.
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 
 @keras.saving.register_keras_serializable(package="tpu_image_pipeline")
@@ -21,12 +22,12 @@ class RampUpExponentialDecay(keras.optimizers.schedules.LearningRateSchedule):
         self.decay_rate = decay_rate
 
     def __call__(self, step):
-        step = tf.cast(step, tf.float32)
+        step = ops.cast(step, "float32")
         start, floor = self.peak / 10.0, self.peak / 100.0
         ramp = start + (self.peak - start) * step / max(self.rampup_steps, 1)
-        epochs_after_ramp = tf.floor((step - self.rampup_steps) / max(self.decay_steps, 1))
-        decayed = self.peak * tf.pow(self.decay_rate, epochs_after_ramp)
-        return tf.where(step < self.rampup_steps, ramp, tf.maximum(decayed, floor))
+        epochs_after_ramp = ops.floor((step - self.rampup_steps) / max(self.decay_steps, 1))
+        decayed = self.peak * ops.power(self.decay_rate, epochs_after_ramp)
+        return ops.where(step < self.rampup_steps, ramp, ops.maximum(decayed, floor))
 
     def get_config(self):
         return {

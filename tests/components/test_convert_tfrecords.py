@@ -35,7 +35,7 @@ def write_tfrecords(folder, files: int = 6, per_file: int = 9, name="flowers{:02
 def test_codelab_tfrecords_are_adopted_as_they_are_and_train(tmp_path):
     import tensorflow as tf
 
-    from components.train.core import make_dataset
+    from components.artifacts.examples import make_dataset
 
     source = write_tfrecords(tmp_path / "flowers")
     before = {name: os.path.getmtime(os.path.join(source, name)) for name in os.listdir(source)}

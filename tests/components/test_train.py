@@ -12,21 +12,18 @@ import time
 
 import pytest
 
+from components.artifacts.examples import make_dataset
 from components.cli import UsageError
+from components.models import build_model
 from components.train.core import (
     EPOCH_LOG_FILE,
     TrainConfig,
-    choose_precision,
-    make_dataset,
-    read_cpu_flags,
     resolve_output_dirs,
-    resolve_strategy,
     round_up_batch,
     run,
-    tpu_target,
     validation_batching,
 )
-from components.train.models import build_model
+from components.train.placement import choose_precision, read_cpu_flags
 from tests.conftest import CLASSES, REPO_ROOT, TINY_SIZE, run_cli
 
 
@@ -68,6 +65,7 @@ def test_dense_baseline_parameter_count_is_one_layer_over_the_pixels():
         ("--model", "resnet9000", "codelab_convnet, cifar_convnet, dense_baseline, squeezenet"),
         ("--precision", "float8", "auto, float32, mixed_bfloat16"),
         ("--lr-schedule", "cosine", "constant, rampup_exponential"),
+        ("--backend", "torch", "auto, jax, tensorflow"),
     ],
 )
 def test_unknown_choice_is_one_line_exit_2_listing_the_choices(tmp_path, flag, value, choices):
@@ -76,41 +74,6 @@ def test_unknown_choice_is_one_line_exit_2_listing_the_choices(tmp_path, flag, v
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"error: {flag} '{value}' does not exist: choose one of ")
     assert sorted(line.split("choose one of ")[1].split(", ")) == sorted(choices.split(", "))
-
-
-def test_unreachable_tpu_is_one_line_exit_2(converted, tmp_path):
-    examples_dir, _ = converted
-    result = run_cli("components.train", "--examples", examples_dir, "--model-dir", str(tmp_path), "--tpu", "no-tpu")
-    assert result.returncode == 2
-    (line,) = [line for line in result.stderr.strip().splitlines() if line.startswith("error:")]
-    assert line.startswith("error: --tpu 'no-tpu' could not be reached")
-    assert "'local' on a TPU VM" in line
-    assert "Traceback" not in result.stderr
-
-
-def test_tpu_target_order_flag_then_tpu_name_then_local_on_a_tpu_vm():
-    assert tpu_target("my-tpu", {"TPU_NAME": "other"}, on_tpu_vm=True) == "my-tpu"
-    assert tpu_target("", {"TPU_NAME": "other"}, on_tpu_vm=True) == "other"
-    assert tpu_target("", {}, on_tpu_vm=True) == "local"
-    assert tpu_target("", {}, on_tpu_vm=False) is None
-
-
-def test_strategy_asks_the_resolver_for_the_tpu_and_reports_its_failure_in_one_line():
-    asked = []
-
-    class FakeResolver:  # the cluster-resolver boundary: there is no TPU here
-        def __init__(self, tpu):
-            asked.append(tpu)
-            raise ValueError("Please provide a TPU Name to connect to.")
-
-    with pytest.raises(UsageError, match=r"--tpu 'v3-pod' could not be reached \(Please provide a TPU Name"):
-        resolve_strategy("", env={"TPU_NAME": "v3-pod"}, resolver_class=FakeResolver)
-    assert asked == ["v3-pod"]
-
-
-def test_strategy_falls_back_to_the_cpu_when_there_is_no_tpu_or_gpu():
-    strategy, accelerator = resolve_strategy("", env={})
-    assert strategy.num_replicas_in_sync == 1 and accelerator == "cpu"
 
 
 def test_precision_auto_picks_bfloat16_where_the_hardware_has_it():
@@ -226,8 +189,9 @@ def test_xla_compiled_steps_train_on_the_cpu(converted, tmp_path):
 
 
 def test_jit_compile_with_cpu_replicas_is_refused_with_the_reason():
-    with pytest.raises(UsageError, match="--jit-compile cannot be combined with --cpu-replicas"):
+    with pytest.raises(UsageError, match="--jit-compile cannot be combined with --cpu-replicas > 1 on TensorFlow"):
         TrainConfig(examples_dir="e", jit_compile=True, cpu_replicas=2)
+    TrainConfig(examples_dir="e", jit_compile=True, cpu_replicas=2, backend="jax")  # JAX compiles over devices
 
 
 def test_vertex_ai_variables_choose_where_everything_goes(converted, tmp_path):

@@ -104,15 +104,19 @@ def test_the_local_dag_has_the_gate_but_no_registry_steps(tmp_path):
 GCPC_LAUNCHER = "gcr.io/ml-pipeline/google-cloud-pipeline-components:"
 
 
-def train_machine(spec: dict) -> tuple[dict, str]:
-    """The training custom job's first worker pool: (machine spec, image)."""
+def train_pools(spec: dict) -> list[dict]:
+    """The training custom job's worker pools."""
     task = spec["root"]["dag"]["tasks"]["train"]
     given = task["inputs"]["parameters"].get("worker_pool_specs")
     if given:
-        pools = given["runtimeValue"]["constant"]
-    else:
-        component = spec["components"][task["componentRef"]["name"]]
-        pools = component["inputDefinitions"]["parameters"]["worker_pool_specs"]["defaultValue"]
+        return given["runtimeValue"]["constant"]
+    component = spec["components"][task["componentRef"]["name"]]
+    return component["inputDefinitions"]["parameters"]["worker_pool_specs"]["defaultValue"]
+
+
+def train_machine(spec: dict) -> tuple[dict, str]:
+    """The training custom job's first worker pool: (machine spec, image)."""
+    pools = train_pools(spec)
     return pools[0]["machine_spec"], pools[0]["container_spec"]["image_uri"]
 
 
@@ -147,12 +151,16 @@ EXPECTED_MACHINES = {
     "l4": ({"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}, "pipeline"),
     "a100": ({"machine_type": "a2-highgpu-1g", "accelerator_type": "NVIDIA_TESLA_A100", "accelerator_count": 1},
              "pipeline"),
-    "v2-8": ({"machine_type": "cloud-tpu", "accelerator_type": "TPU_V2", "accelerator_count": 8}, "train-tpu"),
-    "v3-8": ({"machine_type": "cloud-tpu", "accelerator_type": "TPU_V3", "accelerator_count": 8}, "train-tpu"),
     "v5e-1": ({"machine_type": "ct5lp-hightpu-1t", "tpu_topology": "1x1"}, "train-tpu"),
     "v5e-4": ({"machine_type": "ct5lp-hightpu-4t", "tpu_topology": "2x2"}, "train-tpu"),
     "v5e-8": ({"machine_type": "ct5lp-hightpu-8t", "tpu_topology": "2x4"}, "train-tpu"),
+    "v5e-16": ({"machine_type": "ct5lp-hightpu-4t", "tpu_topology": "4x4"}, "train-tpu"),
+    "v6e-1": ({"machine_type": "ct6e-standard-1t", "tpu_topology": "1x1"}, "train-tpu"),
+    "v6e-4": ({"machine_type": "ct6e-standard-4t", "tpu_topology": "2x2"}, "train-tpu"),
+    "v6e-8": ({"machine_type": "ct6e-standard-8t", "tpu_topology": "2x4"}, "train-tpu"),
+    "v6e-16": ({"machine_type": "ct6e-standard-4t", "tpu_topology": "4x4"}, "train-tpu"),
 }  # fmt: skip
+EXPECTED_HOSTS = {"v5e-16": 4, "v6e-16": 4}  # the multi-host slices: 4 TPU VMs of 4 chips each
 
 
 @pytest.mark.parametrize("target", sorted(ACCELERATORS))
@@ -164,6 +172,25 @@ def test_each_target_compiles_to_its_machine_spec(tmp_path, target):
     assert image == f"{DEFAULT_REGISTRY}/{expected_image}:{DEFAULT_TAG}"
     # the other steps stay where they were
     assert sorted(spec["root"]["dag"]["tasks"]) == TOP_TASKS
+    train_inputs = spec["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]
+    assert train_inputs["hosts"]["runtimeValue"]["constant"] == EXPECTED_HOSTS.get(target, 1)
+    # one worker pool: Vertex AI spreads a multi-host topology over its hosts itself
+    assert [pool["replica_count"] for pool in train_pools(spec)] == [1]
+    job_inputs = spec["components"]["comp-train"]["inputDefinitions"]["parameters"]
+    # the job runs as the pipeline does: its service account, network and encryption key (GCPC's placeholders)
+    assert job_inputs["service_account"]["defaultValue"] == "{{$.pipeline_service_account}}"
+    assert job_inputs["network"]["defaultValue"] == "{{$.pipeline_network}}"
+    assert job_inputs["encryption_spec_key_name"]["defaultValue"] == "{{$.pipeline_encryption_key_name}}"
+
+
+@pytest.mark.parametrize("target", ["v2-8", "v3-8"])
+def test_legacy_tpu_nodes_are_refused_naming_a_replacement(tmp_path, target):
+    result = run_cli("pipeline", "compile", "--accelerator", target, "--output", str(tmp_path / "p.yaml"))
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: --accelerator {target} is the legacy cloud-tpu machine")
+    assert line.endswith("use v5e-8 (8 chips) or v6e-8 instead")
+    assert not (tmp_path / "p.yaml").exists()
 
 
 def test_the_committed_pipeline_is_the_default_target():

@@ -1,0 +1,121 @@
+"""The examples artifact, read: the convert step's TFRecords as a ``tf.data`` input pipeline with static shapes.
+
+Train, evaluate and export all read the examples through ``make_dataset``; the format itself (features, shard
+names, ``stats.json``) is ``components.schema``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from components.cli import UsageError
+from components.schema import split_files, split_pattern
+
+log = logging.getLogger(__name__)
+
+SHUFFLE_BUFFER = 2048
+
+
+def make_dataset(
+    examples_dir: str,
+    split: str,
+    image_size: int,
+    num_classes: int,
+    batch_size: int,
+    training: bool,
+    cache: bool = False,
+    augment: bool = False,
+    seed: int | None = None,
+    drop_remainder: bool | None = None,
+    shard: tuple[int, int] = (1, 0),
+    take: int | None = None,
+):
+    """A batched ``tf.data.Dataset`` of ``(image float32 [0,1], one_hot_class)`` with fully static shapes.
+
+    Shards are read interleaved in parallel; parsing and decoding run with AUTOTUNE parallelism. Training data is
+    shuffled, repeated and batched with ``drop_remainder`` (a static batch shape, as TPUs need); evaluation data is
+    read once, in order, keeping the last partial batch unless ``drop_remainder`` (static shapes for TPUs and for
+    batches split across devices).
+
+    ``shard`` = (processes, this process's index): on a multi-host slice each host reads its own share, whole files
+    when there are at least as many files as hosts, else every ``processes``-th record. ``take``: only the first
+    ``take`` records of the split (before sharding), so that every host runs the same number of evaluation steps.
+    """
+    import tensorflow as tf
+
+    from components.imaging import to_model_input
+    from components.schema import feature_spec
+
+    autotune = tf.data.AUTOTUNE
+    files = split_files(examples_dir, split)
+    if not files:
+        expected = split_pattern(examples_dir, split)
+        raise UsageError(f"examples dir {examples_dir} has no {split} shards: expected {expected}")
+    spec = feature_spec(num_classes)
+    check_schema(files[0], spec)
+    processes, index = shard
+    by_file = processes > 1 and take is None and len(files) >= processes
+    if by_file:
+        log.info("process %d of %d reads %d of the %d %s files", index, processes, len(files[index::processes]),
+                 len(files), split)  # fmt: skip
+        files = files[index::processes]
+    elif processes > 1:
+        log.info("process %d of %d reads every %d-th %s record", index, processes, processes, split)
+    files_ds = tf.data.Dataset.from_tensor_slices(files)
+    if training:
+        files_ds = files_ds.shuffle(len(files), seed=seed)
+    options = tf.data.Options()
+    options.deterministic = not training
+    dataset = files_ds.interleave(
+        tf.data.TFRecordDataset, cycle_length=min(len(files), 16), num_parallel_calls=autotune
+    ).with_options(options)
+    if take is not None:
+        dataset = dataset.take(take)
+    if processes > 1 and not by_file:
+        dataset = dataset.shard(processes, index)
+
+    def decode(serialized):
+        example = tf.io.parse_single_example(serialized, spec)
+        image = tf.io.decode_jpeg(example["image"], channels=3)
+        image = tf.reshape(image, [image_size, image_size, 3])  # static shape: fails loudly on a wrong size
+        return to_model_input(image), example["one_hot_class"]
+
+    dataset = dataset.map(decode, num_parallel_calls=autotune)
+    if cache:
+        dataset = dataset.cache()
+    if training:
+        dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True).repeat()
+        if augment:
+            dataset = dataset.map(augment_image, num_parallel_calls=autotune)
+    drop_remainder = training if drop_remainder is None else drop_remainder
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=autotune)
+    return dataset.prefetch(autotune)
+
+
+def augment_image(image, label):
+    """Random horizontal flip, brightness and saturation, kept in ``[0, 1]``."""
+    import tensorflow as tf
+
+    image = tf.image.random_flip_left_right(image)
+    image = tf.image.random_brightness(image, 0.1)
+    image = tf.image.random_saturation(image, 0.8, 1.2)
+    return tf.clip_by_value(image, 0.0, 1.0), label
+
+
+def check_schema(path: str, spec: dict) -> None:
+    """Reads the first record of ``path``; ``UsageError`` names the file and the features it lacks."""
+    import tensorflow as tf
+
+    for serialized in tf.data.TFRecordDataset(path).take(1):
+        example = tf.train.Example.FromString(serialized.numpy())
+        missing = sorted(set(spec) - set(example.features.feature))
+        if missing:
+            raise UsageError(
+                f"TFRecord file {path} does not match the schema: missing feature(s) {', '.join(missing)} "
+                "(convert the images with `python -m components.convert`)"
+            )
+        for name, feature_spec in spec.items():
+            kind = example.features.feature[name].WhichOneof("kind")
+            expected = {tf.string: "bytes_list", tf.int64: "int64_list", tf.float32: "float_list"}[feature_spec.dtype]
+            if kind != expected:
+                raise UsageError(f"TFRecord file {path}: feature {name} is a {kind}, expected a {expected}")

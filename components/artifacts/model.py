@@ -1,0 +1,29 @@
+"""The model artifact: the train step's output folder, which evaluate and export read.
+
+It holds ``model.keras`` (the whole model), ``model.weights.h5`` (the weights alone, which any Keras backend loads:
+export rebuilds the network on the CPU with TensorFlow from them, whatever backend trained it),
+``model_config.json`` (how it was trained: architecture, image size, classes, backend, devices, precision),
+``history.json`` (the curves) and ``reference_predictions.npz`` (the trained model's probabilities on validation
+images, computed by the training backend, for export's cross-backend parity check).
+"""
+
+from __future__ import annotations
+
+import os
+
+MODEL_FILE = "model.keras"
+WEIGHTS_FILE = "model.weights.h5"
+MODEL_CONFIG_FILE = "model_config.json"
+HISTORY_FILE = "history.json"
+REFERENCE_FILE = "reference_predictions.npz"  # arrays: probabilities [N, classes], from the validation split in order
+
+
+def load_model_config(model_dir: str) -> dict:
+    """Reads ``model_config.json``; raises ``UsageError`` when ``model_dir`` is not a trained model."""
+    from components.cli import UsageError
+    from components.storage import exists, read_json
+
+    path = os.path.join(model_dir, MODEL_CONFIG_FILE)
+    if not exists(path):
+        raise UsageError(f"model dir {model_dir} has no {MODEL_CONFIG_FILE}: pass the train step's output")
+    return read_json(path)

@@ -1,0 +1,265 @@
+"""Where training runs: the hardware, the Keras backend, the devices and processes, and the precision.
+
+TPUs train with Keras 3 on JAX: TensorFlow 2.21 has no TPU support (``tensorflow-tpu`` stops at 2.20, and the plain
+wheel has no TPU loader), so a TPU is always reached through ``jax[tpu]``. There, ``keras.distribution.DataParallel``
+spreads each global batch over every device on the batch axis and replicates the variables; on a slice of several
+hosts, ``jax.distributed`` connects one process per host first. On GPUs and the CPU either backend runs:
+``MirroredStrategy`` over the GPUs or logical CPU devices for TensorFlow, ``DataParallel`` for JAX.
+
+The deciding functions (``detect_hardware``, ``choose_backend``, ``choose_precision``) do no I/O of their own and are
+tested as they are; ``place`` acts on the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from components.cli import UsageError, one_line
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "jax", "tensorflow")
+PRECISIONS = ("auto", "float32", "mixed_bfloat16")
+# Cloud TPU VMs expose their chips as /dev/accel* (v4, v5p) or /dev/vfio/<n> (v5e, v6e), and on the PCI bus under
+# Google's vendor id (what JAX's own Cloud TPU detection looks for)
+TPU_DEVICE_FILES = ("/dev/accel0", "/dev/vfio/0")
+TPU_PCI_VENDOR = "0x1ae0"
+GPU_DEVICE_FILES = ("/dev/nvidia0",)
+# Off TPUs, `--backend auto` takes the backend bench/train.py measured faster on that kind of hardware.
+FASTER_BACKEND = {
+    "cpu": (
+        "tensorflow",
+        "bench/train.py on the CPU: TensorFlow trains the codelab convnet 2.6-3.6x faster than JAX (192x192, "
+        "float32 and bfloat16, 1 and 2 devices)",
+    ),
+    "gpu": (
+        "tensorflow",
+        "not benchmarked on a GPU yet; the GPU image carries TensorFlow's CUDA build and no JAX CUDA plugin",
+    ),
+}
+# the multi-process launch contract (JAX reads JAX_COORDINATOR_ADDRESS itself): one process per host
+PROCESS_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+
+
+def detect_hardware(env: Mapping[str, str], exists: Callable[[str], bool] = os.path.exists,
+                    pci_vendors: Callable[[], list[str]] | None = None) -> str:  # fmt: skip
+    """``tpu`` on a Cloud TPU VM, ``gpu`` where an NVIDIA device is present, else ``cpu``. Found without importing
+    either framework, since the backend has to be chosen before Keras is imported."""
+    if env.get("TPU_SKIP_MDS_QUERY") is None and (
+        any(exists(p) for p in TPU_DEVICE_FILES) or TPU_PCI_VENDOR in (pci_vendors or _pci_vendors)()
+    ):
+        return "tpu"
+    if any(exists(p) for p in GPU_DEVICE_FILES):
+        return "gpu"
+    return "cpu"
+
+
+def _pci_vendors() -> list[str]:
+    vendors = []
+    for path in glob.glob("/sys/bus/pci/devices/*/vendor"):
+        with contextlib.suppress(OSError), open(path) as handle:
+            vendors.append(handle.read().strip())
+    return vendors
+
+
+def choose_backend(requested: str, hardware: str, env: Mapping[str, str]) -> tuple[str, str]:
+    """(backend, why). TPUs always get JAX; ``auto`` elsewhere honours ``KERAS_BACKEND`` when it is set, else takes
+    the backend the bench measured faster on that hardware. ``tensorflow`` on a TPU is a one-line error."""
+    source = "--backend"
+    if requested == "auto" and env.get("KERAS_BACKEND") in ("jax", "tensorflow"):
+        requested, source = env["KERAS_BACKEND"], "KERAS_BACKEND"
+    if hardware == "tpu":
+        if requested == "tensorflow":
+            raise UsageError(
+                f"{source} tensorflow cannot train on this TPU: TensorFlow 2.21 has no TPU support (tensorflow-tpu "
+                "stops at 2.20); use --backend jax (or auto), which reaches the TPU through jax[tpu]"
+            )
+        return "jax", "TPUs train with Keras on JAX"
+    if requested != "auto":
+        return requested, f"{source} {requested}"
+    backend, why = FASTER_BACKEND[hardware]
+    return backend, f"auto on {hardware}: {why}"
+
+
+def choose_precision(requested: str, accelerator: str, gpu_compute_capability=None, cpu_flags=frozenset()) -> str:
+    """``auto`` -> ``mixed_bfloat16`` on TPUs, on GPUs from Ampere (compute capability 8.0) on, and on CPUs with AMX
+    or AVX512-BF16; ``float32`` otherwise. An explicit choice is kept."""
+    if requested != "auto":
+        return requested
+    if accelerator == "tpu":
+        return "mixed_bfloat16"
+    if accelerator == "gpu":
+        return "mixed_bfloat16" if gpu_compute_capability and tuple(gpu_compute_capability) >= (8, 0) else "float32"
+    return "mixed_bfloat16" if {"amx_bf16", "avx512_bf16"} & set(cpu_flags) else "float32"
+
+
+def read_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    try:
+        with open(cpuinfo) as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def activate_jax_cpu_devices(cpu_devices: int, env: dict | None = None) -> None:
+    """Gives JAX ``cpu_devices`` virtual CPU devices (XLA host devices), which has to happen before JAX starts."""
+    env = os.environ if env is None else env
+    if cpu_devices <= 1:
+        return
+    if "jax" in sys.modules:
+        import jax
+
+        if jax.device_count("cpu") != cpu_devices:
+            raise UsageError(f"--cpu-replicas {cpu_devices}: JAX was already initialised in this process")
+        return
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
+    env["XLA_FLAGS"] = " ".join([*flags, f"--xla_force_host_platform_device_count={cpu_devices}"])
+
+
+@dataclass
+class Placement:
+    """Where the model trains. ``scope()`` wraps building, compiling and fitting the model."""
+
+    backend: str
+    accelerator: str  # tpu, gpu or cpu
+    devices: int  # devices over all processes: the number of model replicas
+    strategy: str  # DataParallel, MirroredStrategy or OneDevice
+    processes: int = 1
+    process_index: int = 0
+    why: str = ""
+    _scope: Callable = field(default=contextlib.nullcontext, repr=False)
+    distribution: object = field(default=None, repr=False)  # keras.distribution.DataParallel on JAX
+
+    @property
+    def is_chief(self) -> bool:
+        """Only process 0 writes the model, the logs and the checkpoints."""
+        return self.process_index == 0
+
+    def scope(self):
+        return self._scope()
+
+    def barrier(self, name: str) -> None:
+        """Waits for every process (a no-op with one)."""
+        if self.processes > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(name)
+
+
+def place(backend: str, why: str, cpu_replicas: int, hosts: int, env: Mapping[str, str]) -> Placement:
+    """Sets up the devices for ``backend`` (already active, see ``activate_backend``) and logs the result."""
+    placement = _place_jax(hosts, env) if backend == "jax" else _place_tensorflow(cpu_replicas, hosts)
+    placement.why = why
+    log.info(
+        "backend %s (%s): %s over %d %s device(s) in %d process(es)",
+        placement.backend, why, placement.strategy, placement.devices, placement.accelerator, placement.processes,
+    )  # fmt: skip
+    return placement
+
+
+def _place_tensorflow(cpu_replicas: int, hosts: int) -> Placement:
+    import tensorflow as tf
+
+    if hosts > 1:
+        raise UsageError(f"--hosts {hosts} needs --backend jax: TensorFlow here trains on one host")
+    split_cpu(cpu_replicas)
+    if tf.config.list_logical_devices("GPU"):
+        strategy, accelerator = tf.distribute.MirroredStrategy(), "gpu"
+    elif len(cpus := tf.config.list_logical_devices("CPU")) > 1:
+        strategy, accelerator = tf.distribute.MirroredStrategy([d.name for d in cpus]), "cpu"
+    else:
+        strategy, accelerator = tf.distribute.get_strategy(), "cpu"
+    name = "MirroredStrategy" if isinstance(strategy, tf.distribute.MirroredStrategy) else "OneDevice"
+    return Placement("tensorflow", accelerator, strategy.num_replicas_in_sync, name, _scope=strategy.scope)
+
+
+def split_cpu(replicas: int) -> None:
+    """Splits the CPU into ``replicas`` logical devices; must run before TensorFlow initialises its devices."""
+    import tensorflow as tf
+
+    if replicas <= 1:
+        return
+    (cpu,) = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+    except RuntimeError as err:
+        raise UsageError(f"--cpu-replicas {replicas}: TensorFlow was already initialised in this process") from err
+
+
+def _place_jax(hosts: int, env: Mapping[str, str]) -> Placement:
+    import jax
+    import keras
+
+    processes, index = connect_processes(hosts, env)
+    devices = jax.devices()
+    if len(devices) == 1:
+        return Placement("jax", devices[0].platform, 1, "OneDevice")
+    # the batch is split on the batch axis over every device of every host; the variables are replicated. Each host
+    # reads its own share of the input files itself (make_dataset's shard), so Keras must not shard again.
+    distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
+    return Placement("jax", devices[0].platform, len(devices), "DataParallel", processes, index,
+                     _scope=distribution.scope, distribution=distribution)  # fmt: skip
+
+
+def connect_processes(hosts: int, env: Mapping[str, str]) -> tuple[int, int]:
+    """(processes, this process's index) after ``jax.distributed.initialize`` where there is more than one.
+
+    An explicit launch (``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``: several local
+    processes, or hosts started by hand) comes first; else, on a slice of ``hosts`` > 1 TPU VMs, JAX's Cloud TPU
+    detection finds the hosts itself. A process count other than the slice's is a one-line error: hosts that train
+    alone would each write a different model.
+    """
+    import jax
+
+    explicit = {name: env.get(name, "") for name in PROCESS_VARIABLES}
+    if any(explicit.values()):
+        missing = [name for name, value in explicit.items() if not value]
+        if missing:
+            raise UsageError(f"a multi-process launch needs {', '.join(PROCESS_VARIABLES)}: {', '.join(missing)} "
+                             "not set")  # fmt: skip
+        try:
+            count, index = int(explicit["JAX_NUM_PROCESSES"]), int(explicit["JAX_PROCESS_ID"])
+        except ValueError:
+            raise UsageError("JAX_NUM_PROCESSES and JAX_PROCESS_ID must be whole numbers") from None
+        if not 0 <= index < count:
+            raise UsageError(f"JAX_PROCESS_ID {index} must be in [0, {count}) for JAX_NUM_PROCESSES {count}")
+        if hosts > 1 and count != hosts:
+            raise UsageError(f"JAX_NUM_PROCESSES {count} does not match --hosts {hosts}: start one process per host")
+        kwargs = {"coordinator_address": explicit["JAX_COORDINATOR_ADDRESS"], "num_processes": count,
+                  "process_id": index}  # fmt: skip
+        expected = count
+    elif hosts > 1:
+        kwargs, expected = {}, hosts
+    else:
+        return 1, 0
+    try:
+        jax.distributed.initialize(**kwargs)
+    except (ValueError, RuntimeError) as err:
+        raise UsageError(
+            f"jax.distributed could not connect the {expected} hosts of this slice ({one_line(err)}): on Vertex AI "
+            "run the multi-host target's worker pool as compiled; by hand, set "
+            f"{', '.join(PROCESS_VARIABLES)} in every process"
+        ) from err
+    if jax.process_count() != expected:
+        raise UsageError(
+            f"jax.distributed found {jax.process_count()} process(es), expected {expected} (--hosts {hosts}): "
+            "the slice's hosts did not all join"
+        )
+    log.info("process %d of %d (jax.distributed)", jax.process_index(), jax.process_count())
+    return jax.process_count(), jax.process_index()
+
+
+def gpu_compute_capability():
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    return tf.config.experimental.get_device_details(gpus[0]).get("compute_capability") if gpus else None
