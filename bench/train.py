@@ -1,23 +1,36 @@
-"""Training speed on this machine, side by side in one run: the codelab convnet at 192x192 in float32 and in
-mixed_bfloat16, and the input pipeline alone (reading, parsing and decoding the TFRecords, no model).
+"""Training speed on this machine, side by side in one run: the codelab convnet at 192x192 on both Keras backends
+(TensorFlow, JAX), in float32 and mixed_bfloat16, on 1 and 2 devices (virtual CPU devices here: TensorFlow's logical
+devices under MirroredStrategy, XLA host devices under JAX's DataParallel), each through our train step
+(``components.train.core.run``) and through a bare ``model.fit`` of the same model on the same ``tf.data``
+pipeline; and the input pipeline alone (reading, parsing and decoding the TFRecords, no model).
 
-Goals (issue: TPU-grade training): bfloat16 at least 2.5x float32; the input pipeline at least 3x the faster training
-rate, so that training is never input-bound. The last line printed is a JSON object.
+Every configuration runs in its own process (Keras fixes its backend, and JAX and TensorFlow their devices, at
+start-up) and is timed on its last epoch, after a warm-up epoch that traces and compiles. Goals: our step at least
+0.95 of the bare fit; ``--backend auto`` (components.train.placement.FASTER_BACKEND) names the faster backend on
+this hardware. The last line printed is a JSON object.
 
-    .venv/bin/python bench/train.py [--images 512] [--steps 12] [--batch-size 32]
+    .venv/bin/python bench/train.py [--images 256] [--batch-size 16] [--only tensorflow|jax]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BACKENDS = ("tensorflow", "jax")
+PRECISIONS = ("float32", "mixed_bfloat16")
+DEVICES = (1, 2)
+
 
 def write_tfrecords(directory: str, count: int, size: int, num_classes: int, shards: int = 4) -> None:
-    """Photo-like 192x192 JPEGs (smooth random colour fields plus noise) in the codelab schema."""
+    """Photo-like JPEGs (smooth random colour fields plus noise) in the codelab schema; all in the train split."""
     import numpy as np
     import tensorflow as tf
 
@@ -44,40 +57,72 @@ def write_tfrecords(directory: str, count: int, size: int, num_classes: int, sha
     })  # fmt: skip
 
 
-def training_rate(
-    examples_dir: str, precision: str, size: int, num_classes: int, batch: int, steps: int, jit_compile: bool = False
-) -> float:
-    """Images per second over ``steps`` training steps, after one warm-up epoch (tracing, compilation)."""
-    import keras
+def measure_ours(examples: str, backend: str, precision: str, devices: int, batch: int) -> float:
+    """Images per second of the last of two epochs of our train step (its own ``epoch_seconds``)."""
+    from components.schema import read_stats
+    from components.train.core import TrainConfig, run
+
+    steps_per_epoch = read_stats(examples)["counts"]["train"] // (batch * devices)
+    with tempfile.TemporaryDirectory(prefix="bench-model-") as model_dir:
+        result = run(TrainConfig(examples_dir=examples, model_dir=model_dir, epochs=2, per_replica_batch_size=batch,
+                                 precision=precision, backend=backend, cpu_replicas=devices))  # fmt: skip
+    assert result["global_batch_size"] == batch * devices and result["replicas"] == devices
+    return steps_per_epoch * batch * devices / result["final"]["epoch_seconds"]
+
+
+def measure_bare(examples: str, backend: str, precision: str, devices: int, batch: int) -> float:
+    """Images per second of the last of two epochs of a bare ``model.fit``: the same model, dataset and compile
+    settings, the devices set up by hand, nothing else."""
+    import contextlib
 
     from components.artifacts.examples import make_dataset
     from components.models import build_model
+    from components.schema import read_stats
 
-    dataset = make_dataset(examples_dir, "train", size, num_classes, batch, training=True, cache=True)
+    stats = read_stats(examples)
+    size, classes = stats["image_size"], stats["num_classes"]
+    steps_per_epoch = stats["counts"]["train"] // (batch * devices)
+    if backend == "jax":
+        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+        import keras
+
+        scope = keras.distribution.DataParallel().scope if devices > 1 else contextlib.nullcontext
+    else:
+        import tensorflow as tf
+
+        if devices > 1:
+            (cpu,) = tf.config.list_physical_devices("CPU")
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
+        import keras
+
+        cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+        scope = tf.distribute.MirroredStrategy(cpus).scope if devices > 1 else contextlib.nullcontext
+    dataset = make_dataset(examples, "train", size, classes, batch * devices, training=True, cache=True)
     keras.mixed_precision.set_global_policy(precision)
-    try:
-        model = build_model("codelab_convnet", size, num_classes)
-        model.compile(optimizer="adam", loss="categorical_crossentropy", jit_compile=jit_compile)
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-    times = []
+    with scope():
+        model = build_model("codelab_convnet", size, classes)
+        model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"],
+                      jit_compile=backend == "jax")  # fmt: skip
+        times = []
 
-    class EpochTimer(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            times.append(time.perf_counter())
+        class EpochTimer(keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch, logs=None):
+                times.append(time.monotonic())
 
-        def on_epoch_end(self, epoch, logs=None):
-            times[-1] = time.perf_counter() - times[-1]
+            def on_epoch_end(self, epoch, logs=None):
+                times[-1] = time.monotonic() - times[-1]
 
-    model.fit(dataset, epochs=2, steps_per_epoch=steps, verbose=0, callbacks=[EpochTimer()])
-    return steps * batch / times[-1]
+        model.fit(dataset, epochs=2, steps_per_epoch=steps_per_epoch, verbose=0, callbacks=[EpochTimer()])
+    return steps_per_epoch * batch * devices / times[-1]
 
 
-def input_rate(examples_dir: str, size: int, num_classes: int, batch: int, batches: int) -> float:
+def input_rate(examples: str, batch: int, batches: int) -> float:
     """Images per second of the uncached input pipeline alone: read, parse, decode, shuffle, batch."""
     from components.artifacts.examples import make_dataset
+    from components.schema import read_stats
 
-    dataset = make_dataset(examples_dir, "train", size, num_classes, batch, training=True, cache=False)
+    stats = read_stats(examples)
+    dataset = make_dataset(examples, "train", stats["image_size"], stats["num_classes"], batch, training=True)
     iterator = iter(dataset)
     next(iterator)  # start the threads
     started = time.perf_counter()
@@ -86,36 +131,66 @@ def input_rate(examples_dir: str, size: int, num_classes: int, batch: int, batch
     return batches * batch / (time.perf_counter() - started)
 
 
+def run_one(examples: str, mode: str, backend: str, precision: str, devices: int, batch: int) -> float:
+    """One configuration in a fresh process, as the train step runs; its images per second."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "KERAS_BACKEND")}
+    env["KERAS_BACKEND"] = backend
+    command = [sys.executable, __file__, "--worker", mode, backend, precision, str(devices), examples,
+               "--batch-size", str(batch)]  # fmt: skip
+    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    if result.returncode:
+        raise SystemExit(f"{mode} {backend} {precision} x{devices} failed:\n{result.stderr[-3000:]}")
+    return float(result.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", type=int, default=512, help="synthetic 192x192 JPEGs to write (default 512)")
-    parser.add_argument("--steps", type=int, default=12, help="timed training steps per precision (default 12)")
-    parser.add_argument("--batch-size", type=int, default=32, help="default 32")
+    parser.add_argument("--images", type=int, default=256, help="synthetic JPEGs to write (default 256)")
+    parser.add_argument("--batch-size", type=int, default=16, help="per-device batch (default 16)")
     parser.add_argument("--image-size", type=int, default=192, help="default 192 (the codelab's)")
-    parser.add_argument("--jit-compile", action="store_true", help="compile the training steps with XLA")
+    parser.add_argument("--only", choices=BACKENDS, help="measure one backend")
+    parser.add_argument("--worker", nargs=5, metavar=("MODE", "BACKEND", "PRECISION", "DEVICES", "EXAMPLES"),
+                        help=argparse.SUPPRESS)  # fmt: skip
     args = parser.parse_args()
-    from components.train.placement import read_cpu_flags
+    if args.worker:
+        mode, backend, precision, devices, examples = args.worker
+        measure = measure_ours if mode == "ours" else measure_bare
+        print(measure(examples, backend, precision, int(devices), args.batch_size))
+        return
+    from components.train.placement import FASTER_BACKEND, detect_hardware, read_cpu_flags
 
-    size, classes, batch = args.image_size, 5, args.batch_size
-    with tempfile.TemporaryDirectory(prefix="bench-train-") as directory:
-        write_tfrecords(directory, args.images, size, classes)
-        fp32 = training_rate(directory, "float32", size, classes, batch, args.steps, args.jit_compile)
-        print(f"train float32         {fp32:8.1f} images/s")
-        bf16 = training_rate(directory, "mixed_bfloat16", size, classes, batch, args.steps, args.jit_compile)
-        print(f"train mixed_bfloat16  {bf16:8.1f} images/s   ({bf16 / fp32:.2f}x float32; goal 2.5x)")
-        feed = input_rate(directory, size, classes, batch, batches=max(8, args.images // batch))
-        print(f"input pipeline alone  {feed:8.1f} images/s   ({feed / max(fp32, bf16):.1f}x the faster training; "
-              "goal 3x)")  # fmt: skip
-    flags = read_cpu_flags()
+    size, batch = args.image_size, args.batch_size
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="bench-train-") as examples:
+        write_tfrecords(examples, args.images, size, num_classes=5)
+        feed = input_rate(examples, batch, batches=max(8, args.images // batch))
+        print(f"input pipeline alone: {feed:.1f} images/s")
+        backends = (args.only,) if args.only else BACKENDS
+        for backend, precision, devices in itertools.product(backends, PRECISIONS, DEVICES):
+            ours = run_one(examples, "ours", backend, precision, devices, batch)
+            bare = run_one(examples, "bare", backend, precision, devices, batch)
+            rows[f"{backend}/{precision}/x{devices}"] = {"ours": round(ours, 1), "bare_fit": round(bare, 1),
+                                                        "ours_vs_bare": round(ours / bare, 3)}  # fmt: skip
+            print(f"{backend:10s} {precision:15s} {devices} device(s): ours {ours:7.1f} images/s, bare fit "
+                  f"{bare:7.1f} ({ours / bare:.2f}x; goal 0.95)", flush=True)  # fmt: skip
+    summary = {}
+    if not args.only:
+        for precision, devices in itertools.product(PRECISIONS, DEVICES):
+            tf_rate = rows[f"tensorflow/{precision}/x{devices}"]["ours"]
+            jax_rate = rows[f"jax/{precision}/x{devices}"]["ours"]
+            summary[f"{precision}/x{devices}"] = {"faster": "tensorflow" if tf_rate >= jax_rate else "jax",
+                                                  "tensorflow_vs_jax": round(tf_rate / jax_rate, 2)}  # fmt: skip
+            print(f"{precision:15s} {devices} device(s): TensorFlow {tf_rate / jax_rate:.2f}x JAX")
+    hardware = detect_hardware(os.environ)
     print(json.dumps({
-        "model": "codelab_convnet", "image_size": size, "batch_size": batch, "cpu_cores": os.cpu_count(),
-        "jit_compile": args.jit_compile,
-        "cpu_bf16": sorted(flags & {"amx_bf16", "avx512_bf16"}),
-        "float32_images_per_second": round(fp32, 1), "bf16_images_per_second": round(bf16, 1),
-        "input_images_per_second": round(feed, 1),
-        "bf16_speedup": round(bf16 / fp32, 2), "input_headroom": round(feed / max(fp32, bf16), 2),
+        "model": "codelab_convnet", "image_size": size, "per_device_batch": batch, "cpu_cores": os.cpu_count(),
+        "hardware": hardware, "cpu_bf16": sorted(read_cpu_flags() & {"amx_bf16", "avx512_bf16"}),
+        "input_images_per_second": round(feed, 1), "configurations": rows, "backends": summary,
+        "auto_picks": FASTER_BACKEND.get(hardware, ("jax",))[0],
+        "min_ours_vs_bare": min(row["ours_vs_bare"] for row in rows.values()),
     }))  # fmt: skip
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, REPO_ROOT)
     main()

@@ -51,9 +51,8 @@ def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] =
 
     @dsl.pipeline(
         name=PIPELINE_NAME,
-        description="Image folder -> TFRecords (Beam) -> Keras training (JAX on TPUs; GPU, CPU) -> evaluation, blessing"
-        " "
-        "-> CPU SavedModel and TFLite export -> Vertex AI Model Registry.",
+        description="Image folder -> TFRecords (Beam) -> Keras training (JAX on TPUs; GPU, CPU) -> evaluation, "
+        "blessing -> CPU SavedModel and TFLite export -> Vertex AI Model Registry.",
     )
     def image_classifier(
         source: str,

@@ -46,6 +46,7 @@ def run_local(config: LocalRunConfig) -> dict:
     """Runs the DAG under ``kfp.local`` and writes ``<work_dir>/summary.json``; returns the summary."""
     from kfp import local
 
+    from components.artifacts.model import load_model_config
     from components.convert.core import list_source
     from components.demo_data import write_digits
     from components.schema import read_stats
@@ -90,6 +91,7 @@ def run_local(config: LocalRunConfig) -> dict:
     exported_dir = outputs["exported_model_uri"]  # empty: not blessed, so not exported
     export_json = os.path.join(exported_dir, "export.json") if exported_dir else None
     export_report = read_json(export_json) if export_json else {}
+    model_config = load_model_config(outputs["model"].path)
     summary = {
         "pipeline": PIPELINE_NAME,
         "source": source,
@@ -102,6 +104,11 @@ def run_local(config: LocalRunConfig) -> dict:
         "reasons": blessing.get("reasons", []),
         "report_html": metrics.get("report_html"),
         "export_agreement": export_report.get("parity", {}).get("argmax_agreement"),
+        "training": {
+            name: model_config[name]
+            for name in ("backend", "backend_reason", "strategy", "replicas", "accelerator", "precision")
+        },
+        "backend_parity": export_report.get("backend_parity"),
         "examples_dir": examples_dir,
         "model_dir": outputs["model"].path,
         "metrics_json": metrics_json,
@@ -119,19 +126,35 @@ def run_local(config: LocalRunConfig) -> dict:
     return summary
 
 
+def export_parity(summary: dict, crossed: dict) -> str:
+    """The export's agreement with the trained model, and with the training backend's own predictions."""
+    text = f"{summary['export_agreement']:.4f} argmax agreement with the trained model"
+    if crossed.get("num_examples"):
+        text += (
+            f"; {crossed['argmax_agreement']:.4f} with {crossed['trained_backend']}'s own predictions on "
+            f"{crossed['num_examples']} validation images (largest probability difference "
+            f"{crossed['max_probability_difference']:.1e})"
+        )
+    return text
+
+
 def format_summary(summary: dict, summary_path: str) -> str:
     """The readable summary printed at the end of a local run."""
     counts = " / ".join(f"{split} {count}" for split, count in summary["counts"].items())
     exported = summary.get("export_json") is not None
     not_exported = "- (not blessed: nothing exported)"
+    training = summary["training"]
+    crossed = summary.get("backend_parity") or {}
     rows = [
         ("examples", f"{counts}  ({len(summary['class_names'])} classes, {summary['quarantined']} quarantined)"),
+        (
+            "training",
+            f"{training['backend']}, {training['strategy']} over {training['replicas']} "
+            f"{training['accelerator']} device(s), {training['precision']} ({training['backend_reason']})",
+        ),
         ("test accuracy", f"{summary['test_accuracy']:.4f}"),
         ("blessed", f"{'yes' if summary.get('blessed') else 'NO'}: {'; '.join(summary.get('reasons', []))}"),
-        (
-            "export parity",
-            f"{summary['export_agreement']:.4f} argmax agreement with the trained model" if exported else not_exported,
-        ),
+        ("export parity", export_parity(summary, crossed) if exported else not_exported),
         ("TFRecords", summary["examples_dir"]),
         ("SavedModel", summary["saved_model_dir"] or not_exported),
         *(

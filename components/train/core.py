@@ -159,7 +159,8 @@ def validation_batching(count: int, replicas: int, global_batch: int, static: bo
 
 def validation_dataset(examples_dir: str, stats: dict, placement, global_batch: int, cache: bool):
     """(dataset, steps) for validation while training, or (None, None) when there are too few examples. On several
-    hosts, each reads its share of the same first examples, so that all run the same number of steps."""
+    hosts, each reads its share of the same first examples, and all run the same number of steps (else None: one
+    pass)."""
     count = stats["counts"]["validation"]
     static = placement.devices > 1 or placement.accelerator == "tpu"
     batch, used = validation_batching(count, placement.devices, global_batch, static)
@@ -173,7 +174,10 @@ def validation_dataset(examples_dir: str, stats: dict, placement, global_batch: 
         training=False, cache=cache, drop_remainder=static, shard=(placement.processes, placement.process_index),
         take=used if placement.processes > 1 else None,
     )  # fmt: skip
-    return dataset, -(-used // batch)
+    if placement.processes == 1:
+        return dataset, None
+    # Keras keeps one validation iterator across epochs when it is given a number of steps: repeat the examples
+    return dataset.repeat(), used // batch
 
 
 def learning_rate(config: TrainConfig, steps_per_epoch: int):
@@ -191,12 +195,16 @@ def learning_rate(config: TrainConfig, steps_per_epoch: int):
 
 
 def _epoch_log_callback(path: str):
-    """A callback that appends each finished epoch's metrics to ``path`` (kept across preemptions)."""
+    """A callback that appends each finished epoch's metrics and wall time to ``path`` (kept across preemptions)."""
     import keras
 
     class EpochLog(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.started = time.monotonic()
+
         def on_epoch_end(self, epoch, logs=None):
-            record = {"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()}}
+            record = {"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()},
+                      "epoch_seconds": time.monotonic() - self.started}  # fmt: skip
             with open(path, "a") as handle:
                 handle.write(json.dumps(record) + "\n")
                 handle.flush()

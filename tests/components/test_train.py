@@ -160,7 +160,7 @@ def test_two_replicas_split_the_global_batch_and_learn_like_one(converted, train
         "--epochs", "12", "--batch-size", "4", "--learning-rate", "0.002",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "MirroredStrategy with 2 replica(s)" in result.stderr
+    assert "MirroredStrategy over 2 cpu device(s) in 1 process(es)" in result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1])["replicas"] == 2
     with open(tmp_path / "model" / "model_config.json") as handle:
         config = json.load(handle)
@@ -206,12 +206,14 @@ def test_vertex_ai_variables_choose_where_everything_goes(converted, tmp_path):
     assert os.listdir(tmp_path / "aip-tensorboard")
 
 
-def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_path):
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_path, backend):
     examples_dir, _ = converted
     model_dir, checkpoints = tmp_path / "model", tmp_path / "checkpoints"
     command = [
         sys.executable, "-m", "components.train", "--examples", examples_dir, "--model-dir", str(model_dir),
         "--checkpoint-dir", str(checkpoints), "--epochs", "60", "--batch-size", "8", "--precision", "float32",
+        "--backend", backend,
     ]  # fmt: skip
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     epoch_log = checkpoints / EPOCH_LOG_FILE
@@ -240,6 +242,8 @@ def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_pa
     with open(model_dir / "history.json") as handle:
         history = json.load(handle)
     assert history["epochs"] == 60 and len(history["history"]["loss"]) == 60
+    with open(model_dir / "model_config.json") as handle:
+        assert json.load(handle)["backend"] == backend
     import keras
 
     model = keras.models.load_model(model_dir / "model.keras", compile=False)

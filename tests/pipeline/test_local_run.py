@@ -123,3 +123,32 @@ def test_a_run_that_is_not_blessed_succeeds_says_why_and_exports_nothing(demo_ru
     assert sorted(os.listdir(run_dir)) == ["convert", "evaluate", "fingerprint", "not-blessed", "train"]
     assert "NOT blessed: accuracy" in result.stderr + result.stdout
     assert "not blessed, so no export" in result.stdout and "blessed        NO: " in result.stdout
+
+
+def test_the_whole_dag_trains_on_jax_over_two_devices_and_exports_through_tensorflow(tmp_path):
+    """The TPU path through the whole DAG under kfp.local: the train step on Keras/JAX with DataParallel over two
+    virtual CPU devices, then evaluate and export on TensorFlow, with the cross-backend parity in the summary."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    work_dir = tmp_path / "jax"
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "run-local", "--work-dir", str(work_dir), "--demo-per-class", "40",
+         "--epochs", "10", "--backend", "jax"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    with open(work_dir / "summary.json") as handle:
+        summary = json.load(handle)
+    training = summary["training"]
+    assert (training["backend"], training["strategy"], training["replicas"]) == ("jax", "DataParallel", 2)
+    assert summary["parameters"]["backend"] == "jax"
+    assert summary["blessed"] is True and summary["test_accuracy"] >= 0.8
+    crossed = summary["backend_parity"]
+    assert (crossed["trained_backend"], crossed["export_backend"]) == ("jax", "tensorflow")
+    assert crossed["num_examples"] > 0 and crossed["argmax_agreement"] >= 0.97
+    assert "training       jax, DataParallel over 2 cpu device(s)" in result.stdout
+    assert f"{crossed['argmax_agreement']:.4f} with jax's own predictions" in result.stdout

@@ -1,0 +1,262 @@
+"""Training on JAX, the TPU path, proven on the CPU with the mechanisms TPUs use: the backend choice, virtual CPU
+devices under ``keras.distribution.DataParallel``, several local processes under ``jax.distributed`` (JAX's CPU
+collectives), the schedule inside a compiled step, preemption, and the hand-off to export's TensorFlow CPU model.
+
+Keras fixes its backend at import and this test process runs TensorFlow's, so every JAX run is a subprocess, as a
+user or a Vertex AI worker starts it."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from components.cli import UsageError
+from components.train.placement import FASTER_BACKEND, choose_backend, choose_precision, detect_hardware
+from tests.conftest import REPO_ROOT, run_cli
+
+TWO_DEVICES = "--xla_force_host_platform_device_count=2"
+
+
+def jax_env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "KERAS_BACKEND") and not k.startswith("JAX_")}
+    return {**env, **extra}
+
+
+def run_train(*args: str, env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "components.train", *args], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def read(path) -> dict:
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def weights(path) -> dict[str, np.ndarray]:
+    found = {}
+
+    def keep(name, item):  # returns None: h5py stops visiting at any other value
+        if isinstance(item, h5py.Dataset):
+            found[name] = item[()]
+
+    with h5py.File(path) as handle:
+        handle.visititems(keep)
+    return found
+
+
+# --- the choice: which backend, on which hardware -------------------------------------------------------------------
+
+
+def test_tpus_always_train_on_jax_and_tensorflow_there_is_one_line():
+    assert choose_backend("auto", "tpu", {})[0] == "jax"
+    assert choose_backend("jax", "tpu", {})[0] == "jax"
+    with pytest.raises(UsageError, match=r"^--backend tensorflow cannot train on this TPU: TensorFlow 2.21 has no"):
+        choose_backend("tensorflow", "tpu", {})
+    with pytest.raises(UsageError, match=r"^KERAS_BACKEND tensorflow cannot train on this TPU"):
+        choose_backend("auto", "tpu", {"KERAS_BACKEND": "tensorflow"})
+
+
+def test_auto_off_tpus_takes_the_measured_faster_backend_and_says_why():
+    for hardware in ("cpu", "gpu"):
+        backend, why = choose_backend("auto", hardware, {})
+        assert backend == FASTER_BACKEND[hardware][0]
+        assert why.startswith(f"auto on {hardware}: ") and len(why) > 40
+    assert choose_backend("auto", "cpu", {"KERAS_BACKEND": "jax"}) == ("jax", "KERAS_BACKEND jax")
+    assert choose_backend("jax", "gpu", {"KERAS_BACKEND": "tensorflow"}) == ("jax", "--backend jax")
+
+
+def test_hardware_is_found_from_device_files_and_the_pci_bus():
+    def files(*present):
+        return lambda path: path in present
+
+    assert detect_hardware({}, files("/dev/vfio/0"), lambda: []) == "tpu"  # v5e, v6e
+    assert detect_hardware({}, files("/dev/accel0"), lambda: []) == "tpu"  # v4, v5p
+    assert detect_hardware({}, files(), lambda: ["0x8086", "0x1ae0"]) == "tpu"  # Google's PCI vendor id
+    assert detect_hardware({"TPU_SKIP_MDS_QUERY": "1"}, files("/dev/vfio/0"), lambda: []) == "cpu"
+    assert detect_hardware({}, files("/dev/nvidia0"), lambda: ["0x10de"]) == "gpu"
+    assert detect_hardware({}, files(), lambda: ["0x8086"]) == "cpu"
+
+
+def test_bfloat16_is_the_default_on_tpus():
+    assert choose_precision("auto", "tpu") == "mixed_bfloat16"
+
+
+def test_learning_rate_schedule_runs_inside_a_compiled_jax_step():
+    script = (
+        "import jax, json\n"
+        "from components.train.schedules import RampUpExponentialDecay\n"
+        "s = RampUpExponentialDecay(peak=0.01, rampup_steps=30, decay_steps=10, decay_rate=0.5)\n"
+        "step = jax.jit(lambda i: s(i))\n"
+        "print(json.dumps([float(step(i)) for i in (0, 15, 30, 45, 50, 500)]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=jax_env(KERAS_BACKEND="jax"),
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    # ramp 0.001 -> 0.01 over 30 steps, then halved every 10 steps, floored at 0.0001
+    expected = [0.001, 0.001 + 0.009 * 15 / 30, 0.01, 0.005, 0.0025, 0.0001]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == pytest.approx(expected)
+
+
+# --- two virtual devices: the data-parallel mechanism TPUs use -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def jax_runs(converted, tmp_path_factory):
+    """The same model trained on JAX on 1 device and on 2 virtual CPU devices; (examples dir, {devices: model dir})."""
+    examples_dir, _ = converted
+    root = tmp_path_factory.mktemp("jax")
+    common = ["--examples", examples_dir, "--epochs", "12", "--batch-size", "4", "--lr-schedule",
+              "rampup_exponential", "--rampup-epochs", "1"]  # fmt: skip
+    one = run_train(*common, "--backend", "jax", env=jax_env(AIP_MODEL_DIR=str(root / "one")))
+    assert one.returncode == 0, one.stderr[-3000:]
+    # the issue's recipe: XLA_FLAGS and KERAS_BACKEND in the environment, --backend auto honours the latter
+    two = run_train(*common, "--model-dir", str(root / "two"),
+                    env=jax_env(XLA_FLAGS=TWO_DEVICES, KERAS_BACKEND="jax"))  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+    return examples_dir, {1: root / "one", 2: root / "two"}, two
+
+
+def test_two_devices_shard_the_batch_replicate_the_variables_and_learn(jax_runs):
+    _, dirs, result = jax_runs
+    config = read(dirs[2] / "model_config.json")
+    assert (config["backend"], config["strategy"], config["replicas"], config["processes"]) == (
+        "jax", "DataParallel", 2, 1)  # fmt: skip
+    assert config["backend_reason"] == "KERAS_BACKEND jax"
+    assert config["jit_compile"] is True  # JAX steps are XLA programs
+    assert config["global_batch_size"] == 2 * config["per_replica_batch_size"] == 16
+    layout = config["distribution"]
+    assert layout["mesh_devices"] == 2
+    assert layout["batch_axes"] == ["batch", None, None, None]  # split on the batch axis only
+    assert layout["per_device_batch_shape"] == [8, 16, 16, 3]  # each device holds half of the global batch
+    assert layout["variables_replicated"] is True  # every variable whole on both devices
+    assert "DataParallel over 2 cpu device(s) in 1 process(es)" in result.stderr
+    losses = read(dirs[2] / "history.json")["history"]["loss"]
+    assert len(losses) == 12 and losses[-1] < losses[0]
+
+
+def test_two_devices_reach_the_held_out_accuracy_of_one(jax_runs, tmp_path):
+    from components.evaluate.core import EvaluateConfig
+    from components.evaluate.core import run as evaluate
+
+    examples_dir, dirs, _ = jax_runs
+    assert read(dirs[1] / "model_config.json")["replicas"] == 1  # written under AIP_MODEL_DIR
+    accuracy = {n: evaluate(EvaluateConfig(examples_dir, str(d), str(tmp_path / str(n))))["accuracy"]
+                for n, d in dirs.items()}  # fmt: skip
+    assert accuracy[1] >= 0.9 and accuracy[2] >= 0.9 and abs(accuracy[1] - accuracy[2]) <= 0.1
+
+
+def test_weights_trained_on_jax_export_through_tensorflow_with_parity(jax_runs, tmp_path):
+    from components.export.core import ExportConfig
+    from components.export.core import run as export
+
+    examples_dir, dirs, _ = jax_runs
+    trained = read(dirs[2] / "model_config.json")
+    report = export(ExportConfig(model_dir=str(dirs[2]), examples_dir=examples_dir, output_dir=str(tmp_path)))
+    crossed = report["backend_parity"]
+    assert (crossed["trained_backend"], crossed["export_backend"]) == ("jax", "tensorflow")
+    assert crossed["num_examples"] == 16  # the validation images, in static batches of 2 devices
+    assert crossed["argmax_agreement"] == 1.0
+    tolerance = 5e-2 if trained["precision"] == "mixed_bfloat16" else 1e-4  # the training precision's rounding
+    assert crossed["max_probability_difference"] < tolerance
+    assert read(tmp_path / "export.json")["trained_backend"] == "jax"
+    assert report["formats"]["saved_model"]["test_accuracy"] >= 0.9
+
+
+# --- several hosts: local processes with JAX's CPU collectives -------------------------------------------------------
+
+
+def write_two_file_examples(root) -> str:
+    """32 training examples in 2 files of 16, so that a global batch of 32 is the whole split: one process or two
+    processes of one file each see the same examples at every step."""
+    import io
+
+    import tensorflow as tf
+    from PIL import Image
+
+    from components.schema import serialize_example
+
+    rng = np.random.default_rng(0)
+    names, counts = ["cat", "dog"], {}
+    for split, files in (("train", 2), ("validation", 1), ("test", 1)):
+        os.makedirs(root / split)
+        for f in range(files):
+            with tf.io.TFRecordWriter(str(root / split / f"{split}-{f:05d}-of-{files:05d}.tfrec")) as writer:
+                for i in range(16):
+                    base = np.array((200, 40, 40) if i % 2 == 0 else (40, 40, 200))
+                    pixels = np.clip(base + rng.integers(-40, 40, (16, 16, 3)), 0, 255).astype(np.uint8)
+                    buffer = io.BytesIO()
+                    Image.fromarray(pixels).save(buffer, format="JPEG")
+                    writer.write(serialize_example(buffer.getvalue(), i % 2, names[i % 2], (16, 16), 2))
+        counts[split] = 16 * files
+    stats = {"image_size": 16, "num_classes": 2, "class_names": names, "counts": counts}
+    (root / "stats.json").write_text(json.dumps(stats))
+    return str(root)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_two_processes_train_to_the_weights_of_one(tmp_path):
+    examples = write_two_file_examples(tmp_path / "examples")
+    common = ["--examples", examples, "--backend", "jax", "--epochs", "5", "--precision", "float32"]
+    single = run_train(*common, "--model-dir", str(tmp_path / "one"), "--batch-size", "32", env=jax_env())
+    assert single.returncode == 0, single.stderr[-3000:]
+    port, processes = free_port(), []
+    for index in range(2):
+        env = jax_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(index))
+        command = [sys.executable, "-m", "components.train", *common, "--model-dir", str(tmp_path / "two"),
+                   "--batch-size", "16", "--hosts", "2"]  # fmt: skip
+        processes.append(subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))  # fmt: skip
+    outputs = [process.communicate(timeout=600) for process in processes]
+    for process, (_, stderr) in zip(processes, outputs, strict=True):
+        assert process.returncode == 0, stderr[-3000:]
+    for index, (_, stderr) in enumerate(outputs):
+        assert f"process {index} of 2 (jax.distributed)" in stderr
+        assert f"process {index} of 2 reads 1 of the 2 train files" in stderr  # each host its own share
+    config = read(tmp_path / "two" / "model_config.json")
+    assert (config["processes"], config["replicas"], config["global_batch_size"]) == (2, 2, 32)
+    # the same global batch on one process and on two: the same training, up to the order of float sums
+    one, two = weights(tmp_path / "one" / "model.weights.h5"), weights(tmp_path / "two" / "model.weights.h5")
+    assert sorted(one) == sorted(two) and len(one) >= 14
+    initial_scale = max(float(np.abs(v).max()) for v in one.values())
+    assert max(float(np.abs(one[k] - two[k]).max()) for k in one) < 1e-5 * max(initial_scale, 1.0)
+    losses = [read(tmp_path / d / "history.json")["history"]["loss"] for d in ("one", "two")]
+    assert losses[1] == pytest.approx(losses[0], abs=1e-5) and losses[0][-1] < losses[0][0]
+    # only process 0 wrote: one TensorBoard writer, no follower's leftovers
+    events = [f for _, _, files in os.walk(tmp_path / "two" / "logs") for f in files if "tfevents" in f]
+    writers = {name.split(".")[-3] for name in events}  # events.out.tfevents.<time>.<host>.<pid>.<n>.v2
+    assert events and len(writers) == 1
+    assert not (tmp_path / "two" / "checkpoints").exists()
+
+
+def test_a_slice_whose_hosts_do_not_all_join_is_one_line(tmp_path):
+    examples = write_two_file_examples(tmp_path / "examples")
+    env = jax_env(JAX_COORDINATOR_ADDRESS="127.0.0.1:1", JAX_NUM_PROCESSES="4", JAX_PROCESS_ID="0")
+    result = run_train("--examples", examples, "--model-dir", str(tmp_path / "m"), "--backend", "jax",
+                       "--hosts", "2", env=env, timeout=120)  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: JAX_NUM_PROCESSES 4 does not match --hosts 2: start one process per host"
+    )
+    assert not (tmp_path / "m").exists()
+
+
+def test_tensorflow_cannot_train_on_several_hosts(tmp_path):
+    examples = write_two_file_examples(tmp_path / "examples")
+    result = run_cli("components.train", "--examples", examples, "--model-dir", str(tmp_path / "m"), "--backend",
+                     "tensorflow", "--hosts", "2")  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --hosts 2 needs --backend jax: TensorFlow here trains on one host"
+    )
