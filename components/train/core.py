@@ -309,7 +309,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     dirs = resolve_output_dirs(config, env)
     image_size, num_classes = stats["image_size"], stats["num_classes"]
     train_count, validation_count = stats["counts"]["train"], stats["counts"]["validation"]
-    backend, why = choose_backend(config.backend, detect_hardware(env), env)
+    backend, why = choose_backend(config.backend, detect_hardware(), env)
     if backend == "tensorflow":
         check_tensorflow_xla(config)
     activate_backend(backend)

@@ -47,13 +47,12 @@ FASTER_BACKEND = {
 PROCESS_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 
 
-def detect_hardware(env: Mapping[str, str], exists: Callable[[str], bool] = os.path.exists,
-                    pci_vendors: Callable[[], list[str]] | None = None) -> str:  # fmt: skip
+def detect_hardware(
+    exists: Callable[[str], bool] = os.path.exists, pci_vendors: Callable[[], list[str]] | None = None
+) -> str:
     """``tpu`` on a Cloud TPU VM, ``gpu`` where an NVIDIA device is present, else ``cpu``. Found without importing
     either framework, since the backend has to be chosen before Keras is imported."""
-    if env.get("TPU_SKIP_MDS_QUERY") is None and (
-        any(exists(p) for p in TPU_DEVICE_FILES) or TPU_PCI_VENDOR in (pci_vendors or _pci_vendors)()
-    ):
+    if any(exists(p) for p in TPU_DEVICE_FILES) or TPU_PCI_VENDOR in (pci_vendors or _pci_vendors)():
         return "tpu"
     if any(exists(p) for p in GPU_DEVICE_FILES):
         return "gpu"

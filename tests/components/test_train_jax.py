@@ -76,12 +76,11 @@ def test_hardware_is_found_from_device_files_and_the_pci_bus():
     def files(*present):
         return lambda path: path in present
 
-    assert detect_hardware({}, files("/dev/vfio/0"), lambda: []) == "tpu"  # v5e, v6e
-    assert detect_hardware({}, files("/dev/accel0"), lambda: []) == "tpu"  # v4, v5p
-    assert detect_hardware({}, files(), lambda: ["0x8086", "0x1ae0"]) == "tpu"  # Google's PCI vendor id
-    assert detect_hardware({"TPU_SKIP_MDS_QUERY": "1"}, files("/dev/vfio/0"), lambda: []) == "cpu"
-    assert detect_hardware({}, files("/dev/nvidia0"), lambda: ["0x10de"]) == "gpu"
-    assert detect_hardware({}, files(), lambda: ["0x8086"]) == "cpu"
+    assert detect_hardware(files("/dev/vfio/0"), lambda: []) == "tpu"  # v5e, v6e
+    assert detect_hardware(files("/dev/accel0"), lambda: []) == "tpu"  # v4, v5p
+    assert detect_hardware(files(), lambda: ["0x8086", "0x1ae0"]) == "tpu"  # Google's PCI vendor id
+    assert detect_hardware(files("/dev/nvidia0"), lambda: ["0x10de"]) == "gpu"
+    assert detect_hardware(files(), lambda: ["0x8086"]) == "cpu"
 
 
 def test_bfloat16_is_the_default_on_tpus():
