@@ -64,14 +64,13 @@ def measure_ours(examples: str, backend: str, precision: str, devices: int, batc
     from components.storage import read_json
     from components.train.core import TrainConfig, run
 
-    steps_per_epoch = read_stats(examples)["counts"]["train"] // (batch * devices)
     with tempfile.TemporaryDirectory(prefix="bench-model-") as model_dir:
         result = run(TrainConfig(examples_dir=examples, model_dir=model_dir, epochs=EPOCHS,
                                  per_replica_batch_size=batch, precision=precision, backend=backend,
                                  cpu_replicas=devices))  # fmt: skip
         seconds = read_json(os.path.join(model_dir, "history.json"))["history"]["epoch_seconds"]
-    assert result["global_batch_size"] == batch * devices and result["replicas"] == devices
-    return steps_per_epoch * batch * devices / min(seconds[1:])
+    global_batch = result["global_batch_size"]  # the per-device batch rounded up to a multiple of 8
+    return read_stats(examples)["counts"]["train"] // global_batch * global_batch / min(seconds[1:])
 
 
 def measure_bare(examples: str, backend: str, precision: str, devices: int, batch: int) -> float:
@@ -82,9 +81,11 @@ def measure_bare(examples: str, backend: str, precision: str, devices: int, batc
     from components.artifacts.examples import make_dataset
     from components.models import build_model
     from components.schema import read_stats
+    from components.train.core import round_up_batch
 
     stats = read_stats(examples)
     size, classes = stats["image_size"], stats["num_classes"]
+    batch = round_up_batch(batch)  # as our step does
     steps_per_epoch = stats["counts"]["train"] // (batch * devices)
     if backend == "jax":
         os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"

@@ -8,7 +8,8 @@ import os
 import sys
 
 from components.cli import UsageError, configure_logging, run_main
-from components.train.placement import BACKENDS
+from components.train.core import LR_SCHEDULES
+from components.train.placement import BACKENDS, PRECISIONS
 from pipeline.accelerators import ACCELERATORS, DEFAULT_ACCELERATOR
 from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, Images
 
@@ -66,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     local_cmd.add_argument("--learning-rate", type=float, help="Adam learning rate (default 0.002)")
     local_cmd.add_argument(
         "--precision",
-        choices=("auto", "float32", "mixed_bfloat16"),
+        choices=PRECISIONS,
         help="training precision (default auto: bfloat16 where the hardware has it)",
     )
     local_cmd.add_argument(
@@ -74,9 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=BACKENDS,
         help="Keras backend of the train step (default auto: JAX on TPUs, elsewhere the faster one there)",
     )
-    local_cmd.add_argument(
-        "--lr-schedule", choices=("constant", "rampup_exponential"), help="learning-rate schedule (default constant)"
-    )
+    local_cmd.add_argument("--lr-schedule", choices=LR_SCHEDULES, help="learning-rate schedule (default constant)")
     local_cmd.add_argument(
         "--min-accuracy",
         type=float,

@@ -92,6 +92,14 @@ def make_dataset(
     return dataset.prefetch(autotune)
 
 
+def first_images(examples_dir: str, split: str, image_size: int, num_classes: int, count: int):
+    """The first ``count`` images of ``split`` in order, as one float32 NumPy batch (the same images on every call:
+    train's reference predictions and export's cross-backend check compare on them)."""
+    images, _ = next(iter(make_dataset(examples_dir, split, image_size, num_classes, count, training=False,
+                                       take=count)))  # fmt: skip
+    return images.numpy()
+
+
 def augment_image(image, label):
     """Random horizontal flip, brightness and saturation, kept in ``[0, 1]``."""
     import tensorflow as tf

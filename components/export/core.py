@@ -213,7 +213,7 @@ def backend_parity(model, model_dir: str, model_config: dict, examples_dir: str)
     in the model artifact)."""
     import numpy as np
 
-    from components.artifacts.examples import make_dataset
+    from components.artifacts.examples import first_images
 
     record = {"trained_backend": model_config.get("backend", "tensorflow"), "export_backend": "tensorflow"}
     path = os.path.join(model_dir, REFERENCE_FILE)
@@ -222,8 +222,7 @@ def backend_parity(model, model_dir: str, model_config: dict, examples_dir: str)
     with np.load(path) as arrays:
         reference = arrays["probabilities"]
     count = len(reference)
-    images, _ = next(iter(make_dataset(examples_dir, "validation", model_config["image_size"],
-                                       model_config["num_classes"], count, training=False, take=count)))  # fmt: skip
+    images = first_images(examples_dir, "validation", model_config["image_size"], model_config["num_classes"], count)
     exported = np.asarray(model(images, training=False), dtype=np.float32)
     return {
         **record,

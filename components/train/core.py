@@ -26,12 +26,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from components.artifacts.examples import make_dataset
+from components.artifacts.examples import first_images, make_dataset
 from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE, MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE
 from components.cli import UsageError
 from components.models import MODELS, build_model
 from components.schema import read_stats
-from components.storage import gcs_fuse_path, write_json
+from components.storage import gcs_fuse_path, read_json, write_json
 from components.train.placement import BACKENDS, PRECISIONS
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class TrainConfig:
             raise UsageError(f"--learning-rate {self.learning_rate} must be positive")
         if not 0 < self.lr_decay <= 1:
             raise UsageError(f"--lr-decay {self.lr_decay} must be in (0, 1]")
-        if self.backend != "jax":
+        if self.backend == "tensorflow":  # auto is checked once it is resolved
             check_tensorflow_xla(self)
 
 
@@ -214,18 +214,20 @@ def _epoch_log_callback(path: str):
 
 
 def _backup_callbacks(backup_dir: str, placement) -> list:
-    """``BackupAndRestore``: process 0 keeps the backup; the other hosts of a slice restore from a copy of it and
-    write theirs to a scratch folder (every process takes part in saving: it creates variables on every device)."""
+    """``BackupAndRestore`` with a second copy, so that a kill while saving leaves the previous backup to resume
+    from. Process 0 keeps it; the other hosts of a slice restore from a copy of it and write theirs to a scratch
+    folder: inside the distribution's scope every process takes part in saving (Keras creates a reference optimizer
+    there, whose variables are placed on every device)."""
     import keras
 
     if placement.is_chief:
 
         class ChiefBackup(keras.callbacks.BackupAndRestore):
             def on_train_begin(self, logs=None):
-                super().on_train_begin(logs)  # may first repair a backup cut short
+                super().on_train_begin(logs)  # first falls back to the previous copy if the last save was cut short
                 placement.barrier("backup restored")
 
-        return [ChiefBackup(backup_dir, save_freq="epoch", delete_checkpoint=False)]
+        return [ChiefBackup(backup_dir, save_freq="epoch", delete_checkpoint=False, double_checkpoint=True)]
 
     class FollowerRestore(keras.callbacks.BackupAndRestore):
         def on_train_begin(self, logs=None):
@@ -234,7 +236,8 @@ def _backup_callbacks(backup_dir: str, placement) -> list:
                 shutil.copytree(backup_dir, self.backup_dir, dirs_exist_ok=True)
             super().on_train_begin(logs)
 
-    return [FollowerRestore(tempfile.mkdtemp(prefix="backup-follower-"), save_freq="epoch", delete_checkpoint=True)]
+    scratch = tempfile.mkdtemp(prefix="backup-follower-")
+    return [FollowerRestore(scratch, save_freq="epoch", delete_checkpoint=True, double_checkpoint=True)]
 
 
 def read_epoch_log(path: str) -> list[dict]:
@@ -269,8 +272,9 @@ def _precision(config: TrainConfig, placement) -> str:
 
 
 def distribution_facts(model, placement, batch_shape: tuple[int, ...]) -> dict:
-    """How the devices share the work, read back from the arrays themselves (JAX): the batch's axes and one
-    device's share of it, and whether every variable is replicated on every device."""
+    """How the devices share the work (JAX): the layout ``DataParallel`` gives a global batch (its axes, and one
+    device's share of it), and whether every trained variable, read back from its array, is whole on every
+    device."""
     if placement.distribution is None:
         return {}
     layout = placement.distribution.get_data_layout(batch_shape)
@@ -293,10 +297,9 @@ def reference_predictions(model, examples_dir: str, stats: dict, placement):
     count = min(REFERENCE_EXAMPLES, stats["counts"]["validation"]) // placement.devices * placement.devices
     if placement.processes > 1 or not count:
         return None
-    images, _ = next(iter(make_dataset(examples_dir, "validation", stats["image_size"], stats["num_classes"], count,
-                                       training=False, take=count)))  # fmt: skip
+    images = first_images(examples_dir, "validation", stats["image_size"], stats["num_classes"], count)
     with placement.scope():
-        return np.asarray(model.predict(images.numpy(), batch_size=count, verbose=0), dtype=np.float32)
+        return np.asarray(model.predict(images, batch_size=count, verbose=0), dtype=np.float32)
 
 
 def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
@@ -309,7 +312,8 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     dirs = resolve_output_dirs(config, env)
     image_size, num_classes = stats["image_size"], stats["num_classes"]
     train_count, validation_count = stats["counts"]["train"], stats["counts"]["validation"]
-    backend, why = choose_backend(config.backend, detect_hardware(), env)
+    hardware = detect_hardware()
+    backend, why = choose_backend(config.backend, hardware, env, config.hosts)
     if backend == "tensorflow":
         check_tensorflow_xla(config)
     activate_backend(backend)
@@ -318,7 +322,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     import keras
 
     keras.utils.set_random_seed(config.seed)
-    placement = place(backend, why, config.cpu_replicas, config.hosts, env)
+    placement = place(backend, why, hardware, config.cpu_replicas, config.hosts, env)
     precision = _precision(config, placement)
     per_device = round_up_batch(config.per_replica_batch_size)
     if per_device != config.per_replica_batch_size:
@@ -357,6 +361,13 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     epoch_log = os.path.join(dirs.checkpoint_dir, EPOCH_LOG_FILE)
     backup_dir = os.path.join(dirs.checkpoint_dir, "backup")
     finished_before = len(read_epoch_log(epoch_log)) if os.path.isdir(backup_dir) else 0
+    # hosts that resumed from different epochs would run different numbers of steps and wait on each other forever
+    placement.check_agreement(
+        finished_before,
+        "the epochs already finished",
+        f"give every host the same checkpoint "
+        f"dir (a gs:// path, as AIP_CHECKPOINT_DIR is), not {dirs.checkpoint_dir} on each",
+    )
     callbacks = _backup_callbacks(backup_dir, placement)
     if placement.is_chief:
         os.makedirs(dirs.checkpoint_dir, exist_ok=True)
@@ -387,7 +398,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
             verbose=2 if placement.is_chief else 0,
         )
     seconds = time.monotonic() - started
-    epochs = read_epoch_log(epoch_log)
+    epochs = read_epoch_log(epoch_log) if placement.is_chief else []  # process 0 alone keeps the log
     model_config = {
         "model_name": config.model_name,
         "image_size": image_size,
@@ -414,11 +425,10 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         os.remove(epoch_log)
         if not os.listdir(dirs.checkpoint_dir):
             os.rmdir(dirs.checkpoint_dir)
-    else:  # saving takes every process; only process 0's copy is kept
-        scratch = tempfile.mkdtemp(prefix="model-follower-")
-        save_model_artifact(model, scratch, model_config, curves, finished_before, reference)
-        shutil.rmtree(scratch, ignore_errors=True)
     placement.barrier("model saved")
+    history_path = os.path.join(dirs.model_dir, HISTORY_FILE)
+    if not placement.is_chief and os.path.exists(history_path):  # every host reports what process 0 wrote
+        curves = read_json(history_path)["history"]
     final = {name: values[-1] for name, values in curves.items()}
     trained_epochs = config.epochs - finished_before
     images_per_second = trained_epochs * steps_per_epoch * global_batch / max(seconds, 1e-9)

@@ -67,12 +67,22 @@ def _pci_vendors() -> list[str]:
     return vendors
 
 
-def choose_backend(requested: str, hardware: str, env: Mapping[str, str]) -> tuple[str, str]:
-    """(backend, why). TPUs always get JAX; ``auto`` elsewhere honours ``KERAS_BACKEND`` when it is set, else takes
-    the backend the bench measured faster on that hardware. ``tensorflow`` on a TPU is a one-line error."""
+def choose_backend(requested: str, hardware: str, env: Mapping[str, str], hosts: int = 1) -> tuple[str, str]:
+    """(backend, why). TPUs and several processes (``hosts`` > 1, or the launch variables set) always get JAX;
+    ``auto`` elsewhere honours ``KERAS_BACKEND`` when it is set, else takes the backend the bench measured faster on
+    that hardware. ``tensorflow`` where only JAX can train is a one-line error."""
     source = "--backend"
     if requested == "auto" and env.get("KERAS_BACKEND") in ("jax", "tensorflow"):
         requested, source = env["KERAS_BACKEND"], "KERAS_BACKEND"
+    launched = [name for name in PROCESS_VARIABLES if env.get(name)]
+    if hosts > 1 or launched:
+        several = f"--hosts {hosts}" if hosts > 1 else ", ".join(launched)
+        if requested == "tensorflow":
+            raise UsageError(
+                f"{source} tensorflow cannot train over several processes ({several}): TensorFlow here trains on one "
+                "host; use --backend jax (or auto)"
+            )
+        return "jax", f"several processes ({several}): jax.distributed"
     if hardware == "tpu":
         if requested == "tensorflow":
             raise UsageError(
@@ -146,6 +156,16 @@ class Placement:
     def scope(self):
         return self._scope()
 
+    def check_agreement(self, value: int, what: str, fix: str) -> None:
+        """A one-line error unless every process holds the same ``value`` (a no-op with one process)."""
+        if self.processes > 1:
+            import numpy as np
+            from jax.experimental import multihost_utils
+
+            values = np.asarray(multihost_utils.process_allgather(np.int32(value))).ravel().tolist()
+            if len(set(values)) > 1:
+                raise UsageError(f"the hosts disagree on {what} ({values} by process): {fix}")
+
     def barrier(self, name: str) -> None:
         """Waits for every process (a no-op with one)."""
         if self.processes > 1:
@@ -154,9 +174,10 @@ class Placement:
             multihost_utils.sync_global_devices(name)
 
 
-def place(backend: str, why: str, cpu_replicas: int, hosts: int, env: Mapping[str, str]) -> Placement:
-    """Sets up the devices for ``backend`` (already active, see ``activate_backend``) and logs the result."""
-    placement = _place_jax(hosts, env) if backend == "jax" else _place_tensorflow(cpu_replicas, hosts)
+def place(backend: str, why: str, hardware: str, cpu_replicas: int, hosts: int, env: Mapping[str, str]) -> Placement:
+    """Sets up the devices for ``backend`` (already active, see ``components.keras_backend``) on ``hardware`` and
+    logs the result."""
+    placement = _place_jax(hardware, hosts, env) if backend == "jax" else _place_tensorflow(cpu_replicas)
     placement.why = why
     log.info(
         "backend %s (%s): %s over %d %s device(s) in %d process(es)",
@@ -165,11 +186,9 @@ def place(backend: str, why: str, cpu_replicas: int, hosts: int, env: Mapping[st
     return placement
 
 
-def _place_tensorflow(cpu_replicas: int, hosts: int) -> Placement:
+def _place_tensorflow(cpu_replicas: int) -> Placement:
     import tensorflow as tf
 
-    if hosts > 1:
-        raise UsageError(f"--hosts {hosts} needs --backend jax: TensorFlow here trains on one host")
     split_cpu(cpu_replicas)
     if tf.config.list_logical_devices("GPU"):
         strategy, accelerator = tf.distribute.MirroredStrategy(), "gpu"
@@ -194,12 +213,21 @@ def split_cpu(replicas: int) -> None:
         raise UsageError(f"--cpu-replicas {replicas}: TensorFlow was already initialised in this process") from err
 
 
-def _place_jax(hosts: int, env: Mapping[str, str]) -> Placement:
+def _place_jax(hardware: str, hosts: int, env: Mapping[str, str]) -> Placement:
     import jax
     import keras
 
     processes, index = connect_processes(hosts, env)
-    devices = jax.devices()
+    try:
+        devices = jax.devices()
+    except RuntimeError as err:  # a TPU that fails to start
+        raise UsageError(f"JAX could not start the {hardware} devices of this machine ({one_line(err)})") from err
+    if hardware == "tpu" and devices[0].platform != "tpu":
+        # without libtpu JAX only warns and falls back to the CPU: a paid TPU would sit idle
+        raise UsageError(
+            f"this machine has a TPU but JAX sees only {devices[0].platform} devices: install jax[tpu] (the lock's "
+            "tpu extra, in the train-tpu image)"
+        )
     if len(devices) == 1:
         return Placement("jax", devices[0].platform, 1, "OneDevice")
     # the batch is split on the batch axis over every device of every host; the variables are replicated. Each host

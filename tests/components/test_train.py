@@ -190,7 +190,7 @@ def test_xla_compiled_steps_train_on_the_cpu(converted, tmp_path):
 
 def test_jit_compile_with_cpu_replicas_is_refused_with_the_reason():
     with pytest.raises(UsageError, match="--jit-compile cannot be combined with --cpu-replicas > 1 on TensorFlow"):
-        TrainConfig(examples_dir="e", jit_compile=True, cpu_replicas=2)
+        TrainConfig(examples_dir="e", jit_compile=True, cpu_replicas=2, backend="tensorflow")
     TrainConfig(examples_dir="e", jit_compile=True, cpu_replicas=2, backend="jax")  # JAX compiles over devices
 
 

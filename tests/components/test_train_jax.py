@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from components.cli import UsageError
-from components.train.placement import FASTER_BACKEND, choose_backend, choose_precision, detect_hardware
+from components.train.placement import FASTER_BACKEND, choose_backend, detect_hardware
 from tests.conftest import REPO_ROOT, run_cli
 
 TWO_DEVICES = "--xla_force_host_platform_device_count=2"
@@ -64,10 +64,11 @@ def test_tpus_always_train_on_jax_and_tensorflow_there_is_one_line():
 
 
 def test_auto_off_tpus_takes_the_measured_faster_backend_and_says_why():
+    # bench/train.py on this CPU: TensorFlow 5.6x to 17x JAX; GPUs keep TensorFlow's CUDA build (not measured here)
     for hardware in ("cpu", "gpu"):
         backend, why = choose_backend("auto", hardware, {})
-        assert backend == FASTER_BACKEND[hardware][0]
-        assert why.startswith(f"auto on {hardware}: ") and len(why) > 40
+        assert backend == "tensorflow"
+        assert why == f"auto on {hardware}: {FASTER_BACKEND[hardware][1]}"
     assert choose_backend("auto", "cpu", {"KERAS_BACKEND": "jax"}) == ("jax", "KERAS_BACKEND jax")
     assert choose_backend("jax", "gpu", {"KERAS_BACKEND": "tensorflow"}) == ("jax", "--backend jax")
 
@@ -83,8 +84,12 @@ def test_hardware_is_found_from_device_files_and_the_pci_bus():
     assert detect_hardware(files(), lambda: ["0x8086"]) == "cpu"
 
 
-def test_bfloat16_is_the_default_on_tpus():
-    assert choose_precision("auto", "tpu") == "mixed_bfloat16"
+def test_several_processes_train_on_jax_and_tensorflow_there_is_one_line():
+    launch = {"JAX_COORDINATOR_ADDRESS": "10.0.0.2:8476", "JAX_NUM_PROCESSES": "4", "JAX_PROCESS_ID": "1"}
+    assert choose_backend("auto", "cpu", launch)[0] == "jax"
+    assert choose_backend("auto", "tpu", {}, hosts=4) == ("jax", "several processes (--hosts 4): jax.distributed")
+    with pytest.raises(UsageError, match=r"^--backend tensorflow cannot train over several processes \(JAX_COORD"):
+        choose_backend("tensorflow", "cpu", launch)
 
 
 def test_learning_rate_schedule_runs_inside_a_compiled_jax_step():
@@ -239,7 +244,7 @@ def test_two_processes_train_to_the_weights_of_one(tmp_path):
     assert not (tmp_path / "two" / "checkpoints").exists()
 
 
-def test_a_slice_whose_hosts_do_not_all_join_is_one_line(tmp_path):
+def test_a_launch_whose_process_count_is_not_the_slices_is_one_line(tmp_path):
     examples = write_two_file_examples(tmp_path / "examples")
     env = jax_env(JAX_COORDINATOR_ADDRESS="127.0.0.1:1", JAX_NUM_PROCESSES="4", JAX_PROCESS_ID="0")
     result = run_train("--examples", examples, "--model-dir", str(tmp_path / "m"), "--backend", "jax",
@@ -257,5 +262,6 @@ def test_tensorflow_cannot_train_on_several_hosts(tmp_path):
                      "tensorflow", "--hosts", "2")  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        "error: --hosts 2 needs --backend jax: TensorFlow here trains on one host"
+        "error: --backend tensorflow cannot train over several processes (--hosts 2): TensorFlow here trains on one "
+        "host; use --backend jax (or auto)"
     )
