@@ -74,6 +74,7 @@ def choose_backend(requested: str, hardware: str, env: Mapping[str, str], hosts:
     source = "--backend"
     if requested == "auto" and env.get("KERAS_BACKEND") in ("jax", "tensorflow"):
         requested, source = env["KERAS_BACKEND"], "KERAS_BACKEND"
+    process_launch(hosts, env)  # a malformed launch fails here, before the slow imports
     launched = [name for name in PROCESS_VARIABLES if env.get(name)]
     if hosts > 1 or launched:
         several = f"--hosts {hosts}" if hosts > 1 else ", ".join(launched)
@@ -237,37 +238,38 @@ def _place_jax(hardware: str, hosts: int, env: Mapping[str, str]) -> Placement:
                      _scope=distribution.scope, distribution=distribution)  # fmt: skip
 
 
-def connect_processes(hosts: int, env: Mapping[str, str]) -> tuple[int, int]:
-    """(processes, this process's index) after ``jax.distributed.initialize`` where there is more than one.
+def process_launch(hosts: int, env: Mapping[str, str]) -> dict | None:
+    """The arguments of ``jax.distributed.initialize`` for this process, checked before anything is imported: None
+    with one process, ``{}`` on a slice of ``hosts`` > 1 TPU VMs (JAX's Cloud TPU detection finds the hosts), or the
+    explicit launch (``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``: several local
+    processes, or hosts started by hand), which comes first."""
+    explicit = {name: env.get(name, "") for name in PROCESS_VARIABLES}
+    if not any(explicit.values()):
+        return {} if hosts > 1 else None
+    missing = [name for name, value in explicit.items() if not value]
+    if missing:
+        raise UsageError(f"a multi-process launch needs {', '.join(PROCESS_VARIABLES)}: {', '.join(missing)} not set")
+    try:
+        count, index = int(explicit["JAX_NUM_PROCESSES"]), int(explicit["JAX_PROCESS_ID"])
+    except ValueError:
+        raise UsageError("JAX_NUM_PROCESSES and JAX_PROCESS_ID must be whole numbers") from None
+    if not 0 <= index < count:
+        raise UsageError(f"JAX_PROCESS_ID {index} must be in [0, {count}) for JAX_NUM_PROCESSES {count}")
+    if hosts > 1 and count != hosts:
+        raise UsageError(f"JAX_NUM_PROCESSES {count} does not match --hosts {hosts}: start one process per host")
+    return {"coordinator_address": explicit["JAX_COORDINATOR_ADDRESS"], "num_processes": count, "process_id": index}
 
-    An explicit launch (``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``: several local
-    processes, or hosts started by hand) comes first; else, on a slice of ``hosts`` > 1 TPU VMs, JAX's Cloud TPU
-    detection finds the hosts itself. A process count other than the slice's is a one-line error: hosts that train
-    alone would each write a different model.
-    """
+
+def connect_processes(hosts: int, env: Mapping[str, str]) -> tuple[int, int]:
+    """(processes, this process's index) after ``jax.distributed.initialize`` where there is more than one (see
+    ``process_launch``). A process count other than the slice's is a one-line error: hosts that train alone would
+    each write a different model."""
     import jax
 
-    explicit = {name: env.get(name, "") for name in PROCESS_VARIABLES}
-    if any(explicit.values()):
-        missing = [name for name, value in explicit.items() if not value]
-        if missing:
-            raise UsageError(f"a multi-process launch needs {', '.join(PROCESS_VARIABLES)}: {', '.join(missing)} "
-                             "not set")  # fmt: skip
-        try:
-            count, index = int(explicit["JAX_NUM_PROCESSES"]), int(explicit["JAX_PROCESS_ID"])
-        except ValueError:
-            raise UsageError("JAX_NUM_PROCESSES and JAX_PROCESS_ID must be whole numbers") from None
-        if not 0 <= index < count:
-            raise UsageError(f"JAX_PROCESS_ID {index} must be in [0, {count}) for JAX_NUM_PROCESSES {count}")
-        if hosts > 1 and count != hosts:
-            raise UsageError(f"JAX_NUM_PROCESSES {count} does not match --hosts {hosts}: start one process per host")
-        kwargs = {"coordinator_address": explicit["JAX_COORDINATOR_ADDRESS"], "num_processes": count,
-                  "process_id": index}  # fmt: skip
-        expected = count
-    elif hosts > 1:
-        kwargs, expected = {}, hosts
-    else:
+    kwargs = process_launch(hosts, env)
+    if kwargs is None:
         return 1, 0
+    expected = kwargs.get("num_processes", hosts)
     try:
         jax.distributed.initialize(**kwargs)
     except (ValueError, RuntimeError) as err:

@@ -34,6 +34,19 @@ def run_train(*args: str, env: dict, timeout: int = 600) -> subprocess.Completed
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
+def start_all(*runs: tuple[list[str], dict]) -> list[subprocess.CompletedProcess]:
+    """Runs several ``components.train`` processes at once (start-up dominates these tiny runs); each must pass."""
+    command = [sys.executable, "-m", "components.train"]
+    started = [(args, subprocess.Popen([*command, *args], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)) for args, env in runs]  # fmt: skip
+    results = []
+    for args, process in started:
+        stdout, stderr = process.communicate(timeout=600)
+        assert process.returncode == 0, stderr[-3000:]
+        results.append(subprocess.CompletedProcess([*command, *args], process.returncode, stdout, stderr))
+    return results
+
+
 def read(path) -> dict:
     with open(path) as handle:
         return json.load(handle)
@@ -118,12 +131,11 @@ def jax_runs(converted, tmp_path_factory):
     root = tmp_path_factory.mktemp("jax")
     common = ["--examples", examples_dir, "--epochs", "12", "--batch-size", "4", "--lr-schedule",
               "rampup_exponential", "--rampup-epochs", "1"]  # fmt: skip
-    one = run_train(*common, "--backend", "jax", env=jax_env(AIP_MODEL_DIR=str(root / "one")))
-    assert one.returncode == 0, one.stderr[-3000:]
-    # the issue's recipe: XLA_FLAGS and KERAS_BACKEND in the environment, --backend auto honours the latter
-    two = run_train(*common, "--model-dir", str(root / "two"),
-                    env=jax_env(XLA_FLAGS=TWO_DEVICES, KERAS_BACKEND="jax"))  # fmt: skip
-    assert two.returncode == 0, two.stderr[-3000:]
+    _, two = start_all(
+        ([*common, "--backend", "jax"], jax_env(AIP_MODEL_DIR=str(root / "one"))),
+        # the issue's recipe: XLA_FLAGS and KERAS_BACKEND in the environment, --backend auto honours the latter
+        ([*common, "--model-dir", str(root / "two")], jax_env(XLA_FLAGS=TWO_DEVICES, KERAS_BACKEND="jax")),
+    )
     return examples_dir, {1: root / "one", 2: root / "two"}, two
 
 
@@ -213,28 +225,27 @@ def free_port() -> int:
 def test_two_processes_train_to_the_weights_of_one(tmp_path):
     examples = write_two_file_examples(tmp_path / "examples")
     common = ["--examples", examples, "--backend", "jax", "--epochs", "5", "--precision", "float32"]
-    single = run_train(*common, "--model-dir", str(tmp_path / "one"), "--batch-size", "32", env=jax_env())
-    assert single.returncode == 0, single.stderr[-3000:]
-    port, processes = free_port(), []
-    for index in range(2):
-        env = jax_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(index))
-        command = [sys.executable, "-m", "components.train", *common, "--model-dir", str(tmp_path / "two"),
-                   "--batch-size", "16", "--hosts", "2"]  # fmt: skip
-        processes.append(subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))  # fmt: skip
-    outputs = [process.communicate(timeout=600) for process in processes]
-    for process, (_, stderr) in zip(processes, outputs, strict=True):
-        assert process.returncode == 0, stderr[-3000:]
-    for index, (_, stderr) in enumerate(outputs):
+    port = free_port()
+    hosts = [
+        ([*common, "--model-dir", str(tmp_path / "two"), "--batch-size", "16", "--hosts", "2"],
+         jax_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(index)))
+        for index in range(2)
+    ]  # fmt: skip
+    single = ([*common, "--model-dir", str(tmp_path / "one"), "--batch-size", "32"], jax_env())
+    *outputs, _ = start_all(*hosts, single)
+    for index, result in enumerate(outputs):
+        stderr = result.stderr
         assert f"process {index} of 2 (jax.distributed)" in stderr
         assert f"process {index} of 2 reads 1 of the 2 train files" in stderr  # each host its own share
+    finals = [json.loads(result.stdout.strip().splitlines()[-1])["final"] for result in outputs]
+    assert finals[0] == finals[1] and "loss" in finals[0]  # every host reports what process 0 wrote
     config = read(tmp_path / "two" / "model_config.json")
     assert (config["processes"], config["replicas"], config["global_batch_size"]) == (2, 2, 32)
     # the same global batch on one process and on two: the same training, up to the order of float sums
     one, two = weights(tmp_path / "one" / "model.weights.h5"), weights(tmp_path / "two" / "model.weights.h5")
     assert sorted(one) == sorted(two) and len(one) >= 14
-    initial_scale = max(float(np.abs(v).max()) for v in one.values())
-    assert max(float(np.abs(one[k] - two[k]).max()) for k in one) < 1e-5 * max(initial_scale, 1.0)
+    scale = max(float(np.abs(v).max()) for v in one.values())
+    assert max(float(np.abs(one[k] - two[k]).max()) for k in one) < 1e-5 * max(scale, 1.0)
     losses = [read(tmp_path / d / "history.json")["history"]["loss"] for d in ("one", "two")]
     assert losses[1] == pytest.approx(losses[0], abs=1e-5) and losses[0][-1] < losses[0][0]
     # only process 0 wrote: one TensorBoard writer, no follower's leftovers
