@@ -129,7 +129,8 @@ def jax_runs(converted, tmp_path_factory):
     """The same model trained on JAX on 1 device and on 2 virtual CPU devices; (examples dir, {devices: model dir})."""
     examples_dir, _ = converted
     root = tmp_path_factory.mktemp("jax")
-    common = ["--examples", examples_dir, "--epochs", "12", "--batch-size", "4", "--lr-schedule",
+    # 30 epochs: on two devices the global batch of 16 makes one step per epoch of the 29 training images
+    common = ["--examples", examples_dir, "--epochs", "30", "--batch-size", "4", "--lr-schedule",
               "rampup_exponential", "--rampup-epochs", "1"]  # fmt: skip
     _, two = start_all(
         ([*common, "--backend", "jax"], jax_env(AIP_MODEL_DIR=str(root / "one"))),
@@ -154,7 +155,7 @@ def test_two_devices_shard_the_batch_replicate_the_variables_and_learn(jax_runs)
     assert layout["variables_replicated"] is True  # every variable whole on both devices
     assert "DataParallel over 2 cpu device(s) in 1 process(es)" in result.stderr
     losses = read(dirs[2] / "history.json")["history"]["loss"]
-    assert len(losses) == 12 and losses[-1] < losses[0]
+    assert len(losses) == 30 and losses[-1] < losses[0]
 
 
 def test_two_devices_reach_the_held_out_accuracy_of_one(jax_runs, tmp_path):
