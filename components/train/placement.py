@@ -35,7 +35,7 @@ GPU_DEVICE_FILES = ("/dev/nvidia0",)
 FASTER_BACKEND = {
     "cpu": (
         "tensorflow",
-        "bench/train.py on a 2-core CPU: TensorFlow trained the codelab convnet 5.6x to 16.7x faster than JAX "
+        "bench/train.py on a 2-core CPU: TensorFlow trained the codelab convnet 5.5x to 16.7x faster than JAX "
         "(192x192, float32 and bfloat16, 1 and 2 devices)",
     ),
     "gpu": (
