@@ -47,8 +47,6 @@ def run_local(config: LocalRunConfig) -> dict:
     from kfp import local
 
     from components.artifacts.model import load_model_config
-    from components.convert.core import list_source
-    from components.demo_data import write_digits
     from components.schema import read_stats
     from components.storage import read_json, write_json
     from pipeline.dag import PIPELINE_NAME, build_pipeline
@@ -56,12 +54,7 @@ def run_local(config: LocalRunConfig) -> dict:
     started = time.monotonic()
     work_dir = os.path.abspath(config.work_dir)
     demo = not config.source
-    if demo:
-        source = os.path.join(work_dir, "data", "digits")
-        write_digits(source, per_class_limit=config.demo_per_class or None)
-    else:
-        source = os.path.abspath(config.source) if "://" not in config.source else config.source
-        list_source(source)  # a wrong path fails here, in one line, before anything is written
+    source = resolve_source(config)
     parameters = {
         "source": source,
         "image_size": config.image_size or (DEMO_IMAGE_SIZE if demo else 192),
@@ -124,6 +117,21 @@ def run_local(config: LocalRunConfig) -> dict:
     }
     write_json(os.path.join(work_dir, SUMMARY_FILE), summary)
     return summary
+
+
+def resolve_source(config: LocalRunConfig) -> str:
+    """The source the DAG reads: the user's (absolute), checked as the fingerprint step will check it, so that a wrong
+    path fails in one line before anything is written; or the demo digits, written under the work dir."""
+    from components.convert.core import source_fingerprint
+    from components.demo_data import write_digits
+
+    if not config.source:
+        source = os.path.join(os.path.abspath(config.work_dir), "data", "digits")
+        write_digits(source, per_class_limit=config.demo_per_class or None)
+        return source
+    source = os.path.abspath(config.source) if "://" not in config.source else config.source
+    source_fingerprint(source)
+    return source
 
 
 def export_parity(summary: dict, crossed: dict) -> str:

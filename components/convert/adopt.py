@@ -172,15 +172,19 @@ def _named_split(path: str) -> str:
     return ""
 
 
+def match_tfrecords(source: str) -> list:
+    """Beam ``FileMetadata`` of the files a TFRecord path or glob matches, by path; a one-line error when none."""
+    (result,) = FileSystems.match([source])
+    metadata = sorted(result.metadata_list, key=lambda m: m.path)
+    if not metadata:
+        raise UsageError(f"TFRecord source {source} matches no files: pass a glob such as gs://b/flowers/*.tfrec")
+    return metadata
+
+
 def adopt(config, fingerprint_of, threads: int) -> dict:
     """Validates the TFRecords that ``config.source`` matches and writes ``stats.json`` pointing at them."""
     started = time.monotonic()
-    (result,) = FileSystems.match([config.source])
-    metadata = sorted(result.metadata_list, key=lambda m: m.path)
-    if not metadata:
-        raise UsageError(
-            f"TFRecord source {config.source} matches no files: pass a glob such as gs://b/flowers/*.tfrec"
-        )
+    metadata = match_tfrecords(config.source)
     paths = [m.path for m in metadata]
     log.info("validating %d TFRecord files (%.0f MB) of %s", len(paths), sum(m.size_in_bytes for m in metadata) / 1e6,
              config.source)  # fmt: skip

@@ -67,10 +67,10 @@ def make_component(base_image: str):
 def fingerprint(source: str, classes: List[str] = []) -> str:  # noqa: B006 (KFP reads the default)
     """The source's fingerprint (paths, sizes, modification times): feeds convert's cache key. Never cached itself."""
     from components.cli import configure_logging
-    from components.convert.core import list_source
+    from components.convert.core import source_fingerprint
 
     configure_logging()
-    return list_source(source, tuple(classes)).fingerprint
+    return source_fingerprint(source, tuple(classes))
 
 
 def make_fingerprint_component(base_image: str):

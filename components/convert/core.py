@@ -25,7 +25,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from components.cli import UsageError, one_line
-from components.convert.adopt import adopt, is_tfrecord_source
+from components.convert.adopt import adopt, is_tfrecord_source, match_tfrecords
 from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError
 from components.schema import SHARD_SUFFIX, SPLITS, STATS_FILE, read_stats, serialize_example
 from components.storage import write_atomically, write_json
@@ -285,6 +285,14 @@ def list_source(source: str, classes: Sequence[str] = ()) -> ImageListing:
         items = tuple((path, index[listing.class_names[i]], split) for path, i, split in listing.items)
         listing = ImageListing(tuple(classes), items, listing.total_bytes, fingerprint=listing.fingerprint)
     return listing
+
+
+def source_fingerprint(source: str, classes: Sequence[str] = ()) -> str:
+    """The fingerprint of any source convert accepts, TFRecord globs included (the same as convert's ``stats.json``
+    records); a one-line error for a source convert would refuse to list."""
+    if is_tfrecord_source(source):
+        return fingerprint_of(match_tfrecords(source))
+    return list_source(source, classes).fingerprint
 
 
 def _is_hidden(path: str) -> bool:

@@ -135,3 +135,19 @@ def test_a_glob_that_matches_nothing_is_one_line_exit_2(tmp_path):
     assert result.stderr.strip().splitlines() == [
         f"error: TFRecord source {tmp_path}/*.tfrec matches no files: pass a glob such as gs://b/flowers/*.tfrec"
     ]
+
+
+def test_a_tfrecord_glob_is_a_source_for_the_dags_fingerprint_step_and_run_local(tmp_path):
+    """The DAG's fingerprint step and run-local's source check accept the globs convert accepts, and the fingerprint
+    is convert's own: a new file changes it."""
+    from components.convert.component import fingerprint
+    from pipeline.local import LocalRunConfig, resolve_source
+
+    glob = f"{write_tfrecords(tmp_path / 'flowers', files=4, per_file=3)}/*.tfrec"
+    stats = run(ConvertConfig(source=glob, output_dir=str(tmp_path / "out")))
+    assert fingerprint(source=glob) == stats["fingerprint"]
+    assert resolve_source(LocalRunConfig(work_dir=str(tmp_path / "run"), source=glob)) == glob
+    write_tfrecords(tmp_path / "flowers", files=5, per_file=3)  # a fifth file
+    assert fingerprint(source=glob) != stats["fingerprint"]
+    with pytest.raises(UsageError, match=r"matches no files"):
+        resolve_source(LocalRunConfig(source=f"{tmp_path}/nothing/*.tfrec"))
