@@ -27,3 +27,37 @@ def load_model_config(model_dir: str) -> dict:
     if not exists(path):
         raise UsageError(f"model dir {model_dir} has no {MODEL_CONFIG_FILE}: pass the train step's output")
     return read_json(path)
+
+
+def check_examples_match(model_config: dict, stats: dict, model_dir: str, examples_dir: str) -> None:
+    """The examples must hold the classes, in the same order, and the image size the model was trained on: a
+    reordered class list would give wrong metrics and a wrong blessing. A one-line error naming both sides."""
+    from components.cli import UsageError
+
+    model_names, example_names = list(model_config["class_names"]), list(stats["class_names"])
+    if model_names != example_names:
+        order = "in another order " if sorted(model_names) == sorted(example_names) else ""
+        raise UsageError(
+            f"examples {examples_dir} hold the classes {', '.join(example_names)}, but model {model_dir} was trained "
+            f"on {', '.join(model_names)} {order}(class ids would mean other classes): pass the examples the model "
+            "was trained from"
+        )
+    if int(model_config["image_size"]) != int(stats["image_size"]):
+        raise UsageError(
+            f"examples {examples_dir} hold {stats['image_size']}-pixel images, but model {model_dir} was trained on "
+            f"{model_config['image_size']}-pixel ones: pass the examples the model was trained from"
+        )
+
+
+def model_digest(model_dir: str) -> str:
+    """sha256 of the trained weights: the model's identity, kept with its export (a cached train step gives the same
+    file, so the same digest; any retraining gives another)."""
+    import hashlib
+
+    from apache_beam.io.filesystems import FileSystems
+
+    digest = hashlib.sha256()
+    with FileSystems.open(os.path.join(model_dir, WEIGHTS_FILE)) as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

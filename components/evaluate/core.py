@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from components.artifacts.examples import make_dataset
-from components.artifacts.model import MODEL_FILE, load_model_config
+from components.artifacts.model import MODEL_FILE, check_examples_match, load_model_config
 from components.cli import UsageError
 from components.schema import read_stats
 from components.storage import gcs_fuse_path, write_json
@@ -66,15 +66,24 @@ def baseline_path(baseline: str) -> str:
     return path
 
 
-def bless(accuracy: float, min_accuracy: float, baseline_accuracy: float | None, max_accuracy_drop: float) -> dict:
-    """The blessing: ``blessed`` and the ``reasons`` for it, one per threshold."""
+def bless(
+    accuracy: float,
+    min_accuracy: float,
+    baseline_accuracy: float | None,
+    max_accuracy_drop: float,
+    not_comparable: str | None = None,
+) -> dict:
+    """The blessing: ``blessed`` and the ``reasons`` for it, one per threshold. ``not_comparable``: why a baseline
+    was given but cannot be compared (the value threshold alone decides, and the reason says so)."""
     reasons, blessed = [], True
     if accuracy < min_accuracy:
         blessed = False
         reasons.append(f"accuracy {accuracy:.4f} is below the minimum {min_accuracy:.4f}")
     else:
         reasons.append(f"accuracy {accuracy:.4f} meets the minimum {min_accuracy:.4f}")
-    if baseline_accuracy is None:
+    if not_comparable:
+        reasons.append(f"baseline not comparable: {not_comparable}: judged on the value threshold alone")
+    elif baseline_accuracy is None:
         reasons.append("no baseline model: judged on the value threshold alone")
     elif accuracy < baseline_accuracy - max_accuracy_drop - 1e-12:
         blessed = False
@@ -90,6 +99,7 @@ def bless(accuracy: float, min_accuracy: float, baseline_accuracy: float | None,
         "reasons": reasons,
         "thresholds": {"min_accuracy": min_accuracy, "max_accuracy_drop": max_accuracy_drop},
         "baseline_accuracy": baseline_accuracy,
+        "baseline_comparable": not not_comparable,
     }
 
 
@@ -164,7 +174,9 @@ def run(config: EvaluateConfig) -> dict:
     model_config = load_model_config(config.model_dir)
     if stats["counts"].get(config.split, 0) == 0:
         raise UsageError(f"examples dir {config.examples_dir} has no {config.split} examples to evaluate on")
-    baseline = check_baseline(config.baseline, model_config) if config.baseline else None
+    check_examples_match(model_config, stats, config.model_dir, config.examples_dir)
+    baseline = check_baseline(config.baseline) if config.baseline else None
+    not_comparable = baseline and comparability(baseline, model_config["class_names"], model_config["image_size"])
     model = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
     from components.evaluate.report import MAX_MISCLASSIFIED
 
@@ -181,12 +193,16 @@ def run(config: EvaluateConfig) -> dict:
     metrics["top_k_accuracy"] = {"k": k, "accuracy": top_k_accuracy(y_true, probabilities, k)}
     metrics["split"] = config.split
     baseline_accuracy = None
-    if baseline is not None:
+    if baseline is not None and not not_comparable:
         _, baseline_probabilities, _ = predict_split(
             load_baseline(baseline), config.examples_dir, config.split, baseline.image_size, model_config["num_classes"]
         )
-        baseline_accuracy = float((baseline_probabilities.argmax(axis=-1) == y_true).mean())
-    metrics["blessing"] = bless(metrics["accuracy"], config.min_accuracy, baseline_accuracy, config.max_accuracy_drop)
+        # the same classes, perhaps in another order: the baseline's columns in this model's order
+        order = [baseline.class_names.index(name) for name in model_config["class_names"]]
+        baseline_accuracy = float((baseline_probabilities[:, order].argmax(axis=-1) == y_true).mean())
+    metrics["blessing"] = bless(
+        metrics["accuracy"], config.min_accuracy, baseline_accuracy, config.max_accuracy_drop, not_comparable or None
+    )
     metrics["blessing"]["baseline"] = config.baseline or None
     metrics["report_html"] = write_report(config, metrics, wrong)
     write_json(os.path.join(config.output_dir, METRICS_FILE), metrics)
@@ -225,10 +241,29 @@ class Baseline:
     kind: str  # "trained" (a train step output) or "export" (an exported SavedModel)
     path: str  # the model.keras folder or the SavedModel folder, local or under /gcs/
     image_size: int
+    class_names: list
 
 
-def check_baseline(baseline: str, model_config: dict) -> Baseline:
-    """Finds the baseline model without loading it; one-line errors when it is missing or not comparable."""
+def comparability(baseline: Baseline, class_names: Sequence[str], image_size: int) -> str:
+    """Why the baseline cannot be compared with a model of ``class_names`` and ``image_size`` ("" when it can).
+
+    The rule: a baseline is compared only when it predicts the same classes (in any order: its answers are
+    reordered). When a class was added, removed or renamed, the baseline's accuracy is over another task, so the
+    candidate is judged on the value threshold alone and the reason says "baseline not comparable: classes differ"
+    (a scheduled retraining over a grown dataset then still blesses, exports and registers a good model).
+    """
+    if sorted(baseline.class_names) == sorted(class_names):
+        if int(baseline.image_size) != int(image_size):
+            return f"image size differs (baseline {baseline.image_size} px, candidate {image_size} px)"
+        return ""
+    added = [name for name in class_names if name not in baseline.class_names]
+    removed = [name for name in baseline.class_names if name not in class_names]
+    changes = [f"{label} {', '.join(names)}" for label, names in (("new", added), ("gone", removed)) if names]
+    return f"classes differ ({'; '.join(changes)})"
+
+
+def check_baseline(baseline: str) -> Baseline:
+    """Finds the baseline model without loading it; one-line errors when it is missing or not a model."""
     from components.artifacts.exported import EXPORT_FILE, find_saved_model
     from components.storage import read_json
 
@@ -241,8 +276,7 @@ def check_baseline(baseline: str, model_config: dict) -> Baseline:
             raise UsageError(
                 f"baseline {baseline} is not a trained or exported model: expected a train or export step output"
             ) from None
-        found = Baseline("trained", path, config["image_size"])
-        class_names = config["class_names"]
+        found = Baseline("trained", path, config["image_size"], list(config["class_names"]))
     else:
         saved_model, report = found_export
         if not os.path.isfile(report):
@@ -250,13 +284,7 @@ def check_baseline(baseline: str, model_config: dict) -> Baseline:
                 f"baseline {baseline} has no {EXPORT_FILE} beside its SavedModel: pass a model this pipeline exported"
             )
         report_json = read_json(report)
-        found = Baseline("export", saved_model, report_json["image_size"])
-        class_names = report_json["class_names"]
-    if class_names != model_config["class_names"]:
-        raise UsageError(
-            f"baseline {baseline} predicts other classes ({', '.join(class_names)}): "
-            "it cannot be compared with this model"
-        )
+        found = Baseline("export", saved_model, report_json["image_size"], list(report_json["class_names"]))
     return found
 
 

@@ -18,9 +18,16 @@ import tempfile
 from dataclasses import dataclass
 
 from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, TFLITE_FILES
-from components.artifacts.model import MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE, load_model_config
+from components.artifacts.model import (
+    MODEL_FILE,
+    REFERENCE_FILE,
+    WEIGHTS_FILE,
+    check_examples_match,
+    load_model_config,
+    model_digest,
+)
 from components.keras_backend import activate_backend
-from components.schema import parse_example, split_files
+from components.schema import parse_example, read_stats, split_files
 from components.storage import write_atomically, write_json
 
 log = logging.getLogger(__name__)
@@ -235,7 +242,9 @@ def backend_parity(model, model_dir: str, model_config: dict, examples_dir: str)
 
 def run(config: ExportConfig) -> dict:
     """Exports the SavedModel, checks its parity with the trained model, and writes ``export.json``."""
-    load_model_config(config.model_dir)  # checks the input before the slow TensorFlow import
+    check_examples_match(
+        load_model_config(config.model_dir), read_stats(config.examples_dir), config.model_dir, config.examples_dir
+    )  # fmt: skip (checks the inputs before the slow TensorFlow import)
     activate_backend("tensorflow")  # the SavedModel and TFLite files are TensorFlow graphs, whatever trained it
     import keras
 
@@ -275,6 +284,7 @@ def run(config: ExportConfig) -> dict:
         "image_size": model_config["image_size"],
         "trained_precision": model_config["precision"],
         "trained_backend": crossed["trained_backend"],
+        "model_digest": model_digest(config.model_dir),  # the trained weights' sha256: the model's identity
     }
     write_json(os.path.join(config.output_dir, EXPORT_FILE), report)
     log.info(

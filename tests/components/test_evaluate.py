@@ -99,7 +99,11 @@ def test_an_exported_model_is_a_baseline_as_the_model_registry_holds_it(converte
         assert blessing["baseline_accuracy"] == pytest.approx(metrics["accuracy"]) and blessing["blessed"] is True
 
 
-def test_a_baseline_with_other_classes_is_refused(converted, trained, exported, tmp_path):
+def test_a_baseline_with_other_classes_is_not_comparable_and_the_value_threshold_decides(
+    converted, trained, exported, tmp_path
+):
+    """The documented rule for a class change (a scheduled retraining after a class was added or renamed): the
+    baseline is not compared, the value threshold decides, and the reason says so; the run is not refused."""
     import shutil
 
     examples_dir, _ = converted
@@ -107,9 +111,76 @@ def test_a_baseline_with_other_classes_is_refused(converted, trained, exported, 
     export_dir, report = exported
     other = tmp_path / "other"
     shutil.copytree(export_dir, other)
-    (other / "export.json").write_text(json.dumps({**report, "class_names": ["cat", "dog"]}))
-    with pytest.raises(UsageError, match=f"baseline {other} predicts other classes \\(cat, dog\\)"):
-        run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "out"), baseline=str(other)))
+    (other / "export.json").write_text(json.dumps({**report, "class_names": ["cat", "dog", "bird"]}))
+    metrics = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "out"), min_accuracy=0.5, baseline=str(other)))
+    blessing = metrics["blessing"]
+    assert blessing["blessed"] is True and blessing["baseline_comparable"] is False
+    assert blessing["baseline_accuracy"] is None
+    assert blessing["reasons"][1] == (
+        "baseline not comparable: classes differ (new fish; gone bird): judged on the value threshold alone"
+    )
+    failing = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "o2"), min_accuracy=1.0, baseline=str(other)))
+    assert failing["blessing"]["blessed"] is (failing["accuracy"] >= 1.0)
+
+
+def test_a_baseline_with_the_same_classes_in_another_order_is_compared_class_by_class(converted, trained, tmp_path):
+    """The same trained network with its output columns (and class list) permuted is the same model: after
+    reordering its answers, its accuracy equals the candidate's."""
+    import shutil
+
+    import keras
+    import numpy as np
+
+    from components.artifacts.model import MODEL_CONFIG_FILE, MODEL_FILE
+
+    examples_dir, _ = converted
+    model_dir, _ = trained
+    permuted = tmp_path / "permuted"
+    shutil.copytree(model_dir, permuted)
+    order = [2, 0, 1]  # new column j holds old class order[j]
+    model = keras.models.load_model(os.path.join(model_dir, MODEL_FILE), compile=False)
+    kernel, bias = model.layers[-1].get_weights()
+    model.layers[-1].set_weights([kernel[:, order], bias[order]])
+    model.save(permuted / MODEL_FILE)
+    config = json.loads((permuted / MODEL_CONFIG_FILE).read_text())
+    config["class_names"] = [config["class_names"][i] for i in order]
+    (permuted / MODEL_CONFIG_FILE).write_text(json.dumps(config))
+    metrics = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "out"), baseline=str(permuted)))
+    blessing = metrics["blessing"]
+    assert blessing["baseline_comparable"] is True
+    assert blessing["baseline_accuracy"] == pytest.approx(metrics["accuracy"])
+    assert np.isclose(metrics["accuracy"], blessing["baseline_accuracy"])
+
+
+@pytest.mark.parametrize("change", ["reordered", "renamed", "resized"])
+def test_examples_that_do_not_match_the_model_are_refused_naming_both(converted, trained, tmp_path, change):
+    """A reordered class list would silently mean other classes: evaluate and export refuse examples whose classes
+    (names and order) or image size are not the model's, in one line naming both sides."""
+    import shutil
+
+    from components.export.core import ExportConfig
+    from components.export.core import run as export
+
+    examples_dir, stats = converted
+    model_dir, _ = trained
+    other = tmp_path / "examples"
+    shutil.copytree(examples_dir, other)
+    edited = dict(stats)
+    if change == "reordered":
+        edited["class_names"] = list(reversed(stats["class_names"]))
+        expected = "fish, dog, cat, but model .* was trained on cat, dog, fish in another order"
+    elif change == "renamed":
+        edited["class_names"] = ["cat", "dog", "bird"]
+        expected = "cat, dog, bird, but model .* was trained on cat, dog, fish \\(class ids"
+    else:
+        edited["image_size"] = stats["image_size"] * 2
+        expected = f"hold {stats['image_size'] * 2}-pixel images, but model .* on {stats['image_size']}-pixel ones"
+    (other / "stats.json").write_text(json.dumps(edited))
+    with pytest.raises(UsageError, match=f"examples {other} .*{expected}"):
+        run(EvaluateConfig(str(other), model_dir, str(tmp_path / "out")))
+    with pytest.raises(UsageError, match=f"examples {other} .*{expected}"):
+        export(ExportConfig(model_dir=model_dir, examples_dir=str(other), output_dir=str(tmp_path / "export")))
+    assert not (tmp_path / "out").exists() and not (tmp_path / "export").exists()
 
 
 def test_a_baseline_that_does_not_exist_is_a_one_line_error(converted, trained, tmp_path):
