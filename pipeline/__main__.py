@@ -174,10 +174,28 @@ def build_parser() -> argparse.ArgumentParser:
     listing = schedule_actions.add_parser("list", help="list the schedules")
     add_vertex_options(listing, for_jobs=False)
     listing.add_argument("--name", default="", help="only schedules with this display name")
+    update = schedule_actions.add_parser(
+        "update",
+        help="point a schedule at the pipeline as it is now (a recompiled pipeline.yaml, new parameters)",
+        description="A schedule keeps the pipeline spec, parameters and settings it was created with. update "
+        "replaces them with what `schedule create` would send now (--template, --param, --pipeline-root, labels, "
+        "service account, network), and the cron and run limits when given. Runs already started are not changed.",
+    )
+    add_vertex_options(update)
+    update.add_argument("schedule", help="the schedule's resource name, id or display name")
+    update.add_argument("--cron", default="", help="a new cron (default: keep it)")
+    update.add_argument("--max-concurrent-runs", type=int, default=None, help="a new limit (default: keep it)")
+    update.add_argument("--max-runs", type=int, default=None, help="a new limit (default: keep it)")
     for action in ("pause", "resume", "delete"):
         changer = schedule_actions.add_parser(action, help=f"{action} a schedule")
         add_vertex_options(changer, for_jobs=False)
         changer.add_argument("schedule", help="the schedule's resource name, id or display name")
+        if action == "resume":
+            changer.add_argument(
+                "--catch-up",
+                action="store_true",
+                help="also start the runs missed while it was paused (default: resume from the next cron time)",
+            )
     return parser
 
 
@@ -249,8 +267,10 @@ def run_vertex(args: argparse.Namespace) -> int:
             vertex.create_schedule(settings, args.cron, args.name, args.max_concurrent_runs, args.max_runs)
         elif args.action == "list":
             vertex.list_schedules(settings, args.name)
+        elif args.action == "update":
+            vertex.update_schedule(settings, args.schedule, args.cron, args.max_concurrent_runs, args.max_runs)
         else:
-            vertex.change_schedule(settings, args.action, args.schedule)
+            vertex.change_schedule(settings, args.action, args.schedule, getattr(args, "catch_up", False))
     except vertex.VertexError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -37,7 +37,9 @@ ENVIRONMENT = {
     "anonymous": (f"{ENV_PREFIX}ANONYMOUS",),  # 1 / true: send no credentials (a local endpoint)
 }
 CONFIG_ENV = f"{ENV_PREFIX}CONFIG"
-TERMINAL_STATES = {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED"}
+# states a run stays in until someone acts: --wait stops there (PAUSED waits for a resume from the console)
+TERMINAL_STATES = {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED",
+                   "PIPELINE_STATE_PAUSED"}  # fmt: skip
 LABEL_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE_PATTERN = re.compile(r"^[a-z0-9_-]{0,63}$")
 REGION_PATTERN = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
@@ -253,12 +255,27 @@ def connect(settings: VertexSettings):
     return credentials
 
 
-def call(what: str, function: Callable[[], Any], settings: VertexSettings) -> Any:
-    """Runs one Vertex AI call: 429 / 503 retried with exponential backoff, the rest turned into one-line errors."""
+def call(
+    what: str, function: Callable[[], Any], settings: VertexSettings, done: Callable[[], Any] | None = None
+) -> Any:
+    """Runs one Vertex AI call: 429 / 503 retried with exponential backoff, the rest turned into one-line errors.
+
+    ``done`` makes retrying a call that creates something safe: a 503 may come after the server created it, so
+    before each retry ``done()`` looks for what the failed attempt may have made, and a result other than None is
+    returned instead of creating it twice.
+    """
     from google.api_core import exceptions, retry
 
     retryable = (exceptions.TooManyRequests, exceptions.ServiceUnavailable)
     attempts = []
+
+    def attempt() -> Any:
+        if attempts and done is not None:
+            found = done()
+            if found is not None:
+                log.info("%s: the attempt answered %s had gone through; not repeating it", what, _status(attempts[-1]))
+                return found
+        return function()
 
     def on_error(err: Exception) -> None:
         attempts.append(err)
@@ -273,7 +290,7 @@ def call(what: str, function: Callable[[], Any], settings: VertexSettings) -> An
         on_error=on_error,
     )
     try:
-        return policy(function)()
+        return policy(attempt)()
     except exceptions.RetryError as err:
         cause = err.cause if err.cause is not None else (attempts[-1] if attempts else err)
         raise VertexError(
@@ -282,7 +299,12 @@ def call(what: str, function: Callable[[], Any], settings: VertexSettings) -> An
         ) from None
     except exceptions.Forbidden as err:  # 403: Forbidden over REST, PermissionDenied over gRPC
         raise VertexError(f"{what}: permission denied: {_permission(err)}") from None
-    except exceptions.Conflict as err:  # 409: Conflict over REST, AlreadyExists over gRPC
+    except exceptions.Conflict as err:  # 409: AlreadyExists and Aborted over gRPC, Conflict over REST
+        if _aborted(err):
+            raise VertexError(
+                f"{what}: Vertex AI aborted the call ({_message(err)}): another change to the same resource was under "
+                "way; run the command again"
+            ) from None
         raise VertexError(f"{what}: the name is taken ({_message(err)}): choose another name or job id") from None
     except exceptions.Unauthenticated as err:
         raise VertexError(
@@ -292,6 +314,20 @@ def call(what: str, function: Callable[[], Any], settings: VertexSettings) -> An
         raise VertexError(f"{what}: not found ({_message(err)})") from None
     except exceptions.GoogleAPICallError as err:
         raise VertexError(f"{what}: Vertex AI answered {_status(err)}: {_message(err)}") from None
+
+
+def _aborted(err: Exception) -> bool:
+    """ABORTED (a concurrency conflict), which google.api_core files under Conflict: the class over gRPC, the error
+    body's status over REST."""
+    from google.api_core import exceptions
+
+    if isinstance(err, exceptions.Aborted):
+        return True
+    response = getattr(err, "response", None)
+    try:
+        return response is not None and response.json().get("error", {}).get("status") == "ABORTED"
+    except (ValueError, AttributeError):
+        return False
 
 
 def _status(err: Exception) -> str:
@@ -324,12 +360,17 @@ def console_link(settings: VertexSettings, job_name: str) -> str:
     )
 
 
+def job_display_name(settings: VertexSettings) -> str:
+    """The runs' display name: ``--display-name``, else the compiled pipeline's name."""
+    return settings.display_name or _pipeline_name(settings.template)
+
+
 def make_job(settings: VertexSettings, credentials, job_id: str | None = None):
     from google.cloud import aiplatform
 
     parameters = pipeline_parameters(settings.template, settings.parameters)
     return aiplatform.PipelineJob(
-        display_name=settings.display_name or _pipeline_name(settings.template),
+        display_name=job_display_name(settings),
         template_path=settings.template,
         job_id=job_id or None,
         pipeline_root=settings.pipeline_root,
@@ -353,14 +394,30 @@ def submit(settings: VertexSettings, job_id: str = "", wait: bool = False, poll_
     """Creates the PipelineJob; with ``wait``, follows its state to the end. Returns name, link and state."""
     check_settings(settings)
     credentials = connect(settings)
-    job = make_job(settings, credentials, job_id)
-    call("submit the pipeline", lambda: job.submit(service_account=settings.service_account or None,
-                                                    network=settings.network or None), settings)  # fmt: skip
+    job = make_job(settings, credentials, job_id)  # the client names the job <pipeline>-<timestamp> when no id
+    call(
+        "submit the pipeline",
+        lambda: job.submit(service_account=settings.service_account or None, network=settings.network or None),
+        settings,
+        done=lambda: _adopt_created_job(job),
+    )
     result = {"name": job.resource_name, "link": console_link(settings, job.resource_name), "state": _state(job)}
     print(f"submitted {result['name']}\n  {result['link']}")
     if wait:
         result["state"] = follow(job, settings, poll_seconds)
     return result
+
+
+def _adopt_created_job(job):
+    """After a failed create: the job with this id if the server made it after all (it becomes ``job``'s resource),
+    else None. The id is fixed before the first attempt, so a retry can never make a second job."""
+    from google.api_core import exceptions
+
+    try:
+        job._gca_resource = job.api_client.get_pipeline_job(name=f"{job._parent}/pipelineJobs/{job.job_id}")
+    except exceptions.NotFound:
+        return None
+    return job
 
 
 def follow(job, settings: VertexSettings, poll_seconds: float) -> str:
@@ -376,6 +433,11 @@ def follow(job, settings: VertexSettings, poll_seconds: float) -> str:
         if state in TERMINAL_STATES:
             break
         time.sleep(poll_seconds)
+    if state == "PIPELINE_STATE_PAUSED":
+        raise VertexError(
+            f"pipeline job {job.resource_name} is {state}: it waits for someone to resume it in the console "
+            f"({console_link(settings, job.resource_name)}); --wait stops here"
+        )
     if state != "PIPELINE_STATE_SUCCEEDED":
         detail = resource.error.message if resource.error and resource.error.message else "see the console link"
         raise VertexError(f"pipeline job {job.resource_name} ended {state}: {detail}")
@@ -421,8 +483,17 @@ def create_schedule(
     check_settings(settings)
     credentials = connect(settings)
     job = make_job(settings, credentials)
-    display_name = name or f"{job.display_name}-retrain"
+    display_name = name or f"{job_display_name(settings)}-retrain"  # the job is not created: it has no name to read
     schedule = aiplatform.PipelineJobSchedule(pipeline_job=job, display_name=display_name, credentials=credentials)
+    existing = {s.resource_name for s in schedules_named(settings, display_name)}
+
+    def created_after_all():  # a schedule has no id of ours: a new one of this name is the one a 503 hid
+        new = [s for s in schedules_named(settings, display_name) if s.resource_name not in existing]
+        if new:
+            schedule._gca_resource = new[0]._gca_resource
+            return schedule
+        return None
+
     call(
         "create the schedule",
         lambda: schedule.create(
@@ -433,9 +504,68 @@ def create_schedule(
             network=settings.network or None,
         ),
         settings,
+        done=created_after_all,
     )
     print(f"scheduled {schedule.resource_name} ({display_name}): {cron}")
     return {"name": schedule.resource_name, "display_name": display_name, "cron": cron}
+
+
+def schedules_named(settings: VertexSettings, display_name: str) -> list:
+    from google.cloud import aiplatform
+
+    return call(
+        "list the schedules",
+        lambda: aiplatform.PipelineJobSchedule.list(filter=f'display_name="{display_name}"'),
+        settings,
+    )
+
+
+def update_schedule(
+    settings: VertexSettings,
+    schedule: str,
+    cron: str = "",
+    max_concurrent_runs: int | None = None,
+    max_runs: int | None = None,
+) -> dict:
+    """Points an existing schedule at the pipeline as ``schedule create`` would build it now: the template (a
+    recompiled ``pipeline.yaml``), parameters, pipeline root, labels, service account and network; and, when given,
+    a new cron and run limits. A schedule otherwise keeps the pipeline spec it was created with."""
+    from google.cloud import aiplatform
+    from google.cloud.aiplatform.compat.types import schedule as gca_schedule
+    from google.protobuf import field_mask_pb2
+
+    if cron:
+        check_cron(cron)
+    if max_concurrent_runs is not None and max_concurrent_runs < 1:
+        raise UsageError(f"--max-concurrent-runs {max_concurrent_runs} must be at least 1")
+    if max_runs is not None and max_runs < 1:
+        raise UsageError(f"--max-runs {max_runs} must be at least 1")
+    check_settings(settings)
+    credentials = connect(settings)
+    resource = resolve_schedule(settings, schedule)
+    current = call("find the schedule", lambda: aiplatform.PipelineJobSchedule.get(schedule_id=resource), settings)
+    # the request create would send, from the settings as they are now
+    built = aiplatform.PipelineJobSchedule(
+        pipeline_job=make_job(settings, credentials), display_name=current.display_name, credentials=credentials
+    )._gca_resource.create_pipeline_job_request
+    if settings.service_account:
+        built.pipeline_job.service_account = settings.service_account
+    if settings.network:
+        built.pipeline_job.network = settings.network
+    update = gca_schedule.Schedule(name=resource, create_pipeline_job_request=built)
+    paths = ["create_pipeline_job_request"]
+    for path, value in (("cron", cron), ("max_concurrent_run_count", max_concurrent_runs),
+                        ("max_run_count", max_runs)):  # fmt: skip
+        if value:
+            setattr(update, path, value)
+            paths.append(path)
+    updated = call(
+        "update the schedule",
+        lambda: current.api_client.update_schedule(schedule=update, update_mask=field_mask_pb2.FieldMask(paths=paths)),
+        settings,
+    )
+    print(f"updated {resource} ({updated.display_name}): {', '.join(paths)}; next runs use {settings.template}")
+    return {"name": resource, "updated": paths, "cron": updated.cron}
 
 
 def list_schedules(settings: VertexSettings, name: str = "") -> list[dict]:
@@ -458,15 +588,21 @@ def list_schedules(settings: VertexSettings, name: str = "") -> list[dict]:
     return rows
 
 
-def change_schedule(settings: VertexSettings, action: str, schedule: str) -> str:
-    """``pause``, ``resume`` or ``delete`` a schedule given by resource name, id or display name."""
+def change_schedule(settings: VertexSettings, action: str, schedule: str, catch_up: bool = False) -> str:
+    """``pause``, ``resume`` or ``delete`` a schedule given by resource name, id or display name.
+
+    ``catch_up`` (resume only): start the runs missed while paused. The aiplatform SDK's ``resume(catch_up=...)``
+    never sends it, so the request goes through the API client directly."""
     from google.cloud import aiplatform
 
     check_settings(settings, need_root=False)
     connect(settings)
     resource = resolve_schedule(settings, schedule)
     handle = call("find the schedule", lambda: aiplatform.PipelineJobSchedule.get(schedule_id=resource), settings)
-    call(f"{action} the schedule", getattr(handle, action), settings)
+    if action == "resume" and catch_up:
+        call("resume the schedule", lambda: handle.api_client.resume_schedule(name=resource, catch_up=True), settings)
+    else:
+        call(f"{action} the schedule", getattr(handle, action), settings)
     print(f"{action}d {resource}" if action != "resume" else f"resumed {resource}")
     return resource
 

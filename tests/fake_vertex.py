@@ -3,7 +3,9 @@
 The real ``google-cloud-aiplatform`` client talks to it (``api_endpoint="http://127.0.0.1:PORT"``,
 ``api_transport="rest"``). It records every request (method, path, query, JSON body) for the tests to check, moves a
 job from PENDING to RUNNING to its final state as it is polled, and injects faults: ``fail(method, fragment,
-[503, 503])`` answers the next matching requests with those status codes, in Google's JSON error format.
+[503, 503])`` answers the next matching requests with those status codes, in Google's JSON error format;
+``after=True`` does what was asked first, then answers the error (a 503 that hides a success); a code may be
+``(409, "ABORTED")`` to name the status.
 """
 
 from __future__ import annotations
@@ -39,14 +41,15 @@ class FakeVertex:
     jobs: dict[str, dict] = field(default_factory=dict)
     schedules: dict[str, dict] = field(default_factory=dict)
     models: dict[str, dict] = field(default_factory=dict)
-    faults: list[tuple[str, str, list[int]]] = field(default_factory=list)
+    faults: list[tuple[str, str, list, bool]] = field(default_factory=list)
     url: str = ""
     ids: itertools.count = field(default_factory=lambda: itertools.count(1000))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def fail(self, method: str, fragment: str, codes: list[int]) -> None:
-        """The next ``len(codes)`` requests whose path contains ``fragment`` get those status codes."""
-        self.faults.append((method, fragment, list(codes)))
+    def fail(self, method: str, fragment: str, codes: list, after: bool = False) -> None:
+        """The next ``len(codes)`` requests whose path contains ``fragment`` get those status codes (``after``: once
+        the request has been carried out)."""
+        self.faults.append((method, fragment, list(codes), after))
 
     def bodies(self, method: str, fragment: str) -> list[dict]:
         return [r.body for r in self.requests if r.method == method and fragment in r.path]
@@ -57,13 +60,17 @@ class FakeVertex:
         with self.lock:
             self.requests.append(Request(method, path, query, body))
             for fault in self.faults:
-                fault_method, fragment, codes = fault
+                fault_method, fragment, codes, after = fault
                 if fault_method == method and fragment in path and codes:
-                    code = codes.pop(0)
-                    return code, self.error(code, path)
+                    code, status = codes.pop(0), None
+                    if isinstance(code, tuple):
+                        code, status = code
+                    if after:
+                        self.route(method, path, query, body or {})
+                    return code, self.error(code, path, status)
             return self.route(method, path, query, body or {})
 
-    def error(self, code: int, path: str) -> dict:
+    def error(self, code: int, path: str, status: str | None = None) -> dict:
         collection = next((name for name in PERMISSIONS if f"/{name}" in path), "pipelineJobs")
         message = {
             403: f"Permission '{PERMISSIONS[collection]}' denied on resource '{path}' (or it may not exist).",
@@ -71,7 +78,9 @@ class FakeVertex:
             429: "Quota exceeded for aiplatform.googleapis.com/pipeline_job_create_requests.",
             503: "The service is currently unavailable.",
         }.get(code, "fault injected by the test")
-        return {"error": {"code": code, "message": message, "status": STATUS_NAMES.get(code, "UNKNOWN")}}
+        if status == "ABORTED":
+            message = "The operation was aborted: a concurrent update to the same resource."
+        return {"error": {"code": code, "message": message, "status": status or STATUS_NAMES.get(code, "UNKNOWN")}}
 
     def route(self, method: str, path: str, query: dict, body: dict) -> tuple[int, dict]:
         match = re.match(r"^/v1/(projects/[^/]+/locations/[^/]+)/(.*)$", path)
@@ -116,6 +125,12 @@ class FakeVertex:
             if method == "POST" and action:
                 self.schedules[name]["state"] = "PAUSED" if action == "pause" else "ACTIVE"
                 return 200, {}
+            if method == "PATCH":  # the fields the update mask names, replaced whole
+                for path_name in query.get("updateMask", [""])[0].split(","):
+                    key = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), path_name)
+                    if key in body:
+                        self.schedules[name][key] = body[key]
+                return 200, self.schedules[name]
             if method == "GET":
                 return 200, self.schedules[name]
             if method == "DELETE":

@@ -148,6 +148,82 @@ def test_schedule_create_list_pause_resume_delete(vertex, capsys):
         main(["schedule", "pause", *vertex.args, "weekly-retrain"])
 
 
+def test_schedule_create_without_a_name_takes_the_pipelines_name(vertex, capsys):
+    """The display name comes from the settings or the template: the job was never submitted, so it has none."""
+    assert main(["schedule", "create", *vertex.job_args, "--cron", "0 3 * * 1"]) == 0
+    (body,) = vertex.bodies("POST", "/schedules")
+    assert body["displayName"] == f"{compiled()['pipelineInfo']['name']}-retrain"
+    assert main(["schedule", "create", *vertex.job_args, "--cron", "0 4 * * 1", "--display-name", "flowers"]) == 0
+    assert vertex.bodies("POST", "/schedules")[1]["displayName"] == "flowers-retrain"
+
+
+def test_wait_stops_on_a_paused_run_with_one_line(vertex, capsys):
+    vertex.final_state = "PIPELINE_STATE_PAUSED"
+    assert main(["submit", *vertex.job_args, "--wait", "--poll-interval", "0"]) == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "is PIPELINE_STATE_PAUSED: it waits for someone to resume it in the console" in error
+    assert error.endswith("--wait stops here")
+
+
+def test_an_aborted_call_is_not_reported_as_a_taken_name(vertex, capsys):
+    vertex.fail("POST", "/pipelineJobs", [(409, "ABORTED")])
+    assert main(["submit", *vertex.job_args]) == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "Vertex AI aborted the call" in error and "run the command again" in error
+    assert "name is taken" not in error
+
+
+def test_a_503_after_the_job_was_created_does_not_submit_it_twice(vertex, capsys):
+    """The server made the job, then answered 503: the retry finds it by its id instead of creating a second."""
+    vertex.fail("POST", "/pipelineJobs", [503], after=True)
+    assert main(["submit", *vertex.job_args, "--job-id", "nightly-7"]) == 0
+    assert len(vertex.bodies("POST", "/pipelineJobs")) == 1 and list(vertex.jobs) == [
+        f"{PARENT}/pipelineJobs/nightly-7"
+    ]
+    assert f"submitted {PARENT}/pipelineJobs/nightly-7" in capsys.readouterr().out
+    vertex.fail("POST", "/pipelineJobs", [503], after=True)  # no --job-id: the client's id is fixed before the call
+    assert main(["submit", *vertex.job_args]) == 0
+    assert len(vertex.jobs) == 2 and len(vertex.bodies("POST", "/pipelineJobs")) == 2
+
+
+def test_a_503_after_the_schedule_was_created_does_not_create_it_twice(vertex):
+    vertex.fail("POST", "/schedules", [503], after=True)
+    assert main(["schedule", "create", *vertex.job_args, "--cron", "0 3 * * 1", "--name", "weekly"]) == 0
+    assert len(vertex.schedules) == 1 and len(vertex.bodies("POST", "/schedules")) == 1
+
+
+def test_schedule_update_brings_a_recompiled_pipeline_to_an_existing_schedule(vertex, tmp_path, capsys):
+    """A schedule holds the spec it was created with; update sends the template as it is now (here a copy with a
+    changed default), with new parameters, and a new cron when given."""
+    assert main(["schedule", "create", *vertex.job_args, "--cron", "0 3 * * 1", "--name", "weekly"]) == 0
+    (name,) = vertex.schedules
+    recompiled = compiled()
+    recompiled["root"]["inputDefinitions"]["parameters"]["epochs"]["defaultValue"] = 7.0
+    template = tmp_path / "pipeline.yaml"
+    template.write_text(yaml.safe_dump(recompiled))
+    args = [*vertex.job_args, "--template", str(template), "--param", "image_size=224"]
+    assert main(["schedule", "update", *args, "weekly", "--cron", "0 5 * * *"]) == 0
+    (request,) = [r for r in vertex.requests if r.method == "PATCH"]
+    assert request.query["updateMask"] == ["createPipelineJobRequest,cron"]
+    schedule = vertex.schedules[name]
+    job = schedule["createPipelineJobRequest"]["pipelineJob"]
+    assert job["pipelineSpec"] == recompiled and job["pipelineSpec"] != compiled()
+    assert job["runtimeConfig"]["parameterValues"] == {"source": SOURCE, "image_size": 224}
+    assert schedule["cron"] == "0 5 * * *" and schedule["displayName"] == "weekly" and schedule["state"] == "ACTIVE"
+    assert f"updated {name} (weekly): create_pipeline_job_request, cron" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="no schedule named 'daily'"):
+        main(["schedule", "update", *args, "daily"])
+
+
+def test_resume_with_catch_up_asks_for_the_missed_runs(vertex):
+    assert main(["schedule", "create", *vertex.job_args, "--cron", "0 3 * * 1", "--name", "weekly"]) == 0
+    assert main(["schedule", "pause", *vertex.args, "weekly"]) == 0
+    assert main(["schedule", "resume", *vertex.args, "weekly", "--catch-up"]) == 0
+    assert main(["schedule", "resume", *vertex.args, "weekly"]) == 0
+    with_catch_up, without = vertex.bodies("POST", ":resume")
+    assert with_catch_up == {"catchUp": True} and not (without or {}).get("catchUp")
+
+
 @pytest.mark.parametrize("cron", ["0 3 * *", "TZ=Mars/Olympus 0 3 * * 1", "every monday"])
 def test_a_wrong_cron_is_a_one_line_error(vertex, cron):
     with pytest.raises(UsageError, match="--cron"):
