@@ -103,7 +103,28 @@ def build_parser() -> argparse.ArgumentParser:
     local_cmd.add_argument(
         "--cache",
         action="store_true",
-        help="reuse steps whose inputs did not change (the source's fingerprint is one: new images convert again)",
+        help="as Vertex AI's enable_caching: every step's cache on; the fingerprint and baseline steps still run "
+        "each time, so new images convert and train again and unchanged ones are cache hits",
+    )
+    local_cmd.add_argument(
+        "--registry",
+        default="",
+        metavar="DIR",
+        help="a model registry folder: each blessed export becomes its next numbered version and the default one, "
+        "and the default version is the next run's baseline (a run whose model is the baseline adds nothing)",
+    )
+    for split in ("validation", "test"):
+        local_cmd.add_argument(
+            f"--{split}-fraction",
+            type=float,
+            metavar="FRACTION",
+            help=f"share of the images held out for {split} (default 0.1)",
+        )
+    local_cmd.add_argument(
+        "--max-bad-fraction",
+        type=float,
+        metavar="FRACTION",
+        help="share of unreadable images quarantined before the conversion fails (default 0.01)",
     )
     local_cmd.add_argument(
         "--beam-arg",
@@ -297,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)} must not be negative")
     from components.evaluate.core import baseline_path, check_fraction
 
-    for name in ("min_accuracy", "max_accuracy_drop"):
+    for name in ("min_accuracy", "max_accuracy_drop", "max_bad_fraction", "validation_fraction", "test_fraction"):
         if getattr(args, name) is not None:
             check_fraction(f"--{name.replace('_', '-')}", getattr(args, name))
     if args.baseline_model is not None:  # checked before anything is written, as evaluate will check it
@@ -314,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
             "min_accuracy",
             "max_accuracy_drop",
             "baseline_model",
+            "max_bad_fraction",
+            "validation_fraction",
+            "test_fraction",
         )
         if getattr(args, name) is not None
     }
@@ -327,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             beam_args=tuple(args.beam_args),
             parameters=optional,
             cache=args.cache,
+            registry=args.registry,
         )
     )
     print(format_summary(summary, os.path.join(args.work_dir, SUMMARY_FILE)))

@@ -17,15 +17,29 @@ from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
 PIPELINE_NAME = "tpu-image-classifier"
 
 
-def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] = None, registry: bool = True):
+REGISTRIES = ("vertex", "folder")
+# the run's own id, which the orchestrator fills in (Vertex AI, KFP's driver; run-local does as KFP's driver does):
+# an input that changes on every run keeps a step out of the cache whatever the job-level caching setting
+RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+
+
+def build_pipeline(
+    images: Images = DEFAULT_IMAGES, accelerator: Optional[str] = None, registry: Optional[str] = "vertex"
+):
     """Returns the pipeline function, its steps running in ``images``.
 
     ``accelerator`` (a name in ``pipeline.accelerators.ACCELERATORS``): the training step becomes a Vertex AI custom
     job on that machine, in its image (Google Cloud Pipeline Components' ``create_custom_training_job_from_component``).
     None: every step is a plain container step, as ``kfp.local`` runs them.
 
-    ``registry``: the Vertex AI Model Registry steps (the baseline looked up before evaluate, the blessed export
-    uploaded after export); they run only on Vertex AI, so ``run-local`` builds the DAG without them.
+    ``registry``: where the model in service is found before evaluate (the baseline) and where a blessed export
+    becomes a new version: ``"vertex"``, the Vertex AI Model Registry (its versions stored under ``model_root``);
+    ``"folder"``, numbered folders under ``model_root`` alone (``run-local --registry DIR``); None, no registry
+    (``run-local`` without ``--registry``).
+
+    The fingerprint step and the baseline lookup take the run's id as an input, so that neither is ever a cache
+    hit (Vertex AI's ``enable_caching=True`` turns every task's cache on); the other steps stay cacheable, and
+    are cache hits when the fingerprint and the baseline did not change.
 
     Export (and registration) run only when evaluate blesses the model (``dsl.If``); otherwise the ``not-blessed``
     branch says why and the run still succeeds.
@@ -39,15 +53,20 @@ def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] =
     evaluate_op = evaluate_component(image)
     not_blessed_op = make_not_blessed_component(image)
     export_op = export_component(image)
-    find_baseline_op, register_op = registry_components(image)
-
-    class Outputs(NamedTuple):
-        test_accuracy: float
-        blessed: bool
-        exported_model_uri: str  # empty when the model was not blessed
-        examples: dsl.Dataset
-        model: dsl.Model
-        evaluation: dsl.Artifact
+    if registry not in (None, *REGISTRIES):
+        raise ValueError(f"registry {registry!r} is not one of {REGISTRIES} or None")
+    find_baseline_op, register_op = registry_components(image, vertex=registry == "vertex")
+    outputs = [
+        ("test_accuracy", float),
+        ("blessed", bool),
+        ("exported_model_uri", str),  # empty when the model was not blessed
+        ("examples", dsl.Dataset),
+        ("model", dsl.Model),
+        ("evaluation", dsl.Artifact),
+    ]
+    if registry:  # the model in service that evaluate compared against ("" for none), and the register decision
+        outputs += [("baseline", str), ("registration", str)]  # (JSON; "" when not blessed)
+    Outputs = NamedTuple("Outputs", outputs)  # its fields depend on the registry
 
     @dsl.pipeline(
         name=PIPELINE_NAME,
@@ -78,10 +97,12 @@ def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] =
         max_accuracy_drop: float = 0.0,
         baseline_model: str = "",
         model_display_name: str = PIPELINE_NAME,
+        model_root: str = "",
     ) -> Outputs:
-        # always recomputed; an unchanged fingerprint makes convert (and all after it) a cache hit on reruns
-        fingerprinted = fingerprint_op(source=source, classes=classes).set_display_name("fingerprint the source")
-        fingerprinted.set_caching_options(enable_caching=False)
+        # always recomputed (the run's id is an input); an unchanged fingerprint makes convert (and all after it) a
+        # cache hit on reruns
+        fingerprinted = fingerprint_op(source=source, classes=classes, run_id=RUN_ID)
+        fingerprinted.set_display_name("fingerprint the source").set_caching_options(enable_caching=False)
         converted = convert_op(
             source=source,
             classes=classes,
@@ -109,8 +130,10 @@ def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] =
             seed=seed,
         ).set_display_name("train")
         baseline = baseline_model
-        if registry:  # the registry's current model is the baseline unless one is given
-            found = find_baseline_op(display_name=model_display_name, baseline=baseline_model)
+        if registry:  # the registry's model in service is the baseline unless one is given; looked up on every run
+            found = find_baseline_op(
+                display_name=model_display_name, baseline=baseline_model, model_root=model_root, run_id=RUN_ID
+            )
             found.set_display_name("find the baseline").set_caching_options(enable_caching=False)
             baseline = found.output
         evaluated = evaluate_op(
@@ -128,19 +151,27 @@ def build_pipeline(images: Images = DEFAULT_IMAGES, accelerator: Optional[str] =
                 registered = register_op(
                     exported_model=exported.outputs["exported_model"],
                     display_name=model_display_name,
+                    baseline=baseline,
+                    model_root=model_root,
                     pipeline_run=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-                ).set_display_name("register in the Model Registry")
-                registered.set_caching_options(enable_caching=False)  # each blessed run records its version
+                )
+                registered.set_display_name(
+                    "register in the Model Registry" if registry == "vertex" else "register in the model folder"
+                ).set_caching_options(enable_caching=False)  # each blessed run decides against the model in service
         with dsl.Else(name="not-blessed"):
             skipped = not_blessed_op(evaluation=evaluated.outputs["evaluation"]).set_display_name("not blessed")
-        return Outputs(
-            test_accuracy=evaluated.outputs["test_accuracy"],
-            blessed=evaluated.outputs["Output"],
-            exported_model_uri=dsl.OneOf(exported.outputs["Output"], skipped.output),
-            examples=converted.outputs["examples"],
-            model=trained.outputs["model"],
-            evaluation=evaluated.outputs["evaluation"],
-        )
+        results = {
+            "test_accuracy": evaluated.outputs["test_accuracy"],
+            "blessed": evaluated.outputs["Output"],
+            "exported_model_uri": dsl.OneOf(exported.outputs["Output"], skipped.output),
+            "examples": converted.outputs["examples"],
+            "model": trained.outputs["model"],
+            "evaluation": evaluated.outputs["evaluation"],
+        }
+        if registry:
+            results["baseline"] = found.output
+            results["registration"] = dsl.OneOf(registered.output, skipped.output)
+        return Outputs(**results)
 
     return image_classifier
 

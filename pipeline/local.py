@@ -22,14 +22,18 @@ class LocalRunConfig:
 
     Args:
         work_dir: holds ``data/`` (the demo images), ``artifacts/`` (every step's outputs) and ``summary.json``.
-        source: an image folder; empty runs the demo (scikit-learn's digits written as JPEGs under ``work_dir``).
+        source: an image folder, a CSV manifest, a NumPy .npz or a TFRecord glob; empty runs the demo
+            (scikit-learn's digits written as JPEGs under ``work_dir``).
         image_size: 0 picks 32 for the demo and 192 (the codelab's size) for a user's folder.
         epochs: 0 picks 15 for the demo and the pipeline's default otherwise.
         demo_per_class: write at most this many demo images per class (0: all 1,797); for quick checks.
         beam_args: Beam pipeline options for the convert step.
         parameters: any other pipeline parameters (``model_name``, ``per_replica_batch_size``, ...).
-        cache: reuse the outputs of steps whose inputs did not change (``<work_dir>/cache``); the source's
-            fingerprint is one of convert's inputs, so new or changed images always convert again.
+        cache: as Vertex AI's ``enable_caching=True``: every step's cache on (``<work_dir>/cache``). The fingerprint
+            step and the baseline lookup still run each time (they take the run's id), so new or changed images
+            convert and train again, and unchanged ones are cache hits down to the export.
+        registry: a folder registry (local or ``gs://``): each blessed export becomes its next numbered version and
+            the default one, and the default version is the baseline of the next run; "": no registry.
     """
 
     work_dir: str = DEFAULT_WORK_DIR
@@ -40,31 +44,81 @@ class LocalRunConfig:
     beam_args: tuple[str, ...] = ()
     parameters: dict = field(default_factory=dict)
     cache: bool = False
+    registry: str = ""
+
+
+# the placeholders KFP's backend driver resolves in a task's constant inputs before computing its cache key
+# (kubeflow/pipelines backend/src/v2/driver/resolve.go); kfp.local computes the key on the unresolved text
+RUN_PLACEHOLDERS = ("{{$.pipeline_job_uuid}}", "{{$.pipeline_job_name}}", "{{$.pipeline_job_resource_name}}")
+
+
+def local_pipeline_spec(registry: bool, cache: bool, run_name: str, run_id: str) -> dict:
+    """The DAG compiled as for Vertex AI, then prepared as the orchestrator would: with ``cache``, every task's cache
+    turned on by aiplatform's own ``PipelineJob(enable_caching=True)`` rewrite; the run's name and id put into the
+    constant inputs that name them (as KFP's driver does), so that they change every run's cache keys."""
+    import tempfile
+
+    import yaml
+    from google.cloud.aiplatform.pipeline_jobs import _set_enable_caching_value
+    from kfp import compiler
+
+    from pipeline.dag import build_pipeline
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "pipeline.yaml")
+        compiler.Compiler().compile(build_pipeline(registry="folder" if registry else None), path)
+        with open(path, encoding="utf-8") as handle:
+            spec = yaml.safe_load(handle)
+    if cache:
+        _set_enable_caching_value(spec, True)
+    values = dict(zip(RUN_PLACEHOLDERS, (run_id, run_name, run_name), strict=True))
+
+    def resolve(node):
+        if isinstance(node, dict):
+            constant = node.get("runtimeValue", {}).get("constant")
+            if isinstance(constant, str) and constant in values:
+                node["runtimeValue"]["constant"] = values[constant]
+            for value in node.values():
+                resolve(value)
+        elif isinstance(node, list):
+            for value in node:
+                resolve(value)
+
+    resolve(spec)
+    return spec
 
 
 def run_local(config: LocalRunConfig) -> dict:
     """Runs the DAG under ``kfp.local`` and writes ``<work_dir>/summary.json``; returns the summary."""
-    from kfp import local
+    import uuid
+
+    import yaml
+    from kfp import components, local
 
     from components.artifacts.model import load_model_config
     from components.schema import read_stats
     from components.storage import read_json, write_json
-    from pipeline.dag import PIPELINE_NAME, build_pipeline
+    from pipeline.dag import PIPELINE_NAME
 
     started = time.monotonic()
     work_dir = os.path.abspath(config.work_dir)
     demo = not config.source
     source = resolve_source(config)
+    registry = config.registry
+    if registry and "://" not in registry:
+        registry = os.path.abspath(registry)
     parameters = {
         "source": source,
         "image_size": config.image_size or (DEMO_IMAGE_SIZE if demo else 192),
         **({"epochs": config.epochs or DEMO_EPOCHS} if demo or config.epochs else {}),
         **({"beam_args": list(config.beam_args)} if config.beam_args else {}),
+        **({"model_root": registry} if registry else {}),
         **config.parameters,
     }
     pipeline_root = os.path.join(work_dir, "artifacts")
     workspace = os.path.join(work_dir, "workspace")
     os.makedirs(workspace, exist_ok=True)
+    os.makedirs(pipeline_root, exist_ok=True)
     local.init(
         runner=local.SubprocessRunner(use_venv=False),
         pipeline_root=pipeline_root,
@@ -72,10 +126,15 @@ def run_local(config: LocalRunConfig) -> dict:
         enable_caching=config.cache,
         cache_root=os.path.join(work_dir, "cache"),
     )
+    run_name = f"{PIPELINE_NAME}-{time.strftime('%Y%m%d%H%M%S')}"
+    run_id = uuid.uuid4().hex
+    spec = local_pipeline_spec(bool(registry), config.cache, run_name, run_id)
     log.info("running %s under kfp.local (SubprocessRunner) with %s", PIPELINE_NAME, parameters)
-    # the Model Registry steps need Vertex AI: a local run has the rest of the DAG, the blessing gate included
-    run = build_pipeline(registry=False)(**parameters)
+    earlier_runs = set(os.listdir(pipeline_root))
+    run = components.load_component_from_text(yaml.safe_dump(spec))(**parameters)
     outputs = run.outputs
+    this_run = sorted(set(os.listdir(pipeline_root)) - earlier_runs)
+    run_dir = os.path.join(pipeline_root, this_run[-1]) if this_run else ""
     examples_dir = outputs["examples"].path
     stats = read_stats(examples_dir)
     metrics_json = os.path.join(outputs["evaluation"].path, "metrics.json")
@@ -85,16 +144,26 @@ def run_local(config: LocalRunConfig) -> dict:
     export_json = os.path.join(exported_dir, "export.json") if exported_dir else None
     export_report = read_json(export_json) if export_json else {}
     model_config = load_model_config(outputs["model"].path)
+    produced = {"convert": examples_dir, "train": outputs["model"].path, "evaluate": outputs["evaluation"].path}
+    if exported_dir:
+        produced["export"] = exported_dir
     summary = {
         "pipeline": PIPELINE_NAME,
+        "run_id": run_id,
         "source": source,
         "parameters": parameters,
         "counts": stats["counts"],
         "class_names": stats["class_names"],
         "quarantined": stats["quarantined"],
+        "fingerprint": stats["fingerprint"],
+        "steps": {
+            step: "ran" if run_dir and path.startswith(run_dir + os.sep) else "cached"
+            for step, path in produced.items()
+        },
         "test_accuracy": outputs["test_accuracy"],
         "blessed": outputs["blessed"],
         "reasons": blessing.get("reasons", []),
+        "baseline": (outputs["baseline"] if registry else parameters.get("baseline_model")) or None,
         "report_html": metrics.get("report_html"),
         "export_agreement": export_report.get("parity", {}).get("argmax_agreement"),
         "training": {
@@ -111,12 +180,24 @@ def run_local(config: LocalRunConfig) -> dict:
             for name, entry in export_report.get("formats", {}).items()
         },
         "export_json": export_json,
-        "registry": "skipped: a local run (the cloud DAG uploads a blessed export to the Vertex AI Model Registry)",
+        "registry": registry_outcome(registry, outputs),
         "pipeline_root": pipeline_root,
         "wall_seconds": round(time.monotonic() - started, 1),
     }
     write_json(os.path.join(work_dir, SUMMARY_FILE), summary)
     return summary
+
+
+def registry_outcome(registry: str, outputs) -> dict:
+    """What became of the model in the registry: registered as a version, or skipped and why."""
+    import json
+
+    if not registry:
+        return {"action": "skipped", "reason": "a local run without --registry (the cloud DAG registers on Vertex AI)"}
+    decided = outputs["registration"]
+    if not decided:
+        return {"action": "skipped", "reason": "not blessed", "registry": registry}
+    return {**json.loads(decided), "registry": registry}
 
 
 def resolve_source(config: LocalRunConfig) -> str:
@@ -146,6 +227,14 @@ def export_parity(summary: dict, crossed: dict) -> str:
     return text
 
 
+def registry_line(outcome: dict) -> str:
+    if outcome["action"] == "registered":
+        return f"version {outcome['version']} is the default  {outcome['uri']}"
+    if "registry" not in outcome:
+        return "skipped (local run; --registry DIR keeps each blessed export as a version)"
+    return f"unchanged: {outcome['reason']}  ({outcome['registry']})"
+
+
 def format_summary(summary: dict, summary_path: str) -> str:
     """The readable summary printed at the end of a local run."""
     counts = " / ".join(f"{split} {count}" for split, count in summary["counts"].items())
@@ -160,7 +249,9 @@ def format_summary(summary: dict, summary_path: str) -> str:
             f"{training['backend']}, {training['strategy']} over {training['replicas']} "
             f"{training['accelerator']} device(s), {training['precision']} ({training['backend_reason']})",
         ),
+        ("steps", ", ".join(f"{step} {how}" for step, how in summary.get("steps", {}).items())),
         ("test accuracy", f"{summary['test_accuracy']:.4f}"),
+        ("baseline", summary.get("baseline") or "none"),
         ("blessed", f"{'yes' if summary.get('blessed') else 'NO'}: {'; '.join(summary.get('reasons', []))}"),
         ("export parity", export_parity(summary, crossed) if exported else not_exported),
         ("TFRecords", summary["examples_dir"]),
@@ -170,7 +261,7 @@ def format_summary(summary: dict, summary_path: str) -> str:
             for name, entry in summary.get("formats", {}).items()
             if name != "saved_model"
         ),
-        ("registry", "skipped (local run)"),
+        ("registry", registry_line(summary["registry"])),
         ("metrics", summary["metrics_json"]),
         ("report", summary.get("report_html") or "-"),
         ("summary", summary_path),

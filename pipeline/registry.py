@@ -31,6 +31,11 @@ def register(
     if pipeline_run:
         labels["pipeline-run"] = re.sub(r"[^a-z0-9_-]", "-", pipeline_run.rsplit("/", 1)[-1].lower())[:63]
     connect(settings)
+
+    def uploaded_after_all():  # no request id in UploadModelRequest: the new default version names our folder
+        found = find_model(settings, display_name)
+        return found if found is not None and (found.uri or "").rstrip("/") == saved_model_uri.rstrip("/") else None
+
     model = call(
         "upload the model",
         lambda: aiplatform.Model.upload(
@@ -42,6 +47,7 @@ def register(
             labels=labels or None,
         ),
         settings,
+        done=uploaded_after_all,
     )
     result = {"name": model.resource_name, "version_id": model.version_id, "labels": labels}
     print(f"registered {result['name']} version {result['version_id']}")
@@ -74,11 +80,65 @@ def baseline_uri(settings: VertexSettings, display_name: str) -> str:
 
 
 def register_blessed(settings: VertexSettings, export_uri: str, display_name: str, pipeline_run: str = "") -> dict:
-    """Uploads the export at ``export_uri`` (its ``saved_model/`` folder) as a new version of the model named
-    ``display_name``, or as that model's first version."""
+    """Uploads the export at ``export_uri`` (its ``saved_model/`` folder; the DAG passes the stable copy under
+    ``model_root``, not the run's output) as a new version of the model named ``display_name``, or as that model's
+    first version."""
     parent = find_model(settings, display_name)
     saved_model_uri = export_uri.rstrip("/") + "/" + SAVED_MODEL_DIR
     return register(settings, saved_model_uri, display_name, parent.resource_name if parent else "", pipeline_run)
+
+
+def find_baseline(display_name: str, baseline: str, model_root: str, settings: VertexSettings | None) -> str:
+    """The DAG's baseline: ``baseline`` when given; else the model in service: the default version of the Vertex AI
+    Model Registry's ``display_name`` (``settings``), or of the folder registry ``model_root`` (``settings`` None);
+    else "" (the first run is judged on its value thresholds alone)."""
+    from components.register.core import FolderRegistry
+
+    if baseline or not display_name:
+        print(f"baseline: {baseline or 'none'} (as given)")
+        return baseline
+    if settings is not None:
+        return baseline_uri(settings, display_name)
+    found = FolderRegistry(model_root).default()
+    if found is None:
+        print(f"no model in {model_root} yet: the first run is judged on its value thresholds alone")
+        return ""
+    print(f"baseline: version {found.number} of {model_root} ({found.uri})")
+    return found.uri
+
+
+def register_version(
+    export_uri: str,
+    display_name: str,
+    baseline: str,
+    model_root: str,
+    pipeline_run: str,
+    settings: VertexSettings | None,
+) -> str:
+    """The DAG's registration of a blessed export; returns the decision as a JSON line (``action`` registered or
+    skipped, and the version or the reason).
+
+    Unless the candidate is the baseline itself (the same trained weights: a cached train step over unchanged data),
+    the export is copied to the next numbered version under ``model_root`` (default, on Cloud Storage,
+    ``gs://<the export's bucket>/models/<display_name>``) and becomes its default; with ``settings``, that copy is
+    uploaded to the Vertex AI Model Registry as the new default version of ``display_name``."""
+    from components.register.core import FolderRegistry, decision, default_model_root, same_as_baseline
+
+    if not display_name:
+        print("model_display_name is empty: the blessed export is not registered")
+        return decision("skipped", reason="registration is off (model_display_name is empty)")
+    same = same_as_baseline(export_uri, baseline)
+    if same:
+        print(f"{same}: not registered again")
+        return decision("skipped", reason=same, baseline=baseline)
+    root = model_root or default_model_root(export_uri, display_name)
+    version = FolderRegistry(root).push(export_uri, {"display_name": display_name, "pipeline_run": pipeline_run})
+    if settings is None:
+        print(f"registered {export_uri} as version {version.number} of {root}")
+        return decision("registered", version=version.number, uri=version.uri)
+    result = register_blessed(settings, version.uri, display_name, pipeline_run)
+    return decision("registered", version=result["version_id"], model=result["name"], uri=version.uri,
+                    stored_as=version.number)  # fmt: skip
 
 
 def vertex_settings_in_pipeline(project: str, location: str) -> VertexSettings:

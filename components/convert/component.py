@@ -64,8 +64,9 @@ def make_component(base_image: str):
     return dsl.component(convert, base_image=base_image, install_kfp_package=False)
 
 
-def fingerprint(source: str, classes: List[str] = []) -> str:  # noqa: B006 (KFP reads the default)
-    """The source's fingerprint (paths, sizes, modification times): feeds convert's cache key. Never cached itself."""
+def fingerprint(source: str, classes: List[str] = [], run_id: str = "") -> str:  # noqa: B006 (KFP reads the default)
+    """The source's fingerprint (paths, sizes, modification times): feeds convert's cache key. Never cached itself:
+    the DAG passes the run's id as ``run_id``, an input that changes on every run whatever the caching setting."""
     from components.cli import configure_logging
     from components.convert.core import source_fingerprint
 

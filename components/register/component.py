@@ -1,9 +1,16 @@
-"""The Model Registry steps of the cloud DAG, as lightweight KFP components: ``find_baseline`` (the last blessed
-model, for evaluate to compare against) and ``register`` (the blessed export as a new version of its model).
+"""The registry steps of the DAG, as lightweight KFP components: ``find_baseline`` (the model in service, for
+evaluate to compare against) and ``register`` (the blessed export as a new version), in two flavours:
 
-Both run only on Vertex AI Pipelines, which fills in the project and location placeholders (the defaults, as Google
-Cloud Pipeline Components' own steps have them); ``python -m pipeline run-local`` builds the DAG without them. The
-logic, and the command-line twin ``python -m pipeline register``, is in ``pipeline/registry.py``.
+- on Vertex AI (the cloud DAG): the Vertex AI Model Registry. The blessed export is first copied to a stable,
+  numbered folder under ``model_root`` (``components.register.core``), then uploaded as a new default version of
+  the model ``display_name``. Vertex AI fills in the project and location placeholders (the defaults, as Google
+  Cloud Pipeline Components' own steps have them);
+- in a folder (``run-local --registry DIR``): the numbered folders and their ``default`` pointer alone.
+
+The logic is in ``pipeline/registry.py`` (whose command-line twin is ``python -m pipeline register``); these are
+thin wrappers. Both lookups take ``run_id`` (the run's own id, which the orchestrator fills in) so that they are
+never a cache hit, whatever the job's caching setting: the model in service changes between runs, not their other
+inputs. The placeholders stay out of the folder flavour's source: ``kfp.local`` would try to resolve them there.
 """
 
 from kfp import dsl
@@ -18,46 +25,64 @@ LOCATION_PLACEHOLDER = "{{$.pipeline_google_cloud_location}}"
 def find_baseline(
     display_name: str,
     baseline: str = "",
+    model_root: str = "",
+    run_id: str = "",
     project: str = "{{$.pipeline_google_cloud_project_id}}",
     location: str = "{{$.pipeline_google_cloud_location}}",
 ) -> str:
-    """The baseline for the blessing: ``baseline`` when given, else the SavedModel of the default version of the
-    registry's model ``display_name`` (the last blessed one), else "" (the run is judged on value thresholds)."""
+    """The baseline for the blessing: ``baseline`` when given; else the SavedModel of the default version of the
+    Model Registry's model ``display_name`` (the last blessed one); else "" (judged on the value thresholds)."""
     from components.cli import configure_logging
+    from pipeline.registry import find_baseline, vertex_settings_in_pipeline
 
     configure_logging()
-    if baseline or not display_name:
-        print(f"baseline: {baseline or 'none'} (as given)")
-        return baseline
-    from pipeline.registry import baseline_uri, vertex_settings_in_pipeline
-
-    return baseline_uri(vertex_settings_in_pipeline(project, location), display_name)
+    return find_baseline(display_name, baseline, model_root, vertex_settings_in_pipeline(project, location))
 
 
 def register(
     exported_model: Input[Model],
     display_name: str,
+    baseline: str = "",
+    model_root: str = "",
     pipeline_run: str = "",
     project: str = "{{$.pipeline_google_cloud_project_id}}",
     location: str = "{{$.pipeline_google_cloud_location}}",
 ) -> str:
-    """Uploads the blessed export to the Vertex AI Model Registry (TensorFlow CPU serving container) as a new
-    version of the model ``display_name``, labelled with the pipeline run; returns ``MODEL@VERSION`` ("" when
-    ``display_name`` is empty: registration is off)."""
+    """Copies the blessed export to the next numbered version under ``model_root`` (default ``gs://<the pipeline
+    root's bucket>/models/<display_name>``) and uploads that copy's SavedModel to the Vertex AI Model Registry
+    (TensorFlow CPU serving container) as the new default version of ``display_name``, labelled with the pipeline
+    run; nothing when the candidate is the baseline itself. Returns the decision as a JSON line."""
     from components.cli import configure_logging
+    from pipeline.registry import register_version, vertex_settings_in_pipeline
 
     configure_logging()
-    if not display_name:
-        print("model_display_name is empty: the blessed export is not registered")
-        return ""
-    from pipeline.registry import register_blessed, vertex_settings_in_pipeline
-
-    result = register_blessed(
-        vertex_settings_in_pipeline(project, location), exported_model.uri, display_name, pipeline_run
-    )
-    return f"{result['name']}@{result['version_id']}"
+    settings = vertex_settings_in_pipeline(project, location)
+    return register_version(exported_model.uri, display_name, baseline, model_root, pipeline_run, settings)
 
 
-def make_components(base_image: str):
-    """(find_baseline, register) as KFP components running in ``base_image``."""
-    return tuple(dsl.component(f, base_image=base_image, install_kfp_package=False) for f in (find_baseline, register))
+def find_baseline_in_folder(display_name: str, model_root: str, baseline: str = "", run_id: str = "") -> str:
+    """The baseline for the blessing: ``baseline`` when given; else the default version of the folder registry
+    ``model_root``; else "" (judged on the value thresholds)."""
+    from components.cli import configure_logging
+    from pipeline.registry import find_baseline
+
+    configure_logging()
+    return find_baseline(display_name, baseline, model_root, None)
+
+
+def register_in_folder(
+    exported_model: Input[Model], display_name: str, model_root: str, baseline: str = "", pipeline_run: str = ""
+) -> str:
+    """Copies the blessed export to the next numbered version of the folder registry ``model_root`` and makes it
+    the default; nothing when the candidate is the baseline itself. Returns the decision as a JSON line."""
+    from components.cli import configure_logging
+    from pipeline.registry import register_version
+
+    configure_logging()
+    return register_version(exported_model.uri, display_name, baseline, model_root, pipeline_run, None)
+
+
+def make_components(base_image: str, vertex: bool = True):
+    """(find_baseline, register) as KFP components running in ``base_image``: on Vertex AI, or in a folder."""
+    functions = (find_baseline, register) if vertex else (find_baseline_in_folder, register_in_folder)
+    return tuple(dsl.component(f, base_image=base_image, install_kfp_package=False) for f in functions)

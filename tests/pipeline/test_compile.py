@@ -50,6 +50,11 @@ def test_dag_is_fingerprint_convert_train_evaluate_then_gated_export_and_registr
     assert fingerprint_input["taskOutputParameter"]["producerTask"] == "fingerprint"
     assert tasks["fingerprint"]["cachingOptions"] == {}  # never cached: it must see new files
     assert tasks["convert"]["cachingOptions"] == {"enableCache": True}
+    # and uncacheable whatever the job's setting: an input that the orchestrator sets to the run's own id
+    for task in ("fingerprint", "find-baseline"):
+        assert tasks[task]["inputs"]["parameters"]["run_id"] == {
+            "runtimeValue": {"constant": "{{$.pipeline_job_uuid}}"}
+        }
     assert tasks["train"]["dependentTasks"] == ["convert"]
     # the baseline comes from the registry (never cached: the registry changes between runs)
     assert sorted(tasks["evaluate"]["dependentTasks"]) == ["convert", "find-baseline", "train"]
@@ -63,9 +68,10 @@ def test_dag_is_fingerprint_convert_train_evaluate_then_gated_export_and_registr
     assert blessed_condition == f"{channel} == true" and else_condition == f"!({channel} == true)"
     assert sorted(blessed) == ["export", "register"] and sorted(not_blessed) == ["not-blessed"]
     assert blessed["register"]["dependentTasks"] == ["export"] and blessed["register"]["cachingOptions"] == {}
-    assert blessed["register"]["inputs"]["parameters"]["pipeline_run"]["runtimeValue"]["constant"] == (
-        "{{$.pipeline_job_name}}"
-    )
+    register = blessed["register"]["inputs"]["parameters"]
+    assert register["pipeline_run"]["runtimeValue"]["constant"] == "{{$.pipeline_job_name}}"
+    assert register["model_root"] == {"componentInputParameter": "pipelinechannel--model_root"}
+    assert register["baseline"] == {"componentInputParameter": "pipelinechannel--find-baseline-Output"}
     outputs = spec["root"]["dag"]["outputs"]["parameters"]
     assert outputs["blessed"]["valueFromParameter"] == {"outputParameterKey": "Output", "producerSubtask": "evaluate"}
     assert outputs["exported_model_uri"]["valueFromParameter"]["producerSubtask"] == "condition-branches-1"
@@ -73,6 +79,20 @@ def test_dag_is_fingerprint_convert_train_evaluate_then_gated_export_and_registr
     assert parameters["image_size"]["defaultValue"] == 192
     assert parameters["min_accuracy"]["defaultValue"] == 0.75 and parameters["baseline_model"]["defaultValue"] == ""
     assert parameters["model_display_name"]["defaultValue"] == "tpu-image-classifier"
+    assert parameters["model_root"]["defaultValue"] == ""
+
+
+def test_with_caching_forced_on_the_fingerprint_and_baseline_keep_their_per_run_input():
+    """Vertex AI's enable_caching=True rewrites every task's caching option (aiplatform's own function, run here):
+    the fingerprint and baseline lookups then rely on their run_id input alone, which the rewrite leaves."""
+    from google.cloud.aiplatform.pipeline_jobs import _set_enable_caching_value
+
+    spec = without_sdk_version(COMMITTED)
+    _set_enable_caching_value(spec, True)
+    tasks = spec["root"]["dag"]["tasks"]
+    assert all(task["cachingOptions"] == {"enableCache": True} for task in tasks.values())
+    for task in ("fingerprint", "find-baseline"):
+        assert tasks[task]["inputs"]["parameters"]["run_id"]["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
 
 
 def test_registry_steps_take_project_and_location_from_vertex_ai():
@@ -91,7 +111,7 @@ def test_the_local_dag_has_the_gate_but_no_registry_steps(tmp_path):
     from pipeline.dag import build_pipeline
 
     path = str(tmp_path / "local.yaml")
-    compiler.Compiler().compile(build_pipeline(registry=False), path)
+    compiler.Compiler().compile(build_pipeline(registry=None), path)
     spec = without_sdk_version(path)
     assert sorted(spec["root"]["dag"]["tasks"]) == sorted(set(TOP_TASKS) - {"find-baseline"})
     assert [sorted(tasks) for _, tasks in branches(spec).values()] == [["export"], ["not-blessed"]]
@@ -99,6 +119,24 @@ def test_the_local_dag_has_the_gate_but_no_registry_steps(tmp_path):
     assert baseline == {"componentInputParameter": "baseline_model"}
     with open(path) as handle:
         assert "{{$.pipeline_google_cloud" not in handle.read()  # kfp.local cannot resolve these
+
+
+def test_the_folder_registry_dag_has_the_registry_steps_without_vertex_ai(tmp_path):
+    """run-local --registry DIR: the same gate and registry steps, on a folder, with nothing kfp.local cannot
+    resolve (the Vertex AI steps carry the project and location placeholders even in their source)."""
+    from kfp import compiler
+
+    from pipeline.dag import build_pipeline
+
+    path = str(tmp_path / "folder.yaml")
+    compiler.Compiler().compile(build_pipeline(registry="folder"), path)
+    spec = without_sdk_version(path)
+    assert sorted(spec["root"]["dag"]["tasks"]) == sorted({*TOP_TASKS, "find-baseline-in-folder"} - {"find-baseline"})
+    assert [sorted(tasks) for _, tasks in branches(spec).values()] == [
+        ["export", "register-in-folder"], ["not-blessed"]
+    ]  # fmt: skip
+    with open(path) as handle:
+        assert "{{$.pipeline_google_cloud" not in handle.read()
 
 
 GCPC_LAUNCHER = "gcr.io/ml-pipeline/google-cloud-pipeline-components:"

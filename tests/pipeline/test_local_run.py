@@ -45,7 +45,7 @@ def test_summary_points_at_real_artifacts(demo_run):
 def test_run_prints_a_readable_summary(demo_run):
     _, summary, result = demo_run
     assert "convert -> train -> evaluate -> export: finished" in result.stdout
-    assert "registry       skipped (local run)" in result.stdout
+    assert "registry       skipped (local run; --registry DIR keeps each blessed export" in result.stdout
     assert f"{summary['test_accuracy']:.4f}" in result.stdout
 
 

@@ -4,6 +4,7 @@ The tests check the request bodies the client sends, and what users see when the
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -351,8 +352,18 @@ def in_pipeline(vertex, monkeypatch, tmp_path):
     return vertex
 
 
-def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(in_pipeline, capsys):
-    """find-baseline and register, as the cloud DAG runs them (Vertex AI fills in project and location)."""
+def upload_export(bucket, prefix: str, digest: str) -> str:
+    """A stand-in export folder in the emulator's bucket: what the register step copies and reads."""
+    report = {"model_digest": digest, "class_names": ["daisy", "rose"], "image_size": 192}
+    bucket.blob(f"{prefix}/export.json").upload_from_string(json.dumps(report))
+    bucket.blob(f"{prefix}/saved_model/saved_model.pb").upload_from_string(b"graph")
+    bucket.blob(f"{prefix}/saved_model/variables/variables.index").upload_from_string(b"index")
+    return f"gs://{BUCKET}/{prefix}"
+
+
+def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(in_pipeline, gcs, capsys):
+    """find-baseline and register, as the cloud DAG runs them (Vertex AI fills in project and location): each
+    blessed export is copied whole to a numbered folder outside the pipeline root, and that copy is registered."""
     from kfp.dsl import Model
 
     from components.register.component import find_baseline, register
@@ -360,30 +371,60 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     where = {"project": "demo-project", "location": "europe-west4"}
     # the first run: no model of that name yet, so no baseline, and the upload makes the model
     assert find_baseline("flowers", **where) == ""
-    export_1 = f"gs://{BUCKET}/root/flowers-1/export/exported_model"
-    name = register(Model(uri=export_1), "flowers", pipeline_run="flowers-1", **where).split("@")[0]
+    export_1 = upload_export(gcs, "root/flowers-1/export/exported_model", "a" * 64)
+    first = json.loads(register(Model(uri=export_1), "flowers", pipeline_run="flowers-1", **where))
+    stored = f"gs://{BUCKET}/models/flowers/1"  # the pipeline root's bucket, outside its prefix
+    assert (first["action"], first["version"], first["uri"], first["stored_as"]) == ("registered", "1", stored, 1)
+    copied = sorted(blob.name[len("models/flowers/1/") :] for blob in gcs.list_blobs(prefix="models/flowers/1/"))
+    assert copied == ["export.json", "saved_model/saved_model.pb", "saved_model/variables/variables.index",
+                      "version.json"]  # fmt: skip
+    name = first["model"]
     assert name.startswith("projects/demo-project/locations/europe-west4/models/")
-    # the next run compares against it, and its blessed export becomes version 2 of the same model
-    assert find_baseline("flowers", **where) == f"{export_1}/saved_model"
-    export_2 = f"gs://{BUCKET}/root/flowers-2/export/exported_model"
-    assert register(Model(uri=export_2), "flowers", pipeline_run="flowers-2", **where) == f"{name}@2"
-    assert find_baseline("flowers", **where) == f"{export_2}/saved_model"
-    first, second = in_pipeline.bodies("POST", "/models:upload")
-    assert "parentModel" not in first and second["parentModel"] == name
-    assert second["model"]["labels"] == {"pipeline-run": "flowers-2"}
-    assert second["model"]["artifactUri"] == f"{export_2}/saved_model"
+    (upload,) = in_pipeline.bodies("POST", "/models:upload")
+    assert upload["model"]["artifactUri"] == f"{stored}/saved_model" and "parentModel" not in upload
+    # the next run compares against it
+    baseline = find_baseline("flowers", **where)
+    assert baseline == f"{stored}/saved_model"
+    # unchanged data (cached train and export): the candidate is the baseline itself, so nothing is uploaded
+    skipped = json.loads(register(Model(uri=export_1), "flowers", baseline=baseline, pipeline_run="flowers-2", **where))
+    assert skipped["action"] == "skipped" and skipped["reason"].startswith("the candidate is the baseline itself")
+    assert len(in_pipeline.bodies("POST", "/models:upload")) == 1
+    # a retrained model becomes version 2 of the same model, stored under the model_root given
+    export_3 = upload_export(gcs, "root/flowers-3/export/exported_model", "b" * 64)
+    root = f"gs://{BUCKET}/serving/flowers"
+    third = json.loads(register(Model(uri=export_3), "flowers", baseline=baseline, model_root=root,
+                                pipeline_run="flowers-3", **where))  # fmt: skip
+    assert (third["model"], third["version"], third["uri"]) == (name, "2", f"{root}/1")
+    second_upload = in_pipeline.bodies("POST", "/models:upload")[1]
+    assert second_upload["parentModel"] == name and second_upload["model"]["labels"] == {"pipeline-run": "flowers-3"}
+    assert find_baseline("flowers", **where) == f"{root}/1/saved_model"
     # a baseline given as a parameter wins over the registry, which is then not asked
     requests = len(in_pipeline.requests)
     assert find_baseline("flowers", baseline="gs://b/last-good", **where) == "gs://b/last-good"
     assert len(in_pipeline.requests) == requests
     out = capsys.readouterr().out
-    assert "no model named flowers in the registry" in out and f"baseline: {name} version 2" in out
+    assert "no model named flowers in the registry" in out and f"baseline: {name} version 1" in out
     # an empty model_display_name turns the registry off: no lookup, no upload
-    assert find_baseline("", **where) == "" and register(Model(uri=export_2), "", **where) == ""
+    assert find_baseline("", **where) == ""
+    assert json.loads(register(Model(uri=export_3), "", **where))["action"] == "skipped"
     assert len(in_pipeline.requests) == requests
 
 
-def test_the_dag_registration_step_reports_a_missing_permission(in_pipeline):
+def test_a_503_after_the_upload_does_not_register_the_version_twice(in_pipeline, gcs):
+    from kfp.dsl import Model
+
+    from components.register.component import register
+
+    where = {"project": "demo-project", "location": "europe-west4"}
+    export = upload_export(gcs, "root/flowers-9/export/exported_model", "c" * 64)
+    in_pipeline.fail("POST", "/models:upload", [503], after=True)
+    decided = json.loads(register(Model(uri=export), "tulips", pipeline_run="flowers-9", **where))
+    assert decided["action"] == "registered" and decided["version"] == "1"
+    (model,) = (m for m in in_pipeline.models.values() if m["versions"][0]["displayName"] == "tulips")
+    assert len(model["versions"]) == 1 and len(in_pipeline.bodies("POST", "/models:upload")) == 1
+
+
+def test_the_dag_registration_step_reports_a_missing_permission(in_pipeline, gcs):
     from kfp.dsl import Model
 
     from components.register.component import register
@@ -391,4 +432,5 @@ def test_the_dag_registration_step_reports_a_missing_permission(in_pipeline):
 
     in_pipeline.fail("POST", "/models:upload", [403])
     with pytest.raises(VertexError, match=r"aiplatform\.models\.upload"):
-        register(Model(uri=f"gs://{BUCKET}/x"), "flowers", project="demo-project", location="europe-west4")
+        register(Model(uri=upload_export(gcs, "root/x", "d" * 64)), "flowers", project="demo-project",
+                 location="europe-west4")  # fmt: skip

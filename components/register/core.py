@@ -1,0 +1,143 @@
+"""Model versions kept in a folder, local or ``gs://``: the registry's storage, free of KFP and of Vertex AI.
+
+Each blessed export is copied whole to ``<root>/<N>/`` (``saved_model/``, the TFLite files, ``export.json``) with a
+``version.json`` written last, and ``<root>/default`` names the version in service. A copy without ``version.json``
+was interrupted and is ignored. This is TFX's Pusher with a filesystem destination:
+
+- ``run-local --registry DIR`` uses it alone: the default version is the next run's baseline;
+- the cloud DAG copies into it (``model_root``) before uploading to the Vertex AI Model Registry, so the version in
+  service does not live in a run's pipeline root, where a bucket's lifecycle rule would delete it.
+
+A candidate whose trained weights are the baseline's (a cached train step over unchanged data) is not pushed again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR
+from components.cli import UsageError
+from components.storage import exists, read_json, write_json
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FILE = "default"  # {"version": N}
+VERSION_FILE = "version.json"  # written last: the version is complete
+MODELS_FOLDER = "models"  # under the pipeline root's bucket when no model_root is given
+
+
+@dataclass(frozen=True)
+class Version:
+    number: int
+    uri: str  # the export folder: saved_model/ and export.json inside
+    record: dict
+
+    @property
+    def saved_model_uri(self) -> str:
+        return f"{self.uri}/{SAVED_MODEL_DIR}"
+
+
+class FolderRegistry:
+    """Numbered versions under ``root`` (a local folder or ``gs://bucket/prefix``) and a ``default`` pointer."""
+
+    def __init__(self, root: str):
+        if not root:
+            raise UsageError("a model registry folder is needed: pass --registry DIR (or the model_root parameter)")
+        self.root = root.rstrip("/") if "://" in root else os.path.abspath(root)
+
+    def _numbers(self, complete_only: bool) -> list[int]:
+        from apache_beam.io.filesystems import FileSystems
+
+        (result,) = FileSystems.match([f"{self.root}/*/{VERSION_FILE}" if complete_only else f"{self.root}/**"])
+        numbers = set()
+        for metadata in result.metadata_list:
+            name = metadata.path[len(self.root) + 1 :].split("/", 1)[0]
+            if name.isdigit():
+                numbers.add(int(name))
+        return sorted(numbers)
+
+    def versions(self) -> list[Version]:
+        """Complete versions, oldest first."""
+        return [self.version(number) for number in self._numbers(complete_only=True)]
+
+    def version(self, number: int) -> Version:
+        uri = f"{self.root}/{number}"
+        return Version(number, uri, read_json(f"{uri}/{VERSION_FILE}"))
+
+    def default(self) -> Version | None:
+        """The version in service; None before the first push."""
+        pointer = f"{self.root}/{DEFAULT_FILE}"
+        if not exists(pointer):
+            return None
+        return self.version(int(read_json(pointer)["version"]))
+
+    def push(self, export_uri: str, record: dict) -> Version:
+        """Copies the export at ``export_uri`` to the next number and makes it the default version."""
+        taken = self._numbers(complete_only=False)  # unfinished copies keep their number: never write into one
+        number = (taken[-1] if taken else 0) + 1
+        uri = f"{self.root}/{number}"
+        copied = copy_tree(export_uri, uri)
+        version_record = {"version": number, "source": export_uri, "files": copied, "created": _now(), **record}
+        write_json(f"{uri}/{VERSION_FILE}", version_record)
+        write_json(f"{self.root}/{DEFAULT_FILE}", {"version": number})
+        log.info("model registry %s: version %d (%d files from %s) is the default", self.root, number, copied,
+                 export_uri)  # fmt: skip
+        return Version(number, uri, version_record)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def copy_tree(source: str, destination: str) -> int:
+    """Copies every file under ``source`` to the same relative path under ``destination`` (any Beam filesystem);
+    returns the number of files."""
+    from apache_beam.io.filesystems import FileSystems
+
+    source = source.rstrip("/")
+    (result,) = FileSystems.match([f"{source}/**"])
+    paths = sorted(m.path for m in result.metadata_list)
+    if not paths:
+        raise UsageError(f"export {source} holds no files: pass the export step's output")
+    targets = [f"{destination}/{path[len(source) + 1 :]}" for path in paths]
+    if "://" not in destination:
+        for target in targets:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+    FileSystems.copy(paths, targets)
+    return len(paths)
+
+
+def export_record(uri: str) -> dict:
+    """The ``export.json`` of an export folder or of its ``saved_model/`` folder (``{}`` when there is none)."""
+    uri = uri.rstrip("/")
+    folder = uri[: -len(SAVED_MODEL_DIR) - 1] if uri.endswith("/" + SAVED_MODEL_DIR) else uri
+    path = f"{folder}/{EXPORT_FILE}"
+    return read_json(path) if exists(path) else {}
+
+
+def same_as_baseline(candidate_export: str, baseline: str) -> str:
+    """Why the candidate must not be registered again ("" when it may): its trained weights are the baseline's."""
+    if not baseline:
+        return ""
+    digest = export_record(candidate_export).get("model_digest")
+    if digest and digest == export_record(baseline).get("model_digest"):
+        return f"the candidate is the baseline itself (the same trained weights, sha256 {digest[:12]})"
+    return ""
+
+
+def default_model_root(export_uri: str, display_name: str) -> str:
+    """Where versions go when no ``model_root`` is given: ``gs://<the pipeline root's bucket>/models/<name>``, outside
+    the pipeline root's prefix (a lifecycle rule on the runs must then spare ``models/``)."""
+    if not export_uri.startswith("gs://"):
+        raise UsageError(f"export {export_uri} is not on Cloud Storage: pass model_root, a gs:// folder for the models")
+    bucket = export_uri[len("gs://") :].split("/", 1)[0]
+    return f"gs://{bucket}/{MODELS_FOLDER}/{display_name}"
+
+
+def decision(action: str, **fields) -> str:
+    """The register step's answer, one JSON line: ``{"action": "registered" | "skipped", ...}``."""
+    return json.dumps({"action": action, **fields}, sort_keys=True)

@@ -1,0 +1,86 @@
+"""Serving compatibility, as TFX's InfraValidator checks it: the Model Registry serves our exports with Vertex AI's
+prebuilt TensorFlow CPU image (``pipeline.registry.DEFAULT_SERVING_IMAGE``, tf2-cpu.2-15), while we export with
+TensorFlow 2.21. The export is loaded by that TensorFlow, in its own environment (``serving/tf2.<minor>``, a member
+of the uv workspace, pinned by ``uv.lock``, built here from the package index and cached in ``.serving/``), and its
+answers must equal 2.21's on the same image bytes. When the serving image changes, the version followed changes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+SERVE = """
+import json, sys
+import tensorflow as tf
+model_dir, paths = sys.argv[1], sys.argv[2:]
+serving = tf.saved_model.load(model_dir).signatures["serving_default"]
+answers = serving(image_bytes=tf.constant([open(path, "rb").read() for path in paths]))
+print(json.dumps({"version": tf.__version__, "probabilities": answers["probabilities"].numpy().tolist(),
+                  "label": [label.decode() for label in answers["label"].numpy()]}))
+"""
+
+
+def serving_version() -> str:
+    """``2.15`` from ``.../tf2-cpu.2-15:latest``."""
+    from pipeline.registry import DEFAULT_SERVING_IMAGE
+
+    match = re.search(r"tf2-cpu\.2-(\d+)", DEFAULT_SERVING_IMAGE)
+    assert match, f"the serving image {DEFAULT_SERVING_IMAGE} is not a Vertex AI TensorFlow 2 CPU image"
+    return f"2.{match.group(1)}"
+
+
+@pytest.fixture(scope="module")
+def serving_python() -> str:
+    """The Python of the serving TensorFlow's environment, synced from uv.lock (a no-op once it is there)."""
+    version = serving_version()
+    member = os.path.join(REPO_ROOT, "serving", f"tf{version}")
+    assert os.path.isfile(os.path.join(member, "pyproject.toml")), (
+        f"the serving image moved to TensorFlow {version}: add serving/tf{version} (a copy of the old member with the "
+        "new pins), list it in pyproject.toml's workspace and conflicts, and run make lock"
+    )
+    uv = os.path.join(REPO_ROOT, ".tools", "bin", "uv")
+    uv = uv if os.path.isfile(uv) else shutil.which("uv")
+    environment = os.path.join(REPO_ROOT, ".serving", f"tf{version}")
+    result = subprocess.run(
+        [uv, "sync", "--locked", "--package", f"serving-tf{version.replace('.', '-')}", "--python", sys.executable],
+        cwd=REPO_ROOT,
+        env={**os.environ, "UV_PROJECT_ENVIRONMENT": environment, "UV_PYTHON_DOWNLOADS": "never"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return os.path.join(environment, "bin", "python")
+
+
+def test_the_serving_tensorflow_answers_as_the_exporting_one(exported, image_folder, serving_python):
+    import tensorflow as tf
+
+    export_dir, _ = exported
+    saved_model = os.path.join(export_dir, "saved_model")
+    paths = [os.path.join(root, name) for root, _, names in os.walk(image_folder) for name in sorted(names)][::5]
+    served = subprocess.run(
+        [serving_python, "-c", SERVE, saved_model, *paths],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ""},
+    )
+    assert served.returncode == 0, served.stderr[-3000:]
+    theirs = json.loads(served.stdout.strip().splitlines()[-1])
+    assert theirs["version"].startswith(serving_version() + "."), theirs["version"]
+    ours = tf.saved_model.load(saved_model).signatures["serving_default"](
+        image_bytes=tf.constant([open(path, "rb").read() for path in paths])  # noqa: SIM115
+    )
+    assert tf.__version__.startswith("2.21") and len(paths) >= 10
+    assert theirs["label"] == [label.decode() for label in ours["label"].numpy()]
+    np.testing.assert_allclose(theirs["probabilities"], ours["probabilities"].numpy(), atol=1e-5)

@@ -1,0 +1,153 @@
+"""A simulated year of scheduled retraining: six `run-local` runs in a row over one data folder that changes between
+them, with every task's cache forced on (`--cache`: aiplatform's own `enable_caching=True` rewrite) and a folder
+model registry (`--registry`). Each run's decision is read from `summary.json` and the registry folder.
+
+The digits are scikit-learn's scans (the demo data), three classes, then four; everything real: Beam, Keras, KFP's
+local orchestrator and cache, the CLI a user runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from tests.conftest import run_cli
+
+PER_CLASS = 30
+COMMON = ["--image-size", "16", "--epochs", "12", "--cache", "--test-fraction", "0.3", "--max-accuracy-drop", "0.15",
+          "--max-bad-fraction", "0.2"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def year(tmp_path_factory):
+    """Runs the six runs in order; returns {run name: (CompletedProcess, summary or None, registry state)}."""
+    from components.demo_data import write_digits
+
+    root = tmp_path_factory.mktemp("year")
+    pool, source, registry, work = root / "pool", root / "photos", root / "registry", root / "work"
+    write_digits(str(pool), per_class_limit=PER_CLASS + 10)
+
+    def add(class_name: str, start: int, stop: int) -> None:
+        os.makedirs(source / class_name, exist_ok=True)
+        for name in sorted(os.listdir(pool / class_name))[start:stop]:
+            shutil.copyfile(pool / class_name / name, source / class_name / name)
+
+    def state() -> dict:
+        versions = sorted(int(n) for n in os.listdir(registry) if n.isdigit()) if registry.exists() else []
+        default = json.loads((registry / "default").read_text())["version"] if versions else None
+        return {"versions": versions, "default": default}
+
+    runs = {}
+
+    def run(name: str, *extra: str) -> None:
+        if (work / "summary.json").exists():
+            os.remove(work / "summary.json")
+        result = run_cli("pipeline", "run-local", "--work-dir", str(work), "--source", str(source), "--registry",
+                         str(registry), *COMMON, *extra, timeout=900)  # fmt: skip
+        summary = json.loads((work / "summary.json").read_text()) if result.returncode == 0 else None
+        runs[name] = (result, summary, state())
+        decision = (
+            f"{summary['wall_seconds']:5.1f}s  {summary['steps']}  accuracy {summary['test_accuracy']:.3f}  blessed "
+            f"{summary['blessed']}  registry {summary['registry']['action']}"
+            if summary
+            else result.stderr.strip().splitlines()[-1]
+        )
+        print(f"{name:>11}: exit {result.returncode}  {decision}  versions {runs[name][2]}")  # shown with -s
+
+    for class_name in ("0", "1", "2"):
+        add(class_name, 0, PER_CLASS - 10)
+    run("first")
+    run("unchanged")
+    for class_name in ("0", "1", "2"):  # ten new scans per class, and two files that are not images
+        add(class_name, PER_CLASS - 10, PER_CLASS)
+    (source / "0" / "scan-error.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated by the scanner")
+    (source / "1" / "notes.png").write_bytes(b"not a picture at all")
+    run("new images")
+    run("worse model", "--epochs", "1", "--learning-rate", "0.00001")
+    add("3", 0, PER_CLASS)
+    run("new class")
+    shutil.rmtree(source)
+    os.makedirs(source)
+    run("emptied")
+    return runs
+
+
+def assert_ok(run):
+    result, summary, _ = run
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return summary
+
+
+def test_the_first_run_registers_version_1(year):
+    summary = assert_ok(year["first"])
+    assert summary["baseline"] is None and summary["blessed"] is True
+    assert set(summary["steps"].values()) == {"ran"}
+    assert summary["registry"]["action"] == "registered" and summary["registry"]["version"] == 1
+    assert year["first"][2] == {"versions": [1], "default": 1}
+    assert "version 1 is the default" in year["first"][0].stdout
+
+
+def test_unchanged_data_is_a_cache_hit_and_registers_nothing(year):
+    """The fingerprint and the baseline lookup run again (they take the run's id); the fingerprint is unchanged, so
+    convert, train and export are cache hits, and the candidate is version 1 itself: no duplicate version."""
+    first, summary = year["first"][1], assert_ok(year["unchanged"])
+    assert summary["fingerprint"] == first["fingerprint"] and summary["run_id"] != first["run_id"]
+    assert summary["steps"]["convert"] == summary["steps"]["train"] == summary["steps"]["export"] == "cached"
+    assert summary["model_dir"] == first["model_dir"]
+    assert summary["baseline"].endswith(os.path.join("registry", "1"))
+    assert summary["blessed"] is True
+    registry = summary["registry"]
+    assert registry["action"] == "skipped" and registry["reason"].startswith("the candidate is the baseline itself")
+    assert year["unchanged"][2] == {"versions": [1], "default": 1}
+
+
+def test_new_images_are_converted_and_trained_on_and_bad_files_quarantined(year):
+    previous, summary = year["unchanged"][1], assert_ok(year["new images"])
+    assert summary["fingerprint"] != previous["fingerprint"]
+    assert summary["steps"]["convert"] == summary["steps"]["train"] == "ran"
+    assert sum(summary["counts"].values()) == 3 * PER_CLASS and summary["quarantined"] == 2
+    assert summary["baseline"].endswith(os.path.join("registry", "1"))
+    if summary["blessed"]:  # not worse than version 1 by more than the allowed drop
+        assert summary["registry"]["version"] == 2 and year["new images"][2] == {"versions": [1, 2], "default": 2}
+    else:
+        assert year["new images"][2] == {"versions": [1], "default": 1}
+
+
+def test_a_worse_model_is_not_blessed_leaves_the_registry_and_the_run_is_green(year):
+    before, summary = year["new images"][2], assert_ok(year["worse model"])
+    assert summary["steps"]["convert"] == "cached" and summary["steps"]["train"] == "ran"
+    assert summary["blessed"] is False and summary["export_json"] is None
+    assert summary["registry"] == {
+        "action": "skipped",
+        "reason": "not blessed",
+        "registry": summary["registry"]["registry"],
+    }
+    assert year["worse model"][2] == before
+    assert "below the minimum" in " ".join(summary["reasons"])
+
+
+def test_a_new_class_is_judged_on_the_value_threshold_alone(year):
+    """The documented rule: the baseline predicts other classes, so it is not compared; the reason says so."""
+    before, summary = year["worse model"][2], assert_ok(year["new class"])
+    assert summary["class_names"] == ["0", "1", "2", "3"]
+    reasons = summary["reasons"]
+    assert "baseline not comparable: classes differ (new 3): judged on the value threshold alone" in reasons
+    assert summary["blessed"] is (summary["test_accuracy"] >= 0.75)
+    if summary["blessed"]:
+        new = before["versions"][-1] + 1
+        assert year["new class"][2] == {"versions": [*before["versions"], new], "default": new}
+        with open(os.path.join(summary["registry"]["uri"], "export.json")) as handle:
+            assert json.load(handle)["class_names"] == ["0", "1", "2", "3"]
+    else:
+        assert year["new class"][2] == before
+
+
+def test_an_emptied_source_is_a_one_line_error_and_the_registry_is_unchanged(year):
+    result, summary, registry = year["emptied"]
+    assert result.returncode == 2 and summary is None
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "photos" in lines[-1], lines[-5:]
+    assert "Traceback" not in result.stderr
+    assert registry == year["new class"][2]
