@@ -321,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("min_accuracy", "max_accuracy_drop", "max_bad_fraction", "validation_fraction", "test_fraction"):
         if getattr(args, name) is not None:
             check_fraction(f"--{name.replace('_', '-')}", getattr(args, name))
+    held_out = [0.1 if value is None else value for value in (args.validation_fraction, args.test_fraction)]
+    if sum(held_out) >= 1.0:
+        raise UsageError("--validation-fraction plus --test-fraction must leave some images for training (< 1)")
     if args.baseline_model is not None:  # checked before anything is written, as evaluate will check it
         args.baseline_model = os.path.abspath(baseline_path(args.baseline_model))
     optional = {

@@ -157,7 +157,9 @@ def build_pipeline(
                 )
                 registered.set_display_name(
                     "register in the Model Registry" if registry == "vertex" else "register in the model folder"
-                ).set_caching_options(enable_caching=False)  # each blessed run decides against the model in service
+                ).set_caching_options(enable_caching=False)
+                # (off in pipeline.yaml; with the job's caching forced on, pipeline_run, the run's name, still keeps
+                # each run's decision its own)
         with dsl.Else(name="not-blessed"):
             skipped = not_blessed_op(evaluation=evaluated.outputs["evaluation"]).set_display_name("not blessed")
         results = {

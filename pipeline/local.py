@@ -32,8 +32,8 @@ class LocalRunConfig:
         cache: as Vertex AI's ``enable_caching=True``: every step's cache on (``<work_dir>/cache``). The fingerprint
             step and the baseline lookup still run each time (they take the run's id), so new or changed images
             convert and train again, and unchanged ones are cache hits down to the export.
-        registry: a folder registry (local or ``gs://``): each blessed export becomes its next numbered version and
-            the default one, and the default version is the baseline of the next run; "": no registry.
+        registry: a local folder registry: each blessed export becomes its next numbered version and the default
+            one, and the default version is the next run's baseline; "": no registry.
     """
 
     work_dir: str = DEFAULT_WORK_DIR
@@ -104,9 +104,7 @@ def run_local(config: LocalRunConfig) -> dict:
     work_dir = os.path.abspath(config.work_dir)
     demo = not config.source
     source = resolve_source(config)
-    registry = config.registry
-    if registry and "://" not in registry:
-        registry = os.path.abspath(registry)
+    registry = check_registry(config.registry) if config.registry else ""
     parameters = {
         "source": source,
         "image_size": config.image_size or (DEMO_IMAGE_SIZE if demo else 192),
@@ -198,6 +196,18 @@ def registry_outcome(registry: str, outputs) -> dict:
     if not decided:
         return {"action": "skipped", "reason": "not blessed", "registry": registry}
     return {**json.loads(decided), "registry": registry}
+
+
+def check_registry(registry: str) -> str:
+    """The folder registry as an absolute path, checked before anything runs (a one-line error for a file, a folder
+    that is not a registry, or a cloud path: the local run's evaluate reads the baseline from this machine)."""
+    from components.cli import UsageError
+    from components.register.core import FolderRegistry
+
+    if "://" in registry:
+        raise UsageError(f"--registry {registry}: a local run keeps its registry in a local folder; pass a path")
+    FolderRegistry(registry).default()
+    return os.path.abspath(registry)
 
 
 def resolve_source(config: LocalRunConfig) -> str:

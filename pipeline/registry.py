@@ -132,11 +132,14 @@ def register_version(
         print(f"{same}: not registered again")
         return decision("skipped", reason=same, baseline=baseline)
     root = model_root or default_model_root(export_uri, display_name)
-    version = FolderRegistry(root).push(export_uri, {"display_name": display_name, "pipeline_run": pipeline_run})
+    registry = FolderRegistry(root)
+    record = {"display_name": display_name, "pipeline_run": pipeline_run}
+    version = registry.push(export_uri, record, make_default=settings is None)
     if settings is None:
         print(f"registered {export_uri} as version {version.number} of {root}")
         return decision("registered", version=version.number, uri=version.uri)
     result = register_blessed(settings, version.uri, display_name, pipeline_run)
+    registry.set_default(version.number)  # once the Model Registry serves it: the two agree on the default
     return decision("registered", version=result["version_id"], model=result["name"], uri=version.uri,
                     stored_as=version.number)  # fmt: skip
 

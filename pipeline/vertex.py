@@ -37,7 +37,7 @@ ENVIRONMENT = {
     "anonymous": (f"{ENV_PREFIX}ANONYMOUS",),  # 1 / true: send no credentials (a local endpoint)
 }
 CONFIG_ENV = f"{ENV_PREFIX}CONFIG"
-# states a run stays in until someone acts: --wait stops there (PAUSED waits for a resume from the console)
+# the states --wait stops at: the run ended, or (PAUSED) it waits for someone to resume it in the console
 TERMINAL_STATES = {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED",
                    "PIPELINE_STATE_PAUSED"}  # fmt: skip
 LABEL_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -470,22 +470,33 @@ def check_cron(cron: str) -> None:
         )
 
 
+def check_schedule_limits(cron: str, max_concurrent_runs: int | None, max_runs: int | None) -> None:
+    """One-line errors for a wrong cron (when given) or run limit (None: not given)."""
+    if cron:
+        check_cron(cron)
+    if max_concurrent_runs is not None and max_concurrent_runs < 1:
+        raise UsageError(f"--max-concurrent-runs {max_concurrent_runs} must be at least 1")
+    if max_runs is not None and max_runs < 1:
+        raise UsageError(f"--max-runs {max_runs} must be at least 1 (leave it out for no limit)")
+
+
 def create_schedule(
     settings: VertexSettings, cron: str, name: str, max_concurrent_runs: int = 1, max_runs: int | None = None
 ) -> dict:
     from google.cloud import aiplatform
 
-    check_cron(cron)
-    if max_concurrent_runs < 1:
-        raise UsageError(f"--max-concurrent-runs {max_concurrent_runs} must be at least 1")
-    if max_runs is not None and max_runs < 1:
-        raise UsageError(f"--max-runs {max_runs} must be at least 1 (leave it out for no limit)")
+    check_schedule_limits(cron, max_concurrent_runs, max_runs)
     check_settings(settings)
     credentials = connect(settings)
     job = make_job(settings, credentials)
     display_name = name or f"{job_display_name(settings)}-retrain"  # the job is not created: it has no name to read
     schedule = aiplatform.PipelineJobSchedule(pipeline_job=job, display_name=display_name, credentials=credentials)
     existing = {s.resource_name for s in schedules_named(settings, display_name)}
+    if existing:
+        raise UsageError(
+            f"a schedule named {display_name!r} exists ({', '.join(sorted(existing))}): change it with python -m "
+            f"pipeline schedule update {display_name!r}, or pass another --name"
+        )
 
     def created_after_all():  # a schedule has no id of ours: a new one of this name is the one a 503 hid
         new = [s for s in schedules_named(settings, display_name) if s.resource_name not in existing]
@@ -534,12 +545,7 @@ def update_schedule(
     from google.cloud.aiplatform.compat.types import schedule as gca_schedule
     from google.protobuf import field_mask_pb2
 
-    if cron:
-        check_cron(cron)
-    if max_concurrent_runs is not None and max_concurrent_runs < 1:
-        raise UsageError(f"--max-concurrent-runs {max_concurrent_runs} must be at least 1")
-    if max_runs is not None and max_runs < 1:
-        raise UsageError(f"--max-runs {max_runs} must be at least 1")
+    check_schedule_limits(cron, max_concurrent_runs, max_runs)
     check_settings(settings)
     credentials = connect(settings)
     resource = resolve_schedule(settings, schedule)
@@ -548,10 +554,10 @@ def update_schedule(
     built = aiplatform.PipelineJobSchedule(
         pipeline_job=make_job(settings, credentials), display_name=current.display_name, credentials=credentials
     )._gca_resource.create_pipeline_job_request
-    if settings.service_account:
-        built.pipeline_job.service_account = settings.service_account
-    if settings.network:
-        built.pipeline_job.network = settings.network
+    # the identity and network the schedule runs with stay as they are unless given again
+    running = current._gca_resource.create_pipeline_job_request.pipeline_job
+    built.pipeline_job.service_account = settings.service_account or running.service_account
+    built.pipeline_job.network = settings.network or running.network
     update = gca_schedule.Schedule(name=resource, create_pipeline_job_request=built)
     paths = ["create_pipeline_job_request"]
     for path, value in (("cron", cron), ("max_concurrent_run_count", max_concurrent_runs),

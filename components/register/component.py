@@ -7,10 +7,11 @@ evaluate to compare against) and ``register`` (the blessed export as a new versi
   Cloud Pipeline Components' own steps have them);
 - in a folder (``run-local --registry DIR``): the numbered folders and their ``default`` pointer alone.
 
-The logic is in ``pipeline/registry.py`` (whose command-line twin is ``python -m pipeline register``); these are
-thin wrappers. Both lookups take ``run_id`` (the run's own id, which the orchestrator fills in) so that they are
-never a cache hit, whatever the job's caching setting: the model in service changes between runs, not their other
-inputs. The placeholders stay out of the folder flavour's source: ``kfp.local`` would try to resolve them there.
+The logic is in ``pipeline/registry.py``; these are thin wrappers. (``python -m pipeline register`` uploads a
+SavedModel folder by hand, as it is: no copy, no baseline check.) Both lookups take ``run_id`` (the run's own id,
+which the orchestrator fills in) so that they are never a cache hit, whatever the job's caching setting: the model
+in service changes between runs, not their other inputs. The placeholders stay out of the folder flavour's source:
+``kfp.local`` would try to resolve them there.
 """
 
 from kfp import dsl

@@ -2,7 +2,8 @@
 
 Each blessed export is copied whole to ``<root>/<N>/`` (``saved_model/``, the TFLite files, ``export.json``) with a
 ``version.json`` written last, and ``<root>/default`` names the version in service. A copy without ``version.json``
-was interrupted and is ignored. This is TFX's Pusher with a filesystem destination:
+was interrupted and is ignored (TFX's Pusher does the same with a filesystem destination, with the SavedModel itself
+at ``<N>/``; here it is at ``<N>/saved_model/``, beside the TFLite files):
 
 - ``run-local --registry DIR`` uses it alone: the default version is the next run's baseline;
 - the cloud DAG copies into it (``model_root``) before uploading to the Vertex AI Model Registry, so the version in
@@ -36,10 +37,6 @@ class Version:
     uri: str  # the export folder: saved_model/ and export.json inside
     record: dict
 
-    @property
-    def saved_model_uri(self) -> str:
-        return f"{self.uri}/{SAVED_MODEL_DIR}"
-
 
 class FolderRegistry:
     """Numbered versions under ``root`` (a local folder or ``gs://bucket/prefix``) and a ``default`` pointer."""
@@ -50,8 +47,16 @@ class FolderRegistry:
         self.root = root.rstrip("/") if "://" in root else os.path.abspath(root)
 
     def _numbers(self, complete_only: bool) -> list[int]:
+        """The numbered folders (only those with their ``version.json`` when ``complete_only``)."""
         from apache_beam.io.filesystems import FileSystems
 
+        if "://" not in self.root:  # folders, empty ones included (a claimed number)
+            names = os.listdir(self.root) if os.path.isdir(self.root) else []
+            return sorted(
+                int(name)
+                for name in names
+                if name.isdigit() and (not complete_only or os.path.isfile(os.path.join(self.root, name, VERSION_FILE)))
+            )
         (result,) = FileSystems.match([f"{self.root}/*/{VERSION_FILE}" if complete_only else f"{self.root}/**"])
         numbers = set()
         for metadata in result.metadata_list:
@@ -69,24 +74,53 @@ class FolderRegistry:
         return Version(number, uri, read_json(f"{uri}/{VERSION_FILE}"))
 
     def default(self) -> Version | None:
-        """The version in service; None before the first push."""
+        """The version in service; None before the first push. A one-line error when ``root`` is not a registry
+        (a file, or a ``default`` that names no complete version)."""
+        if "://" not in self.root and os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise UsageError(f"model registry {self.root} is a file: pass a folder (it may not exist yet)")
         pointer = f"{self.root}/{DEFAULT_FILE}"
         if not exists(pointer):
             return None
-        return self.version(int(read_json(pointer)["version"]))
+        try:
+            number = int(read_json(pointer)["version"])
+            return self.version(number)
+        except (ValueError, KeyError, TypeError, OSError):
+            raise UsageError(
+                f"model registry {self.root} is not one this pipeline keeps: its {DEFAULT_FILE} does not name a "
+                f"complete version <N>/{VERSION_FILE}; pass another folder"
+            ) from None
 
-    def push(self, export_uri: str, record: dict) -> Version:
-        """Copies the export at ``export_uri`` to the next number and makes it the default version."""
-        taken = self._numbers(complete_only=False)  # unfinished copies keep their number: never write into one
-        number = (taken[-1] if taken else 0) + 1
+    def push(self, export_uri: str, record: dict, make_default: bool = True) -> Version:
+        """Copies the export at ``export_uri`` to the next number; makes it the default version unless told not to
+        (the cloud DAG does so once the Model Registry has it)."""
+        number = self._claim()
         uri = f"{self.root}/{number}"
         copied = copy_tree(export_uri, uri)
         version_record = {"version": number, "source": export_uri, "files": copied, "created": _now(), **record}
         write_json(f"{uri}/{VERSION_FILE}", version_record)
-        write_json(f"{self.root}/{DEFAULT_FILE}", {"version": number})
-        log.info("model registry %s: version %d (%d files from %s) is the default", self.root, number, copied,
-                 export_uri)  # fmt: skip
+        if make_default:
+            self.set_default(number)
+        log.info("model registry %s: version %d (%d files from %s)", self.root, number, copied, export_uri)
         return Version(number, uri, version_record)
+
+    def set_default(self, number: int) -> None:
+        write_json(f"{self.root}/{DEFAULT_FILE}", {"version": number})
+
+    def _claim(self) -> int:
+        """The next free number. Locally the folder is made atomically, so runs that overlap never share one; on
+        Cloud Storage two overlapping pushes could pick the same number (runs of one schedule do not overlap with
+        ``--max-concurrent-runs 1``, the default)."""
+        taken = self._numbers(complete_only=False)  # unfinished copies keep their number: never write into one
+        number = (taken[-1] if taken else 0) + 1
+        if "://" in self.root:
+            return number
+        os.makedirs(self.root, exist_ok=True)
+        while True:
+            try:
+                os.mkdir(os.path.join(self.root, str(number)))
+                return number
+            except FileExistsError:
+                number += 1
 
 
 def _now() -> str:
@@ -100,7 +134,8 @@ def copy_tree(source: str, destination: str) -> int:
 
     source = source.rstrip("/")
     (result,) = FileSystems.match([f"{source}/**"])
-    paths = sorted(m.path for m in result.metadata_list)
+    # (folder placeholder objects, "dir/", which the /gcs/ mount may leave, would copy their whole subtree again)
+    paths = sorted(m.path for m in result.metadata_list if not m.path.endswith("/"))
     if not paths:
         raise UsageError(f"export {source} holds no files: pass the export step's output")
     targets = [f"{destination}/{path[len(source) + 1 :]}" for path in paths]

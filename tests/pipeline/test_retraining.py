@@ -16,12 +16,12 @@ import pytest
 from tests.conftest import run_cli
 
 PER_CLASS = 30
-COMMON = ["--image-size", "16", "--epochs", "12", "--cache", "--test-fraction", "0.3", "--max-accuracy-drop", "0.15",
-          "--max-bad-fraction", "0.2"]  # fmt: skip
+COMMON = ["--image-size", "16", "--epochs", "12", "--batch-size", "8", "--cache", "--test-fraction", "0.3",
+          "--max-accuracy-drop", "0.15", "--max-bad-fraction", "0.2"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def year(tmp_path_factory):
+def year(tmp_path_factory) -> dict:
     """Runs the six runs in order; returns {run name: (CompletedProcess, summary or None, registry state)}."""
     from components.demo_data import write_digits
 
@@ -116,9 +116,26 @@ def test_new_images_are_converted_and_trained_on_and_bad_files_quarantined(year)
 
 
 def test_a_worse_model_is_not_blessed_leaves_the_registry_and_the_run_is_green(year):
+    """The gate's other branch (dsl.Else) under kfp.local: export and register never run, the not-blessed step says
+    why, and the run succeeds."""
     before, summary = year["new images"][2], assert_ok(year["worse model"])
+    result = year["worse model"][0]
     assert summary["steps"]["convert"] == "cached" and summary["steps"]["train"] == "ran"
     assert summary["blessed"] is False and summary["export_json"] is None
+    assert summary["formats"] == {} and summary["saved_model_dir"] is None
+    run_dir = os.path.dirname(os.path.dirname(os.path.dirname(summary["metrics_json"])))
+    assert sorted(os.listdir(run_dir)) == [
+        "evaluate",
+        "find-baseline-in-folder",
+        "fingerprint",
+        "not-blessed",
+        "train",
+    ]  # fmt: skip (convert was a cache hit: its output is the earlier run's)
+    assert "below the baseline's" in " ".join(summary["reasons"])
+    with open(summary["metrics_json"]) as handle:
+        assert json.load(handle)["blessing"]["baseline"] == summary["baseline"]
+    assert "NOT blessed: accuracy" in result.stderr + result.stdout
+    assert "not blessed, so no export" in result.stdout and "blessed        NO: " in result.stdout
     assert summary["registry"] == {
         "action": "skipped",
         "reason": "not blessed",
@@ -151,3 +168,22 @@ def test_an_emptied_source_is_a_one_line_error_and_the_registry_is_unchanged(yea
     assert lines[-1].startswith("error: ") and "photos" in lines[-1], lines[-5:]
     assert "Traceback" not in result.stderr
     assert registry == year["new class"][2]
+
+
+@pytest.mark.parametrize(
+    "registry, message",
+    [
+        ("file", "model registry {path} is a file: pass a folder (it may not exist yet)"),
+        ("gs://b/models", "--registry gs://b/models: a local run keeps its registry in a local folder; pass a path"),
+    ],
+)
+def test_a_registry_that_cannot_be_used_is_one_line_exit_2_before_anything_runs(tmp_path, image_folder, registry,
+                                                                                 message):  # fmt: skip
+    path = tmp_path / registry if registry == "file" else registry
+    if registry == "file":
+        path.write_text("not a registry")
+    work = tmp_path / "work"
+    args = ["--work-dir", str(work), "--source", image_folder, "--registry", str(path)]
+    result = run_cli("pipeline", "run-local", *args)
+    assert result.returncode == 2 and result.stderr.strip() == "error: " + message.format(path=path)
+    assert not (work / "artifacts").exists()

@@ -158,6 +158,14 @@ def test_schedule_create_without_a_name_takes_the_pipelines_name(vertex, capsys)
     assert vertex.bodies("POST", "/schedules")[1]["displayName"] == "flowers-retrain"
 
 
+def test_schedule_create_refuses_a_name_that_exists(vertex):
+    assert main(["schedule", "create", *vertex.job_args, "--cron", "0 3 * * 1", "--name", "weekly"]) == 0
+    with pytest.raises(UsageError, match=r"a schedule named 'weekly' exists .*: change it with python -m pipeline "
+                       r"schedule update 'weekly', or pass another --name"):  # fmt: skip
+        main(["schedule", "create", *vertex.job_args, "--cron", "0 4 * * 1", "--name", "weekly"])
+    assert len(vertex.schedules) == 1
+
+
 def test_wait_stops_on_a_paused_run_with_one_line(vertex, capsys):
     vertex.final_state = "PIPELINE_STATE_PAUSED"
     assert main(["submit", *vertex.job_args, "--wait", "--poll-interval", "0"]) == 1
@@ -196,7 +204,9 @@ def test_a_503_after_the_schedule_was_created_does_not_create_it_twice(vertex):
 def test_schedule_update_brings_a_recompiled_pipeline_to_an_existing_schedule(vertex, tmp_path, capsys):
     """A schedule holds the spec it was created with; update sends the template as it is now (here a copy with a
     changed default), with new parameters, and a new cron when given."""
-    assert main(["schedule", "create", *vertex.job_args, "--cron", "0 3 * * 1", "--name", "weekly"]) == 0
+    account = "sa@demo-project.iam.gserviceaccount.com"
+    create = ["schedule", "create", *vertex.job_args, "--cron", "0 3 * * 1", "--name", "weekly"]
+    assert main([*create, "--service-account", account]) == 0
     (name,) = vertex.schedules
     recompiled = compiled()
     recompiled["root"]["inputDefinitions"]["parameters"]["epochs"]["defaultValue"] = 7.0
@@ -211,6 +221,7 @@ def test_schedule_update_brings_a_recompiled_pipeline_to_an_existing_schedule(ve
     assert job["pipelineSpec"] == recompiled and job["pipelineSpec"] != compiled()
     assert job["runtimeConfig"]["parameterValues"] == {"source": SOURCE, "image_size": 224}
     assert schedule["cron"] == "0 5 * * *" and schedule["displayName"] == "weekly" and schedule["state"] == "ACTIVE"
+    assert job["serviceAccount"] == account  # kept: not given again
     assert f"updated {name} (weekly): create_pipeline_job_request, cron" in capsys.readouterr().out
     with pytest.raises(UsageError, match="no schedule named 'daily'"):
         main(["schedule", "update", *args, "daily"])
