@@ -12,6 +12,17 @@ class UsageError(ValueError):
 
 
 USAGE_EXIT_CODE = 2
+# set by run-local: a step that dies of an exception appends {"error", "usage"} as a JSON line to this file, so that
+# the run can end on the step's own reason instead of the orchestrator's traceback
+STEP_FAILURE_ENV = "TPU_PIPELINE_STEP_FAILURES"
+
+
+class StepFailedError(RuntimeError):
+    """A pipeline step failed: one line on stderr, exit code 2 when it was a usage error, else 1."""
+
+    def __init__(self, message: str, usage: bool = False):
+        super().__init__(message)
+        self.exit_code = USAGE_EXIT_CODE if usage else 1
 
 
 def one_line(err: BaseException, with_type: bool = False) -> str:
@@ -34,6 +45,29 @@ def configure_logging(verbose: bool = False) -> None:
     # Beam's local job service relays every worker's INFO lines: keep the user's view to our progress lines
     for noisy in ("apache_beam", "absl", "tensorflow"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+    record_step_failures()
+
+
+def record_step_failures() -> None:
+    """Under run-local (``STEP_FAILURE_ENV`` set), an uncaught exception also leaves its one line in that file."""
+    import os
+
+    path = os.environ.get(STEP_FAILURE_ENV)
+    if not path or getattr(sys.excepthook, "records_step_failures", False):
+        return
+    original = sys.excepthook
+
+    def hook(kind, err, trace):
+        import json
+
+        try:
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"error": one_line(err), "usage": isinstance(err, UsageError)}) + "\n")
+        finally:
+            original(kind, err, trace)
+
+    hook.records_step_failures = True
+    sys.excepthook = hook
 
 
 def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> None:
@@ -43,6 +77,9 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         code = USAGE_EXIT_CODE
+    except StepFailedError as err:
+        print(f"error: {err}", file=sys.stderr)
+        code = err.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         code = 130

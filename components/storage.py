@@ -17,6 +17,9 @@ def write_atomically(path: str, payload: bytes) -> None:
         os.makedirs(parent, exist_ok=True)
     with FileSystems.create(temporary) as handle:
         handle.write(payload)
+    if "://" not in path:  # one atomic step: a reader sees the old file or the new one, never none
+        os.replace(temporary, path)
+        return
     if FileSystems.exists(path):
         FileSystems.delete([path])
     FileSystems.rename([temporary], [path])

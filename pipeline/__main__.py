@@ -4,14 +4,18 @@ schedule it to retrain."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
 from components.cli import UsageError, configure_logging, run_main
+from components.models import MODELS
 from components.train.core import LR_SCHEDULES
 from components.train.placement import BACKENDS, PRECISIONS
 from pipeline.accelerators import ACCELERATORS, DEFAULT_ACCELERATOR
 from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, Images
+
+log = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(TPU_PIPELINE_PROJECT, TPU_PIPELINE_REGION, ...) over a YAML config file (--config) over defaults.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     compile_cmd = commands.add_parser("compile", help="compile the DAG to pipeline.yaml (KFP v2 IR)")
@@ -49,18 +54,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="demo data, step artifacts and summary.json (default %(default)s)",
     )
     local_cmd.add_argument(
-        "--source", default="", help="an image folder <root>/<class>/*.jpg or a CSV manifest (default: the demo)"
+        "--source",
+        default="",
+        help="an image folder <root>/<class>/*.jpg, a CSV manifest, a NumPy .npz (arrays x and y) or a glob of "
+        "TFRecords in the codelab schema, local or gs:// (default: the demo digits)",
     )
     local_cmd.add_argument(
         "--image-size",
         type=int,
-        default=0,
         help="square side of the converted images (default: 32 for the demo, 192 otherwise)",
     )
+    local_cmd.add_argument("--epochs", type=int, help="training epochs (default: 15 for the demo, 20 otherwise)")
     local_cmd.add_argument(
-        "--epochs", type=int, default=0, help="training epochs (default: 15 for the demo, 20 otherwise)"
+        "--model", dest="model_name", choices=sorted(MODELS), help="the architecture (default codelab_convnet)"
     )
-    local_cmd.add_argument("--model", dest="model_name", help="model name (default codelab_convnet)")
     local_cmd.add_argument(
         "--batch-size", dest="per_replica_batch_size", type=int, help="per-replica batch size (default 32)"
     )
@@ -97,7 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
     local_cmd.add_argument(
         "--demo-per-class",
         type=int,
-        default=0,
         help="write at most this many demo images per class, for a quick check (default: all)",
     )
     local_cmd.add_argument(
@@ -217,7 +223,40 @@ def build_parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="also start the runs missed while it was paused (default: resume from the next cron time)",
             )
+    for sub in subcommands(parser).values():  # -v after the subcommand too (only when given: never undoes a first -v)
+        if "-v" not in sub._option_string_actions:
+            sub.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging")
     return parser
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tpu-image-pipeline")
+    except PackageNotFoundError:  # run from a checkout that was not installed
+        return "unknown"
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Every (sub)command's parser by its name path, "run-local" or "schedule create"."""
+    found = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[name] = sub
+                found.update({f"{name} {inner}": p for inner, p in subcommands(sub).items()})
+    return found
+
+
+def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.ArgumentParser]:
+    """The arguments, and the parser of the (sub)command they chose: an unknown flag gets that command's usage."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    chosen = subcommands(parser)[" ".join(filter(None, (args.command, getattr(args, "action", None))))]
+    if unknown:
+        chosen.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args, chosen
 
 
 def add_vertex_options(parser: argparse.ArgumentParser, for_jobs: bool = True) -> None:
@@ -299,7 +338,7 @@ def run_vertex(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, chosen = parse(argv)
     configure_logging(args.verbose)
     if args.command in ("submit", "schedule", "register"):
         return run_vertex(args)
@@ -308,14 +347,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "compile":
         from pipeline.compile import compile_pipeline
 
+        if args.registry == DEFAULT_REGISTRY:
+            log.warning(
+                "the step images are named in the placeholder registry %s: pass --registry (your Artifact Registry "
+                "repository, where make images PUSH=1 pushed them) before submitting this pipeline", DEFAULT_REGISTRY
+            )  # fmt: skip
         path = compile_pipeline(args.output, Images(registry=args.registry, tag=args.tag), args.accelerator)
         print(f"compiled the pipeline for {args.accelerator} to {path}")
         return 0
     from pipeline.local import SUMMARY_FILE, LocalRunConfig, format_summary, run_local
 
-    for name in ("image_size", "epochs", "demo_per_class"):
-        if getattr(args, name) < 0:
-            raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)} must not be negative")
+    for name, least in (("image_size", 8), ("epochs", 1), ("demo_per_class", 1)):  # never 0 for "the default"
+        if getattr(args, name) is not None and getattr(args, name) < least:
+            raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)} is too small: use {least} or more, "
+                             "or leave it out for the default")  # fmt: skip
+    from components.convert.core import check_beam_args
+
+    check_beam_args(args.beam_args, list(chosen._option_string_actions))
     from components.evaluate.core import baseline_path, check_fraction
 
     for name in ("min_accuracy", "max_accuracy_drop", "max_bad_fraction", "validation_fraction", "test_fraction"):

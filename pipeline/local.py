@@ -24,9 +24,9 @@ class LocalRunConfig:
         work_dir: holds ``data/`` (the demo images), ``artifacts/`` (every step's outputs) and ``summary.json``.
         source: an image folder, a CSV manifest, a NumPy .npz or a TFRecord glob; empty runs the demo
             (scikit-learn's digits written as JPEGs under ``work_dir``).
-        image_size: 0 picks 32 for the demo and 192 (the codelab's size) for a user's folder.
-        epochs: 0 picks 15 for the demo and the pipeline's default otherwise.
-        demo_per_class: write at most this many demo images per class (0: all 1,797); for quick checks.
+        image_size: None picks 32 for the demo and 192 (the codelab's size) for a user's folder.
+        epochs: None picks 15 for the demo and the pipeline's default otherwise.
+        demo_per_class: write at most this many demo images per class (None: all 1,797); for quick checks.
         beam_args: Beam pipeline options for the convert step.
         parameters: any other pipeline parameters (``model_name``, ``per_replica_batch_size``, ...).
         cache: as Vertex AI's ``enable_caching=True``: every step's cache on (``<work_dir>/cache``). The fingerprint
@@ -38,9 +38,9 @@ class LocalRunConfig:
 
     work_dir: str = DEFAULT_WORK_DIR
     source: str = ""
-    image_size: int = 0
-    epochs: int = 0
-    demo_per_class: int = 0
+    image_size: int | None = None
+    epochs: int | None = None
+    demo_per_class: int | None = None
     beam_args: tuple[str, ...] = ()
     parameters: dict = field(default_factory=dict)
     cache: bool = False
@@ -92,10 +92,10 @@ def run_local(config: LocalRunConfig) -> dict:
     """Runs the DAG under ``kfp.local`` and writes ``<work_dir>/summary.json``; returns the summary."""
     import uuid
 
-    import yaml
-    from kfp import components, local
+    from kfp import local
 
     from components.artifacts.model import load_model_config
+    from components.cli import StepFailedError
     from components.schema import read_stats
     from components.storage import read_json, write_json
     from pipeline.dag import PIPELINE_NAME
@@ -108,7 +108,7 @@ def run_local(config: LocalRunConfig) -> dict:
     parameters = {
         "source": source,
         "image_size": config.image_size or (DEMO_IMAGE_SIZE if demo else 192),
-        **({"epochs": config.epochs or DEMO_EPOCHS} if demo or config.epochs else {}),
+        **({"epochs": config.epochs or DEMO_EPOCHS} if demo or config.epochs else {}),  # (None: the default)
         **({"beam_args": list(config.beam_args)} if config.beam_args else {}),
         **({"model_root": registry} if registry else {}),
         **config.parameters,
@@ -129,8 +129,15 @@ def run_local(config: LocalRunConfig) -> dict:
     spec = local_pipeline_spec(bool(registry), config.cache, run_name, run_id)
     log.info("running %s under kfp.local (SubprocessRunner) with %s", PIPELINE_NAME, parameters)
     earlier_runs = set(os.listdir(pipeline_root))
-    run = components.load_component_from_text(yaml.safe_dump(spec))(**parameters)
-    outputs = run.outputs
+    summary_path = os.path.join(work_dir, SUMMARY_FILE)
+    if os.path.exists(summary_path):  # never left looking current after a failure
+        os.remove(summary_path)
+    try:
+        outputs = run_dag(spec, parameters, os.path.join(work_dir, ".step-failures.jsonl"))
+    except StepFailedError as err:
+        write_json(summary_path, {"pipeline": PIPELINE_NAME, "run_id": run_id, "status": "failed",
+                                  "error": str(err), "source": source, "parameters": parameters})  # fmt: skip
+        raise
     this_run = sorted(set(os.listdir(pipeline_root)) - earlier_runs)
     run_dir = os.path.join(pipeline_root, this_run[-1]) if this_run else ""
     examples_dir = outputs["examples"].path
@@ -148,6 +155,7 @@ def run_local(config: LocalRunConfig) -> dict:
     summary = {
         "pipeline": PIPELINE_NAME,
         "run_id": run_id,
+        "status": "succeeded",
         "source": source,
         "parameters": parameters,
         "counts": stats["counts"],
@@ -182,8 +190,44 @@ def run_local(config: LocalRunConfig) -> dict:
         "pipeline_root": pipeline_root,
         "wall_seconds": round(time.monotonic() - started, 1),
     }
-    write_json(os.path.join(work_dir, SUMMARY_FILE), summary)
+    write_json(summary_path, summary)
     return summary
+
+
+def run_dag(spec: dict, parameters: dict, failures: str):
+    """Runs the compiled DAG under kfp.local; returns its outputs. A failed step raises ``StepFailedError`` with the
+    step's name and its own one-line error (which the step leaves in ``failures``), not kfp.local's traceback."""
+    import json
+    import re
+
+    import yaml
+    from kfp import components
+
+    from components.cli import STEP_FAILURE_ENV, StepFailedError
+
+    os.makedirs(os.path.dirname(failures), exist_ok=True)
+    if os.path.exists(failures):
+        os.remove(failures)
+    previous = os.environ.get(STEP_FAILURE_ENV)
+    os.environ[STEP_FAILURE_ENV] = failures  # the steps are subprocesses: they inherit it
+    try:
+        return components.load_component_from_text(yaml.safe_dump(spec))(**parameters).outputs
+    except RuntimeError as err:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(err))
+        failed = re.search(r"Inner task failed: '([^']+)'", text)
+        if failed is None:
+            raise
+        records = []
+        if os.path.exists(failures):
+            with open(failures, encoding="utf-8") as handle:
+                records = [json.loads(line) for line in handle if line.strip()]
+        last = records[-1] if records else {"error": "see its log above", "usage": False}
+        raise StepFailedError(f"step {failed.group(1)} failed: {last['error']}", usage=last["usage"]) from None
+    finally:
+        if previous is None:
+            os.environ.pop(STEP_FAILURE_ENV, None)
+        else:
+            os.environ[STEP_FAILURE_ENV] = previous
 
 
 def registry_outcome(registry: str, outputs) -> dict:
@@ -218,7 +262,7 @@ def resolve_source(config: LocalRunConfig) -> str:
 
     if not config.source:
         source = os.path.join(os.path.abspath(config.work_dir), "data", "digits")
-        write_digits(source, per_class_limit=config.demo_per_class or None)
+        write_digits(source, per_class_limit=config.demo_per_class)
         return source
     source = os.path.abspath(config.source) if "://" not in config.source else config.source
     source_fingerprint(source)

@@ -30,6 +30,8 @@ def locate_export(model: str) -> tuple[str, list[str]]:
     SavedModel dir, or a TFLite file of the export."""
     if model.endswith(".tflite") and os.path.isfile(model):
         return model, _class_names(os.path.join(os.path.dirname(os.path.abspath(model)), EXPORT_FILE))
+    if not os.path.exists(model):
+        raise UsageError(f"model {model} does not exist: pass the export step's output (or its saved_model/)")
     found = find_saved_model(model)
     if found is not None:
         saved_model, report = found

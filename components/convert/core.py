@@ -91,6 +91,31 @@ class ConvertConfig:
             raise UsageError(f"--threads {self.threads} is negative: use 0 (one per core) or a positive count")
         if self.max_pixels < 1:
             raise UsageError(f"--max-pixels {self.max_pixels} must be positive")
+        check_beam_args(self.pipeline_args, [f"--{f.replace('_', '-')}" for f in self.__dataclass_fields__])
+
+
+def check_beam_args(args: Sequence[str], own_flags: Sequence[str] = ()) -> None:
+    """Options are passed to Beam only when some Beam pipeline option (of any runner) takes them: Beam itself would
+    only log "Unparseable argument" and go on with its defaults, so a mistyped flag of ours would be silently lost.
+    A one-line error names the first unknown one and the closest known option, ours (``own_flags``) or Beam's."""
+    import difflib
+
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for option_class in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
+        option_class._add_argparse_args(parser)
+    _, unknown = parser.parse_known_args(list(args))
+    for arg in unknown:
+        if not arg.startswith("-"):
+            continue
+        name = arg.split("=", 1)[0]
+        if name in own_flags:
+            raise UsageError(f"{name} is not a Beam pipeline option: pass it as an option of its own, not to Beam")
+        known = [*own_flags, *(option for action in parser._actions for option in action.option_strings)]
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f", did you mean {close[0]}?" if close else ": see --help, and Beam's pipeline options"
+        raise UsageError(f"unknown option {name}{hint}")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,112 @@
+"""The mistakes users make on the command line get one line (or the command's own usage) and exit 2, before any
+work starts and without writing anything. In-process: the CLI's own ``main``."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.cli import UsageError
+from pipeline.__main__ import main
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--epochs", "0", "--epochs 0 is too small: use 1 or more, or leave it out for the default"),
+        ("--image-size", "0", "--image-size 0 is too small: use 8 or more, or leave it out for the default"),
+        ("--demo-per-class", "0", "--demo-per-class 0 is too small: use 1 or more"),
+    ],
+)
+def test_zero_is_refused_not_taken_for_the_default(tmp_path, flag, value, message):
+    with pytest.raises(UsageError, match=message):
+        main(["run-local", "--work-dir", str(tmp_path / "work"), flag, value])
+    assert not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize(
+    "beam_arg, message",
+    [
+        ("--image-size=32", "--image-size is not a Beam pipeline option: pass it as an option of its own"),
+        ("--direct_num_wrkers=2", "unknown option --direct_num_wrkers, did you mean --direct_num_workers?"),
+    ],
+)
+def test_run_local_passes_only_beam_options_to_beam(tmp_path, beam_arg, message):
+    with pytest.raises(UsageError, match=message):
+        main(["run-local", "--work-dir", str(tmp_path / "work"), f"--beam-arg={beam_arg}"])
+    assert not (tmp_path / "work").exists()
+
+
+def test_convert_refuses_a_mistyped_flag_instead_of_converting_at_the_default(tmp_path, image_folder):
+    from components.convert.__main__ import main as convert
+
+    with pytest.raises(UsageError, match="unknown option --image-sise, did you mean --image-size"):
+        convert(["--source", image_folder, "--output", str(tmp_path / "out"), "--image-sise", "32"])
+    assert not (tmp_path / "out").exists()
+    # Beam's own options still pass (here the direct runner's)
+    assert convert(["--source", image_folder, "--output", str(tmp_path / "ok"), "--image-size", "8",
+                    "--direct_num_workers=1", "--direct_running_mode=in_memory"]) == 0  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv, usage",
+    [
+        (["run-local", "--bogus"], "python -m pipeline run-local"),
+        (["schedule", "create", "--cron", "0 3 * * 1", "--bogus"], "python -m pipeline schedule create"),
+    ],
+)
+def test_an_unknown_flag_gets_its_subcommands_usage(capsys, argv, usage):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: {usage} ")
+    assert err.strip().endswith(f"{usage}: error: unrecognized arguments: --bogus")
+
+
+def test_version_and_verbose_after_the_subcommand(tmp_path, capsys, caplog):
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out.startswith("python -m pipeline 0.")
+    assert main(["compile", "--output", str(tmp_path / "p.yaml"), "-v"]) == 0  # -v after the subcommand
+    # the placeholder registry is named, with how to choose the real one
+    assert any("placeholder registry" in r.getMessage() and "--registry" in r.getMessage() for r in caplog.records)
+
+
+def test_run_local_help_lists_every_source_form_and_model(capsys):
+    with pytest.raises(SystemExit):
+        main(["run-local", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert ".npz" in out and "TFRecords" in out and "CSV manifest" in out
+    from components.models import MODELS
+
+    assert "{" + ",".join(sorted(MODELS)) + "}" in out
+
+
+def test_predict_names_a_model_that_does_not_exist(tmp_path):
+    with pytest.raises(UsageError, match=f"model {tmp_path}/nothing does not exist"):
+        main(["predict", "--model", str(tmp_path / "nothing"), "x.jpg"])
+
+
+def test_a_failed_step_ends_the_run_on_its_own_reason_and_marks_the_summary(tmp_path, image_folder):
+    """A step that fails (here convert: a file that is not an image, and no bad file allowed) ends run-local with the
+    step's own one-line reason as the last line, exit 1, and a summary.json that says the run failed (the previous
+    run's summary does not stay looking current)."""
+    import json
+    import shutil
+
+    from tests.conftest import run_cli
+
+    source = tmp_path / "photos"
+    shutil.copytree(image_folder, source)
+    (source / "cat" / "broken.jpg").write_bytes(b"not a jpeg")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "summary.json").write_text('{"status": "succeeded", "test_accuracy": 0.99}')
+    result = run_cli("pipeline", "run-local", "--work-dir", str(work), "--source", str(source), "--image-size", "16",
+                     "--max-bad-fraction", "0")  # fmt: skip
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: step convert failed: 1 of ") and "--max-bad-fraction" in last
+    summary = json.loads((work / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"] == last[len("error: ") :]
+    assert "test_accuracy" not in summary
