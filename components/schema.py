@@ -109,3 +109,25 @@ def read_stats(examples_dir: str) -> dict:
     if not exists(path):
         raise UsageError(f"examples dir {examples_dir} has no {STATS_FILE}: run the convert step into it first")
     return read_json(path)
+
+
+# a class with fewer examples than this in a split is listed in stats.json, the run-local summary and the report
+SMALL_CLASS_EXAMPLES = 5
+
+
+def check_class_count(class_names, source: str) -> None:
+    """A classifier needs two classes: one class would train to "accuracy 1.0" and be blessed, saying nothing."""
+    from components.cli import UsageError
+
+    if len(class_names) < 2:
+        only = f"one class ({class_names[0]})" if class_names else "no class"
+        raise UsageError(f"data path {source} has {only}: a classifier needs at least 2 classes (one folder each)")
+
+
+def small_classes(per_class: dict) -> dict:
+    """{split: {class: count}} for the classes below ``SMALL_CLASS_EXAMPLES`` in a split (empty splits left out)."""
+    found = {
+        split: {name: count for name, count in counts.items() if count < SMALL_CLASS_EXAMPLES}
+        for split, counts in per_class.items()
+    }
+    return {split: names for split, names in found.items() if names}

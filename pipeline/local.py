@@ -161,6 +161,7 @@ def run_local(config: LocalRunConfig) -> dict:
         "counts": stats["counts"],
         "class_names": stats["class_names"],
         "quarantined": stats["quarantined"],
+        "small_classes": stats.get("small_classes", {}),
         "fingerprint": stats["fingerprint"],
         "steps": {
             step: "ran" if run_dir and path.startswith(run_dir + os.sep) else "cached"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from apache_beam.io.filesystems import FileSystems
 
 from components.cli import UsageError, one_line
-from components.schema import SPLITS, STATS_FILE
+from components.schema import SPLITS, STATS_FILE, check_class_count, small_classes
 from components.storage import write_atomically, write_json
 
 log = logging.getLogger(__name__)
@@ -210,6 +210,7 @@ def adopt(config, fingerprint_of, threads: int) -> dict:
                     f"{FIX}"
                 )
     class_names = [labels.get(i, str(i)) for i in range(num_classes)]
+    check_class_count(class_names, config.source)
     if config.classes and list(config.classes) != class_names:
         raise UsageError(
             f"TFRecord source {config.source} has classes {', '.join(class_names)}, not --classes "
@@ -244,6 +245,7 @@ def adopt(config, fingerprint_of, threads: int) -> dict:
         "num_classes": num_classes,
         "counts": counts,
         "per_class": per_class,
+        "small_classes": small_classes(per_class),
         "num_examples": sum(counts.values()),
         "quarantined": 0,
         "duplicates": len(duplicates),

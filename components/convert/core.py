@@ -27,7 +27,16 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from components.cli import UsageError, one_line
 from components.convert.adopt import adopt, is_tfrecord_source, match_tfrecords
 from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError
-from components.schema import SHARD_SUFFIX, SPLITS, STATS_FILE, read_stats, serialize_example
+from components.schema import (
+    SHARD_SUFFIX,
+    SMALL_CLASS_EXAMPLES,
+    SPLITS,
+    STATS_FILE,
+    check_class_count,
+    read_stats,
+    serialize_example,
+    small_classes,
+)
 from components.storage import write_atomically, write_json
 
 log = logging.getLogger(__name__)
@@ -370,6 +379,24 @@ def encode_image(content: bytes, image_size: int, jpeg_quality: int, max_pixels:
 LOCAL_RUNNER = "FnApiRunner"
 
 
+def check_output_is_empty(output_dir: str) -> None:
+    """The output must hold exactly what this conversion writes: a folder that already holds files (an earlier
+    conversion's shards, say) is refused in one line, before anything is read or written."""
+    from apache_beam.io.filesystems import FileSystems
+
+    if "://" not in output_dir:
+        if os.path.isfile(output_dir):
+            raise UsageError(f"--output {output_dir} is a file: pass a new or empty folder")
+        found = os.path.isdir(output_dir) and any(os.scandir(output_dir))
+    else:
+        found = bool(FileSystems.match([output_dir.rstrip("/") + "/**"], limits=[1])[0].metadata_list)
+    if found:
+        raise UsageError(
+            f"--output {output_dir} already holds files (an earlier conversion?): pass a new or empty folder, or "
+            "remove it first; its shards would otherwise mix with this conversion's"
+        )
+
+
 def default_pipeline_args(pipeline_args: Sequence[str]) -> list[str]:
     """Beam options as given, plus the local defaults unless set: the DirectRunner's in-process engine (Beam's
     ``FnApiRunner``) in one process, whose conversion threads use every core (``ConvertConfig.threads``).
@@ -395,9 +422,11 @@ def run(config: ConvertConfig) -> dict:
 
     A TFRecord source (``*.tfrec`` glob) is validated and used as it is instead (``components.convert.adopt``).
     """
+    check_output_is_empty(config.output_dir)
     if is_tfrecord_source(config.source):
         return adopt(config, fingerprint_of, conversion_threads(config))
     listing = list_source(config.source, config.classes)
+    check_class_count(listing.class_names, config.source)
     log.info(
         "found %d images in %d classes under %s: %s",
         len(listing.items),
@@ -473,6 +502,7 @@ def run(config: ConvertConfig) -> dict:
         stats["quarantined"],
         stats["duplicates"],
     )
+    warn_small_classes(stats)
     total = len(listing.items) + len(listing.rejected)
     bad_fraction = stats["quarantined"] / max(1, total)
     if bad_fraction > config.max_bad_fraction:
@@ -682,5 +712,15 @@ def summarize_counts(counts: Iterable[tuple[tuple[str, int], int]], class_names:
         "num_classes": len(class_names),
         "counts": per_split,
         "per_class": per_class,
+        "small_classes": small_classes(per_class),
         "num_examples": sum(per_split.values()),
     }
+
+
+def warn_small_classes(stats: dict) -> None:
+    for split, names in stats.get("small_classes", {}).items():
+        log.warning(
+            "few %s examples (under %d) for class %s: its %s figures will say little; add images or change the split "
+            "fractions", split, SMALL_CLASS_EXAMPLES, ", ".join(f"{name} ({count})" for name, count in names.items()),
+            split,
+        )  # fmt: skip

@@ -72,9 +72,13 @@ def bless(
     baseline_accuracy: float | None,
     max_accuracy_drop: float,
     not_comparable: str | None = None,
+    per_class: dict | None = None,
 ) -> dict:
     """The blessing: ``blessed`` and the ``reasons`` for it, one per threshold. ``not_comparable``: why a baseline
-    was given but cannot be compared (the value threshold alone decides, and the reason says so)."""
+    was given but cannot be compared (the value threshold alone decides, and the reason says so).
+
+    ``per_class`` (precision, recall, support by class): a model is never blessed while a class it should predict
+    has recall 0 on its test examples, or has no test example at all (then nothing shows it can predict it)."""
     reasons, blessed = [], True
     if accuracy < min_accuracy:
         blessed = False
@@ -94,6 +98,13 @@ def bless(
     else:
         reasons.append(f"accuracy {accuracy:.4f} is not worse than the baseline's {baseline_accuracy:.4f}"
                        + (f" by more than {max_accuracy_drop:.4f}" if max_accuracy_drop else ""))  # fmt: skip
+    for name, figures in (per_class or {}).items():
+        if figures["support"] == 0:
+            blessed = False
+            reasons.append(f"class {name} has no test example: nothing shows the model predicts it (add images)")
+        elif figures["recall"] == 0.0:
+            blessed = False
+            reasons.append(f"class {name}: recall 0 (none of its {figures['support']} test examples predicted right)")
     return {
         "blessed": blessed,
         "reasons": reasons,
@@ -201,8 +212,14 @@ def run(config: EvaluateConfig) -> dict:
         order = [baseline.class_names.index(name) for name in model_config["class_names"]]
         baseline_accuracy = float((baseline_probabilities[:, order].argmax(axis=-1) == y_true).mean())
     metrics["blessing"] = bless(
-        metrics["accuracy"], config.min_accuracy, baseline_accuracy, config.max_accuracy_drop, not_comparable or None
+        metrics["accuracy"],
+        config.min_accuracy,
+        baseline_accuracy,
+        config.max_accuracy_drop,
+        not_comparable or None,
+        metrics["per_class"],
     )
+    metrics["small_classes"] = stats.get("small_classes", {})
     metrics["blessing"]["baseline"] = config.baseline or None
     metrics["report_html"] = write_report(config, metrics, wrong)
     write_json(os.path.join(config.output_dir, METRICS_FILE), metrics)

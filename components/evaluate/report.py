@@ -85,6 +85,11 @@ def render(metrics: dict, history: dict | None, misclassified: Sequence[tuple[by
         for name, c in metrics["per_class"].items()
     )
     reasons = "".join(f"<li>{html.escape(reason)}</li>" for reason in blessing.get("reasons", []))
+    few = "; ".join(
+        f"{html.escape(split)}: " + ", ".join(f"{html.escape(name)} ({count})" for name, count in names.items())
+        for split, names in metrics.get("small_classes", {}).items()
+    )
+    small = f"<p><b>Classes with few examples</b> (under 5 in a split; their figures say little): {few}</p>" * bool(few)
     curves = ""
     if history:
         per_epoch = history.get("history", history)
@@ -106,7 +111,7 @@ td,th{{border:1px solid #ddd;padding:4px 10px;text-align:right}} td:first-child{
 figure{{display:inline-block;margin:6px;text-align:center;font-size:12px}}</style></head>
 <body>
 <h1>Evaluation on the {html.escape(str(metrics.get("split", "test")))} split</h1>
-<p class="verdict">{verdict}</p><ul>{reasons}</ul>
+<p class="verdict">{verdict}</p><ul>{reasons}</ul>{small}
 <p>Accuracy <b>{metrics["accuracy"]:.4f}</b> on {metrics["num_examples"]} images; top-{top_k.get("k", "k")} accuracy
 {top_k.get("accuracy", 0.0):.4f}.</p>
 <h2>Training curves</h2>{curves or "<p>No training history.</p>"}

@@ -6,6 +6,7 @@ import glob
 import json
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -425,3 +426,33 @@ def test_npz_without_the_expected_arrays_is_one_line_exit_2(tmp_path, arrays, me
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"error: array file {source}") and message in line
     assert "expected arrays x (N,H,W[,C]) uint8 and y (N,) integer labels" in line
+
+
+def test_converting_into_a_folder_that_holds_an_earlier_conversion_is_refused(converted, image_folder, tmp_path):
+    """Its shards would mix with the new ones (stats.json counting one dataset, the readers reading both)."""
+    examples_dir, stats = converted
+    before = sorted(os.listdir(examples_dir))
+    with pytest.raises(UsageError, match=f"--output {examples_dir} already holds files .*pass a new or empty folder"):
+        run(ConvertConfig(source=image_folder, output_dir=examples_dir, image_size=8))
+    assert sorted(os.listdir(examples_dir)) == before
+    with open(os.path.join(examples_dir, "stats.json")) as handle:
+        assert json.load(handle)["image_size"] == stats["image_size"]
+
+
+def test_a_single_class_is_refused_and_small_classes_are_listed(tmp_path, converted):
+    """One class would train to "accuracy 1.0" and be blessed, saying nothing. Classes with few examples in a split
+    are listed (their figures say little)."""
+    from components.schema import SMALL_CLASS_EXAMPLES
+
+    write_image_folder(tmp_path / "one", per_class=3)
+    for name in ("dog", "fish"):
+        shutil.rmtree(tmp_path / "one" / name)
+    with pytest.raises(UsageError, match=r"has one class \(cat\): a classifier needs at least 2 classes"):
+        run(ConvertConfig(source=str(tmp_path / "one"), output_dir=str(tmp_path / "out")))
+    _, stats = converted
+    expected = {
+        split: {name: count for name, count in counts.items() if count < SMALL_CLASS_EXAMPLES}
+        for split, counts in stats["per_class"].items()
+    }
+    assert stats["small_classes"] == {split: names for split, names in expected.items() if names}
+    assert stats["small_classes"], "the tiny fixture has classes with few validation or test images"

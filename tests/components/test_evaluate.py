@@ -248,3 +248,26 @@ def test_the_html_report_is_valid_and_its_pictures_decode(converted, trained, tm
         assert picture.size[0] > 0
     offline = text.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "http://" not in offline and "https://" not in offline  # self-contained: nothing fetched
+
+
+def test_a_class_never_predicted_right_or_never_tested_is_not_blessed():
+    """The blessing's per-class rule: accuracy alone would bless a model that never predicts a rare class."""
+    fine = {"precision": 1.0, "recall": 1.0, "support": 9}
+    blessing = bless(0.95, 0.75, None, 0.0, per_class={"cat": fine, "dog": {**fine, "recall": 0.0, "support": 1}})
+    assert blessing["blessed"] is False
+    assert blessing["reasons"][-1] == "class dog: recall 0 (none of its 1 test examples predicted right)"
+    blessing = bless(0.95, 0.75, None, 0.0, per_class={"cat": fine, "fish": {**fine, "recall": 0.0, "support": 0}})
+    assert blessing["blessed"] is False and blessing["reasons"][-1].startswith("class fish has no test example")
+    assert bless(0.95, 0.75, None, 0.0, per_class={"cat": fine, "dog": fine})["blessed"] is True
+
+
+def test_the_report_lists_the_classes_with_few_examples(converted, trained, tmp_path):
+    examples_dir, stats = converted
+    model_dir, _ = trained
+    metrics = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path)))
+    assert metrics["small_classes"] == stats["small_classes"] != {}
+    with open(metrics["report_html"]) as handle:
+        page = handle.read()
+    split, names = next(iter(stats["small_classes"].items()))
+    name, count = next(iter(names.items()))
+    assert "Classes with few examples" in page and f"{split}: " in page and f"{name} ({count})" in page
