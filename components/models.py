@@ -110,6 +110,25 @@ MODELS: dict[str, Callable] = {
 }
 
 
+# the smallest square input each model builds for (its pooling and strides would reach a size of zero below it);
+# measured by building each at every size, and checked in tests/components/test_train.py
+MIN_IMAGE_SIZE = {"codelab_convnet": 16, "squeezenet": 16, "cifar_convnet": 8, "dense_baseline": 8}
+
+
+def check_image_size(name: str, image_size: int, flag: str = "--image-size") -> None:
+    """A one-line error when ``name`` cannot take ``image_size`` pixels (instead of Keras's "Computed output size
+    would be zero or negative" deep in the model)."""
+    from components.cli import UsageError
+
+    least = MIN_IMAGE_SIZE.get(name, 8)
+    if image_size < least:
+        fits = ", ".join(model for model, size in sorted(MIN_IMAGE_SIZE.items()) if size <= image_size)
+        raise UsageError(
+            f"{flag} {image_size} is too small for {name}, which needs {least} or more"
+            + (f"; {fits} take {image_size}" if fits else "")
+        )
+
+
 def build_model(name: str, image_size: int, num_classes: int):
     """Builds the named model under the current Keras dtype policy; ``KeyError`` names the valid choices."""
     if name not in MODELS:

@@ -364,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     from components.convert.core import check_beam_args
 
     check_beam_args(args.beam_args, list(chosen._option_string_actions))
+    from components.models import check_image_size
+
+    check_image_size(args.model_name or "codelab_convnet", args.image_size or 32)  # (32: the smallest default)
     from components.evaluate.core import baseline_path, check_fraction
 
     for name in ("min_accuracy", "max_accuracy_drop", "max_bad_fraction", "validation_fraction", "test_fraction"):

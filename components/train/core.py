@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from components.artifacts.examples import first_images, make_dataset
 from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE, MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE
 from components.cli import UsageError
-from components.models import MODELS, build_model
+from components.models import MODELS, build_model, check_image_size
 from components.schema import read_stats
 from components.storage import gcs_fuse_path, read_json, write_json
 from components.train.placement import BACKENDS, PRECISIONS
@@ -311,6 +311,8 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     stats = read_stats(config.examples_dir)  # checks the input before the slow framework imports
     dirs = resolve_output_dirs(config, env)
     image_size, num_classes = stats["image_size"], stats["num_classes"]
+    if config.model_name in MODELS:
+        check_image_size(config.model_name, image_size, f"the examples' image size ({config.examples_dir})")
     train_count, validation_count = stats["counts"]["train"], stats["counts"]["validation"]
     hardware = detect_hardware()
     backend, why = choose_backend(config.backend, hardware, env, config.hosts)

@@ -276,3 +276,25 @@ def test_validation_batches_split_evenly_across_replicas():
     assert validation_batching(11, 2, 16, static=True) == (10, 10)
     assert validation_batching(184, 2, 32, static=True) == (32, 160)
     assert validation_batching(1, 2, 16, static=True) == (0, 0)
+
+
+def test_each_model_builds_at_its_stated_minimum_size_and_train_refuses_smaller(tmp_path, image_folder):
+    """MIN_IMAGE_SIZE is each model's real limit: it builds there, and one pixel less is refused in one line
+    before Keras's "Computed output size would be zero or negative"."""
+    from components.cli import UsageError
+    from components.convert.core import ConvertConfig
+    from components.convert.core import run as convert
+    from components.keras_backend import activate_backend
+    from components.models import MIN_IMAGE_SIZE, build_model
+    from components.train.core import TrainConfig, run
+
+    activate_backend("tensorflow")
+    for name, least in MIN_IMAGE_SIZE.items():
+        assert build_model(name, least, 3).output_shape == (None, 3)
+        if least > 8:
+            with pytest.raises(Exception, match=r"zero or negative|Negative dimension|must be"):
+                build_model(name, least - 1, 3)
+    examples = str(tmp_path / "examples")
+    convert(ConvertConfig(source=image_folder, output_dir=examples, image_size=8))
+    with pytest.raises(UsageError, match=r"image size .* 8 is too small for codelab_convnet, which needs 16"):
+        run(TrainConfig(examples_dir=examples, model_dir=str(tmp_path / "model"), model_name="codelab_convnet"))

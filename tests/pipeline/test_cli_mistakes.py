@@ -110,3 +110,10 @@ def test_a_failed_step_ends_the_run_on_its_own_reason_and_marks_the_summary(tmp_
     summary = json.loads((work / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"] == last[len("error: ") :]
     assert "test_accuracy" not in summary
+
+
+def test_an_image_size_a_model_cannot_take_is_refused_naming_the_models_that_can(tmp_path):
+    with pytest.raises(UsageError, match=r"--image-size 8 is too small for codelab_convnet, which needs 16 or more; "
+                       r"cifar_convnet, dense_baseline take 8"):  # fmt: skip
+        main(["run-local", "--work-dir", str(tmp_path / "work"), "--image-size", "8"])
+    assert not (tmp_path / "work").exists()
