@@ -45,3 +45,26 @@ def exists(path: str) -> bool:
 def gcs_fuse_path(path: str) -> str:
     """``gs://bucket/x`` -> ``/gcs/bucket/x``, where Vertex AI mounts Cloud Storage for training code."""
     return "/gcs/" + path[len("gs://") :] if path.startswith("gs://") else path
+
+
+def check_writable(path: str, what: str) -> None:
+    """A local folder about to be written: made if missing and probed with a file, before any work starts; a one-line
+    error naming it and the user when it cannot be (read-only, no permission). ``gs://`` paths are not probed."""
+    import tempfile
+
+    from components.cli import UsageError
+
+    if "://" in path:
+        return
+    try:
+        os.makedirs(path, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=path)
+        os.close(handle)
+        os.remove(probe)
+    except OSError as err:
+        import getpass
+
+        raise UsageError(
+            f"{what} {path} cannot be written by user {getpass.getuser()} (uid {os.getuid()}): "
+            f"{err.strerror or err}; choose a folder you can write, or fix its permissions"
+        ) from None

@@ -20,10 +20,11 @@ def compile_pipeline(
     machine_spec(accelerator)  # a one-line error before anything is written
     from kfp import compiler
 
+    from components.storage import check_writable
     from pipeline.dag import build_pipeline
 
     directory = os.path.dirname(os.path.abspath(output))
-    os.makedirs(directory, exist_ok=True)
+    check_writable(directory, "the folder of --output")
     handle, temporary = tempfile.mkstemp(prefix=".pipeline-", suffix=".yaml", dir=directory)
     os.close(handle)
     try:

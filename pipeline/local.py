@@ -97,11 +97,12 @@ def run_local(config: LocalRunConfig) -> dict:
     from components.artifacts.model import load_model_config
     from components.cli import StepFailedError
     from components.schema import read_stats
-    from components.storage import read_json, write_json
+    from components.storage import check_writable, read_json, write_json
     from pipeline.dag import PIPELINE_NAME
 
     started = time.monotonic()
     work_dir = os.path.abspath(config.work_dir)
+    check_writable(work_dir, "--work-dir")
     demo = not config.source
     source = resolve_source(config)
     registry = check_registry(config.registry) if config.registry else ""

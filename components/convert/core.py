@@ -37,7 +37,7 @@ from components.schema import (
     serialize_example,
     small_classes,
 )
-from components.storage import write_atomically, write_json
+from components.storage import check_writable, write_atomically, write_json
 
 log = logging.getLogger(__name__)
 
@@ -423,6 +423,7 @@ def run(config: ConvertConfig) -> dict:
     A TFRecord source (``*.tfrec`` glob) is validated and used as it is instead (``components.convert.adopt``).
     """
     check_output_is_empty(config.output_dir)
+    check_writable(config.output_dir, "--output")
     if is_tfrecord_source(config.source):
         return adopt(config, fingerprint_of, conversion_threads(config))
     listing = list_source(config.source, config.classes)

@@ -17,7 +17,7 @@ from components.artifacts.examples import make_dataset
 from components.artifacts.model import MODEL_FILE, check_examples_match, load_model_config
 from components.cli import UsageError
 from components.schema import read_stats
-from components.storage import gcs_fuse_path, write_json
+from components.storage import check_writable, gcs_fuse_path, write_json
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +186,7 @@ def run(config: EvaluateConfig) -> dict:
     if stats["counts"].get(config.split, 0) == 0:
         raise UsageError(f"examples dir {config.examples_dir} has no {config.split} examples to evaluate on")
     check_examples_match(model_config, stats, config.model_dir, config.examples_dir)
+    check_writable(config.output_dir, "--output")
     baseline = check_baseline(config.baseline) if config.baseline else None
     not_comparable = baseline and comparability(baseline, model_config["class_names"], model_config["image_size"])
     model = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)

@@ -28,7 +28,7 @@ from components.artifacts.model import (
 )
 from components.keras_backend import activate_backend
 from components.schema import parse_example, read_stats, split_files
-from components.storage import write_atomically, write_json
+from components.storage import check_writable, write_atomically, write_json
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +245,7 @@ def run(config: ExportConfig) -> dict:
     check_examples_match(
         load_model_config(config.model_dir), read_stats(config.examples_dir), config.model_dir, config.examples_dir
     )  # fmt: skip (checks the inputs before the slow TensorFlow import)
+    check_writable(config.output_dir, "--output")
     activate_backend("tensorflow")  # the SavedModel and TFLite files are TensorFlow graphs, whatever trained it
     import keras
 

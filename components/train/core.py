@@ -31,7 +31,7 @@ from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE, MODEL_FI
 from components.cli import UsageError
 from components.models import MODELS, build_model, check_image_size
 from components.schema import read_stats
-from components.storage import gcs_fuse_path, read_json, write_json
+from components.storage import check_writable, gcs_fuse_path, read_json, write_json
 from components.train.placement import BACKENDS, PRECISIONS
 
 log = logging.getLogger(__name__)
@@ -310,6 +310,9 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     env = os.environ if env is None else env
     stats = read_stats(config.examples_dir)  # checks the input before the slow framework imports
     dirs = resolve_output_dirs(config, env)
+    for what, path in (("model dir", dirs.model_dir), ("checkpoint dir", dirs.checkpoint_dir),
+                       ("TensorBoard dir", dirs.tensorboard_dir)):  # fmt: skip
+        check_writable(path, what)
     image_size, num_classes = stats["image_size"], stats["num_classes"]
     if config.model_name in MODELS:
         check_image_size(config.model_name, image_size, f"the examples' image size ({config.examples_dir})")

@@ -1,0 +1,38 @@
+"""An output that cannot be written is a one-line error naming the path and the user, before any work starts, in
+every command. The folder is one the kernel refuses to anyone (under sysfs), so that the test holds for root too,
+which CI runs as (root writes through a folder's read-only permission bits)."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.cli import UsageError
+
+REFUSED = "/sys/tpu-image-pipeline-test/out"  # sysfs: creating anything here is refused, whatever the user
+
+
+def commands(examples: str, model: str, tmp) -> dict:
+    from components.convert.__main__ import main as convert
+    from components.evaluate.__main__ import main as evaluate
+    from components.export.__main__ import main as export
+    from components.train.__main__ import main as train
+    from pipeline.__main__ import main as pipeline
+
+    return {
+        "convert": lambda: convert(["--source", str(tmp / "photos"), "--output", REFUSED]),
+        "train": lambda: train(["--examples", examples, "--model-dir", REFUSED, "--epochs", "1"]),
+        "evaluate": lambda: evaluate(["--examples", examples, "--model-dir", model, "--output", REFUSED]),
+        "export": lambda: export(["--model-dir", model, "--examples", examples, "--output", REFUSED]),
+        "compile": lambda: pipeline(["compile", "--output", REFUSED + "/pipeline.yaml"]),
+        "run-local": lambda: pipeline(["run-local", "--work-dir", REFUSED]),
+    }
+
+
+@pytest.mark.parametrize("command", ["convert", "train", "evaluate", "export", "compile", "run-local"])
+def test_every_command_names_an_output_it_cannot_write(converted, trained, tmp_path, command):
+    from tests.conftest import write_image_folder
+
+    write_image_folder(tmp_path / "photos", per_class=2)
+    (examples, _), (model, _) = converted, trained
+    with pytest.raises(UsageError, match=r"/sys/tpu-image-pipeline-test.* cannot be written by user \S+ \(uid \d+\): "):
+        commands(examples, model, tmp_path)[command]()
