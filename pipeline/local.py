@@ -175,8 +175,8 @@ def run_local(config: LocalRunConfig) -> dict:
         "report_html": metrics.get("report_html"),
         "export_agreement": export_report.get("parity", {}).get("argmax_agreement"),
         "training": {
-            name: model_config[name]
-            for name in ("backend", "backend_reason", "strategy", "replicas", "accelerator", "precision")
+            **{name: model_config.get(name) for name in TRAINING_FACTS},
+            **training_run(outputs["model"].path, spec, parameters),
         },
         "backend_parity": export_report.get("backend_parity"),
         "examples_dir": examples_dir,
@@ -230,6 +230,28 @@ def run_dag(spec: dict, parameters: dict, failures: str):
             os.environ.pop(STEP_FAILURE_ENV, None)
         else:
             os.environ[STEP_FAILURE_ENV] = previous
+
+
+# what the train step recorded in model_config.json that the summary repeats
+TRAINING_FACTS = ("model_name", "backend", "backend_reason", "strategy", "replicas", "accelerator", "precision",
+                  "per_replica_batch_size", "global_batch_size")  # fmt: skip
+
+
+def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
+    """The epochs, learning rate and schedule the run used (given, or the pipeline's defaults), and where training
+    ended: the final epoch's validation accuracy."""
+    from components.artifacts.model import HISTORY_FILE
+    from components.storage import exists, read_json
+
+    defaults = {
+        name: declared.get("defaultValue") for name, declared in spec["root"]["inputDefinitions"]["parameters"].items()
+    }
+    used = {name: parameters.get(name, defaults.get(name)) for name in ("epochs", "learning_rate", "lr_schedule")}
+    used["epochs"] = int(used["epochs"])
+    path = os.path.join(model_dir, HISTORY_FILE)
+    history = read_json(path).get("history", {}) if exists(path) else {}
+    accuracies = history.get("val_accuracy") or [None]
+    return {**used, "final_validation_accuracy": accuracies[-1]}
 
 
 def registry_outcome(registry: str, outputs) -> dict:
@@ -291,6 +313,16 @@ def registry_line(outcome: dict) -> str:
     return f"unchanged: {outcome['reason']}  ({outcome['registry']})"
 
 
+def model_line(training: dict) -> str:
+    """What was trained and how: the architecture, epochs, learning rate, batch, and where validation ended."""
+    line = (
+        f"{training.get('model_name')}, {training.get('epochs')} epochs, learning rate {training.get('learning_rate')} "
+        f"({training.get('lr_schedule')}), batch {training.get('global_batch_size')}"
+    )
+    final = training.get("final_validation_accuracy")
+    return line if final is None else f"{line}, final validation accuracy {final:.4f}"
+
+
 def format_summary(summary: dict, summary_path: str) -> str:
     """The readable summary printed at the end of a local run."""
     counts = " / ".join(f"{split} {count}" for split, count in summary["counts"].items())
@@ -300,6 +332,7 @@ def format_summary(summary: dict, summary_path: str) -> str:
     crossed = summary.get("backend_parity") or {}
     rows = [
         ("examples", f"{counts}  ({len(summary['class_names'])} classes, {summary['quarantined']} quarantined)"),
+        ("model", model_line(training)),
         (
             "training",
             f"{training['backend']}, {training['strategy']} over {training['replicas']} "

@@ -204,6 +204,7 @@ def run(config: EvaluateConfig) -> dict:
     k = min(TOP_K, model_config["num_classes"])
     metrics["top_k_accuracy"] = {"k": k, "accuracy": top_k_accuracy(y_true, probabilities, k)}
     metrics["split"] = config.split
+    metrics.update(model_name=model_config["model_name"], model_dir=config.model_dir, examples_dir=config.examples_dir)
     baseline_accuracy = None
     if baseline is not None and not not_comparable:
         _, baseline_probabilities, _ = predict_split(

@@ -41,8 +41,12 @@ def confusion_png(matrix: Sequence[Sequence[int]], class_names: Sequence[str], c
             box = (margin + column * cell, margin + row * cell, margin + (column + 1) * cell, margin + (row + 1) * cell)
             draw.rectangle(box, fill=color, outline=(200, 200, 200))
             draw.text((box[0] + 4, box[1] + cell // 3), str(matrix[row][column]), fill="black")
-    for column in range(count):
-        draw.text((margin + column * cell + 4, 4), str(class_names[column])[:4], fill="black")
+    for column in range(count):  # the column's class name written upwards, whole (up to 24 characters)
+        name = str(class_names[column])[:24]
+        label = Image.new("RGB", (7 * len(name) + 6, 12), "white")
+        ImageDraw.Draw(label).text((2, 0), name, fill="black")
+        label = label.rotate(90, expand=True)
+        image.paste(label, (margin + column * cell + cell // 3, max(0, margin - label.height - 4)))
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
     return buffer.getvalue()
@@ -110,7 +114,10 @@ td,th{{border:1px solid #ddd;padding:4px 10px;text-align:right}} td:first-child{
 .verdict{{font-size:22px;font-weight:bold;color:{"#2a7d2a" if blessing.get("blessed") else "#b22222"}}}
 figure{{display:inline-block;margin:6px;text-align:center;font-size:12px}}</style></head>
 <body>
-<h1>Evaluation on the {html.escape(str(metrics.get("split", "test")))} split</h1>
+<h1>Evaluation of {html.escape(str(metrics.get("model_name", "the model")))} on the
+{html.escape(str(metrics.get("split", "test")))} split</h1>
+<p>Model {html.escape(str(metrics.get("model_dir", "")))}<br>
+Examples {html.escape(str(metrics.get("examples_dir", "")))}</p>
 <p class="verdict">{verdict}</p><ul>{reasons}</ul>{small}
 <p>Accuracy <b>{metrics["accuracy"]:.4f}</b> on {metrics["num_examples"]} images; top-{top_k.get("k", "k")} accuracy
 {top_k.get("accuracy", 0.0):.4f}.</p>

@@ -271,3 +271,21 @@ def test_the_report_lists_the_classes_with_few_examples(converted, trained, tmp_
     split, names = next(iter(stats["small_classes"].items()))
     name, count = next(iter(names.items()))
     assert "Classes with few examples" in page and f"{split}: " in page and f"{name} ({count})" in page
+
+
+def test_the_confusion_matrix_writes_whole_class_names_over_its_columns():
+    """Column labels used to be cut to 4 characters ("sunf", "dand"): they are written upwards, whole."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from components.evaluate.report import confusion_png
+
+    def header_ink_rows(names) -> int:
+        pixels = np.asarray(Image.open(io.BytesIO(confusion_png([[3, 1], [0, 4]], names))).convert("L"))
+        margin = 12 + 7 * max(len(name) for name in names)
+        column = pixels[:margin, margin : margin + 36]  # above the first column
+        return int((column < 128).any(axis=1).sum())
+
+    assert header_ink_rows(["sunflowers", "daisy"]) > 2 * header_ink_rows(["sunf", "daisy"]) > 0

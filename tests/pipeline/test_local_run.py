@@ -44,6 +44,21 @@ def test_summary_points_at_real_artifacts(demo_run):
     assert summary["examples_dir"].startswith(str(work_dir))
 
 
+def test_the_summary_says_what_was_trained_and_how(demo_run):
+    _, summary, result = demo_run
+    training = summary["training"]
+    assert (training["model_name"], training["epochs"], training["learning_rate"]) == ("codelab_convnet", 15, 0.002)
+    assert training["global_batch_size"] == training["per_replica_batch_size"] * training["replicas"] == 32
+    assert training["precision"] in ("float32", "mixed_bfloat16") and training["lr_schedule"] == "constant"
+    with open(os.path.join(summary["model_dir"], "history.json")) as handle:
+        assert training["final_validation_accuracy"] == json.load(handle)["history"]["val_accuracy"][-1]
+    assert "model          codelab_convnet, 15 epochs, learning rate 0.002 (constant), batch 32" in result.stdout
+    with open(summary["report_html"]) as handle:
+        page = handle.read()
+    assert "Evaluation of codelab_convnet" in page and summary["model_dir"] in page
+    assert summary["status"] == "succeeded"
+
+
 def test_run_prints_a_readable_summary(demo_run):
     _, summary, result = demo_run
     assert "convert -> train -> evaluate -> export: finished" in result.stdout
