@@ -245,6 +245,7 @@ def connect(settings: VertexSettings):
             logger.addFilter(_OneLineExceptions())
 
     credentials = credentials_for(settings)
+    check_reachable(settings)
     aiplatform.init(
         project=settings.project,
         location=settings.region,
@@ -253,6 +254,40 @@ def connect(settings: VertexSettings):
         api_transport="rest" if settings.api_endpoint else None,
     )
     return credentials
+
+
+def endpoint_of(settings: VertexSettings) -> tuple[str, int]:
+    """(host, port) of the Vertex AI API the calls go to."""
+    from urllib.parse import urlsplit
+
+    endpoint = settings.api_endpoint or f"{settings.region}-aiplatform.googleapis.com"
+    parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+    return parts.hostname or endpoint, parts.port or (80 if parts.scheme == "http" else 443)
+
+
+def check_reachable(settings: VertexSettings) -> None:
+    """Connects to the API's host and port, retrying within ``--retry-timeout``: an endpoint that cannot be reached
+    is one line naming it, instead of the client's own retries (minutes, whatever the timeout) and a traceback.
+    Skipped behind an HTTPS proxy, which the client goes through and this check would not."""
+    import socket
+
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return
+    host, port = endpoint_of(settings)
+    deadline, wait, reason = time.monotonic() + settings.retry_timeout, settings.retry_initial, ""
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=min(10.0, settings.retry_timeout)):
+                return
+        except OSError as err:
+            reason = err.strerror or one_line(err)
+        if time.monotonic() + wait > deadline:
+            raise VertexError(
+                f"cannot reach Vertex AI at {host}:{port} ({reason}) after trying for {settings.retry_timeout:g}s: "
+                "check --api-endpoint and --region, the network, or set HTTPS_PROXY"
+            )
+        time.sleep(wait)
+        wait = min(wait * 2, 30.0)
 
 
 def call(

@@ -158,6 +158,24 @@ def test_schedule_create_without_a_name_takes_the_pipelines_name(vertex, capsys)
     assert vertex.bodies("POST", "/schedules")[1]["displayName"] == "flowers-retrain"
 
 
+@pytest.mark.parametrize("command", [["submit"], ["schedule", "list"], ["schedule", "create", "--cron", "0 3 * * 1"]])
+def test_an_unreachable_endpoint_is_one_line_within_the_retry_timeout(vertex, capsys, command):
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    args = [*vertex.job_args] if command[0] != "schedule" or command[1] != "list" else [*vertex.args]
+    args[args.index("--api-endpoint") + 1] = closed
+    started = time.monotonic()
+    assert main([*command, *args, "--retry-timeout", "1"]) == 1
+    assert time.monotonic() - started < 10
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"error: cannot reach Vertex AI at {closed[len('http://') :]} (Connection refused)")
+    assert "after trying for 1s: check --api-endpoint" in error
+
+
 def test_schedule_create_refuses_a_name_that_exists(vertex):
     assert main(["schedule", "create", *vertex.job_args, "--cron", "0 3 * * 1", "--name", "weekly"]) == 0
     with pytest.raises(UsageError, match=r"a schedule named 'weekly' exists .*: change it with python -m pipeline "
