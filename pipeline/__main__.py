@@ -406,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
             parameters=optional,
             cache=args.cache,
             registry=args.registry,
+            verbose=args.verbose,
         )
     )
     print(format_summary(summary, os.path.join(args.work_dir, SUMMARY_FILE)))

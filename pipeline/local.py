@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
+import re
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -34,6 +38,8 @@ class LocalRunConfig:
             convert and train again, and unchanged ones are cache hits down to the export.
         registry: a local folder registry: each blessed export becomes its next numbered version and the default
             one, and the default version is the next run's baseline; "": no registry.
+        verbose: everything the orchestrator and the steps print goes to the terminal too, not only to
+            ``<work_dir>/run.log`` (which always has it).
     """
 
     work_dir: str = DEFAULT_WORK_DIR
@@ -45,6 +51,7 @@ class LocalRunConfig:
     parameters: dict = field(default_factory=dict)
     cache: bool = False
     registry: str = ""
+    verbose: bool = False
 
 
 # the placeholders KFP's backend driver resolves in a task's constant inputs before computing its cache key
@@ -134,7 +141,8 @@ def run_local(config: LocalRunConfig) -> dict:
     if os.path.exists(summary_path):  # never left looking current after a failure
         os.remove(summary_path)
     try:
-        outputs = run_dag(spec, parameters, os.path.join(work_dir, ".step-failures.jsonl"))
+        with quiet(os.path.join(work_dir, RUN_LOG), config.verbose):
+            outputs = run_dag(spec, parameters, os.path.join(work_dir, ".step-failures.jsonl"))
     except StepFailedError as err:
         write_json(summary_path, {"pipeline": PIPELINE_NAME, "run_id": run_id, "status": "failed",
                                   "error": str(err), "source": source, "parameters": parameters})  # fmt: skip
@@ -194,6 +202,77 @@ def run_local(config: LocalRunConfig) -> dict:
     }
     write_json(summary_path, summary)
     return summary
+
+
+RUN_LOG = "run.log"
+# what the terminal shows without -v: each step starting and ending (or served from the cache), our own steps'
+# progress lines, and any warning or error; the rest (KFP's executor input dumps, framework start-up lines, the
+# orchestrator's tables) is in run.log
+STEP_STARTED = re.compile(r"Executing task '([^']+)'")
+STEP_ENDED = re.compile(r"Task '([^']+)' finished with status (\w+)")
+STEP_CACHED = re.compile(r"Task '?([\w-]+)'? cache hit")
+STEP_LOG = re.compile(r"^\s*\[KFP Executor \S+ \S+ (INFO|WARNING|ERROR)\]: (.+)$")  # a step's logging line
+KFP_OWN = ("Looking for component", "Loading KFP component", "Got executor_input", "Wrote executor output")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class _Progress(io.TextIOBase):
+    """A stream that keeps everything in the run log and echoes the progress lines to the terminal."""
+
+    def __init__(self, log_file, terminal):
+        self.log_file, self.terminal, self.pending, self.started = log_file, terminal, "", {}
+
+    def write(self, text: str) -> int:
+        self.log_file.write(text)
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            self.echo(ANSI.sub("", line))
+        return len(text)
+
+    def flush(self) -> None:
+        self.log_file.flush()
+        self.terminal.flush()
+
+    def echo(self, line: str) -> None:
+        now = time.monotonic()
+        if match := STEP_STARTED.search(line):
+            self.started[match.group(1)] = now
+            print(f"  {match.group(1)}: running", file=self.terminal, flush=True)
+        elif match := STEP_ENDED.search(line):
+            took = now - self.started.get(match.group(1), now)
+            print(f"  {match.group(1)}: {match.group(2).lower()} ({took:.1f}s)", file=self.terminal, flush=True)
+        elif match := STEP_CACHED.search(line):
+            print(f"  {match.group(1)}: cached (an earlier run's outputs)", file=self.terminal, flush=True)
+        elif (match := STEP_LOG.match(line)) and not match.group(2).startswith(KFP_OWN):
+            level = "" if match.group(1) == "INFO" else f"{match.group(1)}: "
+            print(f"    {level}{match.group(2)}", file=self.terminal, flush=True)
+
+
+@contextlib.contextmanager
+def quiet(log_path: str, verbose: bool):
+    """The orchestrator's and the steps' output, all of it into ``log_path``; on the terminal, only the progress
+    (or everything with ``verbose``)."""
+    import warnings
+
+    with open(log_path, "w", encoding="utf-8") as log_file:
+        if verbose:
+            yield
+            return
+        terminal = sys.stdout
+        progress = _Progress(log_file, terminal)
+        previous = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"  # the steps' TensorFlow start-up lines (they are subprocesses)
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(progress), contextlib.redirect_stderr(progress):
+                warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+                yield
+        finally:
+            if previous is None:
+                os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+            else:
+                os.environ["TF_CPP_MIN_LOG_LEVEL"] = previous
+            print(f"  the steps' full output: {log_path}", file=terminal, flush=True)
 
 
 def run_dag(spec: dict, parameters: dict, failures: str):

@@ -59,6 +59,20 @@ def test_the_summary_says_what_was_trained_and_how(demo_run):
     assert summary["status"] == "succeeded"
 
 
+def test_the_terminal_shows_progress_and_results_and_the_run_log_everything(demo_run):
+    """Without -v: each step starting and ending, the steps' own progress lines, warnings, the summary; KFP's
+    executor dumps and the frameworks' start-up lines are only in run.log."""
+    work_dir, _, result = demo_run
+    shown = result.stdout + result.stderr
+    assert len(shown.splitlines()) < 80, shown[-3000:]
+    for step in ("fingerprint", "convert", "train", "evaluate", "export"):
+        assert f"  {step}: running" in shown and f"  {step}: success (" in shown
+    assert "converted 1797 images" in shown and "test accuracy 0." in shown
+    assert "Got executor_input" not in shown and "non-Python base image" not in shown
+    log = (work_dir / "run.log").read_text()
+    assert "Got executor_input" in log and f"the steps' full output: {work_dir / 'run.log'}" in shown
+
+
 def test_run_prints_a_readable_summary(demo_run):
     _, summary, result = demo_run
     assert "convert -> train -> evaluate -> export: finished" in result.stdout
