@@ -129,9 +129,17 @@ def gcs():
     server.start()
     previous = os.environ.get("STORAGE_EMULATOR_HOST")
     os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
+    # the emulator takes no credentials, and there are none here: Beam would look for Application Default
+    # Credentials with four retries (about 24 s per process) before it connects anonymously, as it then does; in
+    # this process, let it connect anonymously at once (subprocesses still wait)
+    from apache_beam.internal.gcp import auth
+
+    found = auth._Credentials._credentials_init, auth._Credentials._credentials
+    auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
     try:
         yield storage.Client.create_anonymous_client().bucket(BUCKET)
     finally:
+        auth._Credentials._credentials_init, auth._Credentials._credentials = found
         server.stop()
         if previous is None:
             os.environ.pop("STORAGE_EMULATOR_HOST", None)

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT, run_cli
+from tests.conftest import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -129,34 +127,3 @@ def test_the_report_of_the_demo_run_shows_its_misclassified_digits(demo_run):
     assert text.count('alt="misclassified"') == min(wrong, 24)
     assert text.count("data:image/png;base64,") == 1 and "Blessed" in text
     assert summary["report_html"] in result.stdout
-
-
-@pytest.fixture(scope="module")
-def jax_run(tmp_path_factory):
-    """The whole DAG with the train step on JAX over two virtual CPU devices: (work dir, summary, result). (The
-    not-blessed branch runs in test_retraining.py's simulated year.)"""
-    work_dir = tmp_path_factory.mktemp("jax") / "local"
-    args = ["--work-dir", str(work_dir), "--demo-per-class", "40", "--image-size", "16", "--epochs", "10"]
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pipeline", "run-local", *args, "--backend", "jax"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    with open(work_dir / "summary.json") as handle:
-        return work_dir, json.load(handle), result
-
-
-def test_the_whole_dag_trains_on_jax_over_two_devices_and_exports_through_tensorflow(jax_run):
-    """The TPU path through the whole DAG under kfp.local: the train step on Keras/JAX with DataParallel over two
-    virtual CPU devices, then evaluate and export on TensorFlow, with the cross-backend parity in the summary."""
-    _, summary, result = jax_run
-    training = summary["training"]
-    assert (training["backend"], training["strategy"], training["replicas"]) == ("jax", "DataParallel", 2)
-    assert summary["parameters"]["backend"] == "jax"
-    assert summary["blessed"] is True and summary["test_accuracy"] >= 0.8
-    crossed = summary["backend_parity"]
-    assert (crossed["trained_backend"], crossed["export_backend"]) == ("jax", "tensorflow")
-    assert crossed["num_examples"] > 0 and crossed["argmax_agreement"] >= 0.97
-    assert "training       jax, DataParallel over 2 cpu device(s)" in result.stdout
-    assert f"{crossed['argmax_agreement']:.4f} with jax's own predictions" in result.stdout

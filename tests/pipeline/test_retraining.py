@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import REPO_ROOT, run_cli
 
 PER_CLASS = 30
 COMMON = ["--image-size", "16", "--epochs", "12", "--batch-size", "8", "--cache", "--test-fraction", "0.3",
@@ -41,11 +43,14 @@ def year(tmp_path_factory) -> dict:
 
     runs = {}
 
-    def run(name: str, *extra: str) -> None:
+    def run(name: str, *extra: str, env: dict | None = None) -> None:
         if (work / "summary.json").exists():
             os.remove(work / "summary.json")
-        result = run_cli("pipeline", "run-local", "--work-dir", str(work), "--source", str(source), "--registry",
-                         str(registry), *COMMON, *extra, timeout=900)  # fmt: skip
+        args = ["--work-dir", str(work), "--source", str(source), "--registry", str(registry), *COMMON, *extra]
+        result = subprocess.run(
+            [sys.executable, "-m", "pipeline", "run-local", *args],
+            cwd=REPO_ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
         summary = json.loads((work / "summary.json").read_text()) if result.returncode == 0 else None
         runs[name] = (result, summary, state())
         decision = (
@@ -58,8 +63,11 @@ def year(tmp_path_factory) -> dict:
 
     for class_name in ("0", "1", "2"):
         add(class_name, 0, PER_CLASS - 10)
-    run("first")
-    run("unchanged")
+    # the first model is trained as on a TPU: Keras on JAX, DataParallel over two (virtual CPU) devices
+    on_jax = ("--backend", "jax", "--epochs", "20")
+    two_devices = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    run("first", *on_jax, env=two_devices)
+    run("unchanged", *on_jax, env=two_devices)
     for class_name in ("0", "1", "2"):  # ten new scans per class, and two files that are not images
         add(class_name, PER_CLASS - 10, PER_CLASS)
     (source / "0" / "scan-error.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated by the scanner")
@@ -80,8 +88,18 @@ def assert_ok(run):
     return summary
 
 
-def test_the_first_run_registers_version_1(year):
-    summary = assert_ok(year["first"])
+def test_the_first_run_trains_on_jax_over_two_devices_exports_through_tensorflow_and_registers_version_1(year):
+    """The TPU path through the whole DAG under kfp.local: the train step on Keras/JAX with DataParallel over two
+    virtual CPU devices, then evaluate and export on TensorFlow, with the cross-backend parity in the summary."""
+    summary, result = assert_ok(year["first"]), year["first"][0]
+    training = summary["training"]
+    assert (training["backend"], training["strategy"], training["replicas"]) == ("jax", "DataParallel", 2)
+    assert summary["parameters"]["backend"] == "jax"
+    crossed = summary["backend_parity"]
+    assert (crossed["trained_backend"], crossed["export_backend"]) == ("jax", "tensorflow")
+    assert crossed["num_examples"] > 0 and crossed["argmax_agreement"] >= 0.97
+    assert "training       jax, DataParallel over 2 cpu device(s)" in result.stdout
+    assert f"{crossed['argmax_agreement']:.4f} with jax's own predictions" in result.stdout
     assert summary["baseline"] is None and summary["blessed"] is True
     assert set(summary["steps"].values()) == {"ran"}
     assert summary["registry"]["action"] == "registered" and summary["registry"]["version"] == 1
