@@ -4,6 +4,7 @@ schedule it to retrain."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import os
 import sys
@@ -18,7 +19,9 @@ from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, Images
 log = logging.getLogger(__name__)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
+    """The CLI. ``dag_parameters``: give run-local a flag for every other pipeline parameter too (that imports the
+    DAG, about 2 s, so only when run-local is asked for)."""
     parser = argparse.ArgumentParser(
         prog="python -m pipeline",
         description="Compile the image-classification DAG to pipeline.yaml, run it locally under kfp.local, submit "
@@ -140,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ARG",
         help="a Beam pipeline option for the convert step, e.g. --beam-arg=--direct_num_workers=2",
     )
+    if dag_parameters:
+        add_dag_parameters(local_cmd)
     predict_cmd = commands.add_parser(
         "predict",
         help="top labels for image files, from an exported model, on the CPU",
@@ -229,6 +234,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# pipeline parameters run-local sets itself, or through a flag of another name
+LOCAL_OWN = ("source", "image_size", "epochs", "beam_args", "model_display_name", "model_root")
+
+
+def dag_parameters() -> dict[str, inspect.Parameter]:
+    """The pipeline's parameters, as the DAG declares them: the one declaration run-local's flags follow."""
+    from pipeline.dag import build_pipeline
+
+    return dict(inspect.signature(build_pipeline(registry=None).pipeline_func).parameters)
+
+
+def add_dag_parameters(parser: argparse.ArgumentParser) -> None:
+    """A flag for each pipeline parameter run-local has no flag for yet, typed and documented from the DAG."""
+    taken = {action.dest for action in parser._actions}
+    for name, parameter in dag_parameters().items():
+        if name in taken or name in LOCAL_OWN:
+            continue
+        flag, default = f"--{name.replace('_', '-')}", parameter.default
+        help_text = f"pipeline parameter {name} (default {default!r})"
+        if parameter.annotation is bool:
+            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif getattr(parameter.annotation, "__origin__", None) is list:
+            parser.add_argument(flag, dest=name, default=None, metavar="A,B,...", help=help_text + ", comma-separated",
+                                type=comma_separated)  # fmt: skip
+        else:
+            parser.add_argument(flag, dest=name, type=parameter.annotation, default=None, help=help_text)
+
+
+def local_parameters(args: argparse.Namespace) -> dict:
+    """The pipeline parameters run-local's flags set (the others keep the DAG's defaults)."""
+    return {
+        name: getattr(args, name)
+        for name in dag_parameters()
+        if name not in LOCAL_OWN and getattr(args, name, None) is not None
+    }
+
+
+def comma_separated(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def package_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -251,7 +297,8 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     """The arguments, and the parser of the (sub)command they chose: an unknown flag gets that command's usage."""
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(dag_parameters="run-local" in words)
     args, unknown = parser.parse_known_args(argv)
     chosen = subcommands(parser)[" ".join(filter(None, (args.command, getattr(args, "action", None))))]
     if unknown:
@@ -375,26 +422,18 @@ def main(argv: list[str] | None = None) -> int:
     held_out = [0.1 if value is None else value for value in (args.validation_fraction, args.test_fraction)]
     if sum(held_out) >= 1.0:
         raise UsageError("--validation-fraction plus --test-fraction must leave some images for training (< 1)")
+    for name, flag, least in (("per_replica_batch_size", "--batch-size", 1), ("num_shards", "--num-shards", 0),
+                              ("steps_per_execution", "--steps-per-execution", 1)):  # fmt: skip
+        if getattr(args, name, None) is not None and getattr(args, name) < least:
+            raise UsageError(f"{flag} {getattr(args, name)} is too small: use {least} or more")
+    if args.learning_rate is not None and not args.learning_rate > 0:
+        raise UsageError(f"--learning-rate {args.learning_rate} must be positive, e.g. 0.002")
     if args.baseline_model is not None:  # checked before anything is written, as evaluate will check it
+        from components.evaluate.core import check_baseline
+
         args.baseline_model = os.path.abspath(baseline_path(args.baseline_model))
-    optional = {
-        name: getattr(args, name)
-        for name in (
-            "model_name",
-            "per_replica_batch_size",
-            "learning_rate",
-            "precision",
-            "backend",
-            "lr_schedule",
-            "min_accuracy",
-            "max_accuracy_drop",
-            "baseline_model",
-            "max_bad_fraction",
-            "validation_fraction",
-            "test_fraction",
-        )
-        if getattr(args, name) is not None
-    }
+        check_baseline(args.baseline_model)
+    optional = local_parameters(args)
     summary = run_local(
         LocalRunConfig(
             work_dir=args.work_dir,

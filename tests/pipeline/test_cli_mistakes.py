@@ -117,3 +117,40 @@ def test_an_image_size_a_model_cannot_take_is_refused_naming_the_models_that_can
                        r"cifar_convnet, dense_baseline take 8"):  # fmt: skip
         main(["run-local", "--work-dir", str(tmp_path / "work"), "--image-size", "8"])
     assert not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--batch-size", "0"], "--batch-size 0 is too small: use 1 or more"),
+        (["--learning-rate", "-1"], r"--learning-rate -1.0 must be positive"),
+        (["--num-shards", "-1"], "--num-shards -1 is too small: use 0 or more"),
+        (["--baseline", "{tmp}"], "baseline {tmp} is not a trained or exported model"),
+    ],
+)
+def test_every_parameter_is_checked_before_the_dag_starts(tmp_path, args, message):
+    args = [arg.format(tmp=tmp_path) for arg in args]
+    with pytest.raises(UsageError, match=message.format(tmp=tmp_path)):
+        main(["run-local", "--work-dir", str(tmp_path / "work"), *args])
+    assert not (tmp_path / "work").exists()
+
+
+def test_a_mistyped_model_is_refused_with_the_choices(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["run-local", "--model", "squeezent"])
+    assert exited.value.code == 2 and "invalid choice: 'squeezent' (choose from " in capsys.readouterr().err
+
+
+def test_run_local_has_a_flag_for_every_pipeline_parameter():
+    """One declaration: the DAG's signature. Each parameter is a run-local flag, under its own name or (for a few)
+    a shorter one, or is set by run-local itself."""
+    from pipeline.__main__ import LOCAL_OWN, dag_parameters, local_parameters, parse
+
+    args, _ = parse(["run-local", "--seed", "7", "--augment", "--classes", "b, a", "--num-shards", "2",
+                     "--jit-compile", "--batch-size", "16", "--model", "squeezenet"])  # fmt: skip
+    given = local_parameters(args)
+    assert given == {"seed": 7, "augment": True, "classes": ["b", "a"], "num_shards": 2, "jit_compile": True,
+                     "per_replica_batch_size": 16, "model_name": "squeezenet"}  # fmt: skip
+    args, chosen = parse(["run-local"])
+    dests = {action.dest for action in chosen._actions}
+    assert set(dag_parameters()) - set(LOCAL_OWN) <= dests
