@@ -298,3 +298,17 @@ def test_each_model_builds_at_its_stated_minimum_size_and_train_refuses_smaller(
     convert(ConvertConfig(source=image_folder, output_dir=examples, image_size=8))
     with pytest.raises(UsageError, match=r"image size .* 8 is too small for codelab_convnet, which needs 16"):
         run(TrainConfig(examples_dir=examples, model_dir=str(tmp_path / "model"), model_name="codelab_convnet"))
+
+
+def test_the_same_seed_trains_the_same_model_on_the_cpu(converted, tmp_path):
+    """Keras's seeds, the seeded shuffles, and tf.data keeping its order whatever its threads do: two runs with the
+    same seed give the same losses, epoch by epoch (they did not while tf.data could reorder for throughput)."""
+    from components.train.core import TrainConfig, run
+
+    examples_dir, _ = converted
+    histories = []
+    for attempt in range(2):
+        model_dir = tmp_path / str(attempt)
+        run(TrainConfig(examples_dir=examples_dir, model_dir=str(model_dir), epochs=3, per_replica_batch_size=4))
+        histories.append(json.loads((model_dir / "history.json").read_text())["history"]["loss"])
+    assert histories[0] == histories[1]
