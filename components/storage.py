@@ -56,11 +56,18 @@ def check_writable(path: str, what: str) -> None:
 
     if "://" in path:
         return
+    made = []  # the folders this check creates, removed again: a refused run leaves nothing behind
+    folder = os.path.abspath(path)
+    while not os.path.exists(folder):
+        made.append(folder)
+        folder = os.path.dirname(folder)
     try:
         os.makedirs(path, exist_ok=True)
         handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=path)
         os.close(handle)
         os.remove(probe)
+        for folder in made:
+            os.rmdir(folder)
     except OSError as err:
         import getpass
 

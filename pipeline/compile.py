@@ -25,6 +25,7 @@ def compile_pipeline(
 
     directory = os.path.dirname(os.path.abspath(output))
     check_writable(directory, "the folder of --output")
+    os.makedirs(directory, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=".pipeline-", suffix=".yaml", dir=directory)
     os.close(handle)
     try:
