@@ -394,13 +394,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "compile":
         from pipeline.compile import compile_pipeline
 
+        path = compile_pipeline(args.output, Images(registry=args.registry, tag=args.tag), args.accelerator)
+        print(f"compiled the pipeline for {args.accelerator} to {path}")
         if args.registry == DEFAULT_REGISTRY:
             log.warning(
                 "the step images are named in the placeholder registry %s: pass --registry (your Artifact Registry "
                 "repository, where make images PUSH=1 pushed them) before submitting this pipeline", DEFAULT_REGISTRY
             )  # fmt: skip
-        path = compile_pipeline(args.output, Images(registry=args.registry, tag=args.tag), args.accelerator)
-        print(f"compiled the pipeline for {args.accelerator} to {path}")
         return 0
     from pipeline.local import SUMMARY_FILE, LocalRunConfig, format_summary, run_local
 
