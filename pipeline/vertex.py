@@ -428,6 +428,7 @@ def _pipeline_name(template: str) -> str:
 def submit(settings: VertexSettings, job_id: str = "", wait: bool = False, poll_seconds: float = 30.0) -> dict:
     """Creates the PipelineJob; with ``wait``, follows its state to the end. Returns name, link and state."""
     check_settings(settings)
+    pipeline_parameters(settings.template, settings.parameters)  # the user's mistakes first, before any network
     credentials = connect(settings)
     job = make_job(settings, credentials, job_id)  # the client names the job <pipeline>-<timestamp> when no id
     call(
@@ -522,6 +523,7 @@ def create_schedule(
 
     check_schedule_limits(cron, max_concurrent_runs, max_runs)
     check_settings(settings)
+    pipeline_parameters(settings.template, settings.parameters)  # the user's mistakes first, before any network
     credentials = connect(settings)
     job = make_job(settings, credentials)
     display_name = name or f"{job_display_name(settings)}-retrain"  # the job is not created: it has no name to read
@@ -582,6 +584,7 @@ def update_schedule(
 
     check_schedule_limits(cron, max_concurrent_runs, max_runs)
     check_settings(settings)
+    pipeline_parameters(settings.template, settings.parameters)  # the user's mistakes first, before any network
     credentials = connect(settings)
     resource = resolve_schedule(settings, schedule)
     current = call("find the schedule", lambda: aiplatform.PipelineJobSchedule.get(schedule_id=resource), settings)
