@@ -48,26 +48,24 @@ def gcs_fuse_path(path: str) -> str:
 
 
 def check_writable(path: str, what: str) -> None:
-    """A local folder about to be written: made if missing and probed with a file, before any work starts; a one-line
-    error naming it and the user when it cannot be (read-only, no permission). ``gs://`` paths are not probed."""
+    """A local folder about to be written, probed with a file before any work starts (in the folder, or in its
+    nearest existing parent when it is not there yet: nothing is created); a one-line error naming it and the user
+    when it cannot be written (read-only, no permission). ``gs://`` paths are not probed."""
     import tempfile
 
     from components.cli import UsageError
 
     if "://" in path:
         return
-    made = []  # the folders this check creates, removed again: a refused run leaves nothing behind
     folder = os.path.abspath(path)
     while not os.path.exists(folder):
-        made.append(folder)
         folder = os.path.dirname(folder)
     try:
-        os.makedirs(path, exist_ok=True)
-        handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=path)
+        if not os.path.isdir(folder):
+            raise NotADirectoryError(20, "Not a directory", folder)
+        handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
         os.close(handle)
         os.remove(probe)
-        for folder in made:
-            os.rmdir(folder)
     except OSError as err:
         import getpass
 

@@ -219,11 +219,15 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 class _Progress(io.TextIOBase):
     """A stream that keeps everything in the run log and echoes the progress lines to the terminal."""
 
-    def __init__(self, log_file, terminal):
+    def __init__(self, log_file, terminal, verbose: bool = False):
         self.log_file, self.terminal, self.pending, self.started = log_file, terminal, "", {}
+        self.verbose = verbose  # everything to the terminal too
 
     def write(self, text: str) -> int:
         self.log_file.write(text)
+        if self.verbose:
+            self.terminal.write(text)
+            return len(text)
         self.pending += text
         *lines, self.pending = self.pending.split("\n")
         for line in lines:
@@ -256,18 +260,22 @@ def quiet(log_path: str, verbose: bool):
     import warnings
 
     with open(log_path, "w", encoding="utf-8") as log_file:
-        if verbose:
-            yield
-            return
         terminal = sys.stdout
-        progress = _Progress(log_file, terminal)
+        progress = _Progress(log_file, terminal, verbose)
+        # kfp.local logs some lines (a task's cache hit) through the root logger's handlers, set up before
+        handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+        streams = [h.setStream(progress) for h in handlers]
         previous = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
-        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"  # the steps' TensorFlow start-up lines (they are subprocesses)
+        if not verbose:  # the steps' TensorFlow start-up lines (they are subprocesses)
+            os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
         try:
             with warnings.catch_warnings(), contextlib.redirect_stdout(progress), contextlib.redirect_stderr(progress):
-                warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+                if not verbose:
+                    warnings.filterwarnings("ignore", message=".*non-Python base image.*")
                 yield
         finally:
+            for handler, stream in zip(handlers, streams, strict=True):
+                handler.setStream(stream)
             if previous is None:
                 os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
             else:
@@ -302,7 +310,8 @@ def run_dag(spec: dict, parameters: dict, failures: str):
         if os.path.exists(failures):
             with open(failures, encoding="utf-8") as handle:
                 records = [json.loads(line) for line in handle if line.strip()]
-        last = records[-1] if records else {"error": "see its log above", "usage": False}
+        last = records[-1] if records else {"error": f"see its log in {os.path.dirname(failures)}/{RUN_LOG}",
+                                            "usage": False}  # fmt: skip
         raise StepFailedError(f"step {failed.group(1)} failed: {last['error']}", usage=last["usage"]) from None
     finally:
         if previous is None:
@@ -350,10 +359,12 @@ def check_registry(registry: str) -> str:
     that is not a registry, or a cloud path: the local run's evaluate reads the baseline from this machine)."""
     from components.cli import UsageError
     from components.register.core import FolderRegistry
+    from components.storage import check_writable
 
     if "://" in registry:
         raise UsageError(f"--registry {registry}: a local run keeps its registry in a local folder; pass a path")
     FolderRegistry(registry).default()
+    check_writable(registry, "--registry")
     return os.path.abspath(registry)
 
 

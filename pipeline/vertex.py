@@ -262,7 +262,11 @@ def endpoint_of(settings: VertexSettings) -> tuple[str, int]:
 
     endpoint = settings.api_endpoint or f"{settings.region}-aiplatform.googleapis.com"
     parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
-    return parts.hostname or endpoint, parts.port or (80 if parts.scheme == "http" else 443)
+    try:
+        port = parts.port
+    except ValueError:
+        raise UsageError(f"--api-endpoint {endpoint}: its port is not a number from 1 to 65535") from None
+    return parts.hostname or endpoint, port or (80 if parts.scheme == "http" else 443)
 
 
 def check_reachable(settings: VertexSettings) -> None:

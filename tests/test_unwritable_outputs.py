@@ -36,3 +36,26 @@ def test_every_command_names_an_output_it_cannot_write(converted, trained, tmp_p
     (examples, _), (model, _) = converted, trained
     with pytest.raises(UsageError, match=r"/sys/tpu-image-pipeline-test.* cannot be written by user \S+ \(uid \d+\): "):
         commands(examples, model, tmp_path)[command]()
+
+
+def test_processes_checking_one_new_folder_at_once_all_pass(tmp_path):
+    """The hosts of a slice check the same model dir at the same time: one's clean-up must not fail another."""
+    import threading
+
+    from components.storage import check_writable
+
+    errors = []
+
+    def check():
+        for _ in range(50):
+            try:
+                check_writable(str(tmp_path / "shared" / "model"), "model dir")
+            except UsageError as err:
+                errors.append(err)
+
+    threads = [threading.Thread(target=check) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []

@@ -113,6 +113,8 @@ def test_unchanged_data_is_a_cache_hit_and_registers_nothing(year):
     first, summary = year["first"][1], assert_ok(year["unchanged"])
     assert summary["fingerprint"] == first["fingerprint"] and summary["run_id"] != first["run_id"]
     assert summary["steps"]["convert"] == summary["steps"]["train"] == summary["steps"]["export"] == "cached"
+    shown = year["unchanged"][0].stdout
+    assert "  convert: cached (an earlier run's outputs)" in shown and "  fingerprint: success (" in shown
     assert summary["model_dir"] == first["model_dir"]
     assert summary["baseline"].endswith(os.path.join("registry", "1"))
     assert summary["blessed"] is True

@@ -463,3 +463,10 @@ def test_the_dag_registration_step_reports_a_missing_permission(in_pipeline, gcs
     with pytest.raises(VertexError, match=r"aiplatform\.models\.upload"):
         register(Model(uri=upload_export(gcs, "root/x", "d" * 64)), "flowers", project="demo-project",
                  location="europe-west4")  # fmt: skip
+
+
+def test_an_endpoint_with_a_wrong_port_is_one_line(vertex):
+    args = [*vertex.args]
+    args[args.index("--api-endpoint") + 1] = "http://127.0.0.1:99999"
+    with pytest.raises(UsageError, match=r"--api-endpoint http://127.0.0.1:99999: its port is not a number"):
+        main(["schedule", "list", *args])
