@@ -10,7 +10,7 @@ IMAGES := $(notdir $(patsubst %/Dockerfile,%,$(wildcard containers/*/Dockerfile)
 export UV_PYTHON_DOWNLOADS := never
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test lint format compile lock images clean
+.PHONY: help setup run test test-heavy lint format compile lock images clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -27,8 +27,11 @@ setup: $(INSTALLED) ## create .venv and install the locked dependencies
 run: setup ## run the whole pipeline locally (kfp.local) on the demo digits
 	$(VENV)/bin/python -m pipeline run-local
 
-test: setup lint ## lint, then run the tests
-	$(VENV)/bin/python -m pytest
+test: setup lint ## lint, then run the tests (all but the heavy ones)
+	$(VENV)/bin/python -m pytest -m "not heavy"
+
+test-heavy: setup ## the heavy tests: the simulated year of scheduled retraining (six whole-DAG runs, ~6 min)
+	$(VENV)/bin/python -m pytest -m heavy
 
 lint: setup ## ruff lint and format check, hadolint on every Dockerfile
 	$(VENV)/bin/ruff check .

@@ -7,6 +7,7 @@ import pytest
 
 from components.cli import UsageError
 from pipeline.__main__ import main
+from tests.conftest import run_cli
 
 
 @pytest.mark.parametrize(
@@ -154,3 +155,22 @@ def test_run_local_has_a_flag_for_every_pipeline_parameter():
     args, chosen = parse(["run-local"])
     dests = {action.dest for action in chosen._actions}
     assert set(dag_parameters()) - set(LOCAL_OWN) <= dests
+
+
+@pytest.mark.parametrize(
+    "registry, message",
+    [
+        ("file", "model registry {path} is a file: pass a folder (it may not exist yet)"),
+        ("gs://b/models", "--registry gs://b/models: a local run keeps its registry in a local folder; pass a path"),
+    ],
+)
+def test_a_registry_that_cannot_be_used_is_one_line_exit_2_before_anything_runs(tmp_path, image_folder, registry,
+                                                                                 message):  # fmt: skip
+    path = tmp_path / registry if registry == "file" else registry
+    if registry == "file":
+        path.write_text("not a registry")
+    work = tmp_path / "work"
+    args = ["--work-dir", str(work), "--source", image_folder, "--registry", str(path)]
+    result = run_cli("pipeline", "run-local", *args)
+    assert result.returncode == 2 and result.stderr.strip() == "error: " + message.format(path=path)
+    assert not (work / "artifacts").exists()

@@ -127,3 +127,75 @@ def test_the_report_of_the_demo_run_shows_its_misclassified_digits(demo_run):
     assert text.count('alt="misclassified"') == min(wrong, 24)
     assert text.count("data:image/png;base64,") == 1 and "Blessed" in text
     assert summary["report_html"] in result.stdout
+
+
+@pytest.fixture(scope="module")
+def side_runs(demo_run, tmp_path_factory):
+    """Two more whole-DAG runs, side by side (their steps mostly start processes and import frameworks): a weak model
+    judged against the demo run's export, and the train step on JAX over two virtual CPU devices.
+    Returns {name: (work dir, summary, result)}."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    _, blessed, _ = demo_run
+    root = tmp_path_factory.mktemp("side")
+    baseline = os.path.dirname(blessed["export_json"])
+    runs = {
+        "weak": (["--demo-per-class", "20", "--epochs", "1", "--min-accuracy", "0.9", "--baseline", baseline], {}),
+        "jax": (["--demo-per-class", "40", "--image-size", "16", "--epochs", "10", "--backend", "jax"],
+                {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}),
+    }  # fmt: skip
+    started = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "run-local", "--work-dir", str(root / name), *args],
+            cwd=REPO_ROOT,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, (args, env) in runs.items()
+    }
+    results = {}
+    for name, process in started.items():
+        stdout, stderr = process.communicate(timeout=900)
+        result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+        assert result.returncode == 0, name + ": " + stdout[-3000:] + stderr[-5000:]
+        with open(root / name / "summary.json") as handle:
+            results[name] = (root / name, json.load(handle), result)
+    return results
+
+
+def test_a_run_that_is_not_blessed_succeeds_says_why_and_exports_nothing(demo_run, side_runs):
+    """The gate (dsl.If on evaluate's blessing) under kfp.local: a weak model against the demo run's export as the
+    baseline takes the not-blessed branch; export never runs, and the run still succeeds."""
+    _, blessed, _ = demo_run
+    baseline = os.path.dirname(blessed["export_json"])
+    work_dir, summary, result = side_runs["weak"]
+    assert summary["blessed"] is False
+    reasons = " ".join(summary["reasons"])
+    assert "is below the minimum 0.9000" in reasons and "below the baseline's" in reasons
+    assert summary["export_json"] is None and summary["formats"] == {} and summary["saved_model_dir"] is None
+    with open(summary["metrics_json"]) as handle:
+        assert json.load(handle)["blessing"]["baseline"] == baseline
+    run_dir = os.path.dirname(os.path.dirname(summary["examples_dir"]))
+    assert sorted(os.listdir(run_dir)) == ["convert", "evaluate", "fingerprint", "not-blessed", "train"]
+    assert "NOT blessed: accuracy" in result.stderr + result.stdout + (work_dir / "run.log").read_text()
+    assert "not blessed, so no export" in result.stdout and "blessed        NO: " in result.stdout
+
+
+def test_the_whole_dag_trains_on_jax_over_two_devices_and_exports_through_tensorflow(side_runs):
+    """The TPU path through the whole DAG under kfp.local: the train step on Keras/JAX with DataParallel over two
+    virtual CPU devices, then evaluate and export on TensorFlow, with the cross-backend parity in the summary."""
+    _, summary, result = side_runs["jax"]
+    training = summary["training"]
+    assert (training["backend"], training["strategy"], training["replicas"]) == ("jax", "DataParallel", 2)
+    assert summary["parameters"]["backend"] == "jax"
+    assert summary["blessed"] is True and summary["test_accuracy"] >= 0.8
+    crossed = summary["backend_parity"]
+    assert (crossed["trained_backend"], crossed["export_backend"]) == ("jax", "tensorflow")
+    assert crossed["num_examples"] > 0 and crossed["argmax_agreement"] >= 0.97
+    assert "training       jax, DataParallel over 2 cpu device(s)" in result.stdout
+    assert f"{crossed['argmax_agreement']:.4f} with jax's own predictions" in result.stdout

@@ -15,8 +15,10 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT, run_cli
+from tests.conftest import REPO_ROOT
 
+# six whole-DAG runs (about 5 minutes on 2 cores): run by `make test-heavy`, not by `make test` (its 15-minute budget)
+pytestmark = pytest.mark.heavy
 PER_CLASS = 30
 COMMON = ["--image-size", "16", "--epochs", "12", "--batch-size", "8", "--cache", "--test-fraction", "0.3",
           "--max-accuracy-drop", "0.15", "--max-bad-fraction", "0.2"]  # fmt: skip
@@ -63,11 +65,8 @@ def year(tmp_path_factory) -> dict:
 
     for class_name in ("0", "1", "2"):
         add(class_name, 0, PER_CLASS - 10)
-    # the first model is trained as on a TPU: Keras on JAX, DataParallel over two (virtual CPU) devices
-    on_jax = ("--backend", "jax", "--epochs", "20")
-    two_devices = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    run("first", *on_jax, env=two_devices)
-    run("unchanged", *on_jax, env=two_devices)
+    run("first")
+    run("unchanged")
     for class_name in ("0", "1", "2"):  # ten new scans per class, and two files that are not images
         add(class_name, PER_CLASS - 10, PER_CLASS)
     (source / "0" / "scan-error.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated by the scanner")
@@ -88,18 +87,8 @@ def assert_ok(run):
     return summary
 
 
-def test_the_first_run_trains_on_jax_over_two_devices_exports_through_tensorflow_and_registers_version_1(year):
-    """The TPU path through the whole DAG under kfp.local: the train step on Keras/JAX with DataParallel over two
-    virtual CPU devices, then evaluate and export on TensorFlow, with the cross-backend parity in the summary."""
-    summary, result = assert_ok(year["first"]), year["first"][0]
-    training = summary["training"]
-    assert (training["backend"], training["strategy"], training["replicas"]) == ("jax", "DataParallel", 2)
-    assert summary["parameters"]["backend"] == "jax"
-    crossed = summary["backend_parity"]
-    assert (crossed["trained_backend"], crossed["export_backend"]) == ("jax", "tensorflow")
-    assert crossed["num_examples"] > 0 and crossed["argmax_agreement"] >= 0.97
-    assert "training       jax, DataParallel over 2 cpu device(s)" in result.stdout
-    assert f"{crossed['argmax_agreement']:.4f} with jax's own predictions" in result.stdout
+def test_the_first_run_registers_version_1(year):
+    summary = assert_ok(year["first"])
     assert summary["baseline"] is None and summary["blessed"] is True
     assert set(summary["steps"].values()) == {"ran"}
     assert summary["registry"]["action"] == "registered" and summary["registry"]["version"] == 1
@@ -188,22 +177,3 @@ def test_an_emptied_source_is_a_one_line_error_and_the_registry_is_unchanged(yea
     assert lines[-1].startswith("error: ") and "photos" in lines[-1], lines[-5:]
     assert "Traceback" not in result.stderr
     assert registry == year["new class"][2]
-
-
-@pytest.mark.parametrize(
-    "registry, message",
-    [
-        ("file", "model registry {path} is a file: pass a folder (it may not exist yet)"),
-        ("gs://b/models", "--registry gs://b/models: a local run keeps its registry in a local folder; pass a path"),
-    ],
-)
-def test_a_registry_that_cannot_be_used_is_one_line_exit_2_before_anything_runs(tmp_path, image_folder, registry,
-                                                                                 message):  # fmt: skip
-    path = tmp_path / registry if registry == "file" else registry
-    if registry == "file":
-        path.write_text("not a registry")
-    work = tmp_path / "work"
-    args = ["--work-dir", str(work), "--source", image_folder, "--registry", str(path)]
-    result = run_cli("pipeline", "run-local", *args)
-    assert result.returncode == 2 and result.stderr.strip() == "error: " + message.format(path=path)
-    assert not (work / "artifacts").exists()
