@@ -562,11 +562,11 @@ def create_schedule(
     return {"name": schedule.resource_name, "display_name": display_name, "cron": cron}
 
 
-def schedules_named(settings: VertexSettings, display_name: str) -> list:
+def schedules_named(settings: VertexSettings, display_name: str, what: str = "list the schedules") -> list:
     from google.cloud import aiplatform
 
     return call(
-        "list the schedules",
+        what,
         lambda: aiplatform.PipelineJobSchedule.list(filter=f'display_name="{display_name}"'),
         settings,
     )
@@ -660,13 +660,7 @@ def resolve_schedule(settings: VertexSettings, schedule: str) -> str:
         return schedule
     if schedule.isdigit():
         return f"projects/{settings.project}/locations/{settings.region}/schedules/{schedule}"
-    from google.cloud import aiplatform
-
-    found = call(
-        "find the schedule",
-        lambda: aiplatform.PipelineJobSchedule.list(filter=f'display_name="{schedule}"'),
-        settings,
-    )
+    found = schedules_named(settings, schedule, "find the schedule")
     if not found:
         raise UsageError(
             f"no schedule named {schedule!r} in projects/{settings.project}/locations/{settings.region}: "
