@@ -12,6 +12,7 @@ class UsageError(ValueError):
 
 
 USAGE_EXIT_CODE = 2
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as shells report a Ctrl-C
 # set by run-local: a step that dies of an exception appends {"error", "usage"} as a JSON line to this file, so that
 # the run can end on the step's own reason instead of the orchestrator's traceback
 STEP_FAILURE_ENV = "TPU_PIPELINE_STEP_FAILURES"
@@ -23,6 +24,10 @@ class StepFailedError(RuntimeError):
     def __init__(self, message: str, usage: bool = False):
         super().__init__(message)
         self.exit_code = USAGE_EXIT_CODE if usage else 1
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped the work; the message says what was stopped and how to go on. Exit code 130."""
 
 
 def one_line(err: BaseException, with_type: bool = False) -> str:
@@ -80,9 +85,9 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
     except StepFailedError as err:
         print(f"error: {err}", file=sys.stderr)
         code = err.exit_code
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        code = 130
+    except KeyboardInterrupt as err:
+        print(f"error: {err or 'interrupted'}", file=sys.stderr)
+        code = INTERRUPTED_EXIT_CODE
     sys.exit(code)
 
 

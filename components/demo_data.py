@@ -19,6 +19,8 @@ DEFAULT_SIZE = 32
 
 def write_digits(root: str, size: int = DEFAULT_SIZE, per_class_limit: int | None = None) -> int:
     """Writes the digits under ``root`` (replacing it whole, through a temporary folder); returns the image count.
+    A ``root`` that already holds the same images byte for byte is kept as it is, so that its fingerprint (paths,
+    sizes, modification times) stays the same: a rerun resumes an interrupted run or hits the cache.
 
     Args:
         root: the folder to create: ``<root>/<class_name>/<index>.jpg``.
@@ -45,12 +47,34 @@ def write_digits(root: str, size: int = DEFAULT_SIZE, per_class_limit: int | Non
             picture = Image.fromarray(image, mode="L").resize((size, size), Image.Resampling.BICUBIC)
             picture.save(os.path.join(staging, name, f"{index:04d}.jpg"), quality=95)
             written[name] += 1
-        if os.path.exists(root):
-            shutil.rmtree(root)
-        os.replace(staging, root)
+        kept = same_files(staging, root)
+        if kept:
+            shutil.rmtree(staging)
+        else:
+            if os.path.exists(root):
+                shutil.rmtree(root)
+            os.replace(staging, root)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     total = sum(written.values())
-    log.info("wrote %d digit images in %d classes under %s", total, len(CLASS_NAMES), root)
+    log.info("%s %d digit images in %d classes under %s", "kept the same" if kept else "wrote", total,
+             len(CLASS_NAMES), root)  # fmt: skip
     return total
+
+
+def same_files(written: str, existing: str) -> bool:
+    """Whether ``existing`` holds exactly the files of ``written``, byte for byte."""
+    import filecmp
+
+    def listing(root: str) -> list[str]:
+        return sorted(os.path.relpath(os.path.join(folder, name), root)
+                      for folder, _, names in os.walk(root) for name in names)  # fmt: skip
+
+    if not os.path.isdir(existing):
+        return False
+    names = listing(written)
+    if names != listing(existing):
+        return False
+    _, mismatch, errors = filecmp.cmpfiles(written, existing, names, shallow=False)
+    return not mismatch and not errors

@@ -1,7 +1,9 @@
 """The TFRecord schema every step agrees on: the "Keras on TPU" codelab's flowers format.
 
 Fields: ``image`` (JPEG bytes), ``class`` (int64), ``label`` (bytes, the class name), ``size`` (int64[2]: height,
-width) and ``one_hot_class`` (float list). Convert writes it, train / evaluate / export read it.
+width) and ``one_hot_class`` (float list). Convert writes it, train / evaluate / export read it. Convert also writes
+``source`` (bytes: the image's file, URI or ``<array file>#<index>``), which the evaluation report names; it is
+optional, since TFRecords adopted as they are (the codelab's among them) lack it.
 TensorFlow is imported inside the functions so that importing this module stays cheap.
 """
 
@@ -35,8 +37,11 @@ def split_files(examples_dir: str, split: str) -> list[str]:
     return sorted(tf.io.gfile.glob(split_pattern(examples_dir, split)))
 
 
-def serialize_example(jpeg: bytes, class_index: int, label: str, size: Sequence[int], num_classes: int) -> bytes:
-    """One serialized ``tf.train.Example`` in the codelab schema.
+def serialize_example(
+    jpeg: bytes, class_index: int, label: str, size: Sequence[int], num_classes: int, source: str = ""
+) -> bytes:
+    """One serialized ``tf.train.Example`` in the codelab schema, with ``source`` (where the image came from) when
+    given.
 
     Written straight in the protobuf wire format (what ``tf.train.Example.SerializeToString`` produces, fields in
     name order), so that the conversion's workers need no TensorFlow import; ``tests/components/test_convert.py``
@@ -51,6 +56,8 @@ def serialize_example(jpeg: bytes, class_index: int, label: str, size: Sequence[
         "one_hot_class": _delimited(0x12, _delimited(0x0A, struct.pack(f"<{num_classes}f", *one_hot))),
         "size": _int64_feature(size),
     }
+    if source:
+        feature["source"] = _bytes_feature(source.encode("utf-8"))
     entries = b"".join(
         _delimited(0x0A, _delimited(0x0A, name.encode()) + _delimited(0x12, value)) for name, value in feature.items()
     )
@@ -91,6 +98,17 @@ def feature_spec(num_classes: int) -> dict:
         "size": tf.io.FixedLenFeature([2], tf.int64),
         "one_hot_class": tf.io.FixedLenFeature([num_classes], tf.float32),
     }
+
+
+# optional: absent from adopted TFRecords
+SOURCE_FEATURE = "source"
+
+
+def source_feature_spec() -> dict:
+    """The parsing spec of the optional ``source`` feature ("" where a record lacks it)."""
+    import tensorflow as tf
+
+    return {SOURCE_FEATURE: tf.io.FixedLenFeature([], tf.string, default_value="")}
 
 
 def parse_example(serialized, num_classes: int) -> dict:

@@ -122,6 +122,13 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
         help="a model registry folder: each blessed export becomes its next numbered version and the default one, "
         "and the default version is the next run's baseline (a run whose model is the baseline adds nothing)",
     )
+    local_cmd.add_argument(
+        "--no-resume",
+        dest="resume",
+        action="store_false",
+        help="start a new run even when the run interrupted in --work-dir (Ctrl-C, SIGTERM) had the same parameters "
+        "and data; by default that run goes on: its finished steps reused, training from its last finished epoch",
+    )
     for split in ("validation", "test"):
         local_cmd.add_argument(
             f"--{split}-fraction",
@@ -446,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             cache=args.cache,
             registry=args.registry,
             verbose=args.verbose,
+            resume=args.resume,
         )
     )
     print(format_summary(summary, os.path.join(args.work_dir, SUMMARY_FILE)))

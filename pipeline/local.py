@@ -40,6 +40,9 @@ class LocalRunConfig:
             one, and the default version is the next run's baseline; "": no registry.
         verbose: everything the orchestrator and the steps print goes to the terminal too, not only to
             ``<work_dir>/run.log`` (which always has it).
+        resume: continue the run interrupted in ``work_dir`` (Ctrl-C, SIGTERM) when it had the same parameters and
+            data: the same run id, its finished steps reused, training from its last finished epoch
+            (``pipeline.resume``); False starts over.
     """
 
     work_dir: str = DEFAULT_WORK_DIR
@@ -52,6 +55,7 @@ class LocalRunConfig:
     cache: bool = False
     registry: str = ""
     verbose: bool = False
+    resume: bool = True
 
 
 # the placeholders KFP's backend driver resolves in a task's constant inputs before computing its cache key
@@ -96,22 +100,27 @@ def local_pipeline_spec(registry: bool, cache: bool, run_name: str, run_id: str)
 
 
 def run_local(config: LocalRunConfig) -> dict:
-    """Runs the DAG under ``kfp.local`` and writes ``<work_dir>/summary.json``; returns the summary."""
-    import uuid
+    """Runs the DAG under ``kfp.local`` and writes ``<work_dir>/summary.json``; returns the summary.
 
+    Raises:
+        StepFailedError: a step failed (the summary says so).
+        Interrupted: Ctrl-C or SIGTERM stopped the run (the summary and ``run-state.json`` say so; the same call
+            resumes it).
+    """
     from kfp import local
 
     from components.artifacts.model import load_model_config
-    from components.cli import StepFailedError
+    from components.cli import Interrupted, StepFailedError
     from components.schema import read_stats
     from components.storage import check_writable, read_json, write_json
+    from pipeline import resume
     from pipeline.dag import PIPELINE_NAME
 
     started = time.monotonic()
     work_dir = os.path.abspath(config.work_dir)
     check_writable(work_dir, "--work-dir")
     demo = not config.source
-    source = resolve_source(config)
+    source, fingerprint = resolve_source(config)
     registry = check_registry(config.registry) if config.registry else ""
     parameters = {
         "source": source,
@@ -125,28 +134,49 @@ def run_local(config: LocalRunConfig) -> dict:
     workspace = os.path.join(work_dir, "workspace")
     os.makedirs(workspace, exist_ok=True)
     os.makedirs(pipeline_root, exist_ok=True)
+    key = resume.run_key(parameters, fingerprint, registry, config.cache)
+    state, previous = resume.begin(work_dir, key, f"{PIPELINE_NAME}-{time.strftime('%Y%m%d%H%M%S')}", config.resume)
+    run_id, kept = state.run_id, resume.resume_dir(work_dir, state)
+    # the cache is always on: without --cache it is the run's own (empty at its start), which a resumed run's
+    # finished steps hit
     local.init(
         runner=local.SubprocessRunner(use_venv=False),
         pipeline_root=pipeline_root,
         workspace_root=workspace,
-        enable_caching=config.cache,
-        cache_root=os.path.join(work_dir, "cache"),
+        enable_caching=True,
+        cache_root=os.path.join(work_dir, "cache") if config.cache else os.path.join(kept, "cache"),
     )
-    run_name = f"{PIPELINE_NAME}-{time.strftime('%Y%m%d%H%M%S')}"
-    run_id = uuid.uuid4().hex
-    spec = local_pipeline_spec(bool(registry), config.cache, run_name, run_id)
+    spec = local_pipeline_spec(bool(registry), config.cache, state.run_name, run_id)
     log.info("running %s under kfp.local (SubprocessRunner) with %s", PIPELINE_NAME, parameters)
     earlier_runs = set(os.listdir(pipeline_root))
     summary_path = os.path.join(work_dir, SUMMARY_FILE)
     if os.path.exists(summary_path):  # never left looking current after a failure
         os.remove(summary_path)
+    checkpoints = os.path.join(kept, "checkpoints")  # as a Vertex AI custom job's: training resumes from it
+    failures = os.path.join(work_dir, ".step-failures.jsonl")
+    progress = None
     try:
-        with quiet(os.path.join(work_dir, RUN_LOG), config.verbose):
-            outputs = run_dag(spec, parameters, os.path.join(work_dir, ".step-failures.jsonl"))
+        with (
+            quiet(os.path.join(work_dir, RUN_LOG), config.verbose, resumed=previous is not None) as progress,
+            resume.steps_stop_on_interrupt(),
+        ):
+            outputs = run_dag(spec, parameters, failures, {"AIP_CHECKPOINT_DIR": checkpoints})
     except StepFailedError as err:
+        resume.finished(work_dir, state)  # a failed run starts over
         write_json(summary_path, {"pipeline": PIPELINE_NAME, "run_id": run_id, "status": "failed",
                                   "error": str(err), "source": source, "parameters": parameters})  # fmt: skip
         raise
+    except KeyboardInterrupt:
+        step = progress.running[-1] if progress and progress.running else ""
+        attempt_dirs = [os.path.join(pipeline_root, name) for name in set(os.listdir(pipeline_root)) - earlier_runs]
+        state = resume.interrupted(work_dir, state, step, attempt_dirs)
+        where = f" during {step}" + epochs_done(checkpoints, parameters, spec) if step else ""
+        write_json(summary_path, {"pipeline": PIPELINE_NAME, "run_id": run_id, "status": "interrupted",
+                                  "step": step, "source": source, "parameters": parameters,
+                                  "resume": "run the same command again"})  # fmt: skip
+        raise Interrupted(f"interrupted{where}: run the same command again to resume it, or add --no-resume to "
+                          "start over") from None  # fmt: skip
+    resume.finished(work_dir, state)
     this_run = sorted(set(os.listdir(pipeline_root)) - earlier_runs)
     run_dir = os.path.join(pipeline_root, this_run[-1]) if this_run else ""
     examples_dir = outputs["examples"].path
@@ -165,6 +195,9 @@ def run_local(config: LocalRunConfig) -> dict:
         "pipeline": PIPELINE_NAME,
         "run_id": run_id,
         "status": "succeeded",
+        "resumed": {"attempt": state.attempts, "interrupted_during": previous.step, "started": previous.started}
+        if previous
+        else None,
         "source": source,
         "parameters": parameters,
         "counts": stats["counts"],
@@ -172,10 +205,7 @@ def run_local(config: LocalRunConfig) -> dict:
         "quarantined": stats["quarantined"],
         "small_classes": stats.get("small_classes", {}),
         "fingerprint": stats["fingerprint"],
-        "steps": {
-            step: "ran" if run_dir and path.startswith(run_dir + os.sep) else "cached"
-            for step, path in produced.items()
-        },
+        "steps": {step: step_outcome(path, run_dir, state.artifact_dirs) for step, path in produced.items()},
         "test_accuracy": outputs["test_accuracy"],
         "blessed": outputs["blessed"],
         "reasons": blessing.get("reasons", []),
@@ -219,9 +249,11 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 class _Progress(io.TextIOBase):
     """A stream that keeps everything in the run log and echoes the progress lines to the terminal."""
 
-    def __init__(self, log_file, terminal, verbose: bool = False):
+    def __init__(self, log_file, terminal, verbose: bool = False, resumed: bool = False):
         self.log_file, self.terminal, self.pending, self.started = log_file, terminal, "", {}
         self.verbose = verbose  # everything to the terminal too
+        self.resumed = resumed  # cache hits are the steps the interrupted run finished
+        self.running: list[str] = []  # the steps started and not ended, latest last
 
     def write(self, text: str) -> int:
         self.log_file.write(text)
@@ -242,26 +274,30 @@ class _Progress(io.TextIOBase):
         now = time.monotonic()
         if match := STEP_STARTED.search(line):
             self.started[match.group(1)] = now
+            self.running.append(match.group(1))
             print(f"  {match.group(1)}: running", file=self.terminal, flush=True)
         elif match := STEP_ENDED.search(line):
             took = now - self.started.get(match.group(1), now)
+            if match.group(1) in self.running:
+                self.running.remove(match.group(1))
             print(f"  {match.group(1)}: {match.group(2).lower()} ({took:.1f}s)", file=self.terminal, flush=True)
         elif match := STEP_CACHED.search(line):
-            print(f"  {match.group(1)}: cached (an earlier run's outputs)", file=self.terminal, flush=True)
+            whose = "done before the interruption, or in an earlier run" if self.resumed else "an earlier run's outputs"
+            print(f"  {match.group(1)}: cached ({whose})", file=self.terminal, flush=True)
         elif (match := STEP_LOG.match(line)) and not match.group(2).startswith(KFP_OWN):
             level = "" if match.group(1) == "INFO" else f"{match.group(1)}: "
             print(f"    {level}{match.group(2)}", file=self.terminal, flush=True)
 
 
 @contextlib.contextmanager
-def quiet(log_path: str, verbose: bool):
+def quiet(log_path: str, verbose: bool, resumed: bool = False):
     """The orchestrator's and the steps' output, all of it into ``log_path``; on the terminal, only the progress
-    (or everything with ``verbose``)."""
+    (or everything with ``verbose``). Yields the progress stream (``running``: the steps running now)."""
     import warnings
 
     with open(log_path, "w", encoding="utf-8") as log_file:
         terminal = sys.stdout
-        progress = _Progress(log_file, terminal, verbose)
+        progress = _Progress(log_file, terminal, verbose, resumed)
         # kfp.local logs some lines (a task's cache hit) through the root logger's handlers, set up before
         handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
         streams = [h.setStream(progress) for h in handlers]
@@ -272,7 +308,7 @@ def quiet(log_path: str, verbose: bool):
             with warnings.catch_warnings(), contextlib.redirect_stdout(progress), contextlib.redirect_stderr(progress):
                 if not verbose:
                     warnings.filterwarnings("ignore", message=".*non-Python base image.*")
-                yield
+                yield progress
         finally:
             for handler, stream in zip(handlers, streams, strict=True):
                 handler.setStream(stream)
@@ -283,9 +319,10 @@ def quiet(log_path: str, verbose: bool):
             print(f"  the steps' full output: {log_path}", file=terminal, flush=True)
 
 
-def run_dag(spec: dict, parameters: dict, failures: str):
-    """Runs the compiled DAG under kfp.local; returns its outputs. A failed step raises ``StepFailedError`` with the
-    step's name and its own one-line error (which the step leaves in ``failures``), not kfp.local's traceback."""
+def run_dag(spec: dict, parameters: dict, failures: str, environment: dict[str, str]):
+    """Runs the compiled DAG under kfp.local, the steps (subprocesses) seeing ``environment`` too; returns its
+    outputs. A failed step raises ``StepFailedError`` with the step's name and its own one-line error (which the step
+    leaves in ``failures``), not kfp.local's traceback."""
     import json
     import re
 
@@ -297,8 +334,9 @@ def run_dag(spec: dict, parameters: dict, failures: str):
     os.makedirs(os.path.dirname(failures), exist_ok=True)
     if os.path.exists(failures):
         os.remove(failures)
-    previous = os.environ.get(STEP_FAILURE_ENV)
-    os.environ[STEP_FAILURE_ENV] = failures  # the steps are subprocesses: they inherit it
+    environment = {**environment, STEP_FAILURE_ENV: failures}  # the steps are subprocesses: they inherit it
+    previous = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
     try:
         return components.load_component_from_text(yaml.safe_dump(spec))(**parameters).outputs
     except RuntimeError as err:
@@ -314,10 +352,11 @@ def run_dag(spec: dict, parameters: dict, failures: str):
                                             "usage": False}  # fmt: skip
         raise StepFailedError(f"step {failed.group(1)} failed: {last['error']}", usage=last["usage"]) from None
     finally:
-        if previous is None:
-            os.environ.pop(STEP_FAILURE_ENV, None)
-        else:
-            os.environ[STEP_FAILURE_ENV] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 # what the train step recorded in model_config.json that the summary repeats
@@ -327,7 +366,7 @@ TRAINING_FACTS = ("model_name", "backend", "backend_reason", "strategy", "replic
 
 def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
     """The epochs, learning rate and schedule the run used (given, or the pipeline's defaults), and where training
-    ended: the final epoch's validation accuracy."""
+    ended: the final epoch's validation accuracy; after how many epochs it resumed from a checkpoint (0: it did not)."""
     from components.artifacts.model import HISTORY_FILE
     from components.storage import exists, read_json
 
@@ -337,9 +376,31 @@ def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
     used = {name: parameters.get(name, defaults.get(name)) for name in ("epochs", "learning_rate", "lr_schedule")}
     used["epochs"] = int(used["epochs"])
     path = os.path.join(model_dir, HISTORY_FILE)
-    history = read_json(path).get("history", {}) if exists(path) else {}
-    accuracies = history.get("val_accuracy") or [None]
-    return {**used, "final_validation_accuracy": accuracies[-1]}
+    recorded = read_json(path) if exists(path) else {}
+    accuracies = recorded.get("history", {}).get("val_accuracy") or [None]
+    return {**used, "final_validation_accuracy": accuracies[-1],
+            "resumed_after_epoch": recorded.get("resumed_after_epoch", 0)}  # fmt: skip
+
+
+def step_outcome(path: str, run_dir: str, interrupted_dirs: tuple[str, ...]) -> str:
+    """How a step's output came to be: ``ran`` in this run, ``reused`` from the attempt that was interrupted, or
+    ``cached`` from an earlier run."""
+    if run_dir and path.startswith(run_dir + os.sep):
+        return "ran"
+    return "reused" if any(path.startswith(folder + os.sep) for folder in interrupted_dirs) else "cached"
+
+
+def epochs_done(checkpoints: str, parameters: dict, spec: dict) -> str:
+    """ " (after epoch N of M)" when training was interrupted with N epochs kept in its checkpoints, else ""."""
+    from components.train.core import EPOCH_LOG_FILE
+
+    path = os.path.join(checkpoints, EPOCH_LOG_FILE)
+    if not os.path.isdir(os.path.join(checkpoints, "backup")) or not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8") as handle:
+        done = sum(1 for line in handle if line.strip())
+    total = parameters.get("epochs", spec["root"]["inputDefinitions"]["parameters"]["epochs"].get("defaultValue"))
+    return f" (after epoch {done} of {int(total)})" if done else ""
 
 
 def registry_outcome(registry: str, outputs) -> dict:
@@ -368,19 +429,19 @@ def check_registry(registry: str) -> str:
     return os.path.abspath(registry)
 
 
-def resolve_source(config: LocalRunConfig) -> str:
-    """The source the DAG reads: the user's (absolute), checked as the fingerprint step will check it, so that a wrong
-    path fails in one line before anything is written; or the demo digits, written under the work dir."""
+def resolve_source(config: LocalRunConfig) -> tuple[str, str]:
+    """The source the DAG reads, and its fingerprint: the user's (absolute), checked as the fingerprint step will
+    check it, so that a wrong path fails in one line before anything is written; or the demo digits, written under
+    the work dir."""
     from components.convert.core import source_fingerprint
     from components.demo_data import write_digits
 
     if not config.source:
         source = os.path.join(os.path.abspath(config.work_dir), "data", "digits")
         write_digits(source, per_class_limit=config.demo_per_class)
-        return source
-    source = os.path.abspath(config.source) if "://" not in config.source else config.source
-    source_fingerprint(source)
-    return source
+    else:
+        source = os.path.abspath(config.source) if "://" not in config.source else config.source
+    return source, source_fingerprint(source, config.parameters.get("classes") or ())
 
 
 def export_parity(summary: dict, crossed: dict) -> str:
@@ -410,7 +471,9 @@ def model_line(training: dict) -> str:
         f"({training.get('lr_schedule')}), batch {training.get('global_batch_size')}"
     )
     final = training.get("final_validation_accuracy")
-    return line if final is None else f"{line}, final validation accuracy {final:.4f}"
+    line = line if final is None else f"{line}, final validation accuracy {final:.4f}"
+    resumed = training.get("resumed_after_epoch")
+    return f"{line} (resumed after epoch {resumed})" if resumed else line
 
 
 def format_summary(summary: dict, summary_path: str) -> str:

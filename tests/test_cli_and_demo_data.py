@@ -39,3 +39,21 @@ def test_demo_digits_are_written_as_a_folder_of_jpegs_per_class(tmp_path):
     with Image.open(files[0]) as image:
         assert image.format == "JPEG" and image.size == (32, 32)
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".digits-")]
+
+
+def test_rewriting_the_same_digits_keeps_the_files_and_so_their_fingerprint(tmp_path):
+    """run-local writes the demo digits on every run: the same images must leave the folder as it was (a new
+    modification time would change the fingerprint: no rerun could resume or hit the cache); others replace it."""
+    from components.convert.core import source_fingerprint
+
+    root = tmp_path / "digits"
+    write_digits(str(root), per_class_limit=3)
+    before = source_fingerprint(str(root))
+    os.utime(root / "0" / os.listdir(root / "0")[0], (1, 1))  # as if written long ago: a rewrite would show
+    kept = source_fingerprint(str(root))
+    assert kept != before
+    write_digits(str(root), per_class_limit=3)
+    assert source_fingerprint(str(root)) == kept
+    write_digits(str(root), per_class_limit=4)
+    assert len(os.listdir(root / "0")) == 4 and source_fingerprint(str(root)) != kept
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".digits-")]

@@ -29,8 +29,11 @@ def make_dataset(
     drop_remainder: bool | None = None,
     shard: tuple[int, int] = (1, 0),
     take: int | None = None,
+    sources: bool = False,
 ):
-    """A batched ``tf.data.Dataset`` of ``(image float32 [0,1], one_hot_class)`` with fully static shapes.
+    """A batched ``tf.data.Dataset`` of ``(image float32 [0,1], one_hot_class)`` with fully static shapes; with
+    ``sources``, ``(image, one_hot_class, source)``, ``source`` being where each image came from ("" for records
+    without it).
 
     Shards are read interleaved in parallel; parsing and decoding run with AUTOTUNE parallelism. Training data is
     shuffled, repeated and batched with ``drop_remainder`` (a static batch shape, as TPUs need); evaluation data is
@@ -44,7 +47,7 @@ def make_dataset(
     import tensorflow as tf
 
     from components.imaging import to_model_input
-    from components.schema import feature_spec
+    from components.schema import SOURCE_FEATURE, feature_spec, source_feature_spec
 
     autotune = tf.data.AUTOTUNE
     files = split_files(examples_dir, split)
@@ -53,6 +56,7 @@ def make_dataset(
         raise UsageError(f"examples dir {examples_dir} has no {split} shards: expected {expected}")
     spec = feature_spec(num_classes)
     check_schema(files[0], spec)
+    parsed = {**spec, **source_feature_spec()} if sources else spec
     processes, index = shard
     by_file = processes > 1 and take is None and len(files) >= processes
     if by_file:
@@ -75,9 +79,11 @@ def make_dataset(
         dataset = dataset.shard(processes, index)
 
     def decode(serialized):
-        example = tf.io.parse_single_example(serialized, spec)
+        example = tf.io.parse_single_example(serialized, parsed)
         image = tf.io.decode_jpeg(example["image"], channels=3)
         image = tf.reshape(image, [image_size, image_size, 3])  # static shape: fails loudly on a wrong size
+        if sources:
+            return to_model_input(image), example["one_hot_class"], example[SOURCE_FEATURE]
         return to_model_input(image), example["one_hot_class"]
 
     dataset = dataset.map(decode, num_parallel_calls=autotune)

@@ -612,7 +612,9 @@ class ConvertImages(beam.DoFn):
         except Exception as err:  # one bad file must not sink the job: record it instead
             return {"path": path, "reason": one_line(err, with_type=True)}
         size = (config.image_size, config.image_size)
-        example = serialize_example(jpeg, class_index, self._class_names[class_index], size, len(self._class_names))
+        example = serialize_example(
+            jpeg, class_index, self._class_names[class_index], size, len(self._class_names), source=path
+        )
         return content_digest(content), (path, class_index, split, example)
 
 

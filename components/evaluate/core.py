@@ -146,12 +146,13 @@ def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int], class_n
 
 def predict_split(model, examples_dir: str, split: str, image_size: int, num_classes: int, keep_wrong: int = 0):
     """Runs ``model`` over a split in order; returns (true class ids, predicted probabilities) as NumPy arrays, and
-    the first ``keep_wrong`` misclassified images as (uint8 pixels, true id, predicted id, its probability)."""
+    the first ``keep_wrong`` misclassified images as (uint8 pixels, true id, predicted id, its probability, source:
+    the image's file, "" when the records do not say)."""
     import numpy as np
 
-    dataset = make_dataset(examples_dir, split, image_size, num_classes, EVAL_BATCH_SIZE, training=False)
+    dataset = make_dataset(examples_dir, split, image_size, num_classes, EVAL_BATCH_SIZE, training=False, sources=True)
     true_ids, probabilities, wrong = [], [], []
-    for images, one_hot in dataset:
+    for images, one_hot, sources in dataset:
         batch_probabilities = model(images, training=False).numpy()
         batch_true = np.argmax(one_hot.numpy(), axis=-1)
         probabilities.append(batch_probabilities)
@@ -159,7 +160,9 @@ def predict_split(model, examples_dir: str, split: str, image_size: int, num_cla
         for index in np.flatnonzero(batch_probabilities.argmax(axis=-1) != batch_true)[: keep_wrong - len(wrong)]:
             predicted = int(batch_probabilities[index].argmax())
             pixels = np.clip(np.round(images[index].numpy() * 255.0), 0, 255).astype(np.uint8)
-            wrong.append((pixels, int(batch_true[index]), predicted, float(batch_probabilities[index][predicted])))
+            source = sources[index].numpy().decode("utf-8", errors="replace")
+            wrong.append((pixels, int(batch_true[index]), predicted, float(batch_probabilities[index][predicted]),
+                          source))  # fmt: skip
     return np.concatenate(true_ids), np.concatenate(probabilities), wrong
 
 
@@ -223,6 +226,11 @@ def run(config: EvaluateConfig) -> dict:
     )
     metrics["small_classes"] = stats.get("small_classes", {})
     metrics["blessing"]["baseline"] = config.baseline or None
+    metrics["misclassified"] = [
+        {"source": source or None, "label": metrics["class_names"][truth],
+         "predicted": metrics["class_names"][predicted], "probability": p}
+        for _, truth, predicted, p, source in wrong
+    ]  # fmt: skip
     metrics["report_html"] = write_report(config, metrics, wrong)
     write_json(os.path.join(config.output_dir, METRICS_FILE), metrics)
     log.info("%s accuracy %.4f on %d examples", config.split, metrics["accuracy"], metrics["num_examples"])
@@ -247,7 +255,8 @@ def write_report(config: EvaluateConfig, metrics: dict, wrong) -> str:
         return buffer.getvalue()
 
     names = metrics["class_names"]
-    misclassified = [(jpeg(pixels), names[truth], names[predicted], p) for pixels, truth, predicted, p in wrong]
+    misclassified = [(jpeg(pixels), names[truth], names[predicted], p, source)
+                     for pixels, truth, predicted, p, source in wrong]  # fmt: skip
     history_path = os.path.join(config.model_dir, "history.json")
     history = read_json(history_path) if exists(history_path) else None
     path = os.path.join(config.output_dir, REPORT_FILE)

@@ -79,8 +79,9 @@ def curve_svg(title: str, series: dict[str, Sequence[float]]) -> str:
     return "".join(parts)
 
 
-def render(metrics: dict, history: dict | None, misclassified: Sequence[tuple[bytes, str, str, float]]) -> str:
-    """The report's HTML. ``misclassified``: (JPEG bytes, true label, predicted label, its probability)."""
+def render(metrics: dict, history: dict | None, misclassified: Sequence[tuple[bytes, str, str, float, str]]) -> str:
+    """The report's HTML. ``misclassified``: (JPEG bytes, true label, predicted label, its probability, the image's
+    source file or "" when its records do not say)."""
     blessing = metrics.get("blessing", {})
     verdict = "Blessed" if blessing.get("blessed") else "Not blessed"
     rows = "".join(
@@ -102,8 +103,8 @@ def render(metrics: dict, history: dict | None, misclassified: Sequence[tuple[by
     grid = "".join(
         f'<figure><img src="{data_uri(jpeg, "image/jpeg")}" width="96" height="96" alt="misclassified">'
         f"<figcaption>true <b>{html.escape(truth)}</b><br>predicted {html.escape(predicted)} ({probability:.2f})"
-        "</figcaption></figure>"
-        for jpeg, truth, predicted, probability in misclassified
+        f"{f'<br><span class=source>{html.escape(source)}</span>' if source else ''}</figcaption></figure>"
+        for jpeg, truth, predicted, probability, source in misclassified
     )
     top_k = metrics.get("top_k_accuracy", {})
     matrix = data_uri(confusion_png(metrics["confusion_matrix"], metrics["class_names"]), "image/png")
@@ -112,7 +113,8 @@ def render(metrics: dict, history: dict | None, misclassified: Sequence[tuple[by
 <style>body{{font-family:sans-serif;margin:24px;max-width:1100px}} table{{border-collapse:collapse}}
 td,th{{border:1px solid #ddd;padding:4px 10px;text-align:right}} td:first-child{{text-align:left}}
 .verdict{{font-size:22px;font-weight:bold;color:{"#2a7d2a" if blessing.get("blessed") else "#b22222"}}}
-figure{{display:inline-block;margin:6px;text-align:center;font-size:12px}}</style></head>
+figure{{display:inline-block;margin:6px;text-align:center;font-size:12px;vertical-align:top}}
+.source{{display:inline-block;max-width:160px;word-break:break-all;color:#555;font-size:10px}}</style></head>
 <body>
 <h1>Evaluation of {html.escape(str(metrics.get("model_name", "the model")))} on the
 {html.escape(str(metrics.get("split", "test")))} split</h1>

@@ -182,6 +182,10 @@ def test_examples_are_byte_identical_to_tensorflows_own():
     }
     theirs = tf.train.Example(features=tf.train.Features(feature=feature))
     assert ours == theirs.SerializeToString(deterministic=True)
+    with_source = serialize_example(b"\xff\xd8jpeg", 3, "roses", (192, 192), 5, source="gs://b/roses/1 é.jpg")
+    feature["source"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=["gs://b/roses/1 é.jpg".encode()]))
+    theirs = tf.train.Example(features=tf.train.Features(feature=feature))
+    assert with_source == theirs.SerializeToString(deterministic=True)
 
 
 def test_corrupt_and_empty_files_are_quarantined_not_lost(tmp_path):

@@ -57,6 +57,9 @@ def test_codelab_tfrecords_are_adopted_as_they_are_and_train(tmp_path):
     images, labels = next(iter(make_dataset(str(output), "train", SIZE, len(CLASSES), 8, training=True)))
     assert images.shape == (8, SIZE, SIZE, 3) and labels.shape == (8, len(CLASSES))
     assert float(tf.reduce_max(images)) <= 1.0
+    # they carry no source paths: the report says nothing rather than something wrong
+    _, _, sources = next(iter(make_dataset(str(output), "test", SIZE, len(CLASSES), 4, training=False, sources=True)))
+    assert sources.numpy().tolist() == [b""] * 4
 
 
 def test_files_that_name_their_split_keep_it(tmp_path):
@@ -146,7 +149,7 @@ def test_a_tfrecord_glob_is_a_source_for_the_dags_fingerprint_step_and_run_local
     glob = f"{write_tfrecords(tmp_path / 'flowers', files=4, per_file=3)}/*.tfrec"
     stats = run(ConvertConfig(source=glob, output_dir=str(tmp_path / "out")))
     assert fingerprint(source=glob) == stats["fingerprint"]
-    assert resolve_source(LocalRunConfig(work_dir=str(tmp_path / "run"), source=glob)) == glob
+    assert resolve_source(LocalRunConfig(work_dir=str(tmp_path / "run"), source=glob)) == (glob, stats["fingerprint"])
     write_tfrecords(tmp_path / "flowers", files=5, per_file=3)  # a fifth file
     assert fingerprint(source=glob) != stats["fingerprint"]
     with pytest.raises(UsageError, match=r"matches no files"):

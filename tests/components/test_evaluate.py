@@ -289,3 +289,22 @@ def test_the_confusion_matrix_writes_whole_class_names_over_its_columns():
         return int((column < 128).any(axis=1).sum())
 
     assert header_ink_rows(["sunflowers", "daisy"]) > 2 * header_ink_rows(["sunf", "daisy"]) > 0
+
+
+def test_misclassified_images_name_the_file_they_came_from(converted, image_folder):
+    """A model that always answers the first class gets every other test image wrong: each one is listed with the
+    file it was converted from, which exists under its true class's folder."""
+    import tensorflow as tf
+
+    from components.evaluate.core import predict_split
+
+    examples_dir, stats = converted
+
+    def always_first(images, training):
+        return tf.one_hot(tf.zeros(tf.shape(images)[0], tf.int32), len(CLASSES))
+
+    y_true, _, wrong = predict_split(always_first, examples_dir, "test", stats["image_size"], len(CLASSES), 100)
+    assert len(wrong) == int((y_true != 0).sum()) > 0
+    for _, truth, predicted, _, source in wrong:
+        assert predicted == 0 and os.path.isfile(source) and source.startswith(image_folder)
+        assert os.path.basename(os.path.dirname(source)) == CLASSES[truth]

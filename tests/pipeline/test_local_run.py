@@ -2,21 +2,109 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import REPO_ROOT, run_cli
+
+
+def start_run_local(work_dir, *args: str, env: dict | None = None) -> subprocess.Popen:
+    """run-local as a terminal starts it: in its own process group, with Ctrl-C's SIGINT not ignored (a
+    non-interactive shell ignores it in background jobs); its output goes to files beside the work dir."""
+    out = open(f"{work_dir}.out", "w")  # noqa: SIM115 (read back by finish)
+    err = open(f"{work_dir}.err", "w")  # noqa: SIM115
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run-local", "--work-dir", str(work_dir), *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=out,
+        stderr=err,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def finish(process: subprocess.Popen, work_dir, timeout: int = 900) -> subprocess.CompletedProcess:
+    process.wait(timeout=timeout)
+    with open(f"{work_dir}.out") as out, open(f"{work_dir}.err") as err:
+        return subprocess.CompletedProcess(process.args, process.returncode, out.read(), err.read())
+
+
+def wait_for_epochs(process: subprocess.Popen, work_dir, epochs: int) -> int:
+    """Waits until training has kept ``epochs`` finished epochs in its checkpoints; returns how many it has."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        logs = glob.glob(f"{work_dir}/resume/*/checkpoints/epochs.jsonl")
+        if logs:
+            with open(logs[0]) as handle:
+                done = sum(1 for line in handle if line.strip())
+            if done >= epochs:
+                return done
+        assert process.poll() is None, finish(process, work_dir).stderr[-3000:]
+        time.sleep(0.1)
+    raise AssertionError(f"training in {work_dir} did not reach epoch {epochs}")
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
+def interrupted_demo_run(tmp_path_factory):
+    """The demo run as a user may live it: Ctrl-C (SIGINT to the whole process group, as a terminal sends it) once
+    training has finished two epochs, then the same command again. Returns (work dir, the interrupted run's summary
+    and result, the resumed run's result)."""
     work_dir = tmp_path_factory.mktemp("run") / "local"
-    result = run_cli("pipeline", "run-local", "--work-dir", str(work_dir), timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    process = start_run_local(work_dir)
+    wait_for_epochs(process, work_dir, 2)
+    os.killpg(process.pid, signal.SIGINT)
+    stopped = finish(process, work_dir, timeout=120)
+    with open(work_dir / "summary.json") as handle:
+        stopped_summary = json.load(handle)
+    resumed = run_cli("pipeline", "run-local", "--work-dir", str(work_dir), timeout=900)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-5000:]
+    return work_dir, stopped_summary, stopped, resumed
+
+
+@pytest.fixture(scope="module")
+def demo_run(interrupted_demo_run):
+    """The demo run, interrupted during training and resumed: it must give what an uninterrupted run gives."""
+    work_dir, _, _, result = interrupted_demo_run
     with open(work_dir / "summary.json") as handle:
         return work_dir, json.load(handle), result
+
+
+def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_go_on(interrupted_demo_run):
+    _, summary, stopped, _ = interrupted_demo_run
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: interrupted during train (after epoch ")
+    assert last.endswith(" of 15): run the same command again to resume it, or add --no-resume to start over")
+    assert "Traceback" not in stopped.stderr + stopped.stdout
+    assert (summary["status"], summary["step"]) == ("interrupted", "train")
+
+
+def test_the_same_command_resumes_the_interrupted_run(interrupted_demo_run):
+    """The same run id; convert's output reused from the interrupted attempt; training from its last finished epoch
+    to the 15th; nothing left to resume afterwards."""
+    work_dir, stopped, _, result = interrupted_demo_run
+    with open(work_dir / "summary.json") as handle:
+        summary = json.load(handle)
+    assert summary["run_id"] == stopped["run_id"] and summary["resumed"]["attempt"] == 2
+    assert summary["resumed"]["interrupted_during"] == "train"
+    assert summary["steps"]["convert"] == "reused" and summary["steps"]["train"] == "ran"
+    assert summary["training"]["resumed_after_epoch"] >= 2
+    with open(os.path.join(summary["model_dir"], "history.json")) as handle:
+        history = json.load(handle)
+    assert len(history["history"]["val_accuracy"]) == 15 and history["resumed_after_epoch"] >= 2
+    assert "  convert: cached (done before the interruption" in result.stdout
+    assert f"resuming from the checkpoint in {work_dir}/resume/" in result.stdout
+    assert f"(resumed after epoch {summary['training']['resumed_after_epoch']})" in result.stdout
+    assert not (work_dir / "run-state.json").exists() and not (work_dir / "resume").exists()
 
 
 def test_demo_run_converts_all_digits_and_reaches_the_accuracy_bar(demo_run):
@@ -57,15 +145,16 @@ def test_the_summary_says_what_was_trained_and_how(demo_run):
     assert summary["status"] == "succeeded"
 
 
-def test_the_terminal_shows_progress_and_results_and_the_run_log_everything(demo_run):
+def test_the_terminal_shows_progress_and_results_and_the_run_log_everything(interrupted_demo_run):
     """Without -v: each step starting and ending, the steps' own progress lines, warnings, the summary; KFP's
     executor dumps and the frameworks' start-up lines are only in run.log."""
-    work_dir, _, result = demo_run
+    work_dir, _, stopped, result = interrupted_demo_run
     shown = result.stdout + result.stderr
     assert len(shown.splitlines()) < 80, shown[-3000:]
-    for step in ("fingerprint", "convert", "train", "evaluate", "export"):
+    for step in ("fingerprint", "train", "evaluate", "export"):
         assert f"  {step}: running" in shown and f"  {step}: success (" in shown
-    assert "converted 1797 images" in shown and "test accuracy 0." in shown
+    assert "  convert: success (" in stopped.stdout and "converted 1797 images" in stopped.stdout
+    assert "test accuracy 0." in shown
     assert "Got executor_input" not in shown and "non-Python base image" not in shown
     log = (work_dir / "run.log").read_text()
     assert "Got executor_input" in log and f"the steps' full output: {work_dir / 'run.log'}" in shown
@@ -125,20 +214,21 @@ def test_the_report_of_the_demo_run_shows_its_misclassified_digits(demo_run):
         matrix = json.load(handle)["confusion_matrix"]
     wrong = sum(sum(row) - row[i] for i, row in enumerate(matrix))
     assert text.count('alt="misclassified"') == min(wrong, 24)
+    with open(summary["metrics_json"]) as handle:
+        listed = json.load(handle)["misclassified"]
+    assert len(listed) == min(wrong, 24)
+    for entry in listed:  # each names the file it came from, under its true class's folder
+        assert os.path.isfile(entry["source"]) and f"/digits/{entry['label']}/" in entry["source"]
+        assert f"<span class=source>{entry['source']}</span>" in text
     assert text.count("data:image/png;base64,") == 1 and "Blessed" in text
     assert summary["report_html"] in result.stdout
 
 
 @pytest.fixture(scope="module")
 def side_runs(demo_run, tmp_path_factory):
-    """Two more whole-DAG runs, side by side (their steps mostly start processes and import frameworks): a weak model
-    judged against the demo run's export, and the train step on JAX over two virtual CPU devices.
-    Returns {name: (work dir, summary, result)}."""
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO_ROOT
-
+    """Three more whole-DAG runs, side by side (their steps mostly start processes and import frameworks): a weak
+    model judged against the demo run's export, the train step on JAX over two virtual CPU devices, and a run stopped
+    by a SIGTERM to run-local alone during training ("term"). Returns {name: (work dir, summary, result)}."""
     _, blessed, _ = demo_run
     root = tmp_path_factory.mktemp("side")
     baseline = os.path.dirname(blessed["export_json"])
@@ -158,7 +248,13 @@ def side_runs(demo_run, tmp_path_factory):
         )
         for name, (args, env) in runs.items()
     }
-    results = {}
+    terminated = root / "term"
+    term = start_run_local(terminated, "--demo-per-class", "10", "--epochs", "500")
+    wait_for_epochs(term, terminated, 1)
+    term.send_signal(signal.SIGTERM)
+    stopped = finish(term, terminated, timeout=120)
+    with open(terminated / "summary.json") as handle:
+        results = {"term": (terminated, json.load(handle), stopped)}
     for name, process in started.items():
         stdout, stderr = process.communicate(timeout=900)
         result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
@@ -184,6 +280,35 @@ def test_a_run_that_is_not_blessed_succeeds_says_why_and_exports_nothing(demo_ru
     assert sorted(os.listdir(run_dir)) == ["convert", "evaluate", "fingerprint", "not-blessed", "train"]
     assert "NOT blessed: accuracy" in result.stderr + result.stdout + (work_dir / "run.log").read_text()
     assert "not blessed, so no export" in result.stdout and "blessed        NO: " in result.stdout
+
+
+def test_a_sigterm_to_run_local_stops_its_steps_and_marks_the_run_interrupted(side_runs):
+    """A ``kill``, a CI job's timeout or ``docker stop`` signals run-local alone: its steps must not train on as
+    orphans, and the run is left as Ctrl-C leaves it, ready to resume."""
+    work_dir, summary, result = side_runs["term"]
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].startswith("error: interrupted during train (after epoch ")
+    assert (summary["status"], summary["step"]) == ("interrupted", "train")
+    with open(work_dir / "run-state.json") as handle:
+        assert json.load(handle)["status"] == "interrupted"
+    deadline = time.monotonic() + 30
+    while (left := processes_naming(str(work_dir))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, left
+
+
+def processes_naming(text: str) -> list[str]:
+    """The command lines of the processes whose arguments contain ``text`` (a step names its work dir)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                line = handle.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in line:
+            found.append(line[:200])
+    return found
 
 
 def test_the_whole_dag_trains_on_jax_over_two_devices_and_exports_through_tensorflow(side_runs):

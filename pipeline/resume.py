@@ -1,0 +1,221 @@
+"""Resuming an interrupted local run.
+
+While ``run-local`` runs, ``<work_dir>/run-state.json`` names the run (its id, the key of its parameters and data,
+its process). Ctrl-C or a SIGTERM stops the steps, marks the run ``interrupted`` there and in ``summary.json``, and
+keeps ``<work_dir>/resume/<run id>/``: the cache of the steps that finished and the training checkpoints
+(``AIP_CHECKPOINT_DIR``, as a Vertex AI custom job gets it). The same command run again continues that run, as Vertex
+AI resumes a failed pipeline run: the same run id, the finished steps reused, training from its last finished epoch.
+Other parameters or other data start a new run; so does ``--no-resume``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "run-state.json"
+RESUME_DIR = "resume"
+RUNNING, INTERRUPTED = "running", "interrupted"
+
+
+@dataclass(frozen=True)
+class RunState:
+    """A local run that has not finished: running now, or interrupted.
+
+    Args:
+        run_id: the run's id (the DAG's ``run_id`` inputs); a resumed run keeps it: its finished steps are cache hits.
+        run_name: the run's name (``pipeline_run``, the register step's label).
+        key: ``run_key`` of its parameters and data; only a run with the same key resumes it.
+        started: when its first attempt started (local time, ISO 8601).
+        status: ``running`` or ``interrupted``.
+        pid: the process of its latest attempt.
+        attempts: how many times it was started.
+        artifact_dirs: the kfp.local run folders of its interrupted attempts (the outputs a resumed run reuses).
+        step: the step that was running when it was interrupted.
+    """
+
+    run_id: str
+    run_name: str
+    key: str
+    started: str
+    status: str = RUNNING
+    pid: int = 0
+    attempts: int = 1
+    artifact_dirs: tuple[str, ...] = field(default_factory=tuple)
+    step: str = ""
+
+
+def run_key(parameters: dict, fingerprint: str, registry: str, cache: bool) -> str:
+    """What makes two runs the same run: every pipeline parameter, the data's fingerprint and the run's settings."""
+    text = json.dumps({"parameters": parameters, "fingerprint": fingerprint, "registry": registry, "cache": cache},
+                      sort_keys=True, default=str)  # fmt: skip
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with the unfinished run found in the work dir: ``resume`` it, ``replace`` it (start a new run and
+    discard its state), or ``refuse`` (it is running now); ``start`` when there is none. ``why`` says it to the user."""
+
+    action: str
+    why: str = ""
+
+
+def decide(previous: RunState | None, key: str, resume: bool, previous_alive: bool) -> Decision:
+    """Whether this run continues ``previous``, the unfinished run recorded in the work dir."""
+    if previous is None:
+        return Decision("start")
+    if previous.status == RUNNING and previous_alive:
+        return Decision("refuse", f"run-local (process {previous.pid}) has been running there since {previous.started}")
+    if previous.key != key:
+        return Decision("replace", f"the unfinished run {previous.run_name} had other parameters or data")
+    if not resume:
+        return Decision("replace", f"--no-resume: starting over instead of continuing {previous.run_name}")
+    during = f" during {previous.step}" if previous.step else ""
+    return Decision("resume", f"resuming {previous.run_name}, interrupted{during} (started {previous.started})")
+
+
+def read_state(work_dir: str) -> RunState | None:
+    path = os.path.join(work_dir, STATE_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        values = json.load(handle)
+    return RunState(**{**values, "artifact_dirs": tuple(values.get("artifact_dirs", ()))})
+
+
+def write_state(work_dir: str, state: RunState) -> None:
+    from components.storage import write_json
+
+    write_json(os.path.join(work_dir, STATE_FILE), asdict(state))
+
+
+def resume_dir(work_dir: str, state: RunState) -> str:
+    """The run's cache of finished steps (``cache/``) and its training checkpoints (``checkpoints/``)."""
+    return os.path.join(work_dir, RESUME_DIR, state.run_id)
+
+
+def process_alive(pid: int) -> bool:
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process holds that number
+        return True
+    return True
+
+
+def begin(work_dir: str, key: str, run_name: str, resume: bool) -> tuple[RunState, RunState | None]:
+    """This run's state, written to the work dir, and the interrupted run it continues (None: a new run).
+
+    Raises:
+        UsageError: another run-local is running in this work dir now.
+    """
+    import shutil
+    import uuid
+
+    from components.cli import UsageError
+
+    previous = read_state(work_dir)
+    decision = decide(previous, key, resume, previous is not None and process_alive(previous.pid))
+    if decision.action == "refuse":
+        raise UsageError(f"--work-dir {work_dir}: {decision.why}; wait for it to end, or pass another --work-dir")
+    if decision.action == "resume":
+        log.info("%s: its finished steps are reused and training goes on from its last finished epoch "
+                 "(--no-resume starts over)", decision.why)  # fmt: skip
+        state = replace(previous, status=RUNNING, pid=os.getpid(), attempts=previous.attempts + 1, step="")
+        write_state(work_dir, state)
+        return state, previous
+    if decision.action == "replace":
+        log.info("%s: starting a new run", decision.why)
+        shutil.rmtree(resume_dir(work_dir, previous), ignore_errors=True)
+    state = RunState(run_id=uuid.uuid4().hex, run_name=run_name, key=key, started=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                     pid=os.getpid())  # fmt: skip
+    write_state(work_dir, state)
+    return state, None
+
+
+def interrupted(work_dir: str, state: RunState, step: str, artifact_dirs: list[str]) -> RunState:
+    """Records the run as interrupted during ``step``, its attempt's outputs in ``artifact_dirs``."""
+    state = replace(state, status=INTERRUPTED, step=step, artifact_dirs=(*state.artifact_dirs, *artifact_dirs))
+    write_state(work_dir, state)
+    return state
+
+
+def finished(work_dir: str, state: RunState) -> None:
+    """The run ended (succeeded, or failed on its own error): nothing is left to resume."""
+    import shutil
+
+    shutil.rmtree(resume_dir(work_dir, state), ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(work_dir, STATE_FILE))
+    with contextlib.suppress(OSError):  # only when no other run's folder is left in it
+        os.rmdir(os.path.join(work_dir, RESUME_DIR))
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process started under ``pid`` (the steps and their shells), children before grandchildren."""
+    children: dict[int, list[int]] = {}
+    for child, parent in parent_links():
+        children.setdefault(parent, []).append(child)
+    found, waiting = [], [pid]
+    while waiting:
+        for child in children.get(waiting.pop(), []):
+            found.append(child)
+            waiting.append(child)
+    return found
+
+
+def parent_links() -> list[tuple[int, int]]:
+    """(process, its parent) for every process: from /proc on Linux (slim images have no ``ps``), else ``ps``."""
+    if not os.path.isdir("/proc/self"):
+        listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True, check=False)
+        return [tuple(int(word) for word in line.split()) for line in listing.stdout.splitlines()]
+    links = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        with contextlib.suppress(OSError):  # gone meanwhile
+            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()  # after "pid (command)": state, ppid, ...
+            links.append((int(name), int(fields[1])))
+    return links
+
+
+@contextlib.contextmanager
+def steps_stop_on_interrupt() -> Iterator[None]:
+    """Ctrl-C or SIGTERM stops the running steps too, then raises ``KeyboardInterrupt`` here.
+
+    A terminal's Ctrl-C reaches the steps itself (they are in its process group); a SIGTERM to run-local alone (a
+    ``kill``, a CI job's timeout, ``docker stop``) would leave them training on, orphaned, without this.
+    """
+    import threading
+
+    if os.name != "posix" or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        for pid in descendants(os.getpid()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        raise KeyboardInterrupt
+
+    previous = {number: signal.signal(number, stop) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

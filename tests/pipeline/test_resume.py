@@ -1,0 +1,118 @@
+"""Deciding whether run-local continues an interrupted run, and finding the steps to stop (the whole-DAG runs that are
+interrupted and resumed are in test_local_run.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pipeline.resume import (
+    INTERRUPTED,
+    RUNNING,
+    RunState,
+    begin,
+    decide,
+    descendants,
+    finished,
+    interrupted,
+    read_state,
+    run_key,
+)
+
+KEY = run_key({"source": "/data", "epochs": 3}, "f1", "", False)
+
+
+def state(**changes) -> RunState:
+    values = {"run_id": "r1", "run_name": "tpu-image-classifier-1", "key": KEY, "started": "2026-11-22T08:00:00",
+              "status": INTERRUPTED, "pid": 123, "step": "train"}  # fmt: skip
+    return RunState(**{**values, **changes})
+
+
+def test_the_key_changes_with_any_parameter_the_data_or_the_settings():
+    keys = {
+        KEY,
+        run_key({"source": "/data", "epochs": 4}, "f1", "", False),
+        run_key({"source": "/data", "epochs": 3}, "f2", "", False),
+        run_key({"source": "/data", "epochs": 3}, "f1", "/registry", False),
+        run_key({"source": "/data", "epochs": 3}, "f1", "", True),
+    }
+    assert len(keys) == 5
+    assert run_key({"epochs": 3, "source": "/data"}, "f1", "", False) == KEY  # the order of the flags does not count
+
+
+def test_an_interrupted_run_with_the_same_key_is_resumed_unless_told_not_to():
+    assert decide(None, KEY, resume=True, previous_alive=False).action == "start"
+    resumed = decide(state(), KEY, resume=True, previous_alive=False)
+    assert resumed.action == "resume" and "interrupted during train" in resumed.why
+    assert decide(state(), KEY, resume=False, previous_alive=False).action == "replace"
+    other = decide(state(), run_key({}, "f1", "", False), resume=True, previous_alive=False)
+    assert other.action == "replace" and "other parameters or data" in other.why
+
+
+def test_a_run_whose_process_died_without_a_word_is_resumed_and_a_live_one_refused():
+    """A run-local killed outright (SIGKILL, a closed laptop) left its state 'running': its process is gone, so the
+    run is resumed. One whose process is alive is running now: a second run-local in the same folder is refused."""
+    assert decide(state(status=RUNNING), KEY, resume=True, previous_alive=False).action == "resume"
+    refused = decide(state(status=RUNNING), KEY, resume=True, previous_alive=True)
+    assert refused.action == "refuse" and "process 123" in refused.why
+    assert decide(state(status=INTERRUPTED), KEY, resume=True, previous_alive=True).action == "resume"
+
+
+def test_begin_keeps_the_run_id_across_attempts_and_finished_leaves_nothing(tmp_path):
+    work_dir = str(tmp_path)
+    first, previous = begin(work_dir, KEY, "run-a", resume=True)
+    assert previous is None and read_state(work_dir) == first
+    (tmp_path / "resume" / first.run_id / "checkpoints").mkdir(parents=True)
+    interrupted(work_dir, first, "train", [str(tmp_path / "artifacts" / "attempt-1")])
+    second, previous = begin(work_dir, KEY, "run-b", resume=True)
+    assert (second.run_id, second.run_name, second.attempts) == (first.run_id, "run-a", 2)
+    assert previous.step == "train" and second.artifact_dirs == (str(tmp_path / "artifacts" / "attempt-1"),)
+    finished(work_dir, second)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_another_key_discards_the_interrupted_runs_checkpoints(tmp_path):
+    work_dir = str(tmp_path)
+    first, _ = begin(work_dir, KEY, "run-a", resume=True)
+    (tmp_path / "resume" / first.run_id / "checkpoints").mkdir(parents=True)
+    interrupted(work_dir, first, "train", [])
+    second, previous = begin(work_dir, run_key({}, "f9", "", False), "run-b", resume=True)
+    assert previous is None and second.run_id != first.run_id and second.attempts == 1
+    assert not (tmp_path / "resume" / first.run_id).exists()
+
+
+def test_a_live_run_in_the_work_dir_is_a_one_line_usage_error(tmp_path):
+    from components.cli import UsageError
+    from pipeline.resume import write_state
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        write_state(str(tmp_path), state(status=RUNNING, pid=sleeper.pid))
+        with pytest.raises(UsageError, match=rf"--work-dir {tmp_path}: run-local \(process {sleeper.pid}\) has been "
+                                             r"running there since .*pass another --work-dir"):  # fmt: skip
+            begin(str(tmp_path), KEY, "run-b", resume=True)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_descendants_finds_the_steps_under_their_shells():
+    """kfp.local starts each step as ``sh -ec ...`` which starts Python: both must be found to be stopped."""
+    shell = subprocess.Popen(["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(60)' & wait"])
+    try:
+        for _ in range(100):
+            found = descendants(shell.pid)
+            if found:
+                break
+            time.sleep(0.05)
+        assert len(found) == 1
+        mine = descendants(os.getpid())
+        assert shell.pid in mine and found[0] in mine
+    finally:
+        for pid in [*descendants(shell.pid), shell.pid]:
+            os.kill(pid, 9)
+        shell.wait()
