@@ -7,10 +7,17 @@ INSTALLED := $(VENV)/.installed
 REGISTRY ?= us-docker.pkg.dev/my-project/tpu-image-pipeline
 TAG ?= 0.1.0
 IMAGES := $(notdir $(patsubst %/Dockerfile,%,$(wildcard containers/*/Dockerfile)))
+# base images: empty keeps each Dockerfile's default (pinned by digest); a mirror's reference replaces it, e.g.
+# PYTHON_BASE=europe-docker.pkg.dev/acme/mirror/python:3.11.7-slim-bookworm (here: the local-docker stand-in's tag)
+PYTHON_BASE ?=
+BEAM_BASE ?=
+PINNED_PYTHON := $(shell sed -n 's/^ARG BASE_IMAGE=//p' containers/pipeline/Dockerfile)
+# images `make images` leaves out, e.g. SKIP_IMAGES=beam-worker where Beam's SDK image cannot be pulled
+SKIP_IMAGES ?=
 export UV_PYTHON_DOWNLOADS := never
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-heavy lint format compile lock images clean
+.PHONY: help setup run test test-heavy lint format compile lock images test-images clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -27,8 +34,8 @@ setup: $(INSTALLED) ## create .venv and install the locked dependencies
 run: setup ## run the whole pipeline locally (kfp.local) on the demo digits
 	$(VENV)/bin/python -m pipeline run-local
 
-test: setup lint ## lint, then run the tests (all but the heavy ones)
-	$(VENV)/bin/python -m pytest -m "not heavy"
+test: setup lint ## lint, then run the tests (all but the heavy ones and the images')
+	$(VENV)/bin/python -m pytest -m "not heavy and not images"
 
 test-heavy: setup ## the heavy tests: the simulated year of scheduled retraining (six whole-DAG runs, ~6 min)
 	$(VENV)/bin/python -m pytest -m heavy
@@ -48,20 +55,32 @@ compile: setup ## compile the DAG to pipeline.yaml
 lock: | $(UV) ## re-resolve uv.lock after editing pyproject.toml
 	$(UV) lock --python $(PYTHON)
 
-images: ## build and push containers/<name> as $(REGISTRY)/<name>:$(TAG) (Docker, or Cloud Build through gcloud)
+images: ## build every containers/<name>/Dockerfile as $(REGISTRY)/<name>:$(TAG); PUSH=1 pushes them too
 	@if docker info >/dev/null 2>&1; then \
-		for name in $(IMAGES); do \
-			docker build -f containers/$$name/Dockerfile -t $(REGISTRY)/$$name:$(TAG) . && \
-			docker push $(REGISTRY)/$$name:$(TAG) || exit 1; \
+		for name in $(filter-out $(SKIP_IMAGES),$(IMAGES)); do \
+			base=$$([ $$name = beam-worker ] && echo "$(BEAM_BASE)" || echo "$(PYTHON_BASE)"); \
+			echo "building $(REGISTRY)/$$name:$(TAG)"; \
+			docker build --network host -f containers/$$name/Dockerfile $${base:+--build-arg BASE_IMAGE=$$base} \
+				-t $(REGISTRY)/$$name:$(TAG) . || exit 1; \
+			if [ -n "$(PUSH)" ]; then docker push $(REGISTRY)/$$name:$(TAG) || exit 1; fi; \
 		done; \
 	elif command -v gcloud >/dev/null 2>&1; then \
-		for name in $(IMAGES); do \
+		for name in $(filter-out $(SKIP_IMAGES),$(IMAGES)); do \
+			base=$$([ $$name = beam-worker ] && echo "$(BEAM_BASE)" || echo "$(PYTHON_BASE)"); \
 			gcloud builds submit . --config containers/cloudbuild.yaml \
-				--substitutions _DOCKERFILE=containers/$$name/Dockerfile,_IMAGE=$(REGISTRY)/$$name:$(TAG) || exit 1; \
+				--substitutions _DOCKERFILE=containers/$$name/Dockerfile,_IMAGE=$(REGISTRY)/$$name:$(TAG),_BASE_IMAGE=$$base \
+				|| exit 1; \
 		done; \
 	else \
 		echo "error: neither a Docker engine nor gcloud here: run 'make images' where one of them is" >&2; exit 2; \
 	fi
+
+test-images: setup ## build the images, smoke-test each, run the whole DAG in them (DockerRunner) against SubprocessRunner
+	$(MAKE) images SKIP_IMAGES="beam-worker $(SKIP_IMAGES)"
+	@echo "building the beam-worker layer on $(or $(PYTHON_BASE),the pinned Python image) (Beam's SDK image is not pulled)"
+	docker build --network host -f containers/beam-worker/Dockerfile \
+		--build-arg BASE_IMAGE=$(or $(PYTHON_BASE),$(PINNED_PYTHON)) -t $(REGISTRY)/beam-worker-layer:$(TAG) .
+	REGISTRY=$(REGISTRY) TAG=$(TAG) $(VENV)/bin/python -m pytest -m images -p no:cacheprovider
 
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf runs .pytest_cache .ruff_cache

@@ -67,9 +67,17 @@ def check_writable(path: str, what: str) -> None:
         os.close(handle)
         os.remove(probe)
     except OSError as err:
-        import getpass
-
         raise UsageError(
-            f"{what} {path} cannot be written by user {getpass.getuser()} (uid {os.getuid()}): "
+            f"{what} {path} cannot be written by user {user_name()} (uid {os.getuid()}): "
             f"{err.strerror or err}; choose a folder you can write, or fix its permissions"
         ) from None
+
+
+def user_name() -> str:
+    """This process's user name; a container may run as a uid its /etc/passwd does not name (``docker --user``)."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "(unnamed)"

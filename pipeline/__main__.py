@@ -123,6 +123,21 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
         "and the default version is the next run's baseline (a run whose model is the baseline adds nothing)",
     )
     local_cmd.add_argument(
+        "--runner",
+        choices=("subprocess", "docker"),
+        default="subprocess",
+        help="subprocess: each step in this Python (kfp.local's SubprocessRunner); docker: each step in the image the "
+        "DAG gives it, as you (DockerRunner; build them with `make images`) (default %(default)s)",
+    )
+    local_cmd.add_argument(
+        "--image-registry",
+        default=DEFAULT_REGISTRY,
+        help="with --runner docker: registry of the step images (default %(default)s)",
+    )
+    local_cmd.add_argument(
+        "--image-tag", default=DEFAULT_TAG, help="with --runner docker: tag of the step images (default %(default)s)"
+    )
+    local_cmd.add_argument(
         "--no-resume",
         dest="resume",
         action="store_false",
@@ -454,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
             registry=args.registry,
             verbose=args.verbose,
             resume=args.resume,
+            runner=args.runner,
+            images=Images(registry=args.image_registry, tag=args.image_tag),
         )
     )
     print(format_summary(summary, os.path.join(args.work_dir, SUMMARY_FILE)))

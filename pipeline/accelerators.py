@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from components.cli import UsageError
-from pipeline.images import PIPELINE_IMAGE, TPU_TRAINER_IMAGE
+from pipeline.images import GPU_TRAINER_IMAGE, PIPELINE_IMAGE, TPU_TRAINER_IMAGE
 
 DEFAULT_ACCELERATOR = "v5e-4"
 
@@ -48,10 +48,10 @@ def _tpu(machine_type: str, topology: str, hosts: int = 1) -> MachineSpec:
 
 ACCELERATORS: dict[str, MachineSpec] = {
     "cpu": MachineSpec("n1-standard-8", PIPELINE_IMAGE),
-    # GPUs: the TensorFlow wheel finds CUDA in the image (containers/pipeline installs the lock's gpu extra)
-    "t4": MachineSpec("n1-standard-8", PIPELINE_IMAGE, "NVIDIA_TESLA_T4", 1),
-    "l4": MachineSpec("g2-standard-8", PIPELINE_IMAGE, "NVIDIA_L4", 1),
-    "a100": MachineSpec("a2-highgpu-1g", PIPELINE_IMAGE, "NVIDIA_TESLA_A100", 1),
+    # GPUs: the TensorFlow wheel finds CUDA in the image (containers/train-gpu installs the lock's gpu extra)
+    "t4": MachineSpec("n1-standard-8", GPU_TRAINER_IMAGE, "NVIDIA_TESLA_T4", 1),
+    "l4": MachineSpec("g2-standard-8", GPU_TRAINER_IMAGE, "NVIDIA_L4", 1),
+    "a100": MachineSpec("a2-highgpu-1g", GPU_TRAINER_IMAGE, "NVIDIA_TESLA_A100", 1),
     # TPU v5e and v6e VMs: the machine type names the chips per host, the topology the slice
     "v5e-1": _tpu("ct5lp-hightpu-1t", "1x1"),
     "v5e-4": _tpu("ct5lp-hightpu-4t", "2x2"),

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 DEFAULT_REGISTRY = "us-docker.pkg.dev/my-project/tpu-image-pipeline"
 DEFAULT_TAG = "0.1.0"
 # containers/<name>/Dockerfile builds the image <registry>/<name>:<tag>
-PIPELINE_IMAGE = "pipeline"  # every step on CPUs or GPUs: convert, fingerprint, train, evaluate, export
+PIPELINE_IMAGE = "pipeline"  # every step but GPU and TPU training: no CUDA, no TPU runtime
+GPU_TRAINER_IMAGE = "train-gpu"  # the training step on GPUs (TensorFlow with the CUDA libraries)
 TPU_TRAINER_IMAGE = "train-tpu"  # the training step on Cloud TPUs (Keras on JAX with jax[tpu])
 BEAM_WORKER_IMAGE = "beam-worker"  # Dataflow workers of the convert step (--sdk_container_image)
 

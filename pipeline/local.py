@@ -11,6 +11,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from pipeline.images import DEFAULT_IMAGES, Images
+
 log = logging.getLogger(__name__)
 
 DEFAULT_WORK_DIR = os.path.join("runs", "local")
@@ -43,6 +45,9 @@ class LocalRunConfig:
         resume: continue the run interrupted in ``work_dir`` (Ctrl-C, SIGTERM) when it had the same parameters and
             data: the same run id, its finished steps reused, training from its last finished epoch
             (``pipeline.resume``); False starts over.
+        runner: ``subprocess`` (kfp.local's SubprocessRunner: the steps in this Python) or ``docker``
+            (DockerRunner: each step in the image the DAG gives it, ``images``, as the invoking user).
+        images: where the step images are, for ``docker`` (``make images`` builds them under the defaults).
     """
 
     work_dir: str = DEFAULT_WORK_DIR
@@ -56,6 +61,8 @@ class LocalRunConfig:
     registry: str = ""
     verbose: bool = False
     resume: bool = True
+    runner: str = "subprocess"
+    images: Images = DEFAULT_IMAGES
 
 
 # the placeholders KFP's backend driver resolves in a task's constant inputs before computing its cache key
@@ -63,7 +70,12 @@ class LocalRunConfig:
 RUN_PLACEHOLDERS = ("{{$.pipeline_job_uuid}}", "{{$.pipeline_job_name}}", "{{$.pipeline_job_resource_name}}")
 
 
-def local_pipeline_spec(registry: bool, cache: bool, run_name: str, run_id: str) -> dict:
+RUNNERS = ("subprocess", "docker")
+
+
+def local_pipeline_spec(
+    registry: bool, cache: bool, run_name: str, run_id: str, images: Images = DEFAULT_IMAGES
+) -> dict:
     """The DAG compiled as for Vertex AI, then prepared as the orchestrator would: with ``cache``, every task's cache
     turned on by aiplatform's own ``PipelineJob(enable_caching=True)`` rewrite; the run's name and id put into the
     constant inputs that name them (as KFP's driver does), so that they change every run's cache keys."""
@@ -77,7 +89,7 @@ def local_pipeline_spec(registry: bool, cache: bool, run_name: str, run_id: str)
 
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "pipeline.yaml")
-        compiler.Compiler().compile(build_pipeline(registry="folder" if registry else None), path)
+        compiler.Compiler().compile(build_pipeline(images, registry="folder" if registry else None), path)
         with open(path, encoding="utf-8") as handle:
             spec = yaml.safe_load(handle)
     if cache:
@@ -137,30 +149,38 @@ def run_local(config: LocalRunConfig) -> dict:
     key = resume.run_key(parameters, fingerprint, registry, config.cache)
     state, previous = resume.begin(work_dir, key, f"{PIPELINE_NAME}-{time.strftime('%Y%m%d%H%M%S')}", config.resume)
     run_id, kept = state.run_id, resume.resume_dir(work_dir, state)
+    spec = local_pipeline_spec(bool(registry), config.cache, state.run_name, run_id, config.images)
+    checkpoints = os.path.join(kept, "checkpoints")  # as a Vertex AI custom job's: training resumes from it
+    failures = os.path.join(work_dir, ".step-failures.jsonl")
+    environment = {"AIP_CHECKPOINT_DIR": checkpoints}
+    if config.runner == "docker":
+        from components.cli import STEP_FAILURE_ENV
+
+        shared = [work_dir, registry, *(p for p in (source, parameters.get("baseline_model", "")) if "://" not in p)]
+        runner = docker_runner(spec, shared, {**environment, STEP_FAILURE_ENV: failures})
+    else:
+        runner = local.SubprocessRunner(use_venv=False)
     # the cache is always on: without --cache it is the run's own (empty at its start), which a resumed run's
     # finished steps hit
     local.init(
-        runner=local.SubprocessRunner(use_venv=False),
+        runner=runner,
         pipeline_root=pipeline_root,
         workspace_root=workspace,
         enable_caching=True,
         cache_root=os.path.join(work_dir, "cache") if config.cache else os.path.join(kept, "cache"),
     )
-    spec = local_pipeline_spec(bool(registry), config.cache, state.run_name, run_id)
-    log.info("running %s under kfp.local (SubprocessRunner) with %s", PIPELINE_NAME, parameters)
+    log.info("running %s under kfp.local (%s) with %s", PIPELINE_NAME, type(runner).__name__, parameters)
     earlier_runs = set(os.listdir(pipeline_root))
     summary_path = os.path.join(work_dir, SUMMARY_FILE)
     if os.path.exists(summary_path):  # never left looking current after a failure
         os.remove(summary_path)
-    checkpoints = os.path.join(kept, "checkpoints")  # as a Vertex AI custom job's: training resumes from it
-    failures = os.path.join(work_dir, ".step-failures.jsonl")
     progress = None
     try:
         with (
             quiet(os.path.join(work_dir, RUN_LOG), config.verbose, resumed=previous is not None) as progress,
             resume.steps_stop_on_interrupt(),
         ):
-            outputs = run_dag(spec, parameters, failures, {"AIP_CHECKPOINT_DIR": checkpoints})
+            outputs = run_dag(spec, parameters, failures, environment)
     except StepFailedError as err:
         resume.finished(work_dir, state)  # a failed run starts over
         write_json(summary_path, {"pipeline": PIPELINE_NAME, "run_id": run_id, "status": "failed",
@@ -380,6 +400,44 @@ def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
     accuracies = recorded.get("history", {}).get("val_accuracy") or [None]
     return {**used, "final_validation_accuracy": accuracies[-1],
             "resumed_after_epoch": recorded.get("resumed_after_epoch", 0)}  # fmt: skip
+
+
+def docker_runner(spec: dict, shared: list[str], environment: dict[str, str]):
+    """kfp.local's DockerRunner for the DAG's images, checked before anything runs: a Docker engine answers, and every
+    image the DAG names is here. The steps run as the invoking user (so that what they write is the user's, and they
+    can write what the user can), with ``shared`` folders (the work dir, the source, ...) bound at their own paths
+    and ``environment`` set (kfp.local binds only the pipeline root)."""
+    import docker
+    from kfp import local
+
+    from components.cli import UsageError
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as err:  # no engine, no socket, no permission on it
+        raise UsageError(f"--runner docker: no Docker engine answers ({type(err).__name__}): start one, or leave "
+                         "--runner out to run the steps in this Python") from None  # fmt: skip
+    images = sorted({executor["container"]["image"] for executor in spec["deploymentSpec"]["executors"].values()})
+    missing = [image for image in images if not client.images.list(name=image)]
+    if missing:
+        raise UsageError(f"--runner docker: image {missing[0]} is not here: build the images with `make images` "
+                         "(REGISTRY=... TAG=... to match --image-registry and --image-tag)")  # fmt: skip
+    folders = sorted({folder_of(path) for path in shared if path})
+    folders = [f for f in folders if not any(f.startswith(other + os.sep) for other in folders)]  # once, at the top
+    mounts = [docker.types.Mount(target=path, source=path, type="bind") for path in folders]
+    return local.DockerRunner(user=f"{os.getuid()}:{os.getgid()}", mounts=mounts, environment=environment)
+
+
+def folder_of(path: str) -> str:
+    """The folder to bind for a path a step reads: itself, or the folder of a file (a manifest, an .npz) or of a glob's
+    first wildcard."""
+    import glob
+
+    path = os.path.abspath(path)
+    while glob.has_magic(path) or (os.path.exists(path) and not os.path.isdir(path)):
+        path = os.path.dirname(path)
+    return path
 
 
 def step_outcome(path: str, run_dir: str, interrupted_dirs: tuple[str, ...]) -> str:

@@ -185,10 +185,10 @@ def test_every_image_in_pipeline_yaml_has_a_dockerfile():
 EXPECTED_MACHINES = {
     "cpu": ({"machine_type": "n1-standard-8"}, "pipeline"),
     "t4": ({"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 1},
-           "pipeline"),
-    "l4": ({"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}, "pipeline"),
+           "train-gpu"),
+    "l4": ({"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}, "train-gpu"),
     "a100": ({"machine_type": "a2-highgpu-1g", "accelerator_type": "NVIDIA_TESLA_A100", "accelerator_count": 1},
-             "pipeline"),
+             "train-gpu"),
     "v5e-1": ({"machine_type": "ct5lp-hightpu-1t", "tpu_topology": "1x1"}, "train-tpu"),
     "v5e-4": ({"machine_type": "ct5lp-hightpu-4t", "tpu_topology": "2x2"}, "train-tpu"),
     "v5e-8": ({"machine_type": "ct5lp-hightpu-8t", "tpu_topology": "2x4"}, "train-tpu"),

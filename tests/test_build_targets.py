@@ -1,0 +1,93 @@
+"""`make images` and Cloud Build build the same Dockerfiles with the same arguments, and push only when asked: checked
+with a stand-in `docker` that records its calls (the real builds are `make test-images`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT
+
+DOCKERFILES = sorted(name for name in os.listdir(os.path.join(REPO_ROOT, "containers"))
+                     if os.path.isfile(os.path.join(REPO_ROOT, "containers", name, "Dockerfile")))  # fmt: skip
+
+
+@pytest.fixture
+def fake_docker(tmp_path):
+    """A `docker` on PATH that answers `info` and records every other call, one line each."""
+    calls = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(f'#!/bin/sh\n[ "$1" = info ] && exit 0\necho "$@" >> {calls}\n')
+    (bin_dir / "docker").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+    def recorded() -> list[str]:
+        return calls.read_text().splitlines() if calls.exists() else []
+
+    return env, recorded
+
+
+def make_images(env, *variables: str) -> None:
+    result = subprocess.run(["make", "-s", "images", "REGISTRY=reg.example/ml", "TAG=t1", *variables], cwd=REPO_ROOT,
+                            env=env, capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def cloud_build(env, dockerfile: str, image: str, base: str) -> None:
+    """What Cloud Build runs for containers/cloudbuild.yaml: its substitutions, then each step's bash command."""
+    with open(os.path.join(REPO_ROOT, "containers", "cloudbuild.yaml")) as handle:
+        config = yaml.safe_load(handle)
+    values = {**config.get("substitutions", {}), "_DOCKERFILE": dockerfile, "_IMAGE": image, "_BASE_IMAGE": base}
+
+    def substitute(text: str) -> str:
+        for name, value in values.items():
+            text = text.replace("${" + name + "}", value)
+        return text.replace("$$", "$")
+
+    for step in config["steps"]:
+        step_env = dict(item.split("=", 1) for item in map(substitute, step.get("env", [])))
+        command = [substitute(arg) for arg in step["args"]]
+        assert step["entrypoint"] == "bash" and command[0] == "-c"
+        subprocess.run(["bash", "-c", command[1]], cwd=REPO_ROOT, env={**env, **step_env}, check=True)
+    assert config["images"] == ["${_IMAGE}"]  # Cloud Build pushes what it built
+
+
+@pytest.mark.parametrize("bases", [("", ""), ("mirror.example/python:3.11", "mirror.example/beam:2.77.0")])
+def test_make_images_and_cloud_build_give_docker_the_same_build(fake_docker, bases):
+    env, recorded = fake_docker
+    python_base, beam_base = bases
+    make_images(env, f"PYTHON_BASE={python_base}", f"BEAM_BASE={beam_base}")
+    by_make = [call.replace("--network host ", "") for call in recorded()]
+    assert [call.split()[0] for call in by_make] == ["build"] * len(DOCKERFILES)  # nothing pushed
+    for name in DOCKERFILES:
+        base = beam_base if name == "beam-worker" else python_base
+        cloud_build(env, f"containers/{name}/Dockerfile", f"reg.example/ml/{name}:t1", base)
+    by_cloud_build = recorded()[len(by_make) :]
+    assert by_make == by_cloud_build
+    for name, call in zip(DOCKERFILES, by_make, strict=True):
+        base = beam_base if name == "beam-worker" else python_base
+        assert f"-f containers/{name}/Dockerfile" in call and f"-t reg.example/ml/{name}:t1" in call
+        assert ("--build-arg BASE_IMAGE=" in call) is bool(base) and (not base or f"BASE_IMAGE={base}" in call)
+
+
+def test_make_images_pushes_only_when_asked_and_skips_what_it_is_told(fake_docker):
+    env, recorded = fake_docker
+    make_images(env, "PUSH=1", "SKIP_IMAGES=beam-worker")
+    calls = recorded()
+    built = [name for name in DOCKERFILES if name != "beam-worker"]
+    assert [call.split()[0] for call in calls] == ["build", "push"] * len(built)
+    assert [call for call in calls if call.startswith("push")] == [f"push reg.example/ml/{n}:t1" for n in built]
+
+
+def test_every_dockerfile_takes_its_base_image_as_an_argument_pinned_by_digest_where_one_is_known():
+    for name in DOCKERFILES:
+        with open(os.path.join(REPO_ROOT, "containers", name, "Dockerfile")) as handle:
+            lines = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
+        assert lines[0].startswith("ARG BASE_IMAGE=") and lines[1] == "FROM ${BASE_IMAGE}", name
+        default = lines[0].split("=", 1)[1]
+        if name != "beam-worker":  # (Beam's digest could not be read here: README, Images)
+            assert "@sha256:" in default and len(default.split("@sha256:")[1]) == 64, name
