@@ -55,10 +55,11 @@ compile: setup ## compile the DAG to pipeline.yaml
 lock: | $(UV) ## re-resolve uv.lock after editing pyproject.toml
 	$(UV) lock --python $(PYTHON)
 
-images: ## build every containers/<name>/Dockerfile as $(REGISTRY)/<name>:$(TAG); PUSH=1 pushes them too
+images: ## build every containers/<name>/Dockerfile as $(REGISTRY)/<name>:$(TAG) (the trainers on pipeline); PUSH=1 pushes
 	@if docker info >/dev/null 2>&1; then \
 		for name in $(filter-out $(SKIP_IMAGES),$(IMAGES)); do \
-			base=$$([ $$name = beam-worker ] && echo "$(BEAM_BASE)" || echo "$(PYTHON_BASE)"); \
+			base=$$(case $$name in beam-worker) echo "$(BEAM_BASE)";; train-*) echo "$(REGISTRY)/pipeline:$(TAG)";; \
+				*) echo "$(PYTHON_BASE)";; esac); \
 			echo "building $(REGISTRY)/$$name:$(TAG)"; \
 			docker build --network host -f containers/$$name/Dockerfile $${base:+--build-arg BASE_IMAGE=$$base} \
 				-t $(REGISTRY)/$$name:$(TAG) . || exit 1; \
@@ -66,7 +67,8 @@ images: ## build every containers/<name>/Dockerfile as $(REGISTRY)/<name>:$(TAG)
 		done; \
 	elif command -v gcloud >/dev/null 2>&1; then \
 		for name in $(filter-out $(SKIP_IMAGES),$(IMAGES)); do \
-			base=$$([ $$name = beam-worker ] && echo "$(BEAM_BASE)" || echo "$(PYTHON_BASE)"); \
+			base=$$(case $$name in beam-worker) echo "$(BEAM_BASE)";; train-*) echo "$(REGISTRY)/pipeline:$(TAG)";; \
+				*) echo "$(PYTHON_BASE)";; esac); \
 			gcloud builds submit . --config containers/cloudbuild.yaml \
 				--substitutions _DOCKERFILE=containers/$$name/Dockerfile,_IMAGE=$(REGISTRY)/$$name:$(TAG),_BASE_IMAGE=$$base \
 				|| exit 1; \

@@ -1,4 +1,5 @@
-"""`make images` and Cloud Build build the same Dockerfiles with the same arguments, and push only when asked: checked
+"""`make images` and Cloud Build build the same Dockerfiles with the same arguments (the pipeline image before the
+trainers built on it), and push only when asked: checked
 with a stand-in `docker` that records its calls (the real builds are `make test-images`)."""
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ def cloud_build(env, dockerfile: str, image: str, base: str) -> None:
     assert config["images"] == ["${_IMAGE}"]  # Cloud Build pushes what it built
 
 
+def base_of(name: str, python_base: str, beam_base: str) -> str:
+    """The base image each build is given: the trainers are the pipeline image of the same registry and tag, plus
+    their extra."""
+    if name.startswith("train-"):
+        return "reg.example/ml/pipeline:t1"
+    return beam_base if name == "beam-worker" else python_base
+
+
 @pytest.mark.parametrize("bases", [("", ""), ("mirror.example/python:3.11", "mirror.example/beam:2.77.0")])
 def test_make_images_and_cloud_build_give_docker_the_same_build(fake_docker, bases):
     env, recorded = fake_docker
@@ -64,12 +73,11 @@ def test_make_images_and_cloud_build_give_docker_the_same_build(fake_docker, bas
     by_make = [call.replace("--network host ", "") for call in recorded()]
     assert [call.split()[0] for call in by_make] == ["build"] * len(DOCKERFILES)  # nothing pushed
     for name in DOCKERFILES:
-        base = beam_base if name == "beam-worker" else python_base
-        cloud_build(env, f"containers/{name}/Dockerfile", f"reg.example/ml/{name}:t1", base)
+        cloud_build(env, f"containers/{name}/Dockerfile", f"reg.example/ml/{name}:t1", base_of(name, *bases))
     by_cloud_build = recorded()[len(by_make) :]
     assert by_make == by_cloud_build
     for name, call in zip(DOCKERFILES, by_make, strict=True):
-        base = beam_base if name == "beam-worker" else python_base
+        base = base_of(name, *bases)
         assert f"-f containers/{name}/Dockerfile" in call and f"-t reg.example/ml/{name}:t1" in call
         assert ("--build-arg BASE_IMAGE=" in call) is bool(base) and (not base or f"BASE_IMAGE={base}" in call)
 
@@ -89,5 +97,7 @@ def test_every_dockerfile_takes_its_base_image_as_an_argument_pinned_by_digest_w
             lines = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
         assert lines[0].startswith("ARG BASE_IMAGE=") and lines[1] == "FROM ${BASE_IMAGE}", name
         default = lines[0].split("=", 1)[1]
-        if name != "beam-worker":  # (Beam's digest could not be read here: README, Images)
+        if name.startswith("train-"):  # the pipeline image plus an extra: `make images` names its build
+            assert default.endswith("/pipeline:0.1.0"), name
+        elif name != "beam-worker":  # (Beam's digest could not be read here: README, Images)
             assert "@sha256:" in default and len(default.split("@sha256:")[1]) == 64, name
