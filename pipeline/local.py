@@ -131,6 +131,8 @@ def run_local(config: LocalRunConfig) -> dict:
     started = time.monotonic()
     work_dir = os.path.abspath(config.work_dir)
     check_writable(work_dir, "--work-dir")
+    if config.runner == "docker":
+        check_docker(config.images)
     demo = not config.source
     source, fingerprint = resolve_source(config)
     registry = check_registry(config.registry) if config.registry else ""
@@ -157,7 +159,7 @@ def run_local(config: LocalRunConfig) -> dict:
         from components.cli import STEP_FAILURE_ENV
 
         shared = [work_dir, registry, *(p for p in (source, parameters.get("baseline_model", "")) if "://" not in p)]
-        runner = docker_runner(spec, shared, {**environment, STEP_FAILURE_ENV: failures})
+        runner = docker_runner(shared, {**environment, STEP_FAILURE_ENV: failures})
     else:
         runner = local.SubprocessRunner(use_venv=False)
     # the cache is always on: without --cache it is the run's own (empty at its start), which a resumed run's
@@ -402,15 +404,12 @@ def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
             "resumed_after_epoch": recorded.get("resumed_after_epoch", 0)}  # fmt: skip
 
 
-def docker_runner(spec: dict, shared: list[str], environment: dict[str, str]):
-    """kfp.local's DockerRunner for the DAG's images, checked before anything runs: a Docker engine answers, and every
-    image the DAG names is here. The steps run as the invoking user (so that what they write is the user's, and they
-    can write what the user can), with ``shared`` folders (the work dir, the source, ...) bound at their own paths
-    and ``environment`` set (kfp.local binds only the pipeline root)."""
+def check_docker(images: Images) -> None:
+    """Before anything runs: a Docker engine answers, and the image every step of the local DAG runs in is here."""
     import docker
-    from kfp import local
 
     from components.cli import UsageError
+    from pipeline.images import PIPELINE_IMAGE
 
     try:
         client = docker.from_env()
@@ -418,11 +417,19 @@ def docker_runner(spec: dict, shared: list[str], environment: dict[str, str]):
     except Exception as err:  # no engine, no socket, no permission on it
         raise UsageError(f"--runner docker: no Docker engine answers ({type(err).__name__}): start one, or leave "
                          "--runner out to run the steps in this Python") from None  # fmt: skip
-    images = sorted({executor["container"]["image"] for executor in spec["deploymentSpec"]["executors"].values()})
-    missing = [image for image in images if not client.images.list(name=image)]
-    if missing:
-        raise UsageError(f"--runner docker: image {missing[0]} is not here: build the images with `make images` "
-                         "(REGISTRY=... TAG=... to match --image-registry and --image-tag)")  # fmt: skip
+    image = images.uri(PIPELINE_IMAGE)  # (without --accelerator, the DAG runs every step in it)
+    if not client.images.list(name=image):
+        raise UsageError(f"--runner docker: image {image} is not here: build it with `make images` (REGISTRY=... "
+                         "TAG=... to match --image-registry and --image-tag)")  # fmt: skip
+
+
+def docker_runner(shared: list[str], environment: dict[str, str]):
+    """kfp.local's DockerRunner (``check_docker`` first). The steps run as the invoking user (so that what they write
+    is the user's, and they can write what the user can), with ``shared`` folders (the work dir, the source, ...)
+    bound at their own paths and ``environment`` set (kfp.local binds only the pipeline root)."""
+    import docker
+    from kfp import local
+
     folders = sorted({folder_of(path) for path in shared if path})
     folders = [f for f in folders if not any(f.startswith(other + os.sep) for other in folders)]  # once, at the top
     mounts = [docker.types.Mount(target=path, source=path, type="bind") for path in folders]

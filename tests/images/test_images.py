@@ -171,3 +171,16 @@ def test_the_whole_dag_runs_in_its_images_with_the_results_of_the_subprocess_run
     assert f"Found image '{IMAGES.uri('pipeline')}'" in log  # each step in the image pipeline.yaml gives it
     assert log.count("Found image") == len(docker_run["steps"]) + 1  # + the fingerprint step
     assert os.stat(docker_run["export_json"]).st_uid == os.getuid()
+
+
+def test_run_local_in_docker_with_an_image_that_is_not_built_is_one_line(tmp_path):
+    from tests.conftest import run_cli
+
+    result = run_cli("pipeline", "run-local", "--work-dir", str(tmp_path / "work"), "--runner", "docker",
+                     "--image-tag", "not-built")  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: --runner docker: image {IMAGES.registry}/pipeline:not-built is not here: build it with `make images` "
+        "(REGISTRY=... TAG=... to match --image-registry and --image-tag)"
+    )
+    assert not (tmp_path / "work").exists()

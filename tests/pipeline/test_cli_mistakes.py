@@ -174,3 +174,10 @@ def test_a_registry_that_cannot_be_used_is_one_line_exit_2_before_anything_runs(
     result = run_cli("pipeline", "run-local", *args)
     assert result.returncode == 2 and result.stderr.strip() == "error: " + message.format(path=path)
     assert not (work / "artifacts").exists()
+
+
+def test_run_local_in_docker_without_an_engine_is_one_line_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    with pytest.raises(UsageError, match=r"--runner docker: no Docker engine answers \(\w+\): start one, or leave "):
+        main(["run-local", "--work-dir", str(tmp_path / "work"), "--runner", "docker"])
+    assert not (tmp_path / "work").exists()
