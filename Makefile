@@ -20,7 +20,7 @@ export UV_PYTHON_DOWNLOADS := never
 .PHONY: help setup run test test-heavy lint format compile lock images test-images clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 $(UV):
 	$(PYTHON) -m venv .tools

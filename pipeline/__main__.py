@@ -138,6 +138,15 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
         "--image-tag", default=DEFAULT_TAG, help="with --runner docker: tag of the step images (default %(default)s)"
     )
     local_cmd.add_argument(
+        "--accelerator",
+        default=DEFAULT_ACCELERATOR,
+        choices=ACCELERATORS,
+        metavar="TARGET",
+        help="with --runner docker: train in the image this compile target's training job runs in, as a plain "
+        "container on this machine (default %(default)s, pipeline.yaml's: the TPU trainer, which trains on the CPU "
+        "here)",
+    )
+    local_cmd.add_argument(
         "--no-resume",
         dest="resume",
         action="store_false",
@@ -471,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
             resume=args.resume,
             runner=args.runner,
             images=Images(registry=args.image_registry, tag=args.image_tag),
+            accelerator=args.accelerator,
         )
     )
     print(format_summary(summary, os.path.join(args.work_dir, SUMMARY_FILE)))

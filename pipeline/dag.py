@@ -24,13 +24,17 @@ RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
 
 
 def build_pipeline(
-    images: Images = DEFAULT_IMAGES, accelerator: Optional[str] = None, registry: Optional[str] = "vertex"
+    images: Images = DEFAULT_IMAGES,
+    accelerator: Optional[str] = None,
+    registry: Optional[str] = "vertex",
+    train_image: str = PIPELINE_IMAGE,
 ):
     """Returns the pipeline function, its steps running in ``images``.
 
     ``accelerator`` (a name in ``pipeline.accelerators.ACCELERATORS``): the training step becomes a Vertex AI custom
     job on that machine, in its image (Google Cloud Pipeline Components' ``create_custom_training_job_from_component``).
-    None: every step is a plain container step, as ``kfp.local`` runs them.
+    None: every step is a plain container step, as ``kfp.local`` runs them; the training step in ``train_image``
+    (``run-local --runner docker`` trains in the image a compile target gives its training job).
 
     ``registry``: where the model in service is found before evaluate (the baseline) and where a blessed export
     becomes a new version: ``"vertex"``, the Vertex AI Model Registry (its versions stored under ``model_root``);
@@ -47,7 +51,7 @@ def build_pipeline(
     image = images.uri(PIPELINE_IMAGE)
     fingerprint_op = make_fingerprint_component(image)
     convert_op = convert_component(image)
-    train_op, train_options = train_component(image), {}
+    train_op, train_options = train_component(images.uri(train_image)), {}
     if accelerator is not None:
         train_op, train_options = custom_training_job(images, accelerator)
     evaluate_op = evaluate_component(image)

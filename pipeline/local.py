@@ -11,7 +11,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from pipeline.images import DEFAULT_IMAGES, Images
+from pipeline.accelerators import DEFAULT_ACCELERATOR
+from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ class LocalRunConfig:
         runner: ``subprocess`` (kfp.local's SubprocessRunner: the steps in this Python) or ``docker``
             (DockerRunner: each step in the image the DAG gives it, ``images``, as the invoking user).
         images: where the step images are, for ``docker`` (``make images`` builds them under the defaults).
+        accelerator: for ``docker``, the compile target whose training image the train step runs in (as a plain
+            container here; on Vertex AI, a custom job on that machine).
     """
 
     work_dir: str = DEFAULT_WORK_DIR
@@ -63,6 +66,7 @@ class LocalRunConfig:
     resume: bool = True
     runner: str = "subprocess"
     images: Images = DEFAULT_IMAGES
+    accelerator: str = DEFAULT_ACCELERATOR
 
 
 # the placeholders KFP's backend driver resolves in a task's constant inputs before computing its cache key
@@ -70,11 +74,13 @@ class LocalRunConfig:
 RUN_PLACEHOLDERS = ("{{$.pipeline_job_uuid}}", "{{$.pipeline_job_name}}", "{{$.pipeline_job_resource_name}}")
 
 
-RUNNERS = ("subprocess", "docker")
-
-
 def local_pipeline_spec(
-    registry: bool, cache: bool, run_name: str, run_id: str, images: Images = DEFAULT_IMAGES
+    registry: bool,
+    cache: bool,
+    run_name: str,
+    run_id: str,
+    images: Images = DEFAULT_IMAGES,
+    train_image: str = PIPELINE_IMAGE,
 ) -> dict:
     """The DAG compiled as for Vertex AI, then prepared as the orchestrator would: with ``cache``, every task's cache
     turned on by aiplatform's own ``PipelineJob(enable_caching=True)`` rewrite; the run's name and id put into the
@@ -89,7 +95,8 @@ def local_pipeline_spec(
 
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "pipeline.yaml")
-        compiler.Compiler().compile(build_pipeline(images, registry="folder" if registry else None), path)
+        pipeline = build_pipeline(images, registry="folder" if registry else None, train_image=train_image)
+        compiler.Compiler().compile(pipeline, path)
         with open(path, encoding="utf-8") as handle:
             spec = yaml.safe_load(handle)
     if cache:
@@ -131,8 +138,12 @@ def run_local(config: LocalRunConfig) -> dict:
     started = time.monotonic()
     work_dir = os.path.abspath(config.work_dir)
     check_writable(work_dir, "--work-dir")
+    train_image = PIPELINE_IMAGE
     if config.runner == "docker":
-        check_docker(config.images)
+        from pipeline.accelerators import machine_spec
+
+        train_image = machine_spec(config.accelerator).image
+        check_docker(config.images, train_image)
     demo = not config.source
     source, fingerprint = resolve_source(config)
     registry = check_registry(config.registry) if config.registry else ""
@@ -151,7 +162,7 @@ def run_local(config: LocalRunConfig) -> dict:
     key = resume.run_key(parameters, fingerprint, registry, config.cache)
     state, previous = resume.begin(work_dir, key, f"{PIPELINE_NAME}-{time.strftime('%Y%m%d%H%M%S')}", config.resume)
     run_id, kept = state.run_id, resume.resume_dir(work_dir, state)
-    spec = local_pipeline_spec(bool(registry), config.cache, state.run_name, run_id, config.images)
+    spec = local_pipeline_spec(bool(registry), config.cache, state.run_name, run_id, config.images, train_image)
     checkpoints = os.path.join(kept, "checkpoints")  # as a Vertex AI custom job's: training resumes from it
     failures = os.path.join(work_dir, ".step-failures.jsonl")
     environment = {"AIP_CHECKPOINT_DIR": checkpoints}
@@ -404,12 +415,11 @@ def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
             "resumed_after_epoch": recorded.get("resumed_after_epoch", 0)}  # fmt: skip
 
 
-def check_docker(images: Images) -> None:
-    """Before anything runs: a Docker engine answers, and the image every step of the local DAG runs in is here."""
+def check_docker(images: Images, train_image: str) -> None:
+    """Before anything runs: a Docker engine answers, and the images the local DAG's steps run in are here."""
     import docker
 
     from components.cli import UsageError
-    from pipeline.images import PIPELINE_IMAGE
 
     try:
         client = docker.from_env()
@@ -417,10 +427,10 @@ def check_docker(images: Images) -> None:
     except Exception as err:  # no engine, no socket, no permission on it
         raise UsageError(f"--runner docker: no Docker engine answers ({type(err).__name__}): start one, or leave "
                          "--runner out to run the steps in this Python") from None  # fmt: skip
-    image = images.uri(PIPELINE_IMAGE)  # (without --accelerator, the DAG runs every step in it)
-    if not client.images.list(name=image):
-        raise UsageError(f"--runner docker: image {image} is not here: build it with `make images` (REGISTRY=... "
-                         "TAG=... to match --image-registry and --image-tag)")  # fmt: skip
+    for image in (images.uri(PIPELINE_IMAGE), images.uri(train_image)):
+        if not client.images.list(name=image):
+            raise UsageError(f"--runner docker: image {image} is not here: build it with `make images` (REGISTRY=... "
+                             "TAG=... to match --image-registry and --image-tag)")  # fmt: skip
 
 
 def docker_runner(shared: list[str], environment: dict[str, str]):
