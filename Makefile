@@ -12,6 +12,9 @@ IMAGES := $(notdir $(patsubst %/Dockerfile,%,$(wildcard containers/*/Dockerfile)
 PYTHON_BASE ?=
 BEAM_BASE ?=
 PINNED_PYTHON := $(shell sed -n 's/^ARG BASE_IMAGE=//p' containers/pipeline/Dockerfile)
+# the base image of containers/$$name: the trainers are built on the pipeline image of the same registry and tag
+BASE_OF = case $$name in beam-worker) echo "$(BEAM_BASE)";; train-*) echo "$(REGISTRY)/pipeline:$(TAG)";; \
+	*) echo "$(PYTHON_BASE)";; esac
 # images `make images` leaves out, e.g. SKIP_IMAGES=beam-worker where Beam's SDK image cannot be pulled
 SKIP_IMAGES ?=
 export UV_PYTHON_DOWNLOADS := never
@@ -58,8 +61,7 @@ lock: | $(UV) ## re-resolve uv.lock after editing pyproject.toml
 images: ## build every containers/<name>/Dockerfile as $(REGISTRY)/<name>:$(TAG) (the trainers on pipeline); PUSH=1 pushes
 	@if docker info >/dev/null 2>&1; then \
 		for name in $(filter-out $(SKIP_IMAGES),$(IMAGES)); do \
-			base=$$(case $$name in beam-worker) echo "$(BEAM_BASE)";; train-*) echo "$(REGISTRY)/pipeline:$(TAG)";; \
-				*) echo "$(PYTHON_BASE)";; esac); \
+			base=$$($(BASE_OF)); \
 			echo "building $(REGISTRY)/$$name:$(TAG)"; \
 			docker build --network host -f containers/$$name/Dockerfile $${base:+--build-arg BASE_IMAGE=$$base} \
 				-t $(REGISTRY)/$$name:$(TAG) . || exit 1; \
@@ -67,8 +69,7 @@ images: ## build every containers/<name>/Dockerfile as $(REGISTRY)/<name>:$(TAG)
 		done; \
 	elif command -v gcloud >/dev/null 2>&1; then \
 		for name in $(filter-out $(SKIP_IMAGES),$(IMAGES)); do \
-			base=$$(case $$name in beam-worker) echo "$(BEAM_BASE)";; train-*) echo "$(REGISTRY)/pipeline:$(TAG)";; \
-				*) echo "$(PYTHON_BASE)";; esac); \
+			base=$$($(BASE_OF)); \
 			gcloud builds submit . --config containers/cloudbuild.yaml \
 				--substitutions _DOCKERFILE=containers/$$name/Dockerfile,_IMAGE=$(REGISTRY)/$$name:$(TAG),_BASE_IMAGE=$$base \
 				|| exit 1; \

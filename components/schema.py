@@ -57,7 +57,7 @@ def serialize_example(
         "size": _int64_feature(size),
     }
     if source:
-        feature["source"] = _bytes_feature(source.encode("utf-8"))
+        feature[SOURCE_FEATURE] = _bytes_feature(source.encode("utf-8"))
     entries = b"".join(
         _delimited(0x0A, _delimited(0x0A, name.encode()) + _delimited(0x12, value)) for name, value in feature.items()
     )

@@ -403,16 +403,18 @@ def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
     from components.artifacts.model import HISTORY_FILE
     from components.storage import exists, read_json
 
-    defaults = {
-        name: declared.get("defaultValue") for name, declared in spec["root"]["inputDefinitions"]["parameters"].items()
-    }
-    used = {name: parameters.get(name, defaults.get(name)) for name in ("epochs", "learning_rate", "lr_schedule")}
+    used = {name: parameter_used(name, spec, parameters) for name in ("epochs", "learning_rate", "lr_schedule")}
     used["epochs"] = int(used["epochs"])
     path = os.path.join(model_dir, HISTORY_FILE)
     recorded = read_json(path) if exists(path) else {}
     accuracies = recorded.get("history", {}).get("val_accuracy") or [None]
     return {**used, "final_validation_accuracy": accuracies[-1],
             "resumed_after_epoch": recorded.get("resumed_after_epoch", 0)}  # fmt: skip
+
+
+def parameter_used(name: str, spec: dict, parameters: dict):
+    """A pipeline parameter's value in this run: as given, or the DAG's default."""
+    return parameters.get(name, spec["root"]["inputDefinitions"]["parameters"][name].get("defaultValue"))
 
 
 def check_docker(images: Images, train_image: str) -> None:
@@ -467,15 +469,10 @@ def step_outcome(path: str, run_dir: str, interrupted_dirs: tuple[str, ...]) -> 
 
 def epochs_done(checkpoints: str, parameters: dict, spec: dict) -> str:
     """ " (after epoch N of M)" when training was interrupted with N epochs kept in its checkpoints, else ""."""
-    from components.train.core import EPOCH_LOG_FILE
+    from components.train.core import epochs_kept
 
-    path = os.path.join(checkpoints, EPOCH_LOG_FILE)
-    if not os.path.isdir(os.path.join(checkpoints, "backup")) or not os.path.exists(path):
-        return ""
-    with open(path, encoding="utf-8") as handle:
-        done = sum(1 for line in handle if line.strip())
-    total = parameters.get("epochs", spec["root"]["inputDefinitions"]["parameters"]["epochs"].get("defaultValue"))
-    return f" (after epoch {done} of {int(total)})" if done else ""
+    done = epochs_kept(checkpoints)
+    return f" (after epoch {done} of {int(parameter_used('epochs', spec, parameters))})" if done else ""
 
 
 def registry_outcome(registry: str, outputs) -> dict:

@@ -240,6 +240,16 @@ def _backup_callbacks(backup_dir: str, placement) -> list:
     return [FollowerRestore(scratch, save_freq="epoch", delete_checkpoint=True, double_checkpoint=True)]
 
 
+BACKUP_DIR = "backup"  # BackupAndRestore's state under the checkpoint dir
+
+
+def epochs_kept(checkpoint_dir: str) -> int:
+    """The finished epochs a restart with ``checkpoint_dir`` resumes after (0: no backup to resume from)."""
+    if not os.path.isdir(os.path.join(checkpoint_dir, BACKUP_DIR)):
+        return 0
+    return len(read_epoch_log(os.path.join(checkpoint_dir, EPOCH_LOG_FILE)))
+
+
 def read_epoch_log(path: str) -> list[dict]:
     """Finished epochs in order, the latest record winning when an epoch was run twice (a kill mid-save)."""
     if not os.path.exists(path):
@@ -364,8 +374,8 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         model.summary(print_fn=lambda line, **_: log.info(line))
 
     epoch_log = os.path.join(dirs.checkpoint_dir, EPOCH_LOG_FILE)
-    backup_dir = os.path.join(dirs.checkpoint_dir, "backup")
-    finished_before = len(read_epoch_log(epoch_log)) if os.path.isdir(backup_dir) else 0
+    backup_dir = os.path.join(dirs.checkpoint_dir, BACKUP_DIR)
+    finished_before = epochs_kept(dirs.checkpoint_dir)
     # hosts that resumed from different epochs would run different numbers of steps and wait on each other forever
     placement.check_agreement(
         finished_before,
