@@ -9,12 +9,17 @@ start-up) and is timed on its fastest epoch after a warm-up epoch that traces an
 0.95 of the bare fit; ``--backend auto`` (components.train.placement.FASTER_BACKEND) names the faster backend on
 this hardware. The last line printed is a JSON object.
 
-    .venv/bin/python bench/train.py [--images 256] [--batch-size 16] [--only tensorflow|jax]
+    .venv/bin/python bench/train.py [--images 256] [--batch-size 16] [--only tensorflow|jax] [--devices 1,2]
+
+On a GPU machine, ``--only jax --devices 1`` measures JAX on the GPU (the device counts here are virtual CPU devices
+on the CPU, real devices elsewhere: a machine with one GPU has one).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import glob
 import itertools
 import json
 import os
@@ -27,7 +32,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKENDS = ("tensorflow", "jax")
 PRECISIONS = ("float32", "mixed_bfloat16")
 DEVICES = (1, 2)
-EPOCHS = 3  # the first traces and compiles; the fastest of the others is the steady rate
+EPOCHS = 3  # default: the first traces and compiles; the fastest of the others is the steady rate
 
 
 def write_tfrecords(directory: str, count: int, size: int, num_classes: int, shards: int = 4) -> None:
@@ -58,14 +63,14 @@ def write_tfrecords(directory: str, count: int, size: int, num_classes: int, sha
     })  # fmt: skip
 
 
-def measure_ours(examples: str, backend: str, precision: str, devices: int, batch: int) -> float:
+def measure_ours(examples: str, backend: str, precision: str, devices: int, batch: int, epochs: int) -> float:
     """Images per second of the fastest epoch after the first of our train step (its own ``epoch_seconds``)."""
     from components.schema import read_stats
     from components.storage import read_json
     from components.train.core import TrainConfig, run
 
     with tempfile.TemporaryDirectory(prefix="bench-model-") as model_dir:
-        result = run(TrainConfig(examples_dir=examples, model_dir=model_dir, epochs=EPOCHS,
+        result = run(TrainConfig(examples_dir=examples, model_dir=model_dir, epochs=epochs,
                                  per_replica_batch_size=batch, precision=precision, backend=backend,
                                  cpu_replicas=devices))  # fmt: skip
         seconds = read_json(os.path.join(model_dir, "history.json"))["history"]["epoch_seconds"]
@@ -73,7 +78,7 @@ def measure_ours(examples: str, backend: str, precision: str, devices: int, batc
     return read_stats(examples)["counts"]["train"] // global_batch * global_batch / min(seconds[1:])
 
 
-def measure_bare(examples: str, backend: str, precision: str, devices: int, batch: int) -> float:
+def measure_bare(examples: str, backend: str, precision: str, devices: int, batch: int, epochs: int) -> float:
     """Images per second of the fastest epoch after the first of a bare ``model.fit``: the same model, dataset and
     compile settings, the devices set up by hand, nothing else."""
     import contextlib
@@ -117,7 +122,7 @@ def measure_bare(examples: str, backend: str, precision: str, devices: int, batc
             def on_epoch_end(self, epoch, logs=None):
                 times[-1] = time.monotonic() - times[-1]
 
-        model.fit(dataset, epochs=EPOCHS, steps_per_epoch=steps_per_epoch, verbose=0, callbacks=[EpochTimer()])
+        model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0, callbacks=[EpochTimer()])
     return steps_per_epoch * batch * devices / min(times[1:])
 
 
@@ -136,16 +141,35 @@ def input_rate(examples: str, batch: int, batches: int) -> float:
     return batches * batch / (time.perf_counter() - started)
 
 
-def run_one(examples: str, mode: str, backend: str, precision: str, devices: int, batch: int) -> float:
+def run_one(examples: str, mode: str, backend: str, precision: str, devices: int, batch: int, epochs: int) -> float:
     """One configuration in a fresh process, as the train step runs; its images per second."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "KERAS_BACKEND")}
     env["KERAS_BACKEND"] = backend
     command = [sys.executable, __file__, "--worker", mode, backend, precision, str(devices), examples,
-               "--batch-size", str(batch)]  # fmt: skip
+               "--batch-size", str(batch), "--epochs", str(epochs)]  # fmt: skip
     result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     if result.returncode:
         raise SystemExit(f"{mode} {backend} {precision} x{devices} failed:\n{result.stderr[-3000:]}")
     return float(result.stdout.strip().splitlines()[-1])
+
+
+def device_counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give device counts as whole numbers, e.g. 1,2")
+    return counts
+
+
+def gpu_models() -> list[str]:
+    """The NVIDIA GPUs the driver lists (no framework imported)."""
+    models = []
+    for path in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
+        with contextlib.suppress(OSError), open(path) as handle:
+            models += [line.split(":", 1)[1].strip() for line in handle if line.startswith("Model:")]
+    return models
 
 
 def main() -> None:
@@ -154,13 +178,17 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="per-device batch (default 16)")
     parser.add_argument("--image-size", type=int, default=192, help="default 192 (the codelab's)")
     parser.add_argument("--only", choices=BACKENDS, help="measure one backend")
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help="per configuration, the first a warm-up (default "
+                        "%(default)s; more give a steadier best on short epochs)")  # fmt: skip
+    parser.add_argument("--devices", type=device_counts, default=DEVICES, metavar="N[,N...]",
+                        help="device counts to measure (default 1,2)")  # fmt: skip
     parser.add_argument("--worker", nargs=5, metavar=("MODE", "BACKEND", "PRECISION", "DEVICES", "EXAMPLES"),
                         help=argparse.SUPPRESS)  # fmt: skip
     args = parser.parse_args()
     if args.worker:
         mode, backend, precision, devices, examples = args.worker
         measure = measure_ours if mode == "ours" else measure_bare
-        print(measure(examples, backend, precision, int(devices), args.batch_size))
+        print(measure(examples, backend, precision, int(devices), args.batch_size, args.epochs))
         return
     from components.train.placement import FASTER_BACKEND, detect_hardware, read_cpu_flags
 
@@ -171,16 +199,16 @@ def main() -> None:
         feed = input_rate(examples, batch, batches=max(8, args.images // batch))
         print(f"input pipeline alone: {feed:.1f} images/s")
         backends = (args.only,) if args.only else BACKENDS
-        for backend, precision, devices in itertools.product(backends, PRECISIONS, DEVICES):
-            ours = run_one(examples, "ours", backend, precision, devices, batch)
-            bare = run_one(examples, "bare", backend, precision, devices, batch)
+        for backend, precision, devices in itertools.product(backends, PRECISIONS, args.devices):
+            ours = run_one(examples, "ours", backend, precision, devices, batch, args.epochs)
+            bare = run_one(examples, "bare", backend, precision, devices, batch, args.epochs)
             rows[f"{backend}/{precision}/x{devices}"] = {"ours": round(ours, 1), "bare_fit": round(bare, 1),
                                                         "ours_vs_bare": round(ours / bare, 3)}  # fmt: skip
             print(f"{backend:10s} {precision:15s} {devices} device(s): ours {ours:7.1f} images/s, bare fit "
                   f"{bare:7.1f} ({ours / bare:.2f}x; goal 0.95)", flush=True)  # fmt: skip
     summary = {}
     if not args.only:
-        for precision, devices in itertools.product(PRECISIONS, DEVICES):
+        for precision, devices in itertools.product(PRECISIONS, args.devices):
             tf_rate = rows[f"tensorflow/{precision}/x{devices}"]["ours"]
             jax_rate = rows[f"jax/{precision}/x{devices}"]["ours"]
             summary[f"{precision}/x{devices}"] = {"faster": "tensorflow" if tf_rate >= jax_rate else "jax",
@@ -188,8 +216,9 @@ def main() -> None:
             print(f"{precision:15s} {devices} device(s): TensorFlow {tf_rate / jax_rate:.2f}x JAX")
     hardware = detect_hardware()
     print(json.dumps({
-        "model": "codelab_convnet", "image_size": size, "per_device_batch": batch, "cpu_cores": os.cpu_count(),
-        "hardware": hardware, "cpu_bf16": sorted(read_cpu_flags() & {"amx_bf16", "avx512_bf16"}),
+        "model": "codelab_convnet", "image_size": size, "per_device_batch": batch, "epochs": args.epochs,
+        "cpu_cores": os.cpu_count(),
+        "hardware": hardware, "gpus": gpu_models(), "cpu_bf16": sorted(read_cpu_flags() & {"amx_bf16", "avx512_bf16"}),
         "input_images_per_second": round(feed, 1), "configurations": rows, "backends": summary,
         "auto_picks": FASTER_BACKEND.get(hardware, ("jax",))[0],
         "min_ours_vs_bare": min(row["ours_vs_bare"] for row in rows.values()),

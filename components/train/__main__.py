@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import config_from_args, configure_logging, run_main
+from components.cli import UsageError, config_from_args, configure_logging, run_main
 from components.models import MODELS
 from components.train.core import LR_SCHEDULES, TrainConfig, run
 from components.train.placement import BACKENDS, PRECISIONS
@@ -103,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="preemption checkpoints (default: $AIP_CHECKPOINT_DIR, else <model-dir>/checkpoints)",
     )
     parser.add_argument(
+        "--backup-interval",
+        default="auto",
+        metavar="auto|SECONDS",
+        help="seconds of training between two preemption backups at least, each at an epoch's end; 0: every epoch; "
+        "auto (default): 19 times the last backup's duration, so that backups take at most 5%% of the time",
+    )
+    parser.add_argument(
         "--tensorboard-dir",
         default="",
         help="TensorBoard logs (default: $AIP_TENSORBOARD_LOG_DIR, else <model-dir>/logs)",
@@ -112,10 +119,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def backup_interval(text: str) -> float | None:
+    """``--backup-interval``: None for auto, else the seconds (a one-line usage error for anything else)."""
+    if text == "auto":
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise UsageError(f"--backup-interval {text!r}: give auto or a number of seconds >= 0")
+    return seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
-    result = run(config_from_args(TrainConfig, args))
+    result = run(config_from_args(TrainConfig, args, backup_interval=backup_interval(args.backup_interval)))
     print(
         json.dumps(
             {

@@ -35,12 +35,13 @@ GPU_DEVICE_FILES = ("/dev/nvidia0",)
 FASTER_BACKEND = {
     "cpu": (
         "tensorflow",
-        "bench/train.py on a 2-core CPU: TensorFlow trained the codelab convnet 5.5x to 16.7x faster than JAX "
+        "bench/train.py on a 2-core CPU: TensorFlow trained the codelab convnet 4.9x to 16.7x faster than JAX "
         "(192x192, float32 and bfloat16, 1 and 2 devices)",
     ),
     "gpu": (
         "tensorflow",
-        "not benchmarked on a GPU yet; the GPU image carries TensorFlow's CUDA build and no JAX CUDA plugin",
+        "the GPU image carries TensorFlow's CUDA build and no JAX CUDA plugin (bench/train.py measured JAX alone on "
+        "an H100: TensorFlow's CUDA build could not be run beside it)",
     ),
 }
 # the multi-process launch contract (JAX reads JAX_COORDINATOR_ADDRESS itself): one process per host
@@ -166,6 +167,15 @@ class Placement:
             values = np.asarray(multihost_utils.process_allgather(np.int32(value))).ravel().tolist()
             if len(set(values)) > 1:
                 raise UsageError(f"the hosts disagree on {what} ({values} by process): {fix}")
+
+    def from_chief(self, value: int) -> int:
+        """Process 0's ``value`` on every process (``value`` itself with one): a decision all must share."""
+        if self.processes > 1:
+            import numpy as np
+            from jax.experimental import multihost_utils
+
+            return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+        return value
 
     def barrier(self, name: str) -> None:
         """Waits for every process (a no-op with one)."""

@@ -18,6 +18,8 @@ from components.models import build_model
 from components.train.core import (
     EPOCH_LOG_FILE,
     TrainConfig,
+    epochs_kept,
+    read_epoch_log,
     resolve_output_dirs,
     round_up_batch,
     run,
@@ -206,21 +208,21 @@ def test_vertex_ai_variables_choose_where_everything_goes(converted, tmp_path):
     assert os.listdir(tmp_path / "aip-tensorboard")
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
-def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_path, backend):
+@pytest.mark.parametrize(("backend", "interval"), [("tensorflow", "0"), ("jax", "auto")])
+def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_path, backend, interval):
     examples_dir, _ = converted
     model_dir, checkpoints = tmp_path / "model", tmp_path / "checkpoints"
     command = [
         sys.executable, "-m", "components.train", "--examples", examples_dir, "--model-dir", str(model_dir),
         "--checkpoint-dir", str(checkpoints), "--epochs", "60", "--batch-size", "8", "--precision", "float32",
-        "--backend", backend,
+        "--backend", backend, "--backup-interval", interval,
     ]  # fmt: skip
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     epoch_log = checkpoints / EPOCH_LOG_FILE
     deadline = time.monotonic() + 300
     try:
         while time.monotonic() < deadline and process.poll() is None:
-            if epoch_log.exists() and len(epoch_log.read_text().splitlines()) >= 3:
+            if epochs_kept(str(checkpoints)) >= 3:
                 break
             time.sleep(0.02)
         process.send_signal(signal.SIGKILL)  # what a TPU or spot VM preemption looks like to the process
@@ -229,14 +231,16 @@ def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_pa
         if process.poll() is None:
             process.kill()
     assert process.returncode == -signal.SIGKILL, "training finished before it could be killed"
-    finished = len(epoch_log.read_text().splitlines())
-    assert 3 <= finished < 60
+    kept, finished = epochs_kept(str(checkpoints)), len(epoch_log.read_text().splitlines())
+    assert 3 <= kept <= finished < 60
+    if interval == "0":
+        assert kept >= finished - 1  # every epoch is backed up; the kill may land between backup and log
     assert not (model_dir / "model.keras").exists()
 
     resumed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads(resumed.stdout.strip().splitlines()[-1])
-    assert summary["resumed_after_epoch"] >= finished - 1 >= 2  # the kill may land between backup and log
+    assert summary["resumed_after_epoch"] == kept
     assert f"Epoch {summary['resumed_after_epoch'] + 1}/60" in resumed.stdout + resumed.stderr
     assert "Epoch 1/60" not in resumed.stdout + resumed.stderr
     with open(model_dir / "history.json") as handle:
@@ -312,3 +316,59 @@ def test_the_same_seed_trains_the_same_model_on_the_cpu(converted, tmp_path):
         run(TrainConfig(examples_dir=examples_dir, model_dir=str(model_dir), epochs=3, per_replica_batch_size=4))
         histories.append(json.loads((model_dir / "history.json").read_text())["history"]["loss"])
     assert histories[0] == histories[1]
+
+
+class Clock:
+    """A stand-in for ``time.monotonic`` in the train step's module: time moves only when the test says."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        return self.now
+
+
+@pytest.mark.parametrize(
+    ("interval", "backed_up"),
+    [
+        (None, [1, 1, 1, 1, 5, 5, 5, 5, 9, 9]),  # auto: 19 x 0.2 s = 3.8 s after each backup
+        (0.0, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]),  # every epoch
+        (2.5, [0, 0, 3, 3, 3, 6, 6, 6, 9, 9]),
+    ],
+)
+def test_backups_are_taken_as_often_as_the_interval_says_and_restarts_resume_from_the_last(
+    tmp_path, monkeypatch, interval, backed_up
+):
+    """Epochs of 1 s and backups of 0.2 s: which epochs a restart would resume after, epoch by epoch."""
+    import keras
+
+    from components.train import core
+    from components.train.placement import Placement
+
+    clock = Clock()
+    monkeypatch.setattr(core, "time", clock)
+    save = keras.callbacks.BackupAndRestore._save_model
+
+    def slow_save(callback):
+        save(callback)
+        clock.now += 0.2
+
+    monkeypatch.setattr(keras.callbacks.BackupAndRestore, "_save_model", slow_save)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    checkpoints = str(tmp_path / "checkpoints")
+    os.makedirs(checkpoints)  # as the train step does before it trains
+    callbacks = core.training_callbacks(checkpoints, str(tmp_path / "logs"), Placement("tensorflow", "cpu", 1, "x"),
+                                        interval)  # fmt: skip
+    hooks = keras.callbacks.CallbackList(callbacks, model=model, epochs=10, steps=1)
+    hooks.on_train_begin()
+    kept = []
+    for epoch in range(10):
+        hooks.on_epoch_begin(epoch)
+        clock.now += 1.0
+        hooks.on_epoch_end(epoch, {"loss": 1.0})
+        kept.append(epochs_kept(checkpoints))
+    hooks.on_train_end()
+    assert kept == backed_up
+    assert len(read_epoch_log(os.path.join(checkpoints, EPOCH_LOG_FILE))) == 10  # the log has every epoch

@@ -277,3 +277,40 @@ def test_tensorflow_cannot_train_on_several_hosts(tmp_path):
         "error: --backend tensorflow cannot train over several processes (--hosts 2): TensorFlow here trains on one "
         "host; use --backend jax (or auto)"
     )
+
+
+def test_the_train_steps_callbacks_let_keras_dispatch_the_next_step_before_the_last_finishes(tmp_path):
+    """A callback with batch hooks that does not declare them ``async_safe`` makes Keras read every step's results
+    on the training thread, which waits for the step to finish before the next is dispatched. The train step's
+    callbacks (backup, epoch log, TensorBoard) must leave that reading to Keras's worker thread."""
+    script = (
+        "import json, sys, threading, keras\n"
+        "from components.train.core import training_callbacks\n"
+        "from components.train.placement import Placement\n"
+        "seen = []\n"
+        "class StepResult:\n"
+        "    def __float__(self):\n"
+        "        seen.append(threading.current_thread() is threading.main_thread())\n"
+        "        return 1.0\n"
+        "model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])\n"
+        "model.compile(optimizer='adam', loss='mse')\n"
+        "model.optimizer.build(model.trainable_variables)\n"
+        "callbacks = training_callbacks(sys.argv[1], sys.argv[2], Placement('jax', 'cpu', 1, 'OneDevice'))\n"
+        "hooks = keras.callbacks.CallbackList(callbacks, add_history=True, add_progbar=True, model=model,\n"
+        "                                     verbose=2, epochs=1, steps=3)\n"
+        "hooks.on_train_begin()\n"
+        "hooks.on_epoch_begin(0)\n"
+        "for step in range(3):\n"
+        "    hooks.on_train_batch_begin(step)\n"
+        "    hooks.on_train_batch_end(step, {'loss': StepResult()})\n"
+        "hooks.on_epoch_end(0, {'loss': 1.0})\n"
+        "hooks.on_train_end()\n"
+        "print(json.dumps({'callbacks': [type(c).__name__ for c in callbacks], 'on_training_thread': seen}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "checkpoints"), str(tmp_path / "logs")],
+                            cwd=REPO_ROOT, env=jax_env(KERAS_BACKEND="jax"), capture_output=True, text=True,
+                            timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(report["callbacks"]) == 3, report
+    assert report["on_training_thread"] and not any(report["on_training_thread"]), report
