@@ -94,14 +94,14 @@ def _png(pixels) -> bytes:
 def _tflite_probabilities(path: str, decoded: list):
     """The TFLite model's probabilities for decoded RGB images, each resized as the conversion does, in [0, 1]."""
     import numpy as np
-    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
 
     from components.export.core import tflite_predict
     from components.imaging import fill_square_pillow
 
     with open(path, "rb") as handle:
         content = handle.read()
-    interpreter = tf.lite.Interpreter(model_content=content)
+    interpreter = Interpreter(model_content=content)
     size = int(interpreter.get_input_details()[0]["shape"][1])
     images = [np.asarray(fill_square_pillow(pixels, size), dtype=np.float32) / 255.0 for pixels in decoded]
     return tflite_predict(content, np.stack(images))

@@ -169,9 +169,9 @@ def tflite_predict(content: bytes, images):
     """Class probabilities for float images ``[N, size, size, 3]`` from a TFLite model, one image at a time,
     quantizing the input and dequantizing the output when the model is integer."""
     import numpy as np
-    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
 
-    interpreter = tf.lite.Interpreter(model_content=content)
+    interpreter = Interpreter(model_content=content)
     interpreter.allocate_tensors()
     (source,), (target,) = interpreter.get_input_details(), interpreter.get_output_details()
     outputs = []

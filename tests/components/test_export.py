@@ -72,7 +72,7 @@ def test_model_dir_that_is_not_a_training_output_is_a_one_line_error(tmp_path, c
 
 
 def test_tflite_float_and_int8_are_exported_with_sizes_and_test_accuracy(exported):
-    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
 
     output, report = exported
     formats = report["formats"]
@@ -85,7 +85,7 @@ def test_tflite_float_and_int8_are_exported_with_sizes_and_test_accuracy(exporte
     assert report["int8_size_vs_float_weights"] == int8["bytes"] / saved_model["weights_bytes"]
     assert report["int8_accuracy_drop"] == pytest.approx(saved_model["test_accuracy"] - int8["test_accuracy"])
     # full-integer: int8 in, int8 out
-    interpreter = tf.lite.Interpreter(model_path=formats["tflite_int8"]["path"])
+    interpreter = Interpreter(model_path=formats["tflite_int8"]["path"])
     assert interpreter.get_input_details()[0]["dtype"].__name__ == "int8"
     assert interpreter.get_output_details()[0]["dtype"].__name__ == "int8"
     with open(os.path.join(output, "export.json")) as handle:

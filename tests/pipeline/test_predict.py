@@ -4,6 +4,7 @@ step; a bad image is reported on one line and the others are still answered."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -55,9 +56,14 @@ def test_a_folder_that_is_not_an_export_is_a_one_line_error(tmp_path):
 
 
 @pytest.mark.parametrize("file", ["model_float.tflite", "model_int8.tflite"])
-def test_the_tflite_files_answer_too(exported, tmp_path, capsys, file):
+def test_the_tflite_files_answer_too_through_litert(exported, tmp_path, capsys, file):
+    """The TFLite files run on LiteRT (ai-edge-litert), not on TensorFlow's deprecated ``tf.lite.Interpreter``,
+    which warns that it is to be deleted."""
     output, _ = exported
     image = write(tmp_path / "cat.jpg", image_bytes(COLORS["cat"], (70, 50), "JPEG", seed=75))
-    assert main(["predict", "--model", f"{output}/{file}", image]) == 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["predict", "--model", f"{output}/{file}", image]) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith(f"{image}: cat ")
+    assert not [w for w in caught if "tf.lite.Interpreter" in str(w.message)]
