@@ -264,18 +264,17 @@ def _backup_callback(backup_dir: str, placement, interval: float | None):
 
         def on_train_begin(self, logs=None):
             super().on_train_begin(logs)
-            self.last_backup, self.last_cost, self.backups = time.monotonic(), 0.0, []
+            self.last_backup, self.backups = time.monotonic(), []  # the seconds each backup took
 
         def on_epoch_end(self, epoch, logs=None):
-            due = backup_due(time.monotonic() - self.last_backup, interval, self.last_cost)
+            due = backup_due(time.monotonic() - self.last_backup, interval, self.backups[-1] if self.backups else 0.0)
             if not placement.from_chief(int(due)):
                 self._current_epoch, self._last_batch_seen = epoch + 1, 0  # as Keras keeps them; the next backup
                 return  # records this epoch count
             started = time.monotonic()
             super().on_epoch_end(epoch, logs)
             self.last_backup = time.monotonic()
-            self.last_cost = self.last_backup - started
-            self.backups.append(self.last_cost)
+            self.backups.append(self.last_backup - started)
 
     if placement.is_chief:
 
