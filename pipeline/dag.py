@@ -152,8 +152,12 @@ def build_pipeline(
                 model=trained.outputs["model"], examples=converted.outputs["examples"]
             ).set_display_name("export for CPU serving")
             if registry:
+                # on Vertex AI, the evaluation goes with the new version (the Evaluate tab) and the step outputs a
+                # google.VertexModel for GCPC's operators to chain after
+                evaluation = {"evaluation": evaluated.outputs["evaluation"]} if registry == "vertex" else {}
                 registered = register_op(
                     exported_model=exported.outputs["exported_model"],
+                    **evaluation,
                     display_name=model_display_name,
                     baseline=baseline,
                     model_root=model_root,
@@ -176,7 +180,7 @@ def build_pipeline(
         }
         if registry:
             results["baseline"] = found.output
-            results["registration"] = dsl.OneOf(registered.output, skipped.output)
+            results["registration"] = dsl.OneOf(registered.outputs["Output"], skipped.output)
         return Outputs(**results)
 
     return image_classifier

@@ -11,6 +11,9 @@ from pipeline.vertex import VertexSettings, call, check_settings, connect
 
 # Vertex AI's prebuilt TensorFlow 2 CPU prediction image (serves the SavedModel's serving_default signature)
 DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
+# the schema of a classification model evaluation: what the console's Evaluate tab draws
+CLASSIFICATION_METRICS_SCHEMA = "gs://google-cloud-aiplatform/schema/modelevaluation/classification_metrics_1.0.0.yaml"
+SLICES_PER_IMPORT = 50  # the most one BatchImportModelEvaluationSlices request takes (as GCPC's import step batches)
 
 
 def register(
@@ -79,13 +82,106 @@ def baseline_uri(settings: VertexSettings, display_name: str) -> str:
     return uri
 
 
-def register_blessed(settings: VertexSettings, export_uri: str, display_name: str, pipeline_run: str = "") -> dict:
+def register_blessed(
+    settings: VertexSettings, export_uri: str, display_name: str, pipeline_run: str = "", metrics: dict | None = None
+) -> dict:
     """Uploads the export at ``export_uri`` (its ``saved_model/`` folder; the DAG passes the stable copy under
     ``model_root``, not the run's output) as a new version of the model named ``display_name``, or as that model's
-    first version."""
+    first version; then imports evaluate's ``metrics`` (if any) as that version's evaluation."""
     parent = find_model(settings, display_name)
     saved_model_uri = export_uri.rstrip("/") + "/" + SAVED_MODEL_DIR
-    return register(settings, saved_model_uri, display_name, parent.resource_name if parent else "", pipeline_run)
+    result = register(settings, saved_model_uri, display_name, parent.resource_name if parent else "", pipeline_run)
+    if metrics is not None:
+        version = f"{result['name']}@{result['version_id']}"
+        result["evaluation"] = import_evaluation(settings, version, metrics, pipeline_run or f"{display_name} test")
+    return result
+
+
+def vertex_model_uri(settings: VertexSettings, resource_name: str) -> str:
+    """A ``google.VertexModel`` artifact's URI for the model version ``resource_name``, as GCPC's upload step
+    writes it."""
+    return f"https://{settings.region}-aiplatform.googleapis.com/v1/{resource_name}"
+
+
+def vertex_evaluation(metrics: dict) -> tuple[dict, list[dict]]:
+    """Evaluate's ``metrics.json`` as Vertex AI's classification evaluation (``metrics``, ``metricsSchemaUri``) and
+    one slice per class (the console's per-label figures): confusion matrix, areas under the precision-recall and
+    ROC curves, log loss, and the figures at each confidence threshold."""
+
+    def confidence(rows: list[dict]) -> list[dict]:
+        return [
+            {"confidenceThreshold": row["threshold"], "precision": row["precision"], "recall": row["recall"],
+             "f1Score": row["f1"], "falsePositiveRate": row["fpr"], "precisionAt1": row["precision_at_1"],
+             "recallAt1": row["recall_at_1"], "f1ScoreAt1": row["f1_at_1"], "falsePositiveRateAt1": row["fpr_at_1"],
+             "truePositiveCount": str(row["tp"]), "falsePositiveCount": str(row["fp"]),
+             "falseNegativeCount": str(row["fn"]), "trueNegativeCount": str(row["tn"])}
+            for row in rows
+        ]  # fmt: skip
+
+    ranking = metrics["ranking"]
+    specs = [{"id": str(index), "displayName": name} for index, name in enumerate(metrics["class_names"])]
+    overall = {
+        "auPrc": ranking["au_prc"],
+        "auRoc": ranking["au_roc"],
+        "logLoss": ranking["log_loss"],
+        "confidenceMetrics": confidence(ranking["thresholds"]),
+        "confusionMatrix": {"annotationSpecs": specs, "rows": metrics["confusion_matrix"]},
+    }
+    evaluation = {"metricsSchemaUri": CLASSIFICATION_METRICS_SCHEMA, "metrics": overall}
+    slices = [
+        {"slice": {"dimension": "annotationSpec", "value": name}, "metricsSchemaUri": CLASSIFICATION_METRICS_SCHEMA,
+         "metrics": {"auPrc": figures["au_prc"], "auRoc": figures["au_roc"],
+                     "confidenceMetrics": confidence(figures["thresholds"])}}
+        for name, figures in ranking["per_class"].items()
+    ]  # fmt: skip
+    return evaluation, slices
+
+
+def import_evaluation(settings: VertexSettings, model_version: str, metrics: dict, display_name: str) -> str:
+    """Imports evaluate's ``metrics`` into the Model Registry as the evaluation of ``model_version``
+    (``projects/.../models/ID@VERSION``), with a slice per class; returns the evaluation's name. Retried safely: a
+    503 that hid the import is found by the evaluation's display name before importing again."""
+    import json
+
+    from google.cloud.aiplatform import initializer, utils
+    from google.cloud.aiplatform.compat.types import model_evaluation_slice_v1, model_evaluation_v1
+
+    evaluation, slices = vertex_evaluation(metrics)
+    evaluation["displayName"] = display_name
+    client = initializer.global_config.create_client(
+        client_class=utils.ModelClientWithOverride, location_override=settings.region
+    )
+
+    def imported_after_all():
+        found = [e for e in client.list_model_evaluations(parent=model_version) if e.display_name == display_name]
+        return found[0] if found else None
+
+    message = model_evaluation_v1.ModelEvaluation.from_json(json.dumps(evaluation))
+    imported = call(
+        "import the evaluation",
+        lambda: client.import_model_evaluation(parent=model_version, model_evaluation=message),
+        settings,
+        done=imported_after_all,
+    )
+
+    Slice = model_evaluation_slice_v1.ModelEvaluationSlice  # noqa: N806 (a message class)
+
+    def slices_at_least(count: int):
+        return (lambda: True if len(list(client.list_model_evaluation_slices(parent=imported.name))) >= count
+                else None)  # fmt: skip
+
+    for start in range(0, len(slices), SLICES_PER_IMPORT):
+        chunk = [Slice.from_json(json.dumps(one)) for one in slices[start : start + SLICES_PER_IMPORT]]
+        call(
+            "import the evaluation's per-class figures",
+            lambda chunk=chunk: client.batch_import_model_evaluation_slices(
+                parent=imported.name, model_evaluation_slices=chunk
+            ),
+            settings,
+            done=slices_at_least(start + len(chunk)),
+        )
+    print(f"imported the evaluation into {model_version}: {imported.name}")
+    return imported.name
 
 
 def find_baseline(display_name: str, baseline: str, model_root: str, settings: VertexSettings | None) -> str:
@@ -114,6 +210,7 @@ def register_version(
     model_root: str,
     pipeline_run: str,
     settings: VertexSettings | None,
+    evaluation: str = "",
 ) -> str:
     """The DAG's registration of a blessed export; returns the decision as a JSON line (``action`` registered or
     skipped, and the version or the reason).
@@ -121,8 +218,12 @@ def register_version(
     Unless the candidate is the baseline itself (the same trained weights: a cached train step over unchanged data),
     the export is copied to the next numbered version under ``model_root`` (default, on Cloud Storage,
     ``gs://<the export's bucket>/models/<display_name>``) and becomes its default; with ``settings``, that copy is
-    uploaded to the Vertex AI Model Registry as the new default version of ``display_name``."""
+    uploaded to the Vertex AI Model Registry as the new default version of ``display_name``, and evaluate's
+    ``metrics.json`` in the ``evaluation`` folder (if given) is imported as that version's evaluation. The decision
+    names the model version in service afterwards (``model``, ``version``) when the Model Registry holds it."""
+    from components.evaluate.core import METRICS_FILE
     from components.register.core import FolderRegistry, decision, default_model_root, same_as_baseline
+    from components.storage import read_json
 
     if not display_name:
         print("model_display_name is empty: the blessed export is not registered")
@@ -130,6 +231,10 @@ def register_version(
     same = same_as_baseline(export_uri, baseline)
     if same:
         print(f"{same}: not registered again")
+        serving = find_model(settings, display_name) if settings is not None else None
+        if serving is not None and (serving.uri or "").rstrip("/") == baseline.rstrip("/"):
+            return decision("skipped", reason=same, baseline=baseline, model=serving.resource_name,
+                            version=serving.version_id)  # fmt: skip
         return decision("skipped", reason=same, baseline=baseline)
     root = model_root or default_model_root(export_uri, display_name)
     registry = FolderRegistry(root)
@@ -138,7 +243,8 @@ def register_version(
     if settings is None:
         print(f"registered {export_uri} as version {version.number} of {root}")
         return decision("registered", version=version.number, uri=version.uri)
-    result = register_blessed(settings, version.uri, display_name, pipeline_run)
+    metrics = read_json(evaluation.rstrip("/") + "/" + METRICS_FILE) if evaluation else None
+    result = register_blessed(settings, version.uri, display_name, pipeline_run, metrics)
     registry.set_default(version.number)  # once the Model Registry serves it: the two agree on the default
     return decision("registered", version=result["version_id"], model=result["name"], uri=version.uri,
                     stored_as=version.number)  # fmt: skip

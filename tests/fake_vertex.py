@@ -1,4 +1,5 @@
-"""A local stand-in for the Vertex AI REST API (v1), enough for pipeline jobs, schedules and model uploads.
+"""A local stand-in for the Vertex AI REST API (v1), enough for pipeline jobs, schedules, model uploads and the
+evaluations imported into model versions.
 
 The real ``google-cloud-aiplatform`` client talks to it (``api_endpoint="http://127.0.0.1:PORT"``,
 ``api_transport="rest"``). It records every request (method, path, query, JSON body) for the tests to check, moves a
@@ -20,8 +21,9 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 STATUS_NAMES = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ALREADY_EXISTS",
                 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}  # fmt: skip
-PERMISSIONS = {"pipelineJobs": "aiplatform.pipelineJobs.create", "schedules": "aiplatform.schedules.create",
-               "models": "aiplatform.models.upload"}  # fmt: skip
+# (most specific first: an evaluation's path holds "/models" too)
+PERMISSIONS = {"evaluations": "aiplatform.modelEvaluations.import", "pipelineJobs": "aiplatform.pipelineJobs.create",
+               "schedules": "aiplatform.schedules.create", "models": "aiplatform.models.upload"}  # fmt: skip
 
 
 @dataclass
@@ -41,6 +43,8 @@ class FakeVertex:
     jobs: dict[str, dict] = field(default_factory=dict)
     schedules: dict[str, dict] = field(default_factory=dict)
     models: dict[str, dict] = field(default_factory=dict)
+    evaluations: dict[str, list] = field(default_factory=dict)  # by model version (projects/.../models/ID@VERSION)
+    slices: dict[str, list] = field(default_factory=dict)  # by evaluation name
     faults: list[tuple[str, str, list, bool]] = field(default_factory=list)
     url: str = ""
     ids: itertools.count = field(default_factory=lambda: itertools.count(1000))
@@ -136,6 +140,9 @@ class FakeVertex:
             if method == "DELETE":
                 del self.schedules[name]
                 return 200, self.operation(parent, {"@type": "type.googleapis.com/google.protobuf.Empty"})
+        evaluation_match = re.match(r"^(models/[^/]+)/evaluations(?::import|/([^/:]+)/slices(:batchImport)?)?$", rest)
+        if evaluation_match:
+            return self.route_evaluation(method, parent, rest, evaluation_match, body)
         if rest == "models:upload" and method == "POST":
             model_id = str(next(self.ids))
             parent_model = body.get("parentModel", "")
@@ -160,6 +167,30 @@ class FakeVertex:
             versions = self.models[name]["versions"]
             return 200, {**versions[-1], "name": name, "versionId": str(len(versions))}
         return 404, self.error(404, path)
+
+    def route_evaluation(self, method: str, parent: str, rest: str, match: re.Match, body: dict) -> tuple[int, dict]:
+        """A model version's evaluations (import, list) and an evaluation's slices (batch import, list)."""
+        model, evaluation_id, batch = match.groups()
+        version = f"{parent}/{model}"
+        if version.split("@")[0] not in self.models:
+            return 404, self.error(404, rest)
+        if evaluation_id is None and rest.endswith(":import") and method == "POST":
+            name = f"{version}/evaluations/{next(self.ids)}"
+            evaluation = {**body.get("modelEvaluation", {}), "name": name, "createTime": "2026-11-21T00:00:00Z"}
+            self.evaluations.setdefault(version, []).append(evaluation)
+            return 200, evaluation
+        if evaluation_id is None and method == "GET":
+            return 200, {"modelEvaluations": self.evaluations.get(version, [])}
+        name = f"{version}/evaluations/{evaluation_id}"
+        if not any(e["name"] == name for e in self.evaluations.get(version, [])):
+            return 404, self.error(404, rest)
+        if batch and method == "POST":
+            made = [{**one, "name": f"{name}/slices/{next(self.ids)}"} for one in body.get("modelEvaluationSlices", [])]
+            self.slices.setdefault(name, []).extend(made)
+            return 200, {"importedModelEvaluationSlices": [one["name"] for one in made]}
+        if not batch and method == "GET":
+            return 200, {"modelEvaluationSlices": self.slices.get(name, [])}
+        return 404, self.error(404, rest)
 
     def operation(self, parent: str, response: dict) -> dict:
         return {"name": f"{parent}/operations/{next(self.ids)}", "done": True, "response": response}

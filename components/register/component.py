@@ -14,8 +14,9 @@ in service changes between runs, not their other inputs. The placeholders stay o
 ``kfp.local`` would try to resolve them there.
 """
 
+from google_cloud_pipeline_components.types.artifact_types import VertexModel
 from kfp import dsl
-from kfp.dsl import Input, Model
+from kfp.dsl import Artifact, Input, Model, Output
 
 # resolved by Vertex AI Pipelines at run time to the project and location the pipeline runs in (written out as
 # literals in the signatures below: KFP ships each function's source on its own)
@@ -42,6 +43,8 @@ def find_baseline(
 
 def register(
     exported_model: Input[Model],
+    evaluation: Input[Artifact],
+    vertex_model: Output[VertexModel],
     display_name: str,
     baseline: str = "",
     model_root: str = "",
@@ -52,13 +55,26 @@ def register(
     """Copies the blessed export to the next numbered version under ``model_root`` (default ``gs://<the pipeline
     root's bucket>/models/<display_name>``) and uploads that copy's SavedModel to the Vertex AI Model Registry
     (TensorFlow CPU serving container) as the new default version of ``display_name``, labelled with the pipeline
-    run; nothing when the candidate is the baseline itself. Returns the decision as a JSON line."""
+    run, with ``evaluation`` imported as its evaluation (the console's Evaluate tab); nothing when the candidate is
+    the baseline itself. ``vertex_model``: the version in service afterwards, as Google Cloud Pipeline Components'
+    own steps take it (its ``resourceName``: ``projects/.../models/ID@VERSION``). Returns the decision as a JSON
+    line."""
+    import json
+
     from components.cli import configure_logging
-    from pipeline.registry import register_version, vertex_settings_in_pipeline
+    from pipeline.registry import register_version, vertex_model_uri, vertex_settings_in_pipeline
 
     configure_logging()
     settings = vertex_settings_in_pipeline(project, location)
-    return register_version(exported_model.uri, display_name, baseline, model_root, pipeline_run, settings)
+    decided = register_version(
+        exported_model.uri, display_name, baseline, model_root, pipeline_run, settings, evaluation.uri
+    )
+    serving = json.loads(decided)
+    if serving.get("model"):
+        resource_name = f"{serving['model']}@{serving['version']}"
+        vertex_model.uri = vertex_model_uri(settings, resource_name)
+        vertex_model.metadata["resourceName"] = resource_name
+    return decided
 
 
 def find_baseline_in_folder(display_name: str, model_root: str, baseline: str = "", run_id: str = "") -> str:

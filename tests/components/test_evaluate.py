@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import pytest
 
 from components.cli import UsageError
-from components.evaluate.core import EvaluateConfig, bless, classification_metrics, run, top_k_accuracy
+from components.evaluate.core import (
+    EvaluateConfig,
+    bless,
+    classification_metrics,
+    ranking_metrics,
+    run,
+    top_k_accuracy,
+)
 from tests.conftest import CLASSES
 
 
@@ -37,6 +45,29 @@ def test_evaluates_the_test_split_and_writes_metrics_json(converted, trained, tm
     assert metrics["accuracy"] >= 0.8
     with open(os.path.join(tmp_path, "metrics.json")) as handle:
         assert json.load(handle) == metrics
+
+
+def test_ranking_metrics_from_known_probabilities():
+    """Worked by hand: all six (example, class) answers ranked by score are 0.8 yes, 0.7 no, 0.6 yes, 0.4 no,
+    0.3 yes, 0.2 no."""
+    figures = ranking_metrics([0, 1, 1], [[0.8, 0.2], [0.4, 0.6], [0.7, 0.3]], ["a", "b"])
+    assert figures["au_prc"] == pytest.approx((1 / 1 + 2 / 3 + 3 / 5) / 3)  # precision at each yes, averaged
+    assert figures["au_roc"] == pytest.approx(6 / 9)  # yes above no in 6 of the 9 pairs
+    assert figures["log_loss"] == pytest.approx(-(math.log(0.8) + math.log(0.6) + math.log(0.3)) / 3)
+    at = {row["threshold"]: row for row in figures["thresholds"]}
+    assert (at[0.5]["tp"], at[0.5]["fp"], at[0.5]["fn"], at[0.5]["tn"]) == (2, 1, 1, 2)
+    assert at[0.0]["precision"] == 0.5 and at[0.0]["recall"] == 1.0  # every answer a yes
+    assert at[0.0]["precision_at_1"] == pytest.approx(2 / 3) and at[0.0]["recall_at_1"] == pytest.approx(2 / 3)
+    assert at[0.5]["fpr"] == pytest.approx(1 / 3)
+    # each class on its own ranks its own examples perfectly here
+    assert figures["per_class"]["a"]["au_roc"] == 1.0 and figures["per_class"]["b"]["au_prc"] == 1.0
+
+
+def test_ranking_metrics_count_ties_half_and_never_divide_by_zero():
+    figures = ranking_metrics([0, 1, 0, 1], [[0.5, 0.5]] * 4, ["a", "b"])
+    assert figures["au_roc"] == 0.5 and figures["au_prc"] == 0.5
+    absent = ranking_metrics([0, 0], [[0.9, 0.1], [0.6, 0.4]], ["a", "b"])["per_class"]["b"]
+    assert absent["au_prc"] == 0.0 and absent["au_roc"] == 0.0 and absent["thresholds"][0]["recall"] == 0.0
 
 
 def test_top_k_accuracy_counts_the_true_class_among_the_k_most_probable():

@@ -72,6 +72,11 @@ def test_dag_is_fingerprint_convert_train_evaluate_then_gated_export_and_registr
     assert register["pipeline_run"]["runtimeValue"]["constant"] == "{{$.pipeline_job_name}}"
     assert register["model_root"] == {"componentInputParameter": "pipelinechannel--model_root"}
     assert register["baseline"] == {"componentInputParameter": "pipelinechannel--find-baseline-Output"}
+    # the evaluation goes with the registered version, and the step outputs GCPC's google.VertexModel
+    evaluation = blessed["register"]["inputs"]["artifacts"]["evaluation"]
+    assert evaluation == {"componentInputArtifact": "pipelinechannel--evaluate-evaluation"}
+    vertex_model = spec["components"]["comp-register"]["outputDefinitions"]["artifacts"]["vertex_model"]
+    assert vertex_model["artifactType"]["schemaTitle"] == "google.VertexModel"
     outputs = spec["root"]["dag"]["outputs"]["parameters"]
     assert outputs["blessed"]["valueFromParameter"] == {"outputParameterKey": "Output", "producerSubtask": "evaluate"}
     assert outputs["exported_model_uri"]["valueFromParameter"]["producerSubtask"] == "condition-branches-1"

@@ -390,18 +390,41 @@ def upload_export(bucket, prefix: str, digest: str) -> str:
     return f"gs://{BUCKET}/{prefix}"
 
 
+def upload_evaluation(bucket, prefix: str) -> str:
+    """An evaluate step output in the emulator's bucket: its metrics.json, from known predictions on 4 images."""
+    from components.evaluate.core import classification_metrics, ranking_metrics
+
+    truth, probabilities = [0, 0, 1, 1], [[0.9, 0.1], [0.4, 0.6], [0.2, 0.8], [0.3, 0.7]]
+    metrics = classification_metrics(truth, [0, 1, 1, 1], ["daisy", "rose"])
+    metrics["ranking"] = ranking_metrics(truth, probabilities, ["daisy", "rose"])
+    bucket.blob(f"{prefix}/metrics.json").upload_from_string(json.dumps(metrics))
+    return f"gs://{BUCKET}/{prefix}"
+
+
+def register_step(bucket, export: str, display_name: str, **options) -> tuple[dict, object]:
+    """The DAG's register step as Vertex AI runs it: (its decision, its google.VertexModel output)."""
+    from google_cloud_pipeline_components.types.artifact_types import VertexModel
+    from kfp.dsl import Artifact, Model
+
+    from components.register.component import register
+
+    evaluation = Artifact(uri=upload_evaluation(bucket, export.split(f"gs://{BUCKET}/", 1)[1] + "-evaluation"))
+    output = VertexModel(name="vertex_model", uri="gs://x/vertex_model", metadata={})
+    where = {"project": "demo-project", "location": "europe-west4"}
+    decided = register(Model(uri=export), evaluation, output, display_name, **where, **options)
+    return json.loads(decided), output
+
+
 def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(in_pipeline, gcs, capsys):
     """find-baseline and register, as the cloud DAG runs them (Vertex AI fills in project and location): each
     blessed export is copied whole to a numbered folder outside the pipeline root, and that copy is registered."""
-    from kfp.dsl import Model
-
-    from components.register.component import find_baseline, register
+    from components.register.component import find_baseline
 
     where = {"project": "demo-project", "location": "europe-west4"}
     # the first run: no model of that name yet, so no baseline, and the upload makes the model
     assert find_baseline("flowers", **where) == ""
     export_1 = upload_export(gcs, "root/flowers-1/export/exported_model", "a" * 64)
-    first = json.loads(register(Model(uri=export_1), "flowers", pipeline_run="flowers-1", **where))
+    first, vertex_model = register_step(gcs, export_1, "flowers", pipeline_run="flowers-1")
     stored = f"gs://{BUCKET}/models/flowers/1"  # the pipeline root's bucket, outside its prefix
     assert (first["action"], first["version"], first["uri"], first["stored_as"]) == ("registered", "1", stored, 1)
     copied = sorted(blob.name[len("models/flowers/1/") :] for blob in gcs.list_blobs(prefix="models/flowers/1/"))
@@ -411,19 +434,41 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     assert name.startswith("projects/demo-project/locations/europe-west4/models/")
     (upload,) = in_pipeline.bodies("POST", "/models:upload")
     assert upload["model"]["artifactUri"] == f"{stored}/saved_model" and "parentModel" not in upload
+    # the step's google.VertexModel names the new version, as GCPC's upload step writes it
+    assert vertex_model.metadata == {"resourceName": f"{name}@1"}
+    assert vertex_model.uri == f"https://europe-west4-aiplatform.googleapis.com/v1/{name}@1"
+    # the evaluation went with that version (the console's Evaluate tab), in Vertex AI's classification schema
+    (imported,) = in_pipeline.bodies("POST", f"{name}@1/evaluations:import")
+    evaluation = imported["modelEvaluation"]
+    assert evaluation["metricsSchemaUri"].endswith("/classification_metrics_1.0.0.yaml")
+    assert evaluation["displayName"] == "flowers-1"
+    matrix = evaluation["metrics"]["confusionMatrix"]
+    assert matrix["rows"] == [[1, 1], [0, 2]]  # the known predictions: one daisy taken for a rose
+    assert matrix["annotationSpecs"] == [{"id": "0", "displayName": "daisy"}, {"id": "1", "displayName": "rose"}]
+    assert evaluation["metrics"]["logLoss"] > 0.0 and 0.5 < evaluation["metrics"]["auRoc"] <= 1.0
+    at_half = next(row for row in evaluation["metrics"]["confidenceMetrics"] if row["confidenceThreshold"] == 0.5)
+    assert (at_half["truePositiveCount"], at_half["falsePositiveCount"]) == ("3", "1")  # 0.9, 0.6, 0.8, 0.7
+    (sliced,) = in_pipeline.bodies("POST", "/slices:batchImport")
+    per_class = {one["slice"]["value"]: one for one in sliced["modelEvaluationSlices"]}
+    assert sorted(per_class) == ["daisy", "rose"]
+    assert {one["slice"]["dimension"] for one in per_class.values()} == {"annotationSpec"}
+    assert per_class["rose"]["metrics"]["auRoc"] == 1.0  # every rose scores above every daisy as a rose
     # the next run compares against it
     baseline = find_baseline("flowers", **where)
     assert baseline == f"{stored}/saved_model"
     # unchanged data (cached train and export): the candidate is the baseline itself, so nothing is uploaded
-    skipped = json.loads(register(Model(uri=export_1), "flowers", baseline=baseline, pipeline_run="flowers-2", **where))
+    skipped, in_service = register_step(gcs, export_1, "flowers", baseline=baseline, pipeline_run="flowers-2")
     assert skipped["action"] == "skipped" and skipped["reason"].startswith("the candidate is the baseline itself")
     assert len(in_pipeline.bodies("POST", "/models:upload")) == 1
+    assert in_service.metadata == vertex_model.metadata  # the version in service is still the first
     # a retrained model becomes version 2 of the same model, stored under the model_root given
     export_3 = upload_export(gcs, "root/flowers-3/export/exported_model", "b" * 64)
     root = f"gs://{BUCKET}/serving/flowers"
-    third = json.loads(register(Model(uri=export_3), "flowers", baseline=baseline, model_root=root,
-                                pipeline_run="flowers-3", **where))  # fmt: skip
+    third, vertex_model = register_step(gcs, export_3, "flowers", baseline=baseline, model_root=root,
+                                        pipeline_run="flowers-3")  # fmt: skip
     assert (third["model"], third["version"], third["uri"]) == (name, "2", f"{root}/1")
+    assert vertex_model.metadata == {"resourceName": f"{name}@2"}
+    assert [e["displayName"] for e in in_pipeline.evaluations[f"{name}@2"]] == ["flowers-3"]
     second_upload = in_pipeline.bodies("POST", "/models:upload")[1]
     assert second_upload["parentModel"] == name and second_upload["model"]["labels"] == {"pipeline-run": "flowers-3"}
     assert find_baseline("flowers", **where) == f"{root}/1/saved_model"
@@ -435,34 +480,33 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     assert "no model named flowers in the registry" in out and f"baseline: {name} version 1" in out
     # an empty model_display_name turns the registry off: no lookup, no upload
     assert find_baseline("", **where) == ""
-    assert json.loads(register(Model(uri=export_3), "", **where))["action"] == "skipped"
+    assert register_step(gcs, export_3, "")[0]["action"] == "skipped"
     assert len(in_pipeline.requests) == requests
 
 
 def test_a_503_after_the_upload_does_not_register_the_version_twice(in_pipeline, gcs):
-    from kfp.dsl import Model
-
-    from components.register.component import register
-
-    where = {"project": "demo-project", "location": "europe-west4"}
     export = upload_export(gcs, "root/flowers-9/export/exported_model", "c" * 64)
     in_pipeline.fail("POST", "/models:upload", [503], after=True)
-    decided = json.loads(register(Model(uri=export), "tulips", pipeline_run="flowers-9", **where))
+    in_pipeline.fail("POST", "/evaluations:import", [503], after=True)
+    in_pipeline.fail("POST", "/slices:batchImport", [503], after=True)
+    decided, _ = register_step(gcs, export, "tulips", pipeline_run="flowers-9")
     assert decided["action"] == "registered" and decided["version"] == "1"
     (model,) = (m for m in in_pipeline.models.values() if m["versions"][0]["displayName"] == "tulips")
     assert len(model["versions"]) == 1 and len(in_pipeline.bodies("POST", "/models:upload")) == 1
+    # neither the evaluation nor its per-class slices imported twice
+    (evaluation,) = in_pipeline.evaluations[f"{decided['model']}@1"]
+    assert len(in_pipeline.slices[evaluation["name"]]) == 2
 
 
 def test_the_dag_registration_step_reports_a_missing_permission(in_pipeline, gcs):
-    from kfp.dsl import Model
-
-    from components.register.component import register
     from pipeline.vertex import VertexError
 
     in_pipeline.fail("POST", "/models:upload", [403])
     with pytest.raises(VertexError, match=r"aiplatform\.models\.upload"):
-        register(Model(uri=upload_export(gcs, "root/x", "d" * 64)), "flowers", project="demo-project",
-                 location="europe-west4")  # fmt: skip
+        register_step(gcs, upload_export(gcs, "root/x", "d" * 64), "flowers")
+    in_pipeline.fail("POST", "/evaluations:import", [403])
+    with pytest.raises(VertexError, match=r"import the evaluation: .*aiplatform\.modelEvaluations\.import"):
+        register_step(gcs, upload_export(gcs, "root/y", "e" * 64), "flowers")
 
 
 def test_an_endpoint_with_a_wrong_port_is_one_line(vertex):
