@@ -267,6 +267,8 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
 
 # pipeline parameters run-local sets itself, or through a flag of another name
 LOCAL_OWN = ("source", "image_size", "epochs", "beam_args", "model_display_name", "model_root")
+# parameters only Vertex AI acts on (kfp.local has no mail to send): run-local has no flag for them
+CLOUD_ONLY = ("notify_emails",)
 
 
 def dag_parameters() -> dict[str, inspect.Parameter]:
@@ -280,7 +282,7 @@ def add_dag_parameters(parser: argparse.ArgumentParser) -> None:
     """A flag for each pipeline parameter run-local has no flag for yet, typed and documented from the DAG."""
     taken = {action.dest for action in parser._actions}
     for name, parameter in dag_parameters().items():
-        if name in taken or name in LOCAL_OWN:
+        if name in taken or name in LOCAL_OWN or name in CLOUD_ONLY:
             continue
         flag, default = f"--{name.replace('_', '-')}", parameter.default
         help_text = f"pipeline parameter {name} (default {default!r})"
@@ -298,7 +300,7 @@ def local_parameters(args: argparse.Namespace) -> dict:
     return {
         name: getattr(args, name)
         for name in dag_parameters()
-        if name not in LOCAL_OWN and getattr(args, name, None) is not None
+        if name not in LOCAL_OWN and name not in CLOUD_ONLY and getattr(args, name, None) is not None
     }
 
 

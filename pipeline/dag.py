@@ -72,37 +72,11 @@ def build_pipeline(
         outputs += [("baseline", str), ("registration", str)]  # (JSON; "" when not blessed)
     Outputs = NamedTuple("Outputs", outputs)  # its fields depend on the registry
 
-    @dsl.pipeline(
-        name=PIPELINE_NAME,
-        description="Image folder -> TFRecords (Beam) -> Keras training (JAX on TPUs; GPU, CPU) -> evaluation, "
-        "blessing -> CPU SavedModel and TFLite export -> Vertex AI Model Registry.",
-    )
-    def image_classifier(
-        source: str,
-        image_size: int = 192,
-        validation_fraction: float = 0.1,
-        test_fraction: float = 0.1,
-        num_shards: int = 0,
-        max_bad_fraction: float = 0.01,
-        classes: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
-        model_name: str = "codelab_convnet",
-        epochs: int = 20,
-        per_replica_batch_size: int = 32,
-        learning_rate: float = 0.002,
-        lr_schedule: str = "constant",
-        precision: str = "auto",
-        backend: str = "auto",
-        jit_compile: bool = False,
-        steps_per_execution: int = 1,
-        augment: bool = False,
-        seed: int = 42,
-        beam_args: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
-        min_accuracy: float = 0.75,
-        max_accuracy_drop: float = 0.0,
-        baseline_model: str = "",
-        model_display_name: str = PIPELINE_NAME,
-        model_root: str = "",
-    ) -> Outputs:
+    def steps(source, image_size, validation_fraction, test_fraction, num_shards, max_bad_fraction, classes,
+              model_name, epochs, per_replica_batch_size, learning_rate, lr_schedule, precision, backend,
+              jit_compile, steps_per_execution, augment, seed, beam_args, min_accuracy, max_accuracy_drop,
+              baseline_model, model_display_name, model_root, **_):  # fmt: skip
+        """The steps, as the pipeline's parameters' channels flow into them."""
         # always recomputed (the run's id is an input); an unchanged fingerprint makes convert (and all after it) a
         # cache hit on reruns
         fingerprinted = fingerprint_op(source=source, classes=classes, run_id=RUN_ID)
@@ -183,7 +157,53 @@ def build_pipeline(
             results["registration"] = dsl.OneOf(registered.outputs["Output"], skipped.output)
         return Outputs(**results)
 
-    return image_classifier
+    def image_classifier(
+        source: str,
+        image_size: int = 192,
+        validation_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        num_shards: int = 0,
+        max_bad_fraction: float = 0.01,
+        classes: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
+        model_name: str = "codelab_convnet",
+        epochs: int = 20,
+        per_replica_batch_size: int = 32,
+        learning_rate: float = 0.002,
+        lr_schedule: str = "constant",
+        precision: str = "auto",
+        backend: str = "auto",
+        jit_compile: bool = False,
+        steps_per_execution: int = 1,
+        augment: bool = False,
+        seed: int = 42,
+        beam_args: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
+        min_accuracy: float = 0.75,
+        max_accuracy_drop: float = 0.0,
+        baseline_model: str = "",
+        model_display_name: str = PIPELINE_NAME,
+        model_root: str = "",
+        notify_emails: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
+    ):
+        if accelerator is None:  # kfp.local: no Vertex AI to send mail (run-local has no flag for it)
+            return steps(**locals())
+        from google_cloud_pipeline_components.v1.vertex_notification_email import VertexNotificationEmailOp
+
+        # the run's outcome (succeeded, failed, cancelled) by email to notify_emails, whatever happens to the steps;
+        # KFP returns no pipeline outputs from inside an exit handler: on Vertex AI, the tasks' outputs stand alone
+        notify = VertexNotificationEmailOp(recipients=notify_emails).set_display_name("notify by email")
+        notify.set_caching_options(enable_caching=False)  # every run mails its own outcome
+        with dsl.ExitHandler(notify, name="steps"):
+            steps(**locals())
+        return None
+
+    if accelerator is None:  # the outputs run-local reports
+        image_classifier.__annotations__["return"] = Outputs
+    return dsl.pipeline(
+        name=PIPELINE_NAME,
+        description="Image folder -> TFRecords (Beam) -> Keras training (JAX on TPUs; GPU, CPU) -> evaluation, "
+        "blessing -> CPU SavedModel and TFLite export -> Vertex AI Model Registry.",
+    )(image_classifier)
+
 
 
 def custom_training_job(images: Images, accelerator: str):

@@ -173,6 +173,12 @@ def pipeline_parameters(template: str, overrides: Mapping[str, Any]) -> dict[str
         if name not in declared:
             raise UsageError(f"pipeline has no parameter {name!r}: use one of {', '.join(sorted(declared))}")
         typed[name] = _typed(name, value, declared[name]["parameterType"])
+    for address in typed.get("notify_emails", []):  # the exit task would fail after the whole run otherwise
+        if not isinstance(address, str) or not re.fullmatch(r"[^@\s,]+@[^@\s,]+\.[^@\s,]+", address):
+            raise UsageError(
+                f"--param notify_emails: {address!r} is not an email address: pass a JSON list of addresses, e.g. "
+                '\'["ml-team@example.com"]\''
+            )
     missing = sorted(n for n, d in declared.items() if not d.get("isOptional") and n not in typed)
     if missing:
         raise UsageError(f"pipeline parameter {missing[0]} is required: pass --param {missing[0]}=VALUE")

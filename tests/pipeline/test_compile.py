@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 import yaml
@@ -29,12 +30,21 @@ def test_committed_pipeline_yaml_is_fresh(tmp_path):
     )
 
 
-TOP_TASKS = ["condition-branches-1", "convert", "evaluate", "find-baseline", "fingerprint", "train"]
+TOP_TASKS = ["condition-branches", "convert", "evaluate", "find-baseline", "fingerprint", "train"]
+
+
+def steps_of(spec: dict) -> dict:
+    """The tasks of the DAG's steps, the blessing gate named ``condition-branches`` whatever KFP numbered it: at the
+    root locally; on Vertex AI, inside the exit handler that mails the run's outcome."""
+    tasks = spec["root"]["dag"]["tasks"]
+    if "exit-handler-1" in tasks:
+        tasks = spec["components"][tasks["exit-handler-1"]["componentRef"]["name"]]["dag"]["tasks"]
+    return {re.sub(r"^condition-branches-\d+$", "condition-branches", name): task for name, task in tasks.items()}
 
 
 def branches(spec: dict) -> dict[str, tuple[str, dict]]:
     """The If / Else branches under the blessing gate: {branch task: (condition, its tasks)}."""
-    gate = spec["components"][spec["root"]["dag"]["tasks"]["condition-branches-1"]["componentRef"]["name"]]
+    gate = spec["components"][steps_of(spec)["condition-branches"]["componentRef"]["name"]]
     return {
         name: (task["triggerPolicy"]["condition"], spec["components"][task["componentRef"]["name"]]["dag"]["tasks"])
         for name, task in gate["dag"]["tasks"].items()
@@ -43,7 +53,7 @@ def branches(spec: dict) -> dict[str, tuple[str, dict]]:
 
 def test_dag_is_fingerprint_convert_train_evaluate_then_gated_export_and_registration():
     spec = without_sdk_version(COMMITTED)
-    tasks = spec["root"]["dag"]["tasks"]
+    tasks = steps_of(spec)
     assert sorted(tasks) == TOP_TASKS
     assert tasks["convert"]["dependentTasks"] == ["fingerprint"]
     fingerprint_input = tasks["convert"]["inputs"]["parameters"]["source_fingerprint"]
@@ -77,10 +87,17 @@ def test_dag_is_fingerprint_convert_train_evaluate_then_gated_export_and_registr
     assert evaluation == {"componentInputArtifact": "pipelinechannel--evaluate-evaluation"}
     vertex_model = spec["components"]["comp-register"]["outputDefinitions"]["artifacts"]["vertex_model"]
     assert vertex_model["artifactType"]["schemaTitle"] == "google.VertexModel"
-    outputs = spec["root"]["dag"]["outputs"]["parameters"]
-    assert outputs["blessed"]["valueFromParameter"] == {"outputParameterKey": "Output", "producerSubtask": "evaluate"}
-    assert outputs["exported_model_uri"]["valueFromParameter"]["producerSubtask"] == "condition-branches-1"
+    # whatever happens to the steps, the exit task mails the outcome to notify_emails (Vertex AI fills in the status)
+    root = spec["root"]["dag"]["tasks"]
+    assert sorted(root) == ["exit-handler-1", "vertex-pipelines-notification-email"]
+    notify = root["vertex-pipelines-notification-email"]
+    assert notify["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED" and notify["cachingOptions"] == {}
+    assert notify["inputs"]["parameters"] == {
+        "pipeline_task_final_status": {"taskFinalStatus": {"producerTask": "exit-handler-1"}},
+        "recipients": {"componentInputParameter": "notify_emails"},
+    }
     parameters = spec["root"]["inputDefinitions"]["parameters"]
+    assert parameters["notify_emails"]["defaultValue"] == []
     assert parameters["image_size"]["defaultValue"] == 192
     assert parameters["min_accuracy"]["defaultValue"] == 0.75 and parameters["baseline_model"]["defaultValue"] == ""
     assert parameters["model_display_name"]["defaultValue"] == "tpu-image-classifier"
@@ -94,7 +111,7 @@ def test_with_caching_forced_on_the_fingerprint_and_baseline_keep_their_per_run_
 
     spec = without_sdk_version(COMMITTED)
     _set_enable_caching_value(spec, True)
-    tasks = spec["root"]["dag"]["tasks"]
+    tasks = steps_of(spec)
     assert all(task["cachingOptions"] == {"enableCache": True} for task in tasks.values())
     for task in ("fingerprint", "find-baseline"):
         assert tasks[task]["inputs"]["parameters"]["run_id"]["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
@@ -118,12 +135,17 @@ def test_the_local_dag_has_the_gate_but_no_registry_steps(tmp_path):
     path = str(tmp_path / "local.yaml")
     compiler.Compiler().compile(build_pipeline(registry=None), path)
     spec = without_sdk_version(path)
-    assert sorted(spec["root"]["dag"]["tasks"]) == sorted(set(TOP_TASKS) - {"find-baseline"})
+    assert sorted(steps_of(spec)) == sorted(set(TOP_TASKS) - {"find-baseline"})
     assert [sorted(tasks) for _, tasks in branches(spec).values()] == [["export"], ["not-blessed"]]
-    baseline = spec["root"]["dag"]["tasks"]["evaluate"]["inputs"]["parameters"]["baseline"]
+    baseline = steps_of(spec)["evaluate"]["inputs"]["parameters"]["baseline"]
     assert baseline == {"componentInputParameter": "baseline_model"}
+    outputs = spec["root"]["dag"]["outputs"]["parameters"]  # what run-local reports
+    assert outputs["blessed"]["valueFromParameter"] == {"outputParameterKey": "Output", "producerSubtask": "evaluate"}
+    assert outputs["exported_model_uri"]["valueFromParameter"]["producerSubtask"] == "condition-branches-1"
     with open(path) as handle:
-        assert "{{$.pipeline_google_cloud" not in handle.read()  # kfp.local cannot resolve these
+        text = handle.read()
+    assert "{{$.pipeline_google_cloud" not in text  # kfp.local cannot resolve these
+    assert "notification" not in text  # no Vertex AI to send mail
 
 
 def test_the_folder_registry_dag_has_the_registry_steps_without_vertex_ai(tmp_path):
@@ -136,7 +158,7 @@ def test_the_folder_registry_dag_has_the_registry_steps_without_vertex_ai(tmp_pa
     path = str(tmp_path / "folder.yaml")
     compiler.Compiler().compile(build_pipeline(registry="folder"), path)
     spec = without_sdk_version(path)
-    assert sorted(spec["root"]["dag"]["tasks"]) == sorted({*TOP_TASKS, "find-baseline-in-folder"} - {"find-baseline"})
+    assert sorted(steps_of(spec)) == sorted({*TOP_TASKS, "find-baseline-in-folder"} - {"find-baseline"})
     assert [sorted(tasks) for _, tasks in branches(spec).values()] == [
         ["export", "register-in-folder"], ["not-blessed"]
     ]  # fmt: skip
@@ -149,7 +171,7 @@ GCPC_LAUNCHER = "gcr.io/ml-pipeline/google-cloud-pipeline-components:"
 
 def train_pools(spec: dict) -> list[dict]:
     """The training custom job's worker pools."""
-    task = spec["root"]["dag"]["tasks"]["train"]
+    task = steps_of(spec)["train"]
     given = task["inputs"]["parameters"].get("worker_pool_specs")
     if given:
         return given["runtimeValue"]["constant"]
@@ -214,8 +236,8 @@ def test_each_target_compiles_to_its_machine_spec(tmp_path, target):
     assert machine == expected_machine
     assert image == f"{DEFAULT_REGISTRY}/{expected_image}:{DEFAULT_TAG}"
     # the other steps stay where they were
-    assert sorted(spec["root"]["dag"]["tasks"]) == TOP_TASKS
-    train_inputs = spec["root"]["dag"]["tasks"]["train"]["inputs"]["parameters"]
+    assert sorted(steps_of(spec)) == TOP_TASKS
+    train_inputs = steps_of(spec)["train"]["inputs"]["parameters"]
     assert train_inputs["hosts"]["runtimeValue"]["constant"] == EXPECTED_HOSTS.get(target, 1)
     # one worker pool: Vertex AI spreads a multi-host topology over its hosts itself
     assert [pool["replica_count"] for pool in train_pools(spec)] == [1]

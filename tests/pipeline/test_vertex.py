@@ -74,6 +74,18 @@ def test_submit_sends_the_compiled_pipeline_with_its_settings(vertex, capsys):
     assert link in out
 
 
+def test_notify_emails_mails_the_outcome_and_a_wrong_address_is_refused_before_submitting(vertex, capsys):
+    team = ["ml-team@example.com", "oncall@example.com"]
+    assert main(["submit", *vertex.job_args, "--param", json.dumps(team).join(["notify_emails=", ""])]) == 0
+    (body,) = vertex.bodies("POST", "/pipelineJobs")
+    assert body["runtimeConfig"]["parameterValues"]["notify_emails"] == team
+    exit_task = body["pipelineSpec"]["root"]["dag"]["tasks"]["vertex-pipelines-notification-email"]
+    assert exit_task["inputs"]["parameters"]["recipients"] == {"componentInputParameter": "notify_emails"}
+    with pytest.raises(UsageError, match=r"notify_emails: 'ml-team' is not an email address"):
+        main(["submit", *vertex.job_args, "--param", 'notify_emails=["ml-team"]'])
+    assert len(vertex.bodies("POST", "/pipelineJobs")) == 1
+
+
 def test_no_cache_and_wait_follow_the_job_to_the_end(vertex, capsys):
     assert main(["submit", *vertex.job_args, "--no-cache", "--wait", "--poll-interval", "0"]) == 0
     (body,) = vertex.bodies("POST", "/pipelineJobs")
