@@ -205,7 +205,6 @@ def build_pipeline(
     )(image_classifier)
 
 
-
 def custom_training_job(images: Images, accelerator: str):
     """The train component as a Vertex AI custom job on ``accelerator``'s machine, and the call arguments it needs."""
     import copy

@@ -177,7 +177,7 @@ def pipeline_parameters(template: str, overrides: Mapping[str, Any]) -> dict[str
         if not isinstance(address, str) or not re.fullmatch(r"[^@\s,]+@[^@\s,]+\.[^@\s,]+", address):
             raise UsageError(
                 f"--param notify_emails: {address!r} is not an email address: pass a JSON list of addresses, e.g. "
-                '\'["ml-team@example.com"]\''
+                "'[\"ml-team@example.com\"]'"
             )
     missing = sorted(n for n, d in declared.items() if not d.get("isOptional") and n not in typed)
     if missing:
