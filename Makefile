@@ -20,7 +20,7 @@ SKIP_IMAGES ?=
 export UV_PYTHON_DOWNLOADS := never
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-heavy lint format compile lock images test-images clean
+.PHONY: help setup run test test-heavy test-browser lint format compile lock images test-images clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -38,7 +38,7 @@ run: setup ## run the whole pipeline locally (kfp.local) on the demo digits
 	$(VENV)/bin/python -m pipeline run-local
 
 test: setup lint ## lint, then run the tests (all but the heavy ones and the images')
-	$(VENV)/bin/python -m pytest -m "not heavy and not images"
+	$(VENV)/bin/python -m pytest -m "not heavy and not images and not browser"
 
 test-heavy: setup ## the heavy tests: the simulated year of scheduled retraining (six whole-DAG runs, ~6 min)
 	$(VENV)/bin/python -m pytest -m heavy
@@ -77,6 +77,13 @@ images: ## build every containers/<name>/Dockerfile as $(REGISTRY)/<name>:$(TAG)
 	else \
 		echo "error: neither a Docker engine nor gcloud here: run 'make images' where one of them is" >&2; exit 2; \
 	fi
+
+test-browser: setup ## the report drawn by a headless Chromium (installs Debian's chromium with apt-get if missing)
+	@[ -n "$$TPU_PIPELINE_BROWSER" ] || command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium (apt-get)"; \
+		$$([ "$$(id -u)" = 0 ] || echo sudo) apt-get install -y --no-install-recommends chromium >/dev/null \
+		|| { echo "error: no chromium and apt-get could not install it: install a Chromium, or set TPU_PIPELINE_BROWSER" >&2; exit 2; }; }
+	$(VENV)/bin/python -m pytest -m browser
 
 test-images: setup ## build the images, smoke-test each, run the whole DAG in them (DockerRunner) against SubprocessRunner
 	$(MAKE) images SKIP_IMAGES="beam-worker $(SKIP_IMAGES)"

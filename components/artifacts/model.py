@@ -3,8 +3,8 @@
 It holds ``model.keras`` (the whole model), ``model.weights.h5`` (the weights alone, which any Keras backend loads:
 export rebuilds the network on the CPU with TensorFlow from them, whatever backend trained it),
 ``model_config.json`` (how it was trained: architecture, image size, classes, backend, devices, precision),
-``history.json`` (the curves) and ``reference_predictions.npz`` (the trained model's probabilities on validation
-images, computed by the training backend, for export's cross-backend parity check).
+``history.json`` (the curves, the epochs and how long they took) and ``reference_predictions.npz`` (the trained
+model's probabilities on validation images, computed by the training backend, for export's cross-backend parity check).
 """
 
 from __future__ import annotations

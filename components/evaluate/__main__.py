@@ -37,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=EvaluateConfig.max_accuracy_drop,
         help="bless only if at most this much less accurate than the baseline (default %(default)s)",
     )
+    parser.add_argument(
+        "--screenshot",
+        action="store_true",
+        help="also save report.png beside report.html, as a headless Chromium draws it (apt-get install chromium; "
+        "TPU_PIPELINE_BROWSER names another browser binary)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -53,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                 "blessed": metrics["blessing"]["blessed"],
                 "reasons": metrics["blessing"]["reasons"],
                 "metrics_json": f"{args.output_dir}/metrics.json",
+                **({"report_png": (metrics.get("report_screenshot") or {}).get("path")} if args.screenshot else {}),
             }
         )
     )

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.json"
 EVAL_BATCH_SIZE = 256
+# what the report says of the training, from the model's model_config.json
+TRAINING_FACTS = ("backend", "precision", "accelerator", "replicas", "processes", "global_batch_size", "image_size")
 TOP_K = 3
 # the codelab's transfer-learning baseline on the flowers: a model below it is not worth serving
 DEFAULT_MIN_ACCURACY = 0.75
@@ -33,7 +35,8 @@ class EvaluateConfig:
     """Args: examples_dir (the convert output), model_dir (the train output), output_dir (gets ``metrics.json``);
     min_accuracy, baseline and max_accuracy_drop decide the blessing. The baseline (empty: none) is the last blessed
     model: a train step output, an export step output, or its ``saved_model/`` folder as the Vertex AI Model
-    Registry holds it (``gs://`` is read through Vertex AI's ``/gcs/`` mount)."""
+    Registry holds it (``gs://`` is read through Vertex AI's ``/gcs/`` mount). ``screenshot``: also draw the report
+    in a headless browser into ``report.png`` beside it (``components.evaluate.browser``)."""
 
     examples_dir: str
     model_dir: str
@@ -42,6 +45,7 @@ class EvaluateConfig:
     min_accuracy: float = DEFAULT_MIN_ACCURACY
     baseline: str = ""
     max_accuracy_drop: float = 0.0
+    screenshot: bool = False  # also save report.png, as a headless browser draws the report (a few seconds)
 
     def __post_init__(self) -> None:
         check_fraction("--min-accuracy", self.min_accuracy)
@@ -277,6 +281,9 @@ def run(config: EvaluateConfig) -> dict:
     metrics["ranking"] = ranking_metrics(y_true, probabilities, model_config["class_names"])
     metrics["split"] = config.split
     metrics.update(model_name=model_config["model_name"], model_dir=config.model_dir, examples_dir=config.examples_dir)
+    # the run's facts, for the report to lead with: the data, and how and where the model was trained
+    metrics["counts"] = dict(stats["counts"])
+    metrics["training"] = {key: model_config.get(key) for key in TRAINING_FACTS}
     baseline_accuracy = None
     if baseline is not None and not not_comparable:
         _, baseline_probabilities, _ = predict_split(
@@ -284,7 +291,15 @@ def run(config: EvaluateConfig) -> dict:
         )
         # the same classes, perhaps in another order: the baseline's columns in this model's order
         order = [baseline.class_names.index(name) for name in model_config["class_names"]]
-        baseline_accuracy = float((baseline_probabilities[:, order].argmax(axis=-1) == y_true).mean())
+        baseline_probabilities = baseline_probabilities[:, order]
+        baseline_accuracy = float((baseline_probabilities.argmax(axis=-1) == y_true).mean())
+        # the baseline's figures on the same examples, for the report to set beside the candidate's
+        judged = classification_metrics(y_true, baseline_probabilities.argmax(axis=-1), model_config["class_names"])
+        metrics["baseline_metrics"] = {
+            "accuracy": judged["accuracy"],
+            "per_class": judged["per_class"],
+            "top_k_accuracy": {"k": k, "accuracy": top_k_accuracy(y_true, baseline_probabilities, k)},
+        }
     metrics["blessing"] = bless(
         metrics["accuracy"],
         config.min_accuracy,
@@ -301,6 +316,8 @@ def run(config: EvaluateConfig) -> dict:
         for _, truth, predicted, p, source in wrong
     ]  # fmt: skip
     metrics["report_html"] = write_report(config, metrics, wrong)
+    if config.screenshot:
+        metrics["report_screenshot"] = draw_report(metrics["report_html"])
     write_json(os.path.join(config.output_dir, METRICS_FILE), metrics)
     log.info("%s accuracy %.4f on %d examples", config.split, metrics["accuracy"], metrics["num_examples"])
     blessing = metrics["blessing"]
@@ -331,6 +348,21 @@ def write_report(config: EvaluateConfig, metrics: dict, wrong) -> str:
     path = os.path.join(config.output_dir, REPORT_FILE)
     write_atomically(path, render(metrics, history, misclassified).encode("utf-8"))
     return path
+
+
+def draw_report(report_html: str) -> dict | None:
+    """``report.png`` beside the report, as a headless browser draws it, when one is installed; what it drew (None
+    without a browser). A browser that fails is a warning: the report itself is written."""
+    import subprocess
+
+    from components.evaluate.browser import screenshot_report
+
+    try:
+        drawn = screenshot_report(report_html)
+    except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as err:
+        log.warning("the report could not be drawn: %s", err)
+        return None
+    return drawn and {key: drawn[key] for key in ("path", "images", "loaded", "svgs", "blank")}
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,27 @@ def data_uri(content: bytes, mime: str) -> str:
     return f"data:{mime};base64,{base64.b64encode(content).decode('ascii')}"
 
 
+def luminance(color: Sequence[int]) -> float:
+    """WCAG relative luminance of an sRGB colour."""
+    linear = [c / 255 / 12.92 if c <= 10 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in color[:3]]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def contrast(one: Sequence[int], other: Sequence[int]) -> float:
+    """WCAG contrast ratio of two colours (1 to 21; body text wants at least 4.5)."""
+    light, dark = sorted((luminance(one), luminance(other)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def cell_colors(share: float, diagonal: bool) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """A confusion-matrix cell's (fill, text) colours: blue on the diagonal, red off it, darker as ``share`` (of
+    its row) grows; the text black or white, whichever contrasts more (never under 4.5:1 on these fills)."""
+    shade = int(255 - 200 * share)
+    fill = (shade, shade, 255) if diagonal else (255, shade, shade)
+    black, white = (0, 0, 0), (255, 255, 255)
+    return fill, max((black, white), key=lambda text: contrast(fill, text))
+
+
 def confusion_png(matrix: Sequence[Sequence[int]], class_names: Sequence[str], cell: int = 36) -> bytes:
     """The confusion matrix as a PNG: rows true, columns predicted, each row shaded by its share, counts written."""
     from PIL import Image, ImageDraw
@@ -35,12 +56,10 @@ def confusion_png(matrix: Sequence[Sequence[int]], class_names: Sequence[str], c
         total = sum(matrix[row]) or 1
         draw.text((4, margin + row * cell + cell // 3), str(class_names[row])[:24], fill="black")
         for column in range(count):
-            share = matrix[row][column] / total
-            shade = int(255 - 200 * share)
-            color = (shade, shade, 255) if row == column else (255, shade, shade)
+            fill, text = cell_colors(matrix[row][column] / total, row == column)
             box = (margin + column * cell, margin + row * cell, margin + (column + 1) * cell, margin + (row + 1) * cell)
-            draw.rectangle(box, fill=color, outline=(200, 200, 200))
-            draw.text((box[0] + 4, box[1] + cell // 3), str(matrix[row][column]), fill="black")
+            draw.rectangle(box, fill=fill, outline=(200, 200, 200))
+            draw.text((box[0] + 4, box[1] + cell // 3), str(matrix[row][column]), fill=text)
     for column in range(count):  # the column's class name written upwards, whole (up to 24 characters)
         name = str(class_names[column])[:24]
         label = Image.new("RGB", (7 * len(name) + 6, 12), "white")
@@ -84,11 +103,20 @@ def render(metrics: dict, history: dict | None, misclassified: Sequence[tuple[by
     source file or "" when its records do not say)."""
     blessing = metrics.get("blessing", {})
     verdict = "Blessed" if blessing.get("blessed") else "Not blessed"
-    rows = "".join(
-        f"<tr><td>{html.escape(name)}</td><td>{c['precision']:.3f}</td><td>{c['recall']:.3f}</td>"
-        f"<td>{c.get('f1', 0.0):.3f}</td><td>{c['support']}</td></tr>"
-        for name, c in metrics["per_class"].items()
-    )
+    base = metrics.get("baseline_metrics")
+    figures = ("precision", "recall", "f1")
+
+    def per_class_row(name: str, c: dict) -> str:
+        cells = "".join(f"<td>{c.get(f, 0.0):.3f}</td>" for f in figures)
+        if base:
+            b = base["per_class"].get(name, {})
+            cells += "".join(f"<td class=base>{b.get(f, 0.0):.3f}</td>" for f in figures)
+        return f"<tr><td>{html.escape(name)}</td>{cells}<td>{c['support']}</td></tr>"
+
+    rows = "".join(per_class_row(name, c) for name, c in metrics["per_class"].items())
+    header = "".join(f"<th>{f if f != 'f1' else 'F1'}</th>" for f in figures)
+    if base:
+        header += "".join(f"<th class=base>baseline {f if f != 'f1' else 'F1'}</th>" for f in figures)
     reasons = "".join(f"<li>{html.escape(reason)}</li>" for reason in blessing.get("reasons", []))
     few = "; ".join(
         f"{html.escape(split)}: " + ", ".join(f"{html.escape(name)} ({count})" for name, count in names.items())
@@ -107,6 +135,12 @@ def render(metrics: dict, history: dict | None, misclassified: Sequence[tuple[by
         for jpeg, truth, predicted, probability, source in misclassified
     )
     top_k = metrics.get("top_k_accuracy", {})
+    k = top_k.get("k", "k")
+    scores = f"<tr><td>accuracy</td><td><b>{metrics['accuracy']:.4f}</b></td>"
+    scores += f"<td class=base>{base['accuracy']:.4f}</td></tr>" if base else "</tr>"
+    scores += f"<tr><td>top-{k} accuracy</td><td>{top_k.get('accuracy', 0.0):.4f}</td>"
+    scores += f"<td class=base>{base['top_k_accuracy']['accuracy']:.4f}</td></tr>" if base else "</tr>"
+    scores_header = "<tr><th></th><th>candidate</th>" + ("<th class=base>baseline</th></tr>" if base else "</tr>")
     matrix = data_uri(confusion_png(metrics["confusion_matrix"], metrics["class_names"]), "image/png")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Evaluation: {verdict}</title>
@@ -114,20 +148,58 @@ def render(metrics: dict, history: dict | None, misclassified: Sequence[tuple[by
 td,th{{border:1px solid #ddd;padding:4px 10px;text-align:right}} td:first-child{{text-align:left}}
 .verdict{{font-size:22px;font-weight:bold;color:{"#2a7d2a" if blessing.get("blessed") else "#b22222"}}}
 figure{{display:inline-block;margin:6px;text-align:center;font-size:12px;vertical-align:top}}
-.source{{display:inline-block;max-width:160px;word-break:break-all;color:#555;font-size:10px}}</style></head>
+.source{{display:inline-block;max-width:160px;word-break:break-all;color:#555;font-size:10px}}
+.base{{color:#555;background:#f6f6f6}} .facts td{{text-align:left}} .facts td:first-child{{font-weight:bold}}</style>
+</head>
 <body>
 <h1>Evaluation of {html.escape(str(metrics.get("model_name", "the model")))} on the
 {html.escape(str(metrics.get("split", "test")))} split</h1>
-<p>Model {html.escape(str(metrics.get("model_dir", "")))}<br>
-Examples {html.escape(str(metrics.get("examples_dir", "")))}</p>
+<table class=facts>{run_facts(metrics, history)}</table>
 <p class="verdict">{verdict}</p><ul>{reasons}</ul>{small}
-<p>Accuracy <b>{metrics["accuracy"]:.4f}</b> on {metrics["num_examples"]} images; top-{top_k.get("k", "k")} accuracy
-{top_k.get("accuracy", 0.0):.4f}.</p>
+<p>On {metrics["num_examples"]} {html.escape(str(metrics.get("split", "test")))} images{baseline_note(metrics)}:</p>
+<table>{scores_header}{scores}</table>
 <h2>Training curves</h2>{curves or "<p>No training history.</p>"}
 <h2>Confusion matrix</h2><p>Rows: true class; columns: predicted class.</p>
 <img src="{matrix}" alt="confusion matrix">
 <h2>Per class</h2>
-<table><tr><th>class</th><th>precision</th><th>recall</th><th>F1</th><th>support</th></tr>{rows}</table>
+<table><tr><th>class</th>{header}<th>support</th></tr>{rows}</table>
 <h2>Misclassified test images</h2>{grid or "<p>None.</p>"}
 </body></html>
 """
+
+
+def run_facts(metrics: dict, history: dict | None) -> str:
+    """The rows of the report's opening table: the model, the data, and how, where and how long it trained."""
+    counts = metrics.get("counts", {})
+    training = metrics.get("training", {})
+    history = history or {}
+    data = ", ".join(f"{counts[split]} {split}" for split in ("train", "validation", "test") if split in counts)
+    epochs = history.get("epochs")
+    if epochs is not None and history.get("resumed_after_epoch"):
+        epochs = f"{epochs} (resumed after epoch {history['resumed_after_epoch']})"
+    hardware = training.get("accelerator")
+    if hardware:
+        devices, processes = training.get("replicas") or 1, training.get("processes") or 1
+        hardware = f"{hardware}, {devices} device(s), {processes} process(es)"
+    seconds = history.get("train_seconds")
+    rows = [
+        ("model", f"{metrics.get('model_name', '')} ({metrics.get('model_dir', '')})"),
+        ("data", f"{data} images of {len(metrics.get('class_names', []))} classes, "
+                 f"{training.get('image_size') or ''} px ({metrics.get('examples_dir', '')})"),
+        ("epochs", epochs),
+        ("precision", training.get("precision")),
+        ("hardware", hardware),
+        ("backend", training.get("backend")),
+        ("global batch", training.get("global_batch_size")),
+        ("training time", f"{seconds:.1f} s" if isinstance(seconds, (int, float)) else None),
+    ]  # fmt: skip
+    return "".join(
+        f"<tr><td>{name}</td><td>{html.escape(str(value))}</td></tr>" for name, value in rows if value not in (None, "")
+    )
+
+
+def baseline_note(metrics: dict) -> str:
+    """Which model the baseline column is, when there is one."""
+    if not metrics.get("baseline_metrics"):
+        return ""
+    return f", beside the baseline {html.escape(str(metrics.get('blessing', {}).get('baseline') or ''))}"

@@ -495,7 +495,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     reference = reference_predictions(model, config.examples_dir, stats, placement)
     curves = {name: [record[name] for record in epochs] for name in epochs[-1] if name != "epoch"} if epochs else {}
     if placement.is_chief:
-        save_model_artifact(model, dirs.model_dir, model_config, curves, finished_before, reference)
+        save_model_artifact(model, dirs.model_dir, model_config, curves, finished_before, reference, seconds)
         shutil.rmtree(backup_dir, ignore_errors=True)  # the run is complete: a rerun starts afresh
         os.remove(epoch_log)
         if not os.listdir(dirs.checkpoint_dir):
@@ -519,8 +519,10 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     }
 
 
-def save_model_artifact(model, model_dir: str, model_config: dict, curves: dict, resumed_after: int, reference):
-    """Writes the model artifact (``components.artifacts.model``)."""
+def save_model_artifact(
+    model, model_dir: str, model_config: dict, curves: dict, resumed_after: int, reference, seconds: float
+):
+    """Writes the model artifact (``components.artifacts.model``); ``seconds``: how long this run's epochs took."""
     import numpy as np
 
     os.makedirs(model_dir, exist_ok=True)
@@ -530,7 +532,7 @@ def save_model_artifact(model, model_dir: str, model_config: dict, curves: dict,
     model.save_weights(os.path.join(model_dir, WEIGHTS_FILE))
     write_json(os.path.join(model_dir, MODEL_CONFIG_FILE), model_config)
     history = {"epochs": len(next(iter(curves.values()), [])), "resumed_after_epoch": resumed_after,
-               "history": curves}  # fmt: skip
+               "train_seconds": round(seconds, 3), "history": curves}  # fmt: skip
     write_json(os.path.join(model_dir, HISTORY_FILE), history)
     if reference is not None:
         np.savez(os.path.join(model_dir, REFERENCE_FILE), probabilities=reference)

@@ -264,7 +264,22 @@ def test_the_html_report_is_valid_and_its_pictures_decode(converted, trained, tm
     parser = Collect()
     parser.feed(text)
     assert not parser.open  # every element closed, in order
-    assert parser.rows == 1 + len(CLASSES)  # header + one per class
+    # the run's facts (model, data, epochs, precision, hardware, backend, batch, time), the scores (header, accuracy,
+    # top-k), then the per-class table (header + one per class)
+    assert parser.rows == 8 + 3 + 1 + len(CLASSES)
+    _, stats = converted
+    counts = stats["counts"]
+    with open(os.path.join(model_dir, "history.json")) as handle:
+        history = json.load(handle)
+    facts = text[: text.index('<p class="verdict">')]
+    assert f"{counts['train']} train, {counts['validation']} validation, {counts['test']} test images" in facts
+    assert f"<td>epochs</td><td>{history['epochs']}</td>" in facts
+    assert f"<td>training time</td><td>{history['train_seconds']:.1f} s</td>" in facts
+    assert "<td>hardware</td><td>cpu, 1 device(s), 1 process(es)</td>" in facts
+    # the baseline (the model itself here) beside the candidate: the same figures in both columns
+    assert "<th class=base>baseline</th>" in text and "<th class=base>baseline recall</th>" in text
+    assert metrics["baseline_metrics"]["per_class"] == metrics["per_class"]
+    assert text.count(f"{metrics['accuracy']:.4f}") >= 2
     assert parser.svgs == 2  # loss and accuracy curves
     assert ("Not blessed" in text) is (not metrics["blessing"]["blessed"])
     for reason in metrics["blessing"]["reasons"]:
@@ -320,6 +335,30 @@ def test_the_confusion_matrix_writes_whole_class_names_over_its_columns():
         return int((column < 128).any(axis=1).sum())
 
     assert header_ink_rows(["sunflowers", "daisy"]) > 2 * header_ink_rows(["sunf", "daisy"]) > 0
+
+
+def test_every_confusion_matrix_count_is_readable_on_its_cell():
+    """Counts used to be black on every fill, 3:1 on the darkest blue: each count's colour now contrasts at least
+    4.5:1 (WCAG AA) with its cell, measured on the drawn picture, at every shade from empty to full."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from components.evaluate.report import confusion_png, contrast
+
+    matrix = [[10, 0, 0, 0, 0], [6, 4, 0, 0, 0], [3, 3, 4, 0, 0], [1, 1, 1, 7, 0], [0, 0, 0, 1, 9]]
+    names = ["a", "b", "c", "d", "e"]
+    pixels = np.asarray(Image.open(io.BytesIO(confusion_png(matrix, names))).convert("RGB")).astype(int)
+    margin, cell = 12 + 7, 36
+    for row in range(len(names)):
+        for column in range(len(names)):
+            box = pixels[margin + row * cell + 3 : margin + (row + 1) * cell - 2,
+                         margin + column * cell + 3 : margin + (column + 1) * cell - 2]  # fmt: skip
+            colours, counts = np.unique(box.reshape(-1, 3), axis=0, return_counts=True)
+            fill = colours[counts.argmax()]
+            best = max(contrast(fill, colour) for colour in colours)  # the glyphs' core, not their antialiasing
+            assert best >= 4.5, (row, column, fill.tolist(), best)
 
 
 def test_misclassified_images_name_the_file_they_came_from(converted, image_folder):
