@@ -196,6 +196,19 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
     )
     add_vertex_options(submit_cmd)
     submit_cmd.add_argument("--job-id", default="", help="the job's id (default: <pipeline name>-<timestamp>)")
+    submit_cmd.add_argument(
+        "--experiment",
+        default="",
+        metavar="NAME",
+        help="add the run to this Vertex AI Experiment (created if needed): its parameters and metrics side by side "
+        "with the other runs'",
+    )
+    submit_cmd.add_argument(
+        "--tensorboard",
+        default="",
+        metavar="RESOURCE",
+        help="send the training job's logs to this Vertex AI TensorBoard (projects/P/locations/REGION/tensorboards/ID)",
+    )
     submit_cmd.add_argument("--wait", action="store_true", help="follow the job's state until it ends")
     submit_cmd.add_argument(
         "--poll-interval", type=float, default=30.0, help="seconds between state checks with --wait (default 30)"
@@ -268,7 +281,7 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
 # pipeline parameters run-local sets itself, or through a flag of another name
 LOCAL_OWN = ("source", "image_size", "epochs", "beam_args", "model_display_name", "model_root")
 # parameters only Vertex AI acts on (kfp.local has no mail to send): run-local has no flag for them
-CLOUD_ONLY = ("notify_emails",)
+CLOUD_ONLY = ("notify_emails", "tensorboard", "base_output_directory")
 
 
 def dag_parameters() -> dict[str, inspect.Parameter]:
@@ -402,7 +415,8 @@ def run_vertex(args: argparse.Namespace) -> int:
             register(settings, args.model, args.display_name, args.parent_model, args.pipeline_run,
                      args.serving_image or DEFAULT_SERVING_IMAGE)  # fmt: skip
         elif args.command == "submit":
-            vertex.submit(settings, job_id=args.job_id, wait=args.wait, poll_seconds=args.poll_interval)
+            vertex.submit(settings, job_id=args.job_id, wait=args.wait, poll_seconds=args.poll_interval,
+                          experiment=args.experiment, tensorboard=args.tensorboard)  # fmt: skip
         elif args.action == "create":
             vertex.create_schedule(settings, args.cron, args.name, args.max_concurrent_runs, args.max_runs)
         elif args.action == "list":

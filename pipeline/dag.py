@@ -75,7 +75,8 @@ def build_pipeline(
     def steps(source, image_size, validation_fraction, test_fraction, num_shards, max_bad_fraction, classes,
               model_name, epochs, per_replica_batch_size, learning_rate, lr_schedule, precision, backend,
               jit_compile, steps_per_execution, augment, seed, beam_args, min_accuracy, max_accuracy_drop,
-              baseline_model, model_display_name, model_root, **_):  # fmt: skip
+              baseline_model, model_display_name, model_root, tensorboard="", base_output_directory="",
+              **_):  # fmt: skip
         """The steps, as the pipeline's parameters' channels flow into them."""
         # always recomputed (the run's id is an input); an unchanged fingerprint makes convert (and all after it) a
         # cache hit on reruns
@@ -92,8 +93,12 @@ def build_pipeline(
             max_bad_fraction=max_bad_fraction,
             beam_args=beam_args,
         ).set_display_name("convert to TFRecords")
+        job_options = {}
+        if accelerator is not None:  # the training job's logs to a Vertex AI TensorBoard (submit --tensorboard)
+            job_options = {"tensorboard": tensorboard, "base_output_directory": base_output_directory}
         trained = train_op(
             **train_options,
+            **job_options,
             examples=converted.outputs["examples"],
             model_name=model_name,
             epochs=epochs,
@@ -183,6 +188,8 @@ def build_pipeline(
         model_display_name: str = PIPELINE_NAME,
         model_root: str = "",
         notify_emails: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
+        tensorboard: str = "",
+        base_output_directory: str = "",
     ):
         if accelerator is None:  # kfp.local: no Vertex AI to send mail (run-local has no flag for it)
             return steps(**locals())

@@ -435,11 +435,69 @@ def _pipeline_name(template: str) -> str:
         return yaml.safe_load(handle).get("pipelineInfo", {}).get("name", "pipeline")
 
 
-def submit(settings: VertexSettings, job_id: str = "", wait: bool = False, poll_seconds: float = 30.0) -> dict:
-    """Creates the PipelineJob; with ``wait``, follows its state to the end. Returns name, link and state."""
+def check_experiment(name: str) -> None:
+    """A Vertex AI Experiment's name (its metadata context id): lowercase letters, digits and hyphens."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,127}", name):
+        raise UsageError(
+            f"--experiment {name}: an experiment name is lowercase letters, digits and hyphens (at most 128, "
+            "starting with a letter or digit), e.g. flowers-retraining"
+        )
+
+
+def check_tensorboard(tensorboard: str, settings: VertexSettings) -> None:
+    """A Vertex AI TensorBoard's resource name, in the region the pipeline runs in (a training job reaches no other)."""
+    found = re.fullmatch(r"projects/[^/]+/locations/([^/]+)/tensorboards/[0-9]+", tensorboard)
+    if not found:
+        raise UsageError(
+            f"--tensorboard {tensorboard}: pass a Vertex AI TensorBoard's resource name, "
+            "projects/PROJECT/locations/REGION/tensorboards/ID (gcloud ai tensorboards list)"
+        )
+    if found.group(1) != settings.region:
+        raise UsageError(
+            f"--tensorboard {tensorboard} is in {found.group(1)}, the pipeline runs in {settings.region}: use a "
+            f"TensorBoard of {settings.region}"
+        )
+    if not settings.service_account:  # Vertex AI refuses a custom job with a TensorBoard and no service account
+        raise UsageError(
+            "--tensorboard needs --service-account: the training job writes its logs to the TensorBoard as that "
+            "account (give it roles/aiplatform.user and roles/storage.admin on the pipeline root's bucket)"
+        )
+
+
+def tensorboard_parameters(settings: VertexSettings, tensorboard: str, job_id: str) -> dict[str, str]:
+    """The DAG parameters that send the training job's logs to ``tensorboard``: the TensorBoard, and the job's
+    base output directory (Vertex AI sets ``AIP_TENSORBOARD_LOG_DIR`` and ``AIP_CHECKPOINT_DIR`` under it), one per
+    run under the pipeline root, so that runs never share their logs or their backups."""
+    return {"tensorboard": tensorboard, "base_output_directory": f"{settings.pipeline_root.rstrip('/')}/{job_id}/train"}
+
+
+def submit(
+    settings: VertexSettings,
+    job_id: str = "",
+    wait: bool = False,
+    poll_seconds: float = 30.0,
+    experiment: str = "",
+    tensorboard: str = "",
+) -> dict:
+    """Creates the PipelineJob; with ``wait``, follows its state to the end. Returns name, link and state.
+
+    ``experiment``: the run joins that Vertex AI Experiment (created if needed), where its parameters and metrics
+    (the evaluate step's) line up with the other runs'. ``tensorboard``: the training job's logs go to that Vertex
+    AI TensorBoard."""
+    from dataclasses import replace
+
     check_settings(settings)
+    if experiment:
+        check_experiment(experiment)
+    if tensorboard:
+        check_tensorboard(tensorboard, settings)
+        # the run's own output directory needs the job's id before the job exists: fixed here, as the client would
+        job_id = job_id or f"{_pipeline_name(settings.template)}-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}"
+        settings = replace(settings, parameters={**settings.parameters,
+                                                 **tensorboard_parameters(settings, tensorboard, job_id)})  # fmt: skip
     pipeline_parameters(settings.template, settings.parameters)  # the user's mistakes first, before any network
     credentials = connect(settings)
+    found = join_experiment(settings, experiment, credentials) if experiment else None
     job = make_job(settings, credentials, job_id)  # the client names the job <pipeline>-<timestamp> when no id
     call(
         "submit the pipeline",
@@ -449,9 +507,29 @@ def submit(settings: VertexSettings, job_id: str = "", wait: bool = False, poll_
     )
     result = {"name": job.resource_name, "link": console_link(settings, job.resource_name), "state": _state(job)}
     print(f"submitted {result['name']}\n  {result['link']}")
+    if found is not None:
+        # the SDK's own steps of submit(experiment=...), apart so that each is retried and reported on its own:
+        # the run's metadata context (which Vertex AI makes once the job runs) becomes a child of the experiment's
+        call(f"add the run to experiment {experiment}",
+             lambda: found._metadata_context.add_context_children([job._get_context()]), settings)  # fmt: skip
+        result["experiment"] = found.dashboard_url
+        print(f"  in experiment {experiment}: {found.dashboard_url}")
     if wait:
         result["state"] = follow(job, settings, poll_seconds)
     return result
+
+
+def join_experiment(settings: VertexSettings, experiment: str, credentials):
+    """The Vertex AI Experiment ``experiment``, created if it does not exist."""
+    from google.cloud import aiplatform
+
+    return call(
+        f"find or create experiment {experiment}",
+        lambda: aiplatform.Experiment.get_or_create(
+            experiment, project=settings.project, location=settings.region, credentials=credentials
+        ),
+        settings,
+    )
 
 
 def _adopt_created_job(job):

@@ -22,7 +22,8 @@ from urllib.parse import parse_qs, unquote, urlparse
 STATUS_NAMES = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ALREADY_EXISTS",
                 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}  # fmt: skip
 # (most specific first: an evaluation's path holds "/models" too)
-PERMISSIONS = {"evaluations": "aiplatform.modelEvaluations.import", "pipelineJobs": "aiplatform.pipelineJobs.create",
+PERMISSIONS = {"evaluations": "aiplatform.modelEvaluations.import", "contexts": "aiplatform.contexts.create",
+               "pipelineJobs": "aiplatform.pipelineJobs.create",
                "schedules": "aiplatform.schedules.create", "models": "aiplatform.models.upload"}  # fmt: skip
 
 
@@ -45,6 +46,7 @@ class FakeVertex:
     models: dict[str, dict] = field(default_factory=dict)
     evaluations: dict[str, list] = field(default_factory=dict)  # by model version (projects/.../models/ID@VERSION)
     slices: dict[str, list] = field(default_factory=dict)  # by evaluation name
+    contexts: dict[str, dict] = field(default_factory=dict)  # the metadata store's (experiments), by name
     faults: list[tuple[str, str, list, bool]] = field(default_factory=list)
     url: str = ""
     ids: itertools.count = field(default_factory=lambda: itertools.count(1000))
@@ -108,6 +110,9 @@ class FakeVertex:
             job["_reads"] = job.get("_reads", 0) + 1
             order = ["PIPELINE_STATE_PENDING", *["PIPELINE_STATE_RUNNING"] * 3, self.final_state]
             job["state"] = order[min(job["_reads"], len(order) - 1)]
+            if job["state"] != "PIPELINE_STATE_PENDING":  # a running job has its run's metadata context
+                context = f"{parent}/metadataStores/default/contexts/{name.rsplit('/', 1)[1]}"
+                job["jobDetail"] = {"pipelineRunContext": {"name": context, "schemaTitle": "system.PipelineRun"}}
             if job["state"] == "PIPELINE_STATE_FAILED":
                 job["error"] = {"code": 9, "message": "The DAG failed because some tasks failed: train."}
             return 200, job
@@ -140,6 +145,8 @@ class FakeVertex:
             if method == "DELETE":
                 del self.schedules[name]
                 return 200, self.operation(parent, {"@type": "type.googleapis.com/google.protobuf.Empty"})
+        if rest.startswith("metadataStores/"):
+            return self.route_metadata(method, parent, rest, query, body)
         evaluation_match = re.match(r"^(models/[^/]+)/evaluations(?::import|/([^/:]+)/slices(:batchImport)?)?$", rest)
         if evaluation_match:
             return self.route_evaluation(method, parent, rest, evaluation_match, body)
@@ -190,6 +197,32 @@ class FakeVertex:
             return 200, {"importedModelEvaluationSlices": [one["name"] for one in made]}
         if not batch and method == "GET":
             return 200, {"modelEvaluationSlices": self.slices.get(name, [])}
+        return 404, self.error(404, rest)
+
+    def route_metadata(self, method: str, parent: str, rest: str, query: dict, body: dict) -> tuple[int, dict]:
+        """The default metadata store and its contexts (a Vertex AI Experiment is a ``system.Experiment`` context;
+        a pipeline run joins it as a child context)."""
+        store = f"{parent}/metadataStores/default"
+        if rest == "metadataStores/default" and method == "GET":
+            return 200, {"name": store}
+        if rest == "metadataStores/default/contexts" and method == "POST":
+            name = f"{store}/contexts/{query.get('contextId', [str(next(self.ids))])[0]}"
+            if name in self.contexts:
+                return 409, self.error(409, rest)
+            self.contexts[name] = {**body, "name": name, "createTime": "2026-11-21T00:00:00Z", "childContexts": []}
+            return 200, self.contexts[name]
+        match = re.match(r"^metadataStores/default/contexts/([^/:]+)(:addContextChildren)?$", rest)
+        if not match:
+            return 404, self.error(404, rest)
+        name = f"{store}/contexts/{match.group(1)}"
+        if name not in self.contexts:
+            return 404, self.error(404, rest)
+        if match.group(2) and method == "POST":  # adding a child twice keeps one
+            children = self.contexts[name]["childContexts"]
+            children += [child for child in body.get("childContexts", []) if child not in children]
+            return 200, {}
+        if method == "GET":
+            return 200, {k: v for k, v in self.contexts[name].items() if k != "childContexts"}
         return 404, self.error(404, rest)
 
     def operation(self, parent: str, response: dict) -> dict:

@@ -86,6 +86,68 @@ def test_notify_emails_mails_the_outcome_and_a_wrong_address_is_refused_before_s
     assert len(vertex.bodies("POST", "/pipelineJobs")) == 1
 
 
+def test_experiment_is_created_once_and_each_run_joins_it(vertex, capsys):
+    """submit --experiment: the experiment (a system.Experiment context in the default metadata store) is made on
+    the first run and found on the next; each run's own context becomes one of its children."""
+    for job_id in ("flowers-1", "flowers-2"):
+        assert main(["submit", *vertex.job_args, "--experiment", "flowers-tuning", "--job-id", job_id]) == 0
+    experiment = f"{PARENT}/metadataStores/default/contexts/flowers-tuning"
+    (created,) = [r.body for r in vertex.requests if r.method == "POST" and r.path.endswith("/contexts")]
+    assert created["schemaTitle"] == "system.Experiment" and created["displayName"] == "flowers-tuning"
+    runs = [f"{PARENT}/metadataStores/default/contexts/{job_id}" for job_id in ("flowers-1", "flowers-2")]
+    assert vertex.contexts[experiment]["childContexts"] == runs
+    out = capsys.readouterr().out
+    assert "in experiment flowers-tuning: https://console.cloud.google.com/vertex-ai/experiments/" in out
+
+
+def test_experiment_faults_are_retried_and_a_refusal_is_one_line(vertex, capsys):
+    vertex.fail("POST", ":addContextChildren", [503], after=True)  # done, then 503: retried, one child
+    assert main(["submit", *vertex.job_args, "--experiment", "flowers-tuning", "--job-id", "flowers-1"]) == 0
+    assert len(vertex.contexts[f"{PARENT}/metadataStores/default/contexts/flowers-tuning"]["childContexts"]) == 1
+    vertex.fail("POST", "/metadataStores/default/contexts", [403])
+    assert main(["submit", *vertex.job_args, "--experiment", "other-experiment", "--job-id", "flowers-2"]) == 1
+    error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "find or create experiment other-experiment" in error[0], error
+    assert len(vertex.bodies("POST", "/pipelineJobs")) == 1  # refused before the job was submitted
+    with pytest.raises(UsageError, match=r"--experiment Flowers_1: an experiment name is lowercase letters"):
+        main(["submit", *vertex.job_args, "--experiment", "Flowers_1"])
+
+
+def test_tensorboard_sends_the_training_jobs_logs_there_from_a_directory_of_its_own(vertex):
+    board = f"{PARENT}/tensorboards/1234"
+    account = ["--service-account", "trainer@demo-project.iam.gserviceaccount.com"]
+    assert main(["submit", *vertex.job_args, *account, "--tensorboard", board, "--job-id", "flowers-7"]) == 0
+    (body,) = vertex.bodies("POST", "/pipelineJobs")
+    values = body["runtimeConfig"]["parameterValues"]
+    assert values["tensorboard"] == board
+    assert values["base_output_directory"] == f"gs://{BUCKET}/root/flowers-7/train"  # one per run
+    # the custom job takes them as GCPC's tensorboard and base_output_directory fields
+    train = body["pipelineSpec"]["components"]["comp-exit-handler-1"]["dag"]["tasks"]["train"]["inputs"]
+    assert train["parameters"]["tensorboard"] == {"componentInputParameter": "pipelinechannel--tensorboard"}
+    payload = body["pipelineSpec"]["deploymentSpec"]["executors"]["exec-train"]["container"]["args"][3]
+    assert '"tensorboard": "{{$.inputs.parameters[\'tensorboard\']}}"' in payload
+    assert '"output_uri_prefix": "{{$.inputs.parameters[\'base_output_directory\']}}"' in payload
+    # without --job-id, the id is fixed before submitting, so that the directory names this run
+    assert main(["submit", *vertex.job_args, *account, "--tensorboard", board]) == 0
+    second = vertex.bodies("POST", "/pipelineJobs")[1]["runtimeConfig"]["parameterValues"]["base_output_directory"]
+    (job_name,) = [name for name in vertex.jobs if not name.endswith("/flowers-7")]
+    assert second == f"gs://{BUCKET}/root/{job_name.rsplit('/', 1)[1]}/train"
+
+
+@pytest.mark.parametrize(
+    "board, message",
+    [
+        ("tensorboards/1234", "pass a Vertex AI TensorBoard's resource name"),
+        ("projects/demo-project/locations/us-central1/tensorboards/1", "is in us-central1, the pipeline runs in"),
+        (f"{PARENT}/tensorboards/1", "--tensorboard needs --service-account"),
+    ],
+)
+def test_a_wrong_tensorboard_is_one_line_before_submitting(vertex, board, message):
+    with pytest.raises(UsageError, match=message):
+        main(["submit", *vertex.job_args, "--tensorboard", board])
+    assert not vertex.requests
+
+
 def test_no_cache_and_wait_follow_the_job_to_the_end(vertex, capsys):
     assert main(["submit", *vertex.job_args, "--no-cache", "--wait", "--poll-interval", "0"]) == 0
     (body,) = vertex.bodies("POST", "/pipelineJobs")
