@@ -178,12 +178,16 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
         add_dag_parameters(local_cmd)
     predict_cmd = commands.add_parser(
         "predict",
-        help="top labels for image files, from an exported model, on the CPU",
+        help="top labels for image files, from an exported model on the CPU or a Vertex AI endpoint",
         description="Print the top labels with their probabilities for each image, from the export step's "
-        "SavedModel. An image that cannot be decoded is reported on one line; the others are still answered "
-        "(exit 2 when any could not be).",
+        "SavedModel (or a TFLite file of it) on this machine, or from the model a Vertex AI endpoint serves "
+        '(--endpoint: each image sent as {"image_bytes": {"b64": ...}}). An image that cannot be decoded is '
+        "reported on one line; the others are still answered (exit 2 when any could not be).",
     )
-    predict_cmd.add_argument("--model", required=True, help="the export step's output dir (or its saved_model/)")
+    where = predict_cmd.add_mutually_exclusive_group(required=True)
+    where.add_argument("--model", help="the export step's output dir (or its saved_model/, or a .tflite file)")
+    where.add_argument("--endpoint", help="a Vertex AI endpoint (resource name or display name) serving an export")
+    add_vertex_options(predict_cmd, for_jobs=False)
     predict_cmd.add_argument("images", nargs="+", metavar="IMAGE", help="image files: JPEG, PNG, GIF, BMP, WebP")
     predict_cmd.add_argument("--top", type=int, default=3, help="labels per image (default %(default)s)")
     predict_cmd.add_argument("--json", action="store_true", help="one JSON object per image instead of text")
@@ -227,6 +231,34 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
     register_cmd.add_argument("--pipeline-run", default="", help="the pipeline run to label the model with")
     register_cmd.add_argument("--label", action="append", dest="label_pairs", metavar="KEY=VALUE", help="a label")
     register_cmd.add_argument("--serving-image", default=None, help="serving container (default: Vertex AI's TF2 CPU)")
+
+    deploy_cmd = commands.add_parser(
+        "deploy",
+        help="deploy a registered model version to a Vertex AI endpoint",
+        description="Deploy a Model Registry version to an endpoint (created when none has that display name) with "
+        "all of its traffic, then undeploy the model's older versions there; as the DAG's deploy step does.",
+    )
+    add_vertex_options(deploy_cmd, for_jobs=False)
+    deploy_cmd.add_argument("--model", required=True, help="the model version, projects/P/locations/L/models/ID@V")
+    deploy_cmd.add_argument("--endpoint", required=True, help="the endpoint's display name or resource name")
+    deploy_cmd.add_argument("--machine-type", default=None, help="serving machine (default n1-standard-2)")
+    deploy_cmd.add_argument("--min-replicas", type=int, default=1, help="default %(default)s")
+    deploy_cmd.add_argument("--max-replicas", type=int, default=1, help="default %(default)s")
+
+    batch_cmd = commands.add_parser(
+        "batch-predict",
+        help="run a Vertex AI batch prediction job over images on Cloud Storage",
+        description="Predict with a registered model version over a gs:// folder of images (listed into a file "
+        "list, each image sent as it is) or a .jsonl of instances; the predictions go to --output as JSONL.",
+    )
+    add_vertex_options(batch_cmd, for_jobs=False)
+    batch_cmd.add_argument("--model", required=True, help="the model, projects/P/locations/L/models/ID[@VERSION]")
+    batch_cmd.add_argument("--source", required=True, help="a gs:// folder of images, or a gs://....jsonl of instances")
+    batch_cmd.add_argument("--output", required=True, help="gs:// folder for the predictions")
+    batch_cmd.add_argument("--machine-type", default=None, help="prediction machine (default n1-standard-4)")
+    batch_cmd.add_argument("--max-replicas", type=int, default=1, help="default %(default)s")
+    batch_cmd.add_argument("--wait", action="store_true", help="follow the job until it ends")
+    batch_cmd.add_argument("--poll-interval", type=float, default=30.0, help="seconds between checks (default 30)")
 
     schedule_cmd = commands.add_parser(
         "schedule", help="create, list, pause, resume or delete retraining schedules on Vertex AI"
@@ -281,7 +313,7 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
 # pipeline parameters run-local sets itself, or through a flag of another name
 LOCAL_OWN = ("source", "image_size", "epochs", "beam_args", "model_display_name", "model_root")
 # parameters only Vertex AI acts on (kfp.local has no mail to send): run-local has no flag for them
-CLOUD_ONLY = ("notify_emails", "tensorboard", "base_output_directory")
+CLOUD_ONLY = ("notify_emails", "tensorboard", "base_output_directory", "endpoint")
 
 
 def dag_parameters() -> dict[str, inspect.Parameter]:
@@ -391,9 +423,19 @@ def vertex_settings(args: argparse.Namespace):
 def run_predict(args: argparse.Namespace) -> int:
     import json
 
-    from pipeline.predict import predict
+    if args.endpoint:
+        from pipeline import vertex
+        from pipeline.deployment import predict_endpoint
 
-    answers, errors = predict(args.model, args.images, args.top)
+        try:
+            answers, errors = predict_endpoint(vertex_settings(args), args.endpoint, args.images, args.top)
+        except vertex.VertexError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+    else:
+        from pipeline.predict import predict
+
+        answers, errors = predict(args.model, args.images, args.top)
     for answer in answers:
         if args.json:
             print(json.dumps({"path": answer.path, "top": [{"label": n, "probability": p} for n, p in answer.top]}))
@@ -414,6 +456,16 @@ def run_vertex(args: argparse.Namespace) -> int:
 
             register(settings, args.model, args.display_name, args.parent_model, args.pipeline_run,
                      args.serving_image or DEFAULT_SERVING_IMAGE)  # fmt: skip
+        elif args.command == "deploy":
+            from pipeline.deployment import DEFAULT_MACHINE_TYPE, deploy
+
+            deploy(settings, args.model, args.endpoint, args.machine_type or DEFAULT_MACHINE_TYPE, args.min_replicas,
+                   args.max_replicas)  # fmt: skip
+        elif args.command == "batch-predict":
+            from pipeline.deployment import BATCH_MACHINE_TYPE, batch_predict
+
+            batch_predict(settings, args.model, args.source, args.output, args.machine_type or BATCH_MACHINE_TYPE,
+                          args.max_replicas, args.wait, args.poll_interval)  # fmt: skip
         elif args.command == "submit":
             vertex.submit(settings, job_id=args.job_id, wait=args.wait, poll_seconds=args.poll_interval,
                           experiment=args.experiment, tensorboard=args.tensorboard)  # fmt: skip
@@ -434,7 +486,7 @@ def run_vertex(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args, chosen = parse(argv)
     configure_logging(args.verbose)
-    if args.command in ("submit", "schedule", "register"):
+    if args.command in ("submit", "schedule", "register", "deploy", "batch-predict"):
         return run_vertex(args)
     if args.command == "predict":
         return run_predict(args)

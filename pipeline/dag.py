@@ -7,6 +7,7 @@ from kfp import dsl
 
 from components.convert.component import make_component as convert_component
 from components.convert.component import make_fingerprint_component
+from components.deploy.component import make_component as deploy_component
 from components.evaluate.component import make_component as evaluate_component
 from components.evaluate.component import make_not_blessed_component
 from components.export.component import make_component as export_component
@@ -60,6 +61,7 @@ def build_pipeline(
     if registry not in (None, *REGISTRIES):
         raise ValueError(f"registry {registry!r} is not one of {REGISTRIES} or None")
     find_baseline_op, register_op = registry_components(image, vertex=registry == "vertex")
+    deploy_op = deploy_component(image)
     outputs = [
         ("test_accuracy", float),
         ("blessed", bool),
@@ -76,7 +78,7 @@ def build_pipeline(
               model_name, epochs, per_replica_batch_size, learning_rate, lr_schedule, precision, backend,
               jit_compile, steps_per_execution, augment, seed, beam_args, min_accuracy, max_accuracy_drop,
               baseline_model, model_display_name, model_root, tensorboard="", base_output_directory="",
-              **_):  # fmt: skip
+              endpoint="", **_):  # fmt: skip
         """The steps, as the pipeline's parameters' channels flow into them."""
         # always recomputed (the run's id is an input); an unchanged fingerprint makes convert (and all after it) a
         # cache hit on reruns
@@ -147,6 +149,10 @@ def build_pipeline(
                 ).set_caching_options(enable_caching=False)
                 # (off in pipeline.yaml; with the job's caching forced on, pipeline_run, the run's name, still keeps
                 # each run's decision its own)
+                if registry == "vertex" and accelerator is not None:  # serve the version in service, if asked
+                    with dsl.If(endpoint != "", name="deploy-to-endpoint"):
+                        deployed = deploy_op(vertex_model=registered.outputs["vertex_model"], endpoint=endpoint)
+                        deployed.set_display_name("deploy to the endpoint").set_caching_options(enable_caching=False)
         with dsl.Else(name="not-blessed"):
             skipped = not_blessed_op(evaluation=evaluated.outputs["evaluation"]).set_display_name("not blessed")
         results = {
@@ -190,6 +196,7 @@ def build_pipeline(
         notify_emails: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
         tensorboard: str = "",
         base_output_directory: str = "",
+        endpoint: str = "",
     ):
         if accelerator is None:  # kfp.local: no Vertex AI to send mail (run-local has no flag for it)
             return steps(**locals())

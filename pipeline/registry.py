@@ -97,9 +97,9 @@ def register_blessed(
     return result
 
 
-def vertex_model_uri(settings: VertexSettings, resource_name: str) -> str:
-    """A ``google.VertexModel`` artifact's URI for the model version ``resource_name``, as GCPC's upload step
-    writes it."""
+def vertex_resource_uri(settings: VertexSettings, resource_name: str) -> str:
+    """A ``google.VertexModel`` (or ``VertexEndpoint``) artifact's URI for the resource ``resource_name``, as GCPC's
+    steps write it."""
     return f"https://{settings.region}-aiplatform.googleapis.com/v1/{resource_name}"
 
 

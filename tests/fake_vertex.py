@@ -19,12 +19,16 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlparse
 
+TYPES = "type.googleapis.com/google.cloud.aiplatform.v1"
 STATUS_NAMES = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ALREADY_EXISTS",
                 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}  # fmt: skip
 # (most specific first: an evaluation's path holds "/models" too)
 PERMISSIONS = {"evaluations": "aiplatform.modelEvaluations.import", "contexts": "aiplatform.contexts.create",
-               "pipelineJobs": "aiplatform.pipelineJobs.create",
-               "schedules": "aiplatform.schedules.create", "models": "aiplatform.models.upload"}  # fmt: skip
+               "deployModel": "aiplatform.endpoints.deploy", "predict": "aiplatform.endpoints.predict",
+               "endpoints": "aiplatform.endpoints.create",
+               "batchPredictionJobs": "aiplatform.batchPredictionJobs.create",
+               "pipelineJobs": "aiplatform.pipelineJobs.create", "schedules": "aiplatform.schedules.create",
+               "models": "aiplatform.models.upload"}  # fmt: skip
 
 
 @dataclass
@@ -47,6 +51,10 @@ class FakeVertex:
     evaluations: dict[str, list] = field(default_factory=dict)  # by model version (projects/.../models/ID@VERSION)
     slices: dict[str, list] = field(default_factory=dict)  # by evaluation name
     contexts: dict[str, dict] = field(default_factory=dict)  # the metadata store's (experiments), by name
+    endpoints: dict[str, dict] = field(default_factory=dict)
+    batch_jobs: dict[str, dict] = field(default_factory=dict)
+    # what an endpoint's deployed model answers: (deployed model, instances) -> predictions; a test sets it
+    predictor: object = None
     faults: list[tuple[str, str, list, bool]] = field(default_factory=list)
     url: str = ""
     ids: itertools.count = field(default_factory=lambda: itertools.count(1000))
@@ -77,7 +85,7 @@ class FakeVertex:
             return self.route(method, path, query, body or {})
 
     def error(self, code: int, path: str, status: str | None = None) -> dict:
-        collection = next((name for name in PERMISSIONS if f"/{name}" in path), "pipelineJobs")
+        collection = next((name for name in PERMISSIONS if f"/{name}" in path or f":{name}" in path), "pipelineJobs")
         message = {
             403: f"Permission '{PERMISSIONS[collection]}' denied on resource '{path}' (or it may not exist).",
             409: "A resource with this name already exists.",
@@ -145,6 +153,10 @@ class FakeVertex:
             if method == "DELETE":
                 del self.schedules[name]
                 return 200, self.operation(parent, {"@type": "type.googleapis.com/google.protobuf.Empty"})
+        if rest.startswith("endpoints"):
+            return self.route_endpoint(method, parent, rest, query, body)
+        if rest.startswith("batchPredictionJobs"):
+            return self.route_batch(method, parent, rest, query, body)
         if rest.startswith("metadataStores/"):
             return self.route_metadata(method, parent, rest, query, body)
         evaluation_match = re.match(r"^(models/[^/]+)/evaluations(?::import|/([^/:]+)/slices(:batchImport)?)?$", rest)
@@ -167,12 +179,16 @@ class FakeVertex:
                 if not wanted or model["versions"][-1].get("displayName") == wanted.group(1)
             ]
             return 200, {"models": found}
-        if rest.startswith("models/") and method == "GET":
-            name = f"{parent}/{rest.split('@')[0]}"
-            if name not in self.models:
+        if rest.startswith("models/") and method == "GET":  # a version (models/ID@V), else the latest
+            model_id, _, version = rest.partition("@")
+            name = f"{parent}/{model_id}"
+            versions = self.models.get(name, {}).get("versions", [])
+            number = int(version) if version.isdigit() else len(versions)
+            if not 1 <= number <= len(versions):
                 return 404, self.error(404, path)
-            versions = self.models[name]["versions"]
-            return 200, {**versions[-1], "name": name, "versionId": str(len(versions))}
+            # a model in a prebuilt serving container deploys on dedicated machines only (an output field)
+            return 200, {**versions[number - 1], "name": name, "versionId": str(number),
+                         "supportedDeploymentResourcesTypes": ["DEDICATED_RESOURCES"]}  # fmt: skip
         return 404, self.error(404, path)
 
     def route_evaluation(self, method: str, parent: str, rest: str, match: re.Match, body: dict) -> tuple[int, dict]:
@@ -224,6 +240,73 @@ class FakeVertex:
         if method == "GET":
             return 200, {k: v for k, v in self.contexts[name].items() if k != "childContexts"}
         return 404, self.error(404, rest)
+
+    def route_endpoint(self, method: str, parent: str, rest: str, query: dict, body: dict) -> tuple[int, dict]:
+        """Endpoints: create, list (by display name), get, deploy and undeploy a model (the traffic split as asked,
+        the new model's "0" key replaced by its id), and online prediction through ``predictor``."""
+        if rest == "endpoints" and method == "POST":
+            name = f"{parent}/endpoints/{query.get('endpointId', [str(next(self.ids))])[0]}"
+            endpoint = {**body, "name": name, "deployedModels": [], "trafficSplit": {},
+                        "createTime": "2026-11-21T00:00:00Z"}  # fmt: skip
+            self.endpoints[name] = endpoint
+            return 200, self.operation(parent, {"@type": f"{TYPES}.Endpoint", **endpoint})
+        if rest == "endpoints" and method == "GET":
+            wanted = re.search(r'display_name="([^"]*)"', query.get("filter", [""])[0])
+            found = [e for e in self.endpoints.values() if not wanted or e.get("displayName") == wanted.group(1)]
+            return 200, {"endpoints": found}
+        match = re.match(r"^endpoints/([^/:]+)(?::(deployModel|undeployModel|predict))?$", rest)
+        name = f"{parent}/endpoints/{match.group(1)}" if match else ""
+        if name not in self.endpoints:
+            return 404, self.error(404, rest)
+        endpoint, action = self.endpoints[name], match.group(2)
+        if method == "GET" and not action:
+            return 200, endpoint
+        if action == "deployModel":
+            deployed = {**body["deployedModel"], "id": str(next(self.ids)), "createTime": "2026-11-21T00:00:00Z"}
+            # the service answers the model and its version apart: "models/ID@2" -> model "models/ID", version "2"
+            model, _, version = deployed["model"].partition("@")
+            deployed["model"] = model
+            deployed["modelVersionId"] = version or str(len(self.models.get(model, {}).get("versions", [])) or 1)
+            endpoint["deployedModels"].append(deployed)
+            split = body.get("trafficSplit") or {"0": 100}
+            endpoint["trafficSplit"] = {(deployed["id"] if key == "0" else key): value for key, value in split.items()}
+            return 200, self.operation(parent, {"@type": f"{TYPES}.DeployModelResponse", "deployedModel": deployed})
+        if action == "undeployModel":
+            endpoint["deployedModels"] = [d for d in endpoint["deployedModels"] if d["id"] != body["deployedModelId"]]
+            split = body.get("trafficSplit") or endpoint["trafficSplit"]
+            endpoint["trafficSplit"] = {k: v for k, v in split.items() if k != body["deployedModelId"]}
+            return 200, self.operation(parent, {"@type": f"{TYPES}.UndeployModelResponse"})
+        if action == "predict":
+            serving = max(endpoint["trafficSplit"].items(), key=lambda item: item[1], default=(None, 0))[0]
+            deployed = next((d for d in endpoint["deployedModels"] if d["id"] == serving), None)
+            if deployed is None or self.predictor is None:
+                return 400, {"error": {"code": 400, "message": "Endpoint has no deployed model.",
+                                       "status": "FAILED_PRECONDITION"}}  # fmt: skip
+            return 200, {"predictions": self.predictor(deployed, body["instances"]), "deployedModelId": serving}
+        return 404, self.error(404, rest)
+
+    def route_batch(self, method: str, parent: str, rest: str, query: dict, body: dict) -> tuple[int, dict]:
+        """Batch prediction jobs: created PENDING, then RUNNING for five reads, then SUCCEEDED."""
+        if rest == "batchPredictionJobs" and method == "POST":
+            name = f"{parent}/batchPredictionJobs/{next(self.ids)}"
+            self.batch_jobs[name] = {**body, "name": name, "state": "JOB_STATE_PENDING",
+                                     "createTime": "2026-11-21T00:00:00Z"}  # fmt: skip
+            return 200, self.batch_jobs[name]
+        if rest == "batchPredictionJobs" and method == "GET":
+            wanted = re.search(r'display_name="([^"]*)"', query.get("filter", [""])[0])
+            found = [j for j in self.batch_jobs.values() if not wanted or j.get("displayName") == wanted.group(1)]
+            return 200, {"batchPredictionJobs": [{k: v for k, v in j.items() if not k.startswith("_")} for j in found]}
+        name = f"{parent}/{rest}"
+        if name not in self.batch_jobs or method != "GET":
+            return 404, self.error(404, rest)
+        job = self.batch_jobs[name]
+        job["_reads"] = job.get("_reads", 0) + 1
+        order = ["JOB_STATE_PENDING", *["JOB_STATE_RUNNING"] * 5, "JOB_STATE_SUCCEEDED"]
+        job["state"] = order[min(job["_reads"], len(order) - 1)]
+        if job["state"] == "JOB_STATE_SUCCEEDED":
+            prefix = job["outputConfig"]["gcsDestination"]["outputUriPrefix"].rstrip("/")
+            job["outputInfo"] = {"gcsOutputDirectory": f"{prefix}/prediction-{name.rsplit('/', 1)[1]}"}
+        return 200, {k: v for k, v in job.items() if not k.startswith("_")}
 
     def operation(self, parent: str, response: dict) -> dict:
         return {"name": f"{parent}/operations/{next(self.ids)}", "done": True, "response": response}

@@ -76,8 +76,23 @@ def test_dag_is_fingerprint_convert_train_evaluate_then_gated_export_and_registr
     (blessed_condition, blessed), (else_condition, not_blessed) = branches(spec).values()
     channel = "inputs.parameter_values['pipelinechannel--evaluate-Output']"
     assert blessed_condition == f"{channel} == true" and else_condition == f"!({channel} == true)"
-    assert sorted(blessed) == ["export", "register"] and sorted(not_blessed) == ["not-blessed"]
+    deploy_gate = next(name for name in blessed if name.startswith("condition-"))
+    assert sorted(blessed) == sorted([deploy_gate, "export", "register"]) and sorted(not_blessed) == ["not-blessed"]
     assert blessed["register"]["dependentTasks"] == ["export"] and blessed["register"]["cachingOptions"] == {}
+    # with an endpoint given, the registered version (register's google.VertexModel) is deployed to it
+    gate = blessed[deploy_gate]
+    assert gate["triggerPolicy"]["condition"] == "inputs.parameter_values['pipelinechannel--endpoint'] != ''"
+    deploy = spec["components"][gate["componentRef"]["name"]]["dag"]["tasks"]["deploy"]
+    assert deploy["inputs"]["artifacts"]["vertex_model"] == {
+        "componentInputArtifact": "pipelinechannel--register-vertex_model"
+    }
+    assert gate["inputs"]["artifacts"]["pipelinechannel--register-vertex_model"]["taskOutputArtifact"] == {
+        "outputArtifactKey": "vertex_model",
+        "producerTask": "register",
+    }
+    assert deploy["cachingOptions"] == {}  # the endpoint changes between runs, not the step's inputs
+    endpoint_output = spec["components"]["comp-deploy"]["outputDefinitions"]["artifacts"]["vertex_endpoint"]
+    assert endpoint_output["artifactType"]["schemaTitle"] == "google.VertexEndpoint"
     register = blessed["register"]["inputs"]["parameters"]
     assert register["pipeline_run"]["runtimeValue"]["constant"] == "{{$.pipeline_job_name}}"
     assert register["model_root"] == {"componentInputParameter": "pipelinechannel--model_root"}

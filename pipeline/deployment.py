@@ -1,0 +1,293 @@
+"""Serving on Vertex AI: a registered model version deployed to an endpoint (created if needed, all traffic moved to
+the new version, the model's older versions undeployed), online prediction through an endpoint, and batch
+prediction jobs over image folders or JSONL files on Cloud Storage.
+
+Every call goes through ``pipeline.vertex.call``: 429 / 503 retried, a create that a 503 hid found instead of made
+twice, the rest one-line errors.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+
+from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR
+from components.cli import UsageError
+from pipeline.vertex import VertexError, VertexSettings, call, check_settings, connect
+
+# the smallest general-purpose machine Vertex AI serves a TensorFlow CPU model on
+DEFAULT_MACHINE_TYPE = "n1-standard-2"
+BATCH_MACHINE_TYPE = "n1-standard-4"
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
+ENDPOINT_NAME = re.compile(r"projects/[^/]+/locations/([^/]+)/endpoints/[^/]+")
+MODEL_NAME = re.compile(r"projects/[^/]+/locations/([^/]+)/models/[^/@]+(@[^/]+)?")
+ONLINE_BATCH = 16  # images per online prediction request (192-pixel PNGs: well under the 1.5 MB request limit)
+BATCH_STATES_DONE = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED")
+
+
+def find_endpoint(settings: VertexSettings, endpoint: str, create: bool = False):
+    """The endpoint ``endpoint`` (a resource name, or a display name: the most recently made of that name); with
+    ``create``, made when there is none of that display name. A one-line error when it cannot be found."""
+    from google.cloud import aiplatform
+
+    connect(settings)
+    resource = ENDPOINT_NAME.fullmatch(endpoint)
+    if resource:
+        if resource.group(1) != settings.region:
+            raise UsageError(f"endpoint {endpoint} is in {resource.group(1)}, not in --region {settings.region}")
+        return call(f"find endpoint {endpoint}", lambda: aiplatform.Endpoint(endpoint), settings)
+
+    def named():
+        found = aiplatform.Endpoint.list(filter=f'display_name="{endpoint}"', order_by="create_time desc")
+        return found[0] if found else None
+
+    found = call(f"look up endpoint {endpoint}", named, settings)
+    if found is not None or not create:
+        if found is None:
+            raise UsageError(
+                f"no endpoint named {endpoint} in {settings.region}: pass its resource name or display name"
+            )
+        return found
+    created = call(
+        f"create endpoint {endpoint}",
+        lambda: aiplatform.Endpoint.create(display_name=endpoint, labels=dict(settings.labels) or None),
+        settings,
+        done=named,
+    )
+    print(f"created endpoint {created.resource_name} ({endpoint})")
+    return created
+
+
+def split_version(model_version: str) -> tuple[str, str]:
+    """``projects/.../models/ID@VERSION`` -> (``projects/.../models/ID``, ``VERSION``)."""
+    name, _, version = model_version.partition("@")
+    return name, version
+
+
+def deploy(
+    settings: VertexSettings,
+    model_version: str,
+    endpoint: str,
+    machine_type: str = DEFAULT_MACHINE_TYPE,
+    min_replicas: int = 1,
+    max_replicas: int = 1,
+) -> dict:
+    """Deploys ``model_version`` (``projects/.../models/ID@VERSION``, a ``google.VertexModel``'s resource name) to
+    ``endpoint`` with all of its traffic, then undeploys the model's other versions there (they no longer get
+    traffic, and each deployed model keeps its machines running); the endpoint's other models keep their share.
+    Nothing to do when that version already takes all of the traffic. Returns what was done."""
+    from google.cloud import aiplatform
+
+    check_settings(settings, need_root=False)
+    if not MODEL_NAME.fullmatch(model_version) or "@" not in model_version:
+        raise UsageError(f"model {model_version}: expected a model version, projects/P/locations/L/models/ID@VERSION")
+    if not 1 <= min_replicas <= max_replicas:
+        raise UsageError(f"replicas {min_replicas} to {max_replicas}: need 1 <= min <= max")
+    target = find_endpoint(settings, endpoint, create=True)
+    model_name, version = split_version(model_version)
+
+    def serving_this():  # the deployed model of that version if it takes all of the traffic (read afresh)
+        current = aiplatform.Endpoint(target.resource_name).gca_resource
+        split = dict(current.traffic_split)
+        for deployed in current.deployed_models:
+            if deployed.model == model_name and deployed.model_version_id == version:
+                return deployed if split.get(deployed.id, 0) == 100 else None
+        return None
+
+    already = serving_this()
+    if already is not None:
+        print(f"{model_version} already takes all of {target.resource_name}'s traffic")
+        return {"endpoint": target.resource_name, "deployed_model_id": already.id, "action": "unchanged",
+                "undeployed": []}  # fmt: skip
+    model = aiplatform.Model(model_version)
+    call(
+        f"deploy {model_version} to {target.resource_name}",
+        lambda: target.deploy(
+            model=model,
+            deployed_model_display_name=f"{model.display_name}-v{version}",
+            traffic_percentage=100,
+            machine_type=machine_type,
+            min_replica_count=min_replicas,
+            max_replica_count=max_replicas,
+        ),
+        settings,
+        done=serving_this,
+    )
+    deployed = serving_this()
+    undeployed = []
+    for older in list(aiplatform.Endpoint(target.resource_name).gca_resource.deployed_models):
+        if older.model == model_name and older.id != deployed.id:
+            call(f"undeploy version {older.model_version_id} from {target.resource_name}",
+                 lambda older=older: target.undeploy(older.id), settings)  # fmt: skip
+            undeployed.append(older.model_version_id)
+    print(f"deployed {model_version} to {target.resource_name} with all of its traffic"
+          + (f"; undeployed version(s) {', '.join(undeployed)}" if undeployed else ""))  # fmt: skip
+    return {"endpoint": target.resource_name, "deployed_model_id": deployed.id, "action": "deployed",
+            "undeployed": undeployed}  # fmt: skip
+
+
+def served_export(settings: VertexSettings, target) -> dict:
+    """The ``export.json`` of the model version that takes most of ``target``'s traffic (its class names and image
+    size), read beside the SavedModel the Model Registry holds."""
+    from google.cloud import aiplatform
+
+    from components.storage import exists, read_json
+
+    split = dict(target.gca_resource.traffic_split)
+    serving = max(split, key=split.get) if split else None
+    deployed = next((d for d in target.gca_resource.deployed_models if d.id == serving), None)
+    if deployed is None:
+        raise UsageError(f"endpoint {target.resource_name} serves no model: deploy one first (the endpoint parameter)")
+    model = call("look up the served model", lambda: aiplatform.Model(f"{deployed.model}@{deployed.model_version_id}"),
+                 settings)  # fmt: skip
+    uri = (model.uri or "").rstrip("/")
+    folder = uri[: -len(SAVED_MODEL_DIR)].rstrip("/") if uri.endswith(SAVED_MODEL_DIR) else uri
+    report = f"{folder}/{EXPORT_FILE}"
+    if not exists(report):
+        raise UsageError(f"the served model {model.resource_name} has no {EXPORT_FILE} beside {uri}: register an "
+                         "export of this pipeline")  # fmt: skip
+    return read_json(report)
+
+
+def instances_for(images: list[str], image_size: int) -> tuple[list[tuple[str, dict]], list[str]]:
+    """Each readable image as an online prediction instance, ``{"image_bytes": {"b64": PNG}}`` of the square the
+    conversion would make of it (so the payload stays small and the serving resize is exact); one-line errors for
+    the others."""
+    import io
+
+    from components.cli import one_line
+    from components.decoding import UnusableImageError, decode_rgb_image
+    from components.imaging import fill_square_pillow
+
+    instances, errors = [], []
+    for path in images:
+        try:
+            with open(path, "rb") as handle:
+                pixels = fill_square_pillow(decode_rgb_image(handle.read()), image_size)
+        except (OSError, UnusableImageError) as err:
+            errors.append(f"image {path} cannot be used: {one_line(err)}")
+            continue
+        buffer = io.BytesIO()
+        pixels.save(buffer, format="PNG")
+        instances.append((path, {"image_bytes": {"b64": base64.b64encode(buffer.getvalue()).decode("ascii")}}))
+    return instances, errors
+
+
+def predict_endpoint(settings: VertexSettings, endpoint: str, images: list[str], top: int = 3):
+    """Top-``top`` labels for each readable image from the model ``endpoint`` serves, and one-line errors for the
+    others (as ``pipeline.predict.predict`` answers for a local export)."""
+    from pipeline.predict import Answer
+
+    if top < 1:
+        raise UsageError(f"--top {top} must be at least 1")
+    check_settings(settings, need_root=False)
+    target = find_endpoint(settings, endpoint)
+    report = served_export(settings, target)
+    names, size = list(report["class_names"]), int(report["image_size"])
+    readable, errors = instances_for(images, size)
+    answers = []
+    for start in range(0, len(readable), ONLINE_BATCH):  # online requests stay well under 1.5 MB
+        chunk = readable[start : start + ONLINE_BATCH]
+        response = call("predict", lambda chunk=chunk: target.predict(instances=[i for _, i in chunk]), settings)
+        for (path, _), prediction in zip(chunk, response.predictions, strict=True):
+            probabilities = list(prediction["probabilities"])
+            best = sorted(range(len(probabilities)), key=lambda i: -probabilities[i])[:top]
+            answers.append(Answer(path, [(names[i], float(probabilities[i])) for i in best]))
+    return answers, errors
+
+
+def batch_predict(
+    settings: VertexSettings,
+    model_version: str,
+    source: str,
+    output: str,
+    machine_type: str = BATCH_MACHINE_TYPE,
+    max_replicas: int = 1,
+    wait: bool = False,
+    poll_seconds: float = 30.0,
+) -> dict:
+    """A Vertex AI batch prediction job of ``model_version`` over ``source``: a ``gs://`` folder of images (listed
+    into a file list under ``output``, each file sent as it is) or a ``.jsonl`` of instances; predictions as JSONL
+    under ``output``. With ``wait``, follows the job to its end. Returns its name, state and output folder."""
+    from google.cloud import aiplatform
+
+    check_settings(settings, need_root=False)
+    if not MODEL_NAME.fullmatch(model_version):
+        raise UsageError(f"--model {model_version}: expected projects/P/locations/L/models/ID[@VERSION]")
+    for flag, uri in (("--source", source), ("--output", output)):
+        if not uri.startswith("gs://"):
+            raise UsageError(
+                f"{flag} {uri} must be on Cloud Storage (gs://...): batch prediction reads and writes there"
+            )
+    connect(settings)
+    if source.endswith(".jsonl"):
+        instances_format, sources = "jsonl", source
+    else:
+        sources, instances_format = write_file_list(source, output), "file-list"
+    name = f"batch-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}"
+
+    def created_after_all():
+        found = aiplatform.BatchPredictionJob.list(filter=f'display_name="{name}"')
+        return found[0] if found else None
+
+    job = call(
+        "create the batch prediction job",
+        lambda: aiplatform.BatchPredictionJob.submit(  # creates the job; does not wait for it
+            job_display_name=name,
+            model_name=model_version,
+            instances_format=instances_format,
+            predictions_format="jsonl",
+            gcs_source=sources,
+            gcs_destination_prefix=output,
+            machine_type=machine_type,
+            starting_replica_count=1,
+            max_replica_count=max_replicas,
+            labels=dict(settings.labels) or None,
+        ),
+        settings,
+        done=created_after_all,
+    )
+    print(f"created {job.resource_name} over {sources} ({instances_format}) -> {output}")
+    state = job.state.name
+    if wait:
+        state = follow_batch(job, settings, poll_seconds)
+    return {"name": job.resource_name, "state": state, "output": output}
+
+
+def write_file_list(folder: str, output: str) -> str:
+    """Lists the images under ``folder`` into ``<output>/instances.txt`` (one ``gs://`` URI a line, the batch
+    prediction's ``file-list`` format: each file is sent as its base64 bytes); returns its URI."""
+    from apache_beam.io.filesystems import FileSystems
+
+    pattern = folder.rstrip("/") + "/**"
+    found = sorted(m.path for r in FileSystems.match([pattern]) for m in r.metadata_list
+                   if m.path.lower().endswith(IMAGE_SUFFIXES))  # fmt: skip
+    if not found:
+        raise UsageError(f"--source {folder} holds no images ({', '.join(IMAGE_SUFFIXES)}): pass a folder of images "
+                         "or a .jsonl of instances")  # fmt: skip
+    listing = output.rstrip("/") + "/instances.txt"
+    from components.storage import write_atomically
+
+    write_atomically(listing, ("\n".join(found) + "\n").encode())
+    print(f"listed {len(found)} images of {folder} in {listing}")
+    return listing
+
+
+def follow_batch(job, settings: VertexSettings, poll_seconds: float) -> str:
+    """Polls the batch prediction job until it ends; raises ``VertexError`` unless it succeeded."""
+    state, started = "", time.monotonic()
+    while True:
+        resource = call("follow the batch prediction job",
+                        lambda: job.api_client.get_batch_prediction_job(name=job.resource_name), settings)  # fmt: skip
+        if resource.state.name != state:
+            state = resource.state.name
+            print(f"  {time.monotonic() - started:6.0f}s  {state}")
+        if state in BATCH_STATES_DONE:
+            break
+        time.sleep(poll_seconds)
+    if state != "JOB_STATE_SUCCEEDED":
+        detail = resource.error.message if resource.error and resource.error.message else "see the console"
+        raise VertexError(f"batch prediction job {job.resource_name} ended {state}: {detail}")
+    print(f"predictions in {resource.output_info.gcs_output_directory}")
+    return state

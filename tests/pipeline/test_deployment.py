@@ -1,0 +1,192 @@
+"""Serving on Vertex AI, contract-tested: the real google-cloud-aiplatform client against the fake Vertex AI server
+(``tests/fake_vertex.py``) and the emulated Cloud Storage. The DAG's deploy step, online prediction through an
+endpoint (answered by the real exported model), and batch prediction jobs; the request bodies as the REST API
+documents them, and the faults as for submit."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+
+import pytest
+
+from components.cli import UsageError
+from pipeline.__main__ import main
+from tests.conftest import BUCKET
+from tests.pipeline.test_vertex import (  # noqa: F401 (fixtures)
+    PARENT,
+    in_pipeline,
+    register_step,
+    upload_export,
+    vertex,
+)
+
+WHERE = {"project": "demo-project", "location": "europe-west4"}
+
+
+def posted(fake, suffix: str) -> list[dict]:
+    """The bodies of the POST requests whose path ends with ``suffix``."""
+    return [r.body for r in fake.requests if r.method == "POST" and r.path.endswith(suffix)]
+
+
+def deploy_step(model_version: str, endpoint: str) -> tuple[dict, object]:
+    """The DAG's deploy step as Vertex AI runs it: (what it did, its google.VertexEndpoint output)."""
+    from google_cloud_pipeline_components.types.artifact_types import VertexEndpoint, VertexModel
+
+    from components.deploy.component import deploy
+
+    model = VertexModel(name="vertex_model", uri="https://x", metadata={"resourceName": model_version})
+    output = VertexEndpoint(name="vertex_endpoint", uri="gs://x/vertex_endpoint", metadata={})
+    return json.loads(deploy(model, endpoint, output, **WHERE)), output
+
+
+def test_the_dag_deploys_each_registered_version_with_all_traffic_and_undeploys_the_last(in_pipeline, gcs):
+    first, _ = register_step(gcs, upload_export(gcs, "root/run-1/export", "a" * 64), "flowers", pipeline_run="r1")
+    version_1 = f"{first['model']}@{first['version']}"
+    done, endpoint = deploy_step(version_1, "flowers-online")
+    # no endpoint of that name: made, then the version deployed on it with all of its traffic
+    (created,) = posted(in_pipeline, "/endpoints")
+    assert created["displayName"] == "flowers-online"
+    name = done["endpoint"]
+    assert endpoint.metadata == {"resourceName": name} and name.startswith(f"{PARENT}/endpoints/")
+    (request,) = posted(in_pipeline, ":deployModel")
+    assert request["deployedModel"]["model"] == version_1
+    assert request["deployedModel"]["dedicatedResources"]["machineSpec"] == {"machineType": "n1-standard-2"}
+    assert request["trafficSplit"] == {"0": 100}
+    assert in_pipeline.endpoints[name]["trafficSplit"] == {done["deployed_model_id"]: 100}
+    # the same version again (a rerun that registered nothing): nothing to do
+    again, _ = deploy_step(version_1, "flowers-online")
+    assert again["action"] == "unchanged" and len(posted(in_pipeline, ":deployModel")) == 1
+    # a new version takes all the traffic, on the same endpoint (found by its name), and the last one is undeployed
+    second, _ = register_step(gcs, upload_export(gcs, "root/run-2/export", "b" * 64), "flowers", pipeline_run="r2")
+    done_2, _ = deploy_step(f"{second['model']}@{second['version']}", "flowers-online")
+    assert done_2["endpoint"] == name and done_2["undeployed"] == ["1"]
+    served = in_pipeline.endpoints[name]
+    assert [(d["model"], d["modelVersionId"]) for d in served["deployedModels"]] == [(second["model"], "2")]
+    assert served["trafficSplit"] == {done_2["deployed_model_id"]: 100}
+    assert len(posted(in_pipeline, "/endpoints")) == 1
+    # a rollback by hand: python -m pipeline deploy puts version 1 back the same way
+    assert main(["deploy", *in_pipeline.args, "--model", version_1, "--endpoint", "flowers-online"]) == 0
+    assert [d["modelVersionId"] for d in in_pipeline.endpoints[name]["deployedModels"]] == ["1"]
+
+
+def test_a_deploy_that_a_503_hid_is_not_repeated_and_a_refusal_is_one_line(in_pipeline, gcs):
+    from pipeline.vertex import VertexError
+
+    first, _ = register_step(gcs, upload_export(gcs, "root/run-1/export", "a" * 64), "tulips")
+    version = f"{first['model']}@{first['version']}"
+    in_pipeline.fail("POST", ":deployModel", [503], after=True)
+    done, _ = deploy_step(version, "tulips-online")
+    assert len(in_pipeline.endpoints[done["endpoint"]]["deployedModels"]) == 1
+    assert len(posted(in_pipeline, ":deployModel")) == 1
+    in_pipeline.fail("POST", ":deployModel", [403])
+    second, _ = register_step(gcs, upload_export(gcs, "root/run-2/export", "b" * 64), "tulips")
+    with pytest.raises(VertexError, match=r"deploy .*@2 to .*aiplatform\.endpoints\.deploy"):
+        deploy_step(f"{second['model']}@{second['version']}", "tulips-online")
+
+
+@pytest.fixture
+def served(in_pipeline, gcs, exported):
+    """A registered export of the tiny trained model deployed to an endpoint whose answers come from that exported
+    SavedModel itself (the fake server runs it on the instances it is sent)."""
+    import tensorflow as tf
+
+    export_dir, _ = exported
+    for root, _, files in os.walk(export_dir):
+        for file in files:
+            path = os.path.join(root, file)
+            gcs.blob(f"root/served/export/{os.path.relpath(path, export_dir)}").upload_from_filename(path)
+    decided, _ = register_step(gcs, f"gs://{BUCKET}/root/served/export", "tiny", pipeline_run="r1")
+    serving = tf.saved_model.load(os.path.join(export_dir, "saved_model")).signatures["serving_default"]
+
+    def predictor(deployed, instances):
+        encoded = tf.constant([base64.b64decode(i["image_bytes"]["b64"]) for i in instances])
+        answers = serving(image_bytes=encoded)
+        return [{"probabilities": p.tolist(), "class_id": int(c), "label": label.decode()}
+                for p, c, label in zip(*(answers[k].numpy() for k in ("probabilities", "class_id", "label")))]  # fmt: skip
+
+    in_pipeline.predictor = predictor
+    deploy_step(f"{decided['model']}@{decided['version']}", "tiny-online")
+    return export_dir
+
+
+def test_predict_through_an_endpoint_answers_as_the_export_does_here(vertex, served, image_folder, tmp_path, capsys):
+    from PIL import Image
+
+    images = sorted(os.path.join(root, f) for root, _, files in os.walk(image_folder) for f in files)[:3]
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"not an image")
+    assert main(["predict", "--model", served, "--json", *images]) == 0
+    local = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    code = main(["predict", "--endpoint", "tiny-online", *vertex.args, "--json", *images, str(broken)])
+    assert code == 2  # one image could not be used; the others were answered
+    captured = capsys.readouterr()
+    online = [json.loads(line) for line in captured.out.splitlines()]
+    assert [a["path"] for a in online] == images
+    for here, there in zip(local, online, strict=True):
+        assert [t["label"] for t in here["top"]] == [t["label"] for t in there["top"]]
+        assert [t["probability"] for t in here["top"]] == pytest.approx([t["probability"] for t in there["top"]],
+                                                                        abs=1e-5)  # fmt: skip
+    assert f"image {broken} cannot be used" in captured.err
+    # the request as the REST API documents it: {"instances": [{"image_bytes": {"b64": PNG}}]}, each the square the
+    # conversion would make of the image
+    (request,) = [r for r in vertex.requests if r.path.endswith(":predict")]
+    (instance, *_) = request.body["instances"]
+    assert len(request.body["instances"]) == 3 and list(instance) == ["image_bytes"]
+    png = Image.open(io.BytesIO(base64.b64decode(instance["image_bytes"]["b64"])))
+    with open(os.path.join(served, "export.json")) as handle:
+        size = json.load(handle)["image_size"]
+    assert png.format == "PNG" and png.size == (size, size)
+
+
+def test_predict_through_an_endpoint_that_serves_nothing_is_one_line(vertex, image_folder):
+    from google.cloud import aiplatform
+
+    from pipeline.vertex import connect, load_settings
+
+    connect(load_settings({"project": "demo-project", "region": "europe-west4", "api_endpoint": vertex.url,
+                           "anonymous": True}))  # fmt: skip
+    aiplatform.Endpoint.create(display_name="empty")
+    image = next(os.path.join(root, f) for root, _, files in os.walk(image_folder) for f in files)
+    with pytest.raises(UsageError, match=r"endpoint .* serves no model: deploy one first"):
+        main(["predict", "--endpoint", "empty", *vertex.args, image])
+    with pytest.raises(UsageError, match=r"no endpoint named nowhere in europe-west4"):
+        main(["predict", "--endpoint", "nowhere", *vertex.args, image])
+
+
+def test_batch_predict_over_a_folder_of_images_lists_them_and_follows_the_job(vertex, gcs, capsys):
+    for name in ("daisy/1.jpg", "daisy/2.png", "rose/3.JPG", "notes.txt"):
+        gcs.blob(f"incoming/{name}").upload_from_string(b"x")
+    model = f"{PARENT}/models/42@3"
+    args = ["batch-predict", *vertex.args, "--model", model, "--source", f"gs://{BUCKET}/incoming",
+            "--output", f"gs://{BUCKET}/predictions", "--wait", "--poll-interval", "0"]  # fmt: skip
+    assert main(args) == 0
+    listing = gcs.blob("predictions/instances.txt").download_as_text().split()
+    assert listing == [f"gs://{BUCKET}/incoming/{n}" for n in ("daisy/1.jpg", "daisy/2.png", "rose/3.JPG")]
+    (body,) = posted(vertex, "/batchPredictionJobs")
+    assert body["model"] == model
+    assert body["inputConfig"] == {"instancesFormat": "file-list",
+                                   "gcsSource": {"uris": [f"gs://{BUCKET}/predictions/instances.txt"]}}  # fmt: skip
+    assert body["outputConfig"] == {"predictionsFormat": "jsonl",
+                                    "gcsDestination": {"outputUriPrefix": f"gs://{BUCKET}/predictions"}}  # fmt: skip
+    resources = body["dedicatedResources"]
+    assert resources["machineSpec"] == {"machineType": "n1-standard-4"} and resources["maxReplicaCount"] == 1
+    out = capsys.readouterr().out
+    assert "JOB_STATE_RUNNING" in out and "JOB_STATE_SUCCEEDED" in out and "predictions in gs://" in out
+
+
+def test_batch_predict_over_jsonl_and_its_mistakes(vertex, gcs):
+    model = f"{PARENT}/models/42"
+    vertex.fail("POST", "/batchPredictionJobs", [503], after=True)  # made, then 503: found, not made twice
+    args = ["batch-predict", *vertex.args, "--model", model, "--output", f"gs://{BUCKET}/out"]
+    assert main([*args, "--source", f"gs://{BUCKET}/requests.jsonl"]) == 0
+    (body,) = posted(vertex, "/batchPredictionJobs")
+    assert body["inputConfig"]["instancesFormat"] == "jsonl" and len(vertex.batch_jobs) == 1
+    with pytest.raises(UsageError, match=r"--source /tmp/images must be on Cloud Storage"):
+        main([*args, "--source", "/tmp/images"])
+    with pytest.raises(UsageError, match=r"--source gs://.*/empty holds no images"):
+        main([*args, "--source", f"gs://{BUCKET}/empty"])
+    with pytest.raises(UsageError, match=r"--model 42: expected projects/P/locations/L/models/ID"):
+        main(["batch-predict", *vertex.args, "--model", "42", "--source", "gs://b/x.jsonl", "--output", "gs://b/o"])
