@@ -15,13 +15,7 @@ import pytest
 from components.cli import UsageError
 from pipeline.__main__ import main
 from tests.conftest import BUCKET
-from tests.pipeline.test_vertex import (  # noqa: F401 (fixtures)
-    PARENT,
-    in_pipeline,
-    register_step,
-    upload_export,
-    vertex,
-)
+from tests.pipeline.test_vertex import PARENT, register_step, upload_export
 
 WHERE = {"project": "demo-project", "location": "europe-west4"}
 
@@ -104,8 +98,9 @@ def served(in_pipeline, gcs, exported):
     def predictor(deployed, instances):
         encoded = tf.constant([base64.b64decode(i["image_bytes"]["b64"]) for i in instances])
         answers = serving(image_bytes=encoded)
+        columns = (answers[k].numpy() for k in ("probabilities", "class_id", "label"))
         return [{"probabilities": p.tolist(), "class_id": int(c), "label": label.decode()}
-                for p, c, label in zip(*(answers[k].numpy() for k in ("probabilities", "class_id", "label")))]  # fmt: skip
+                for p, c, label in zip(*columns, strict=True)]  # fmt: skip
 
     in_pipeline.predictor = predictor
     deploy_step(f"{decided['model']}@{decided['version']}", "tiny-online")

@@ -1,6 +1,7 @@
-"""Submit and schedule contract tests: the real google-cloud-aiplatform client (REST transport, anonymous
-credentials) against the fake Vertex AI server started here, and the pipeline root's bucket in gcp-storage-emulator.
-The tests check the request bodies the client sends, and what users see when the server refuses."""
+"""Submit, schedule and registry contract tests: the real google-cloud-aiplatform client (REST transport, anonymous
+credentials) against the fake Vertex AI server (``tests/pipeline/conftest.py``), and the pipeline root's bucket in
+gcp-storage-emulator. The tests check the request bodies the client sends, and what users see when the server
+refuses."""
 
 from __future__ import annotations
 
@@ -14,37 +15,9 @@ from components.cli import UsageError
 from pipeline.__main__ import main
 from pipeline.vertex import load_settings
 from tests.conftest import BUCKET, REPO_ROOT, run_cli
-from tests.fake_vertex import FakeVertex, start
+from tests.pipeline.conftest import SOURCE
 
 PARENT = "projects/demo-project/locations/europe-west4"
-SOURCE = "gs://data/flower_photos"
-
-
-@pytest.fixture
-def vertex(gcs, monkeypatch, tmp_path):
-    """A fresh fake server; the environment cleared of settings; a config file that makes retries quick."""
-    for name in list(os.environ):
-        if name.startswith("TPU_PIPELINE_") or name in ("GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_REGION"):
-            monkeypatch.delenv(name)
-    # the one edge the fake cannot stand in for: before submitting, the client asks Cloud Resource Manager (over
-    # gRPC) for the project's number, to check that the pipeline root's bucket belongs to it
-    from gcp_storage_emulator import settings as emulator_settings
-    from google.cloud.aiplatform.utils import resource_manager_utils
-
-    monkeypatch.setattr(
-        resource_manager_utils, "get_project_number", lambda *a, **k: emulator_settings.DEFAULT_PROJECT_NUMBER
-    )
-    fake = FakeVertex()
-    server = start(fake)
-    config = tmp_path / "vertex.yaml"
-    config.write_text("retry_initial: 0.05\nretry_timeout: 2\n")
-    fake.args = [
-        "--config", str(config), "--project", "demo-project", "--region", "europe-west4",
-        "--api-endpoint", fake.url, "--anonymous",
-    ]  # fmt: skip
-    fake.job_args = [*fake.args, "--pipeline-root", f"gs://{BUCKET}/root", "--param", f"source={SOURCE}"]
-    yield fake
-    server.shutdown()
 
 
 def compiled() -> dict:
@@ -444,15 +417,6 @@ def test_register_uploads_a_new_version_of_the_parent_model(vertex, capsys):
 def test_register_needs_a_cloud_storage_model(vertex):
     with pytest.raises(UsageError, match="model /tmp/x must be a gs:// folder"):
         main(["register", *vertex.args, "--model", "/tmp/x"])
-
-
-@pytest.fixture
-def in_pipeline(vertex, monkeypatch, tmp_path):
-    """The environment of a DAG step on Vertex AI, pointed at the fake server."""
-    monkeypatch.setenv("TPU_PIPELINE_API_ENDPOINT", vertex.url)
-    monkeypatch.setenv("TPU_PIPELINE_ANONYMOUS", "1")
-    monkeypatch.setenv("TPU_PIPELINE_CONFIG", vertex.args[1])  # quick retries
-    return vertex
 
 
 def upload_export(bucket, prefix: str, digest: str) -> str:
