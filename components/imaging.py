@@ -56,10 +56,3 @@ def decode_rgb(encoded):
     image = tf.io.decode_image(encoded, channels=3, expand_animations=False, dtype=tf.uint8)
     image.set_shape([None, None, 3])
     return image
-
-
-def to_model_input(image):
-    """uint8 pixels to the float32 ``[0, 1]`` range the models are trained on."""
-    import tensorflow as tf
-
-    return tf.cast(image, tf.float32) / 255.0

@@ -1,10 +1,27 @@
 """The models, by name. Each builder makes the same network whether it runs in a TPU strategy's scope or on a CPU,
 so weights trained on one load into the other. Under mixed precision the output layer stays float32 (a numerically
-sound softmax and loss)."""
+sound softmax and loss).
+
+Every model takes uint8 pixels, ``[N, size, size, 3]`` in 0..255, and scales them to [0, 1] itself (a
+``Rescaling(1/255)`` layer, as keras-io's image examples do): the SavedModel, the TFLite files and any runtime feed
+it pixels as they are decoded, and the input pipeline moves a quarter of the bytes to the devices."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
+# what a model takes, recorded with the model and its export: a model or export without it (made before the scaling
+# moved inside) takes float pixels in [0, 1]
+INPUT_PIXELS = "uint8"
+
+
+def pixels_in(image_size: int) -> list:
+    """The first layers of every model: uint8 pixels in, scaled to [0, 1] (no weights: the trained weights of a
+    network without them load as they are)."""
+    import keras
+    from keras import layers
+
+    return [keras.Input(shape=(image_size, image_size, 3), dtype="uint8"), layers.Rescaling(1.0 / 255)]
 
 
 def codelab_convnet(image_size: int, num_classes: int):
@@ -18,7 +35,7 @@ def codelab_convnet(image_size: int, num_classes: int):
 
     return keras.Sequential(
         [
-            keras.Input(shape=(image_size, image_size, 3)),
+            *pixels_in(image_size),
             conv(16),
             conv(30),
             layers.MaxPooling2D(2),
@@ -51,8 +68,8 @@ def squeezenet(image_size: int, num_classes: int):
         x = conv_bn(x, squeeze, 1)
         return layers.concatenate([conv_bn(x, expand // 2, 1), conv_bn(x, expand // 2, 3)])
 
-    inputs = keras.Input(shape=(image_size, image_size, 3))
-    y = conv_bn(inputs, 32, 3)
+    inputs, scale = pixels_in(image_size)
+    y = conv_bn(scale(inputs), 32, 3)
     for squeeze, expand in ((24, 48), (48, 96), (64, 128), (48, 96)):
         y = layers.MaxPooling2D(2)(fire(y, squeeze, expand))
     y = layers.GlobalAveragePooling2D()(fire(y, 24, 48))
@@ -69,7 +86,7 @@ def cifar_convnet(image_size: int, num_classes: int):
     import keras
     from keras import layers
 
-    stack: list = [keras.Input(shape=(image_size, image_size, 3))]
+    stack: list = pixels_in(image_size)
     for index, filters in enumerate(CIFAR_BLOCKS):
         for _ in range(2):
             stack += [
@@ -94,7 +111,7 @@ def dense_baseline(image_size: int, num_classes: int):
 
     return keras.Sequential(
         [
-            keras.Input(shape=(image_size, image_size, 3)),
+            *pixels_in(image_size),
             layers.Flatten(),
             layers.Dense(num_classes, activation="softmax", dtype="float32"),
         ],

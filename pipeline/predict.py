@@ -92,7 +92,7 @@ def _png(pixels) -> bytes:
 
 
 def _tflite_probabilities(path: str, decoded: list):
-    """The TFLite model's probabilities for decoded RGB images, each resized as the conversion does, in [0, 1]."""
+    """The TFLite model's probabilities for decoded RGB images, each resized as the conversion does."""
     import numpy as np
     from ai_edge_litert.interpreter import Interpreter
 
@@ -103,5 +103,5 @@ def _tflite_probabilities(path: str, decoded: list):
         content = handle.read()
     interpreter = Interpreter(model_content=content)
     size = int(interpreter.get_input_details()[0]["shape"][1])
-    images = [np.asarray(fill_square_pillow(pixels, size), dtype=np.float32) / 255.0 for pixels in decoded]
+    images = [np.asarray(fill_square_pillow(pixels, size), dtype=np.uint8) for pixels in decoded]
     return tflite_predict(content, np.stack(images))

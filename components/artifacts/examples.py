@@ -31,7 +31,8 @@ def make_dataset(
     take: int | None = None,
     sources: bool = False,
 ):
-    """A batched ``tf.data.Dataset`` of ``(image float32 [0,1], one_hot_class)`` with fully static shapes; with
+    """A batched ``tf.data.Dataset`` of ``(image uint8, one_hot_class)`` with fully static shapes (the models scale
+    the pixels themselves, ``components.models``); with
     ``sources``, ``(image, one_hot_class, source)``, ``source`` being where each image came from ("" for records
     without it).
 
@@ -46,7 +47,6 @@ def make_dataset(
     """
     import tensorflow as tf
 
-    from components.imaging import to_model_input
     from components.schema import SOURCE_FEATURE, feature_spec, source_feature_spec
 
     autotune = tf.data.AUTOTUNE
@@ -83,8 +83,8 @@ def make_dataset(
         image = tf.io.decode_jpeg(example["image"], channels=3)
         image = tf.reshape(image, [image_size, image_size, 3])  # static shape: fails loudly on a wrong size
         if sources:
-            return to_model_input(image), example["one_hot_class"], example[SOURCE_FEATURE]
-        return to_model_input(image), example["one_hot_class"]
+            return image, example["one_hot_class"], example[SOURCE_FEATURE]
+        return image, example["one_hot_class"]
 
     dataset = dataset.map(decode, num_parallel_calls=autotune)
     if cache:
@@ -99,7 +99,7 @@ def make_dataset(
 
 
 def first_images(examples_dir: str, split: str, image_size: int, num_classes: int, count: int):
-    """The first ``count`` images of ``split`` in order, as one float32 NumPy batch (the same images on every call:
+    """The first ``count`` images of ``split`` in order, as one uint8 NumPy batch (the same images on every call:
     train's reference predictions and export's cross-backend check compare on them)."""
     images, _ = next(iter(make_dataset(examples_dir, split, image_size, num_classes, count, training=False,
                                        take=count)))  # fmt: skip
@@ -107,13 +107,13 @@ def first_images(examples_dir: str, split: str, image_size: int, num_classes: in
 
 
 def augment_image(image, label):
-    """Random horizontal flip, brightness and saturation, kept in ``[0, 1]``."""
+    """Random horizontal flip, brightness and saturation of uint8 pixels (computed in [0, 1], rounded back)."""
     import tensorflow as tf
 
-    image = tf.image.random_flip_left_right(image)
+    image = tf.image.convert_image_dtype(tf.image.random_flip_left_right(image), tf.float32)
     image = tf.image.random_brightness(image, 0.1)
     image = tf.image.random_saturation(image, 0.8, 1.2)
-    return tf.clip_by_value(image, 0.0, 1.0), label
+    return tf.image.convert_image_dtype(tf.clip_by_value(image, 0.0, 1.0), tf.uint8, saturate=True), label
 
 
 def check_schema(path: str, spec: dict) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from components.artifacts.examples import make_dataset
 from components.artifacts.model import MODEL_FILE, check_examples_match, load_model_config
 from components.cli import UsageError
+from components.models import INPUT_PIXELS
 from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, write_json
 
@@ -231,7 +232,7 @@ def predict_split(model, examples_dir: str, split: str, image_size: int, num_cla
         true_ids.append(batch_true)
         for index in np.flatnonzero(batch_probabilities.argmax(axis=-1) != batch_true)[: keep_wrong - len(wrong)]:
             predicted = int(batch_probabilities[index].argmax())
-            pixels = np.clip(np.round(images[index].numpy() * 255.0), 0, 255).astype(np.uint8)
+            pixels = images[index].numpy()  # the uint8 pixels the model saw
             source = sources[index].numpy().decode("utf-8", errors="replace")
             wrong.append((pixels, int(batch_true[index]), predicted, float(batch_probabilities[index][predicted]),
                           source))  # fmt: skip
@@ -371,6 +372,7 @@ class Baseline:
     path: str  # the model.keras folder or the SavedModel folder, local or under /gcs/
     image_size: int
     class_names: list
+    input_pixels: str = ""  # INPUT_PIXELS, or "" for a model that takes [0, 1] floats
 
 
 def comparability(baseline: Baseline, class_names: Sequence[str], image_size: int) -> str:
@@ -405,7 +407,8 @@ def check_baseline(baseline: str) -> Baseline:
             raise UsageError(
                 f"baseline {baseline} is not a trained or exported model: expected a train or export step output"
             ) from None
-        found = Baseline("trained", path, config["image_size"], list(config["class_names"]))
+        found = Baseline("trained", path, config["image_size"], list(config["class_names"]),
+                         config.get("input_pixels", ""))  # fmt: skip
     else:
         saved_model, report = found_export
         if not os.path.isfile(report):
@@ -413,22 +416,31 @@ def check_baseline(baseline: str) -> Baseline:
                 f"baseline {baseline} has no {EXPORT_FILE} beside its SavedModel: pass a model this pipeline exported"
             )
         report_json = read_json(report)
-        found = Baseline("export", saved_model, report_json["image_size"], list(report_json["class_names"]))
+        found = Baseline("export", saved_model, report_json["image_size"], list(report_json["class_names"]),
+                         report_json.get("input_pixels", ""))  # fmt: skip
     return found
 
 
 def load_baseline(baseline: Baseline):
-    """The baseline as a callable from a batch of float images to probabilities (as ``predict_split`` wants)."""
+    """The baseline as a callable from a batch of uint8 pixels to probabilities (as ``predict_split`` wants); a
+    baseline made before the models scaled their pixels themselves is fed them in [0, 1], as it was trained."""
+    import tensorflow as tf
+
     if baseline.kind == "trained":
         import keras
 
-        return keras.models.load_model(os.path.join(baseline.path, MODEL_FILE), compile=False)
-    import tensorflow as tf
-
+        model = keras.models.load_model(os.path.join(baseline.path, MODEL_FILE), compile=False)
+        if baseline.input_pixels == INPUT_PIXELS:
+            return model
+        return lambda images, training=False: model(tf.cast(images, tf.float32) / 255.0, training=training)
     signatures = tf.saved_model.load(baseline.path).signatures
     if "serving_images" not in signatures:
         raise UsageError(
             f"baseline {baseline.path} has no serving_images signature: pass a model this pipeline exported"
         )
     serving = signatures["serving_images"]
-    return lambda images, training=False: serving(images=tf.cast(images, tf.float32))["probabilities"]
+    wanted = serving.structured_input_signature[1]["images"].dtype
+    scale = 1.0 if wanted == tf.uint8 else 1.0 / 255.0
+    return lambda images, training=False: serving(images=tf.cast(tf.cast(images, tf.float32) * scale, wanted))[
+        "probabilities"
+    ]

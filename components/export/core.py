@@ -3,10 +3,10 @@ hand-off after TPU training, here across backends: weights trained on JAX load a
 that takes encoded images.
 
 Signatures: ``serving_default`` takes ``image_bytes`` (a batch of JPEG / PNG strings of any size, resized exactly as
-the conversion does) and returns ``probabilities``, ``class_id`` and ``label``; ``serving_images`` takes decoded float
-images ``[N, size, size, 3]`` in ``[0, 1]``. The exported model's predictions are checked against the trained model's
-on the test split, and against the probabilities the training backend computed itself (``backend_parity``); both
-agreements are recorded in ``export.json``.
+the conversion does) and returns ``probabilities``, ``class_id`` and ``label``; ``serving_images`` takes decoded uint8
+pixels ``[N, size, size, 3]``, as the TFLite files do (the model scales them itself). The exported model's
+predictions are checked against the trained model's on the test split, and against the probabilities the training
+backend computed itself (``backend_parity``); both agreements are recorded in ``export.json``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from components.artifacts.model import (
     model_digest,
 )
 from components.keras_backend import activate_backend
+from components.models import INPUT_PIXELS
 from components.schema import parse_example, read_stats, split_files
 from components.storage import check_writable, write_atomically, write_json
 
@@ -67,7 +68,7 @@ def write_saved_model(model, image_size: int, class_names, path: str) -> None:
     import tensorflow as tf
     from keras.export import ExportArchive
 
-    from components.imaging import decode_rgb, fill_square, to_model_input
+    from components.imaging import decode_rgb, fill_square
 
     labels = tf.constant(list(class_names))
 
@@ -82,7 +83,7 @@ def write_saved_model(model, image_size: int, class_names, path: str) -> None:
             image_bytes,
             fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.uint8),
         )
-        return predictions(to_model_input(images))
+        return predictions(images)
 
     archive = ExportArchive()
     archive.track(model)
@@ -92,7 +93,7 @@ def write_saved_model(model, image_size: int, class_names, path: str) -> None:
     archive.add_endpoint(
         "serving_images",
         predictions,
-        input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="images")],
+        input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.uint8, name="images")],
     )
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
@@ -112,7 +113,7 @@ def check_parity(saved_model_path: str, trained_model, examples_dir: str, split:
     import numpy as np
     import tensorflow as tf
 
-    from components.imaging import decode_rgb, to_model_input
+    from components.imaging import decode_rgb
 
     serving = tf.saved_model.load(saved_model_path).signatures["serving_default"]
     files = split_files(examples_dir, split)
@@ -120,7 +121,7 @@ def check_parity(saved_model_path: str, trained_model, examples_dir: str, split:
     agree, total, max_difference = 0, 0, 0.0
     for image_bytes in dataset.batch(PARITY_BATCH_SIZE):
         exported = serving(image_bytes=image_bytes)["probabilities"].numpy()
-        images = to_model_input(tf.map_fn(decode_rgb, image_bytes, fn_output_signature=tf.uint8))
+        images = tf.map_fn(decode_rgb, image_bytes, fn_output_signature=tf.uint8)
         trained = np.asarray(trained_model(images, training=False), dtype=np.float32)
         agree += int((exported.argmax(-1) == trained.argmax(-1)).sum())
         total += len(exported)
@@ -134,8 +135,9 @@ def check_parity(saved_model_path: str, trained_model, examples_dir: str, split:
 
 
 def tflite_models(model, image_size: int, examples_dir: str, num_classes: int) -> dict[str, bytes]:
-    """The network as TFLite flatbuffers: float32, and full-integer int8 (post-training quantization of weights and
-    activations, the ranges calibrated on images from the training split, int8 input and output)."""
+    """The network as TFLite flatbuffers, both taking uint8 pixels: float32, and full-integer int8 (post-training
+    quantization of weights and activations, the ranges calibrated on images from the training split; int8
+    output)."""
     import tensorflow as tf
 
     from components.artifacts.examples import make_dataset
@@ -157,7 +159,7 @@ def tflite_models(model, image_size: int, examples_dir: str, num_classes: int) -
     int8_converter.optimizations = [tf.lite.Optimize.DEFAULT]
     int8_converter.representative_dataset = representative
     int8_converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    int8_converter.inference_input_type = tf.int8
+    int8_converter.inference_input_type = tf.uint8  # the pixels as they are
     int8_converter.inference_output_type = tf.int8
     try:
         return {"tflite_float": float_converter.convert(), "tflite_int8": int8_converter.convert()}
@@ -166,8 +168,9 @@ def tflite_models(model, image_size: int, examples_dir: str, num_classes: int) -
 
 
 def tflite_predict(content: bytes, images):
-    """Class probabilities for float images ``[N, size, size, 3]`` from a TFLite model, one image at a time,
-    quantizing the input and dequantizing the output when the model is integer."""
+    """Class probabilities for uint8 pixels ``[N, size, size, 3]`` from a TFLite model, one image at a time,
+    dequantizing the output when it is integer. A model exported before the scaling moved inside (float input, or
+    quantized int8 input) is fed the pixels in [0, 1], as it was trained."""
     import numpy as np
     from ai_edge_litert.interpreter import Interpreter
 
@@ -175,12 +178,14 @@ def tflite_predict(content: bytes, images):
     interpreter.allocate_tensors()
     (source,), (target,) = interpreter.get_input_details(), interpreter.get_output_details()
     outputs = []
-    for image in np.asarray(images, dtype=np.float32):
+    scale, zero_point = source["quantization"]
+    for image in np.asarray(images, dtype=np.uint8):
         value = image[np.newaxis]
-        if source["dtype"] != np.float32:
-            scale, zero_point = source["quantization"]
+        if source["dtype"] == np.float32:  # an older export: [0, 1]
+            value = value.astype(np.float32) / 255.0
+        elif scale:  # an older export's quantized input: [0, 1], quantized
             info = np.iinfo(source["dtype"])
-            value = np.clip(np.round(value / scale + zero_point), info.min, info.max).astype(source["dtype"])
+            value = np.clip(np.round(value / 255.0 / scale + zero_point), info.min, info.max).astype(source["dtype"])
         interpreter.set_tensor(source["index"], value)
         interpreter.invoke()
         result = interpreter.get_tensor(target["index"])[0]
@@ -283,6 +288,7 @@ def run(config: ExportConfig) -> dict:
         "backend_parity": crossed,
         "class_names": model_config["class_names"],
         "image_size": model_config["image_size"],
+        "input_pixels": INPUT_PIXELS,  # serving_images and the TFLite files take uint8 pixels
         "trained_precision": model_config["precision"],
         "trained_backend": crossed["trained_backend"],
         "model_digest": model_digest(config.model_dir),  # the trained weights' sha256: the model's identity

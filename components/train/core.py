@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from components.artifacts.examples import first_images, make_dataset
 from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE, MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE
 from components.cli import UsageError
-from components.models import MODELS, build_model, check_image_size
+from components.models import INPUT_PIXELS, MODELS, build_model, check_image_size
 from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, read_json, write_json
 from components.train.placement import BACKENDS, PRECISIONS
@@ -479,6 +479,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         "image_size": image_size,
         "num_classes": num_classes,
         "class_names": stats["class_names"],
+        "input_pixels": INPUT_PIXELS,  # uint8, scaled inside the model
         "backend": backend,
         "backend_reason": why,
         "precision": precision,

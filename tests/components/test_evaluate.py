@@ -378,3 +378,22 @@ def test_misclassified_images_name_the_file_they_came_from(converted, image_fold
     for _, truth, predicted, _, source in wrong:
         assert predicted == 0 and os.path.isfile(source) and source.startswith(image_folder)
         assert os.path.basename(os.path.dirname(source)) == CLASSES[truth]
+
+
+def test_a_baseline_trained_before_the_scaling_moved_inside_is_fed_floats(tmp_path):
+    """A trained baseline whose config does not say ``input_pixels: uint8`` took [0, 1] floats: it is fed those."""
+    import keras
+    import numpy as np
+
+    from components.evaluate.core import Baseline, load_baseline
+
+    keras.utils.set_random_seed(5)
+    old = keras.Sequential([keras.Input(shape=(4, 4, 3)), keras.layers.Flatten(),
+                            keras.layers.Dense(2, activation="softmax")])  # fmt: skip
+    old.save(tmp_path / "model.keras")
+    pixels = np.random.default_rng(1).integers(0, 256, size=(3, 4, 4, 3), dtype=np.uint8)
+    as_trained = old(pixels.astype(np.float32) / 255.0).numpy()
+    older = load_baseline(Baseline("trained", str(tmp_path), 4, ["a", "b"]))
+    np.testing.assert_allclose(np.asarray(older(pixels)), as_trained, atol=1e-6)
+    current = load_baseline(Baseline("trained", str(tmp_path), 4, ["a", "b"], "uint8"))
+    assert not np.allclose(np.asarray(current(pixels.astype(np.float32))), as_trained, atol=1e-3)

@@ -41,7 +41,7 @@ def test_decoded_image_signature_matches_the_bytes_signature(exported, converted
     loaded = tf.saved_model.load(os.path.join(output, "saved_model"))
     encoded = image_bytes(COLORS["dog"], (TINY_SIZE, TINY_SIZE), "PNG", seed=4)
     from_bytes = loaded.signatures["serving_default"](image_bytes=tf.constant([encoded]))
-    pixels = tf.cast(tf.io.decode_png(encoded, channels=3), tf.float32)[tf.newaxis] / 255.0
+    pixels = tf.io.decode_png(encoded, channels=3)[tf.newaxis]  # uint8, as decoded
     from_pixels = loaded.signatures["serving_images"](images=pixels)
     np.testing.assert_allclose(from_bytes["probabilities"], from_pixels["probabilities"], atol=1e-6)
 
@@ -84,9 +84,53 @@ def test_tflite_float_and_int8_are_exported_with_sizes_and_test_accuracy(exporte
     saved_model, int8 = formats["saved_model"], formats["tflite_int8"]
     assert report["int8_size_vs_float_weights"] == int8["bytes"] / saved_model["weights_bytes"]
     assert report["int8_accuracy_drop"] == pytest.approx(saved_model["test_accuracy"] - int8["test_accuracy"])
-    # full-integer: int8 in, int8 out
+    # full-integer: uint8 pixels in (as decoded), int8 out
     interpreter = Interpreter(model_path=formats["tflite_int8"]["path"])
-    assert interpreter.get_input_details()[0]["dtype"].__name__ == "int8"
+    assert interpreter.get_input_details()[0]["dtype"].__name__ == "uint8"
     assert interpreter.get_output_details()[0]["dtype"].__name__ == "int8"
     with open(os.path.join(output, "export.json")) as handle:
         assert json.load(handle)["formats"] == formats
+
+
+def test_every_format_takes_uint8_pixels_and_answers_as_the_saved_model(exported, converted):
+    """The scaling is inside the model: serving_images and both TFLite files take uint8 pixels as decoded, and
+    give the SavedModel's answers on them."""
+    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
+
+    from components.artifacts.examples import first_images
+    from components.export.core import tflite_predict
+
+    output, report = exported
+    examples_dir, stats = converted
+    assert report["input_pixels"] == "uint8"
+    serving = tf.saved_model.load(os.path.join(output, "saved_model")).signatures["serving_images"]
+    assert serving.structured_input_signature[1]["images"].dtype == tf.uint8
+    pixels = first_images(examples_dir, "test", stats["image_size"], stats["num_classes"], 8)
+    assert pixels.dtype == np.uint8
+    expected = serving(images=tf.constant(pixels))["probabilities"].numpy()
+    for name in ("tflite_float", "tflite_int8"):
+        with open(report["formats"][name]["path"], "rb") as handle:
+            content = handle.read()
+        interpreter = Interpreter(model_content=content)
+        assert interpreter.get_input_details()[0]["dtype"] == np.uint8, name
+        answers = tflite_predict(content, pixels)
+        assert (answers.argmax(-1) == expected.argmax(-1)).mean() >= 0.75, name
+        if name == "tflite_float":
+            np.testing.assert_allclose(answers, expected, atol=1e-4)
+
+
+def test_an_older_tflite_file_that_takes_floats_is_fed_pixels_in_the_unit_range():
+    """Exports made before the scaling moved inside take [0, 1] floats: predict still answers for them right."""
+    import keras
+    import tensorflow as tf
+
+    from components.export.core import tflite_predict
+
+    keras.utils.set_random_seed(3)
+    old = keras.Sequential([keras.Input(shape=(4, 4, 3)), keras.layers.Flatten(),
+                            keras.layers.Dense(3, activation="softmax")])  # fmt: skip
+    content = tf.lite.TFLiteConverter.from_keras_model(old).convert()
+    pixels = np.random.default_rng(0).integers(0, 256, size=(2, 4, 4, 3), dtype=np.uint8)
+    expected = old(pixels.astype(np.float32) / 255.0).numpy()
+    np.testing.assert_allclose(tflite_predict(content, pixels), expected, atol=1e-5)
