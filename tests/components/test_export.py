@@ -84,17 +84,19 @@ def test_tflite_float_and_int8_are_exported_with_sizes_and_test_accuracy(exporte
     saved_model, int8 = formats["saved_model"], formats["tflite_int8"]
     assert report["int8_size_vs_float_weights"] == int8["bytes"] / saved_model["weights_bytes"]
     assert report["int8_accuracy_drop"] == pytest.approx(saved_model["test_accuracy"] - int8["test_accuracy"])
-    # full-integer: uint8 pixels in (as decoded), int8 out
+    # full-integer: int8 in (a pixel p as p - 128: the scaling is the input's quantization), int8 out
     interpreter = Interpreter(model_path=formats["tflite_int8"]["path"])
-    assert interpreter.get_input_details()[0]["dtype"].__name__ == "uint8"
+    source = interpreter.get_input_details()[0]
+    assert source["dtype"].__name__ == "int8"
+    assert source["quantization"][0] == pytest.approx(1 / 255) and source["quantization"][1] == -128
     assert interpreter.get_output_details()[0]["dtype"].__name__ == "int8"
     with open(os.path.join(output, "export.json")) as handle:
         assert json.load(handle)["formats"] == formats
 
 
 def test_every_format_takes_uint8_pixels_and_answers_as_the_saved_model(exported, converted):
-    """The scaling is inside the model: serving_images and both TFLite files take uint8 pixels as decoded, and
-    give the SavedModel's answers on them."""
+    """The scaling is inside the model: serving_images and the float TFLite file take uint8 pixels as decoded (the
+    int8 file takes them shifted by its zero point), and give the SavedModel's answers on them."""
     import tensorflow as tf
     from ai_edge_litert.interpreter import Interpreter
 
@@ -113,7 +115,7 @@ def test_every_format_takes_uint8_pixels_and_answers_as_the_saved_model(exported
         with open(report["formats"][name]["path"], "rb") as handle:
             content = handle.read()
         interpreter = Interpreter(model_content=content)
-        assert interpreter.get_input_details()[0]["dtype"] == np.uint8, name
+        assert interpreter.get_input_details()[0]["dtype"] == (np.uint8 if name == "tflite_float" else np.int8)
         answers = tflite_predict(content, pixels)
         assert (answers.argmax(-1) == expected.argmax(-1)).mean() >= 0.75, name
         if name == "tflite_float":
