@@ -150,50 +150,34 @@ def served_export(settings: VertexSettings, target) -> dict:
     return read_json(report)
 
 
-def instances_for(images: list[str], image_size: int) -> tuple[list[tuple[str, dict]], list[str]]:
-    """Each readable image as an online prediction instance, ``{"image_bytes": {"b64": PNG}}`` of the square the
-    conversion would make of it (so the payload stays small and the serving resize is exact); one-line errors for
-    the others."""
-    import io
+def instances_for(readable: list) -> list[dict]:
+    """Each decoded image (``pipeline.predict.read_images``) as an online prediction instance, ``{"image_bytes":
+    {"b64": PNG}}``, already the square the conversion would make of it (so the payload stays small and the serving
+    resize is exact)."""
+    from pipeline.predict import png_bytes
 
-    from components.cli import one_line
-    from components.decoding import UnusableImageError, decode_rgb_image
-    from components.imaging import fill_square_pillow
-
-    instances, errors = [], []
-    for path in images:
-        try:
-            with open(path, "rb") as handle:
-                pixels = fill_square_pillow(decode_rgb_image(handle.read()), image_size)
-        except (OSError, UnusableImageError) as err:
-            errors.append(f"image {path} cannot be used: {one_line(err)}")
-            continue
-        buffer = io.BytesIO()
-        pixels.save(buffer, format="PNG")
-        instances.append((path, {"image_bytes": {"b64": base64.b64encode(buffer.getvalue()).decode("ascii")}}))
-    return instances, errors
+    return [{"image_bytes": {"b64": base64.b64encode(png_bytes(pixels)).decode("ascii")}} for _, pixels in readable]
 
 
 def predict_endpoint(settings: VertexSettings, endpoint: str, images: list[str], top: int = 3):
     """Top-``top`` labels for each readable image from the model ``endpoint`` serves, and one-line errors for the
     others (as ``pipeline.predict.predict`` answers for a local export)."""
-    from pipeline.predict import Answer
+    from components.imaging import fill_square_pillow
+    from pipeline.predict import check_top, read_images, top_labels
 
-    if top < 1:
-        raise UsageError(f"--top {top} must be at least 1")
+    check_top(top)
     check_settings(settings, need_root=False)
     target = find_endpoint(settings, endpoint)
     report = served_export(settings, target)
     names, size = list(report["class_names"]), int(report["image_size"])
-    readable, errors = instances_for(images, size)
+    readable, errors = read_images(images)
+    readable = [(path, fill_square_pillow(pixels, size)) for path, pixels in readable]
     answers = []
     for start in range(0, len(readable), ONLINE_BATCH):  # online requests stay well under 1.5 MB
         chunk = readable[start : start + ONLINE_BATCH]
-        response = call("predict", lambda chunk=chunk: target.predict(instances=[i for _, i in chunk]), settings)
-        for (path, _), prediction in zip(chunk, response.predictions, strict=True):
-            probabilities = list(prediction["probabilities"])
-            best = sorted(range(len(probabilities)), key=lambda i: -probabilities[i])[:top]
-            answers.append(Answer(path, [(names[i], float(probabilities[i])) for i in best]))
+        response = call("predict", lambda chunk=chunk: target.predict(instances=instances_for(chunk)), settings)
+        answers += [top_labels(path, prediction["probabilities"], names, top)
+                    for (path, _), prediction in zip(chunk, response.predictions, strict=True)]  # fmt: skip
     return answers, errors
 
 

@@ -49,22 +49,40 @@ def _class_names(report: str) -> list[str]:
         return json.load(handle).get("class_names", [])
 
 
-def predict(model: str, images: list[str], top: int = 3) -> tuple[list[Answer], list[str]]:
-    """Top-``top`` labels for each readable image, and one-line errors for the others."""
-    from components.decoding import UnusableImageError, decode_rgb_image
-
+def check_top(top: int) -> None:
     if top < 1:
         raise UsageError(f"--top {top} must be at least 1")
-    saved_model, class_names = locate_export(model)
+
+
+def read_images(images: list[str]) -> tuple[list, list[str]]:
+    """(path, decoded RGB pixels) for each image that can be used (every format the conversion reads, EXIF
+    applied), and a one-line error for each other."""
+    from components.decoding import UnusableImageError, decode_rgb_image
+
     readable, errors = [], []
     for path in images:
         try:
             with open(path, "rb") as handle:
-                pixels = decode_rgb_image(handle.read())
+                readable.append((path, decode_rgb_image(handle.read())))
         except (OSError, UnusableImageError) as err:
             errors.append(f"image {path} cannot be used: {one_line(err)}")
-            continue
-        readable.append((path, pixels))
+    return readable, errors
+
+
+def top_labels(path: str, probabilities, class_names: list[str], top: int) -> Answer:
+    """The ``top`` most probable labels of one image (class ids when no names are known)."""
+    import numpy as np
+
+    row = np.asarray(probabilities, dtype=np.float64)
+    names = class_names or [str(i) for i in range(len(row))]
+    return Answer(path, [(names[i], float(row[i])) for i in row.argsort()[::-1][:top]])
+
+
+def predict(model: str, images: list[str], top: int = 3) -> tuple[list[Answer], list[str]]:
+    """Top-``top`` labels for each readable image, and one-line errors for the others."""
+    check_top(top)
+    saved_model, class_names = locate_export(model)
+    readable, errors = read_images(images)
     if not readable:
         return [], errors
     decoded = [pixels for _, pixels in readable]
@@ -74,17 +92,13 @@ def predict(model: str, images: list[str], top: int = 3) -> tuple[list[Answer], 
         import tensorflow as tf
 
         serving = tf.saved_model.load(saved_model).signatures["serving_default"]
-        batch = tf.constant([_png(pixels) for pixels in decoded])
+        batch = tf.constant([png_bytes(pixels) for pixels in decoded])
         probabilities = serving(image_bytes=batch)["probabilities"].numpy()
-    names = class_names or [str(i) for i in range(probabilities.shape[1])]
-    answers = []
-    for (path, _), row in zip(readable, probabilities, strict=True):
-        best = row.argsort()[::-1][:top]
-        answers.append(Answer(path, [(names[i], float(row[i])) for i in best]))
+    answers = [top_labels(path, row, class_names, top) for (path, _), row in zip(readable, probabilities, strict=True)]
     return answers, errors
 
 
-def _png(pixels) -> bytes:
+def png_bytes(pixels) -> bytes:
     """Decoded pixels as lossless PNG bytes, for the SavedModel's ``image_bytes`` input."""
     buffer = io.BytesIO()
     pixels.save(buffer, format="PNG")

@@ -97,10 +97,11 @@ def register_blessed(
     return result
 
 
-def vertex_resource_uri(settings: VertexSettings, resource_name: str) -> str:
-    """A ``google.VertexModel`` (or ``VertexEndpoint``) artifact's URI for the resource ``resource_name``, as GCPC's
-    steps write it."""
-    return f"https://{settings.region}-aiplatform.googleapis.com/v1/{resource_name}"
+def name_vertex_resource(artifact, settings: VertexSettings, resource_name: str) -> None:
+    """Makes ``artifact`` (a ``google.VertexModel`` or ``VertexEndpoint`` output) name ``resource_name``, its URI
+    and ``resourceName`` as GCPC's steps write them."""
+    artifact.uri = f"https://{settings.region}-aiplatform.googleapis.com/v1/{resource_name}"
+    artifact.metadata["resourceName"] = resource_name
 
 
 def vertex_evaluation(metrics: dict) -> tuple[dict, list[dict]]:

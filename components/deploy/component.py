@@ -25,7 +25,7 @@ def deploy(
 
     from components.cli import configure_logging
     from pipeline.deployment import deploy
-    from pipeline.registry import vertex_resource_uri, vertex_settings_in_pipeline
+    from pipeline.registry import name_vertex_resource, vertex_settings_in_pipeline
 
     configure_logging()
     settings = vertex_settings_in_pipeline(project, location)
@@ -34,8 +34,7 @@ def deploy(
         print("the register step named no model version (registration is off): nothing to deploy")
         return json.dumps({"action": "skipped", "reason": "no registered model version"})
     done = deploy(settings, resource_name, endpoint, machine_type, min_replicas, max_replicas)
-    vertex_endpoint.uri = vertex_resource_uri(settings, done["endpoint"])
-    vertex_endpoint.metadata["resourceName"] = done["endpoint"]
+    name_vertex_resource(vertex_endpoint, settings, done["endpoint"])
     return json.dumps(done, sort_keys=True)
 
 

@@ -62,7 +62,7 @@ def register(
     import json
 
     from components.cli import configure_logging
-    from pipeline.registry import register_version, vertex_resource_uri, vertex_settings_in_pipeline
+    from pipeline.registry import name_vertex_resource, register_version, vertex_settings_in_pipeline
 
     configure_logging()
     settings = vertex_settings_in_pipeline(project, location)
@@ -71,9 +71,7 @@ def register(
     )
     serving = json.loads(decided)
     if serving.get("model"):
-        resource_name = f"{serving['model']}@{serving['version']}"
-        vertex_model.uri = vertex_resource_uri(settings, resource_name)
-        vertex_model.metadata["resourceName"] = resource_name
+        name_vertex_resource(vertex_model, settings, f"{serving['model']}@{serving['version']}")
     return decided
 
 
