@@ -372,7 +372,7 @@ class Baseline:
     path: str  # the model.keras folder or the SavedModel folder, local or under /gcs/
     image_size: int
     class_names: list
-    input_pixels: str = ""  # INPUT_PIXELS, or "" for a model that takes [0, 1] floats
+    input_pixels: str = ""  # a trained baseline's: INPUT_PIXELS, or "" for a model that takes [0, 1] floats
 
 
 def comparability(baseline: Baseline, class_names: Sequence[str], image_size: int) -> str:
@@ -416,8 +416,8 @@ def check_baseline(baseline: str) -> Baseline:
                 f"baseline {baseline} has no {EXPORT_FILE} beside its SavedModel: pass a model this pipeline exported"
             )
         report_json = read_json(report)
-        found = Baseline("export", saved_model, report_json["image_size"], list(report_json["class_names"]),
-                         report_json.get("input_pixels", ""))  # fmt: skip
+        # (what an export takes is read from its serving_images signature when it is loaded)
+        found = Baseline("export", saved_model, report_json["image_size"], list(report_json["class_names"]))
     return found
 
 
