@@ -27,9 +27,13 @@ class Answer:
 
 def locate_export(model: str) -> tuple[str, list[str]]:
     """(SavedModel dir or .tflite file, class names) from an export dir (``saved_model/`` + ``export.json``), a
-    SavedModel dir, or a TFLite file of the export."""
+    SavedModel dir, or a TFLite file (its packed labels, or those of the export.json beside it)."""
     if model.endswith(".tflite") and os.path.isfile(model):
-        return model, _class_names(os.path.join(os.path.dirname(os.path.abspath(model)), EXPORT_FILE))
+        from components.export.tflite_metadata import packed_labels
+
+        with open(model, "rb") as handle:  # the labels packed in the file (its metadata), else its export's
+            packed = packed_labels(handle.read())
+        return model, packed or _class_names(os.path.join(os.path.dirname(os.path.abspath(model)), EXPORT_FILE))
     if not os.path.exists(model):
         raise UsageError(f"model {model} does not exist: pass the export step's output (or its saved_model/)")
     found = find_saved_model(model)

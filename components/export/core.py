@@ -26,6 +26,7 @@ from components.artifacts.model import (
     load_model_config,
     model_digest,
 )
+from components.export.tflite_metadata import classifier_files
 from components.keras_backend import activate_backend
 from components.models import INPUT_PIXELS
 from components.schema import parse_example, read_stats, split_files
@@ -154,9 +155,11 @@ def unit_range_network(model, image_size: int):
 def tflite_models(model, image_size: int, examples_dir: str, num_classes: int) -> dict[str, bytes]:
     """The network as TFLite flatbuffers: float32, taking uint8 pixels as the model does; and full-integer int8
     (post-training quantization of weights and activations, the ranges calibrated on images from the training
-    split), int8 in and out. The int8 file is converted from the network without its scaling, so that its input
-    quantization (scale 1/255, zero point -128) is the scaling: a pixel p goes in as p - 128, exactly. (Converted
-    with uint8 in instead, the demo digits lost 1.5 to 3.5 points of accuracy against 0 to 1 this way.)"""
+    split), uint8 in and out, the types MediaPipe's and LiteRT's task libraries feed and read (they refuse int8
+    inputs). The int8 file is converted from the network without its scaling, so that its input quantization
+    (scale 1/255, zero point 0) is the scaling, exactly: pixels go in as they are decoded. (Converted from the network
+    with its scaling inside, uint8 in, the demo digits lost 1.5 to 3.5 points of accuracy; this way, none: the same
+    answers as int8 in, on every test and validation image.)"""
     import tensorflow as tf
 
     from components.artifacts.examples import make_dataset
@@ -169,7 +172,7 @@ def tflite_models(model, image_size: int, examples_dir: str, num_classes: int) -
 
     def representative():
         # a black and a white image first: the input's range is then the pixels' whole range, [0, 1], so its
-        # quantization is exactly scale 1/255, zero point -128, whatever the training images hold
+        # quantization is exactly scale 1/255 (zero point 0 in uint8), whatever the training images hold
         for level in (0.0, 1.0):
             yield [tf.fill([1, image_size, image_size, 3], level)]
         train = make_dataset(examples_dir, "train", image_size, num_classes, 1, training=False)
@@ -181,18 +184,27 @@ def tflite_models(model, image_size: int, examples_dir: str, num_classes: int) -
     int8_converter.optimizations = [tf.lite.Optimize.DEFAULT]
     int8_converter.representative_dataset = representative
     int8_converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    int8_converter.inference_input_type = tf.int8
-    int8_converter.inference_output_type = tf.int8
+    int8_converter.inference_input_type = tf.uint8
+    int8_converter.inference_output_type = tf.uint8
     try:
         return {"tflite_float": float_converter.convert(), "tflite_int8": int8_converter.convert()}
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def describe(model_config: dict, fmt: str) -> str:
+    """The TFLite file's description in its metadata: what it classifies, and how it was made."""
+    kind = "float32" if fmt == "tflite_float" else "full-integer int8 (uint8 in and out)"
+    names = model_config["class_names"]
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    return (f"{model_config['model_name']}, {kind}: classifies an RGB image into {len(names)} classes ({shown}); "
+            f"trained with {model_config['backend']} in {model_config['precision']}.")  # fmt: skip
+
+
 def tflite_predict(content: bytes, images):
     """Class probabilities for uint8 pixels ``[N, size, size, 3]`` from a TFLite model, one image at a time: raw
     pixels where it takes them (uint8, no quantization), else the pixels in [0, 1], quantized by its input's
-    parameters when it is integer (the int8 file: p - 128; a float model exported before the scaling moved inside);
+    parameters when it is integer (the int8 file: p itself; a float model exported before the scaling moved inside);
     the output dequantized when it is integer."""
     import numpy as np
     from ai_edge_litert.interpreter import Interpreter
@@ -286,6 +298,12 @@ def run(config: ExportConfig) -> dict:
     )
     crossed = backend_parity(model, config.model_dir, model_config, config.examples_dir)
     tflite = tflite_models(model, model_config["image_size"], config.examples_dir, model_config["num_classes"])
+    digest = model_digest(config.model_dir)
+    for name, content in tflite.items():  # labels, normalisation, size: so that task libraries run them as they are
+        tflite[name] = classifier_files(
+            content, name=model_config["model_name"], version=digest[:12], description=describe(model_config, name),
+            image_size=model_config["image_size"], class_names=model_config["class_names"],
+        )  # fmt: skip
     for name, content in tflite.items():
         write_atomically(os.path.join(config.output_dir, TFLITE_FILES[name]), content)
     correct, total = format_accuracies(saved_model_path, tflite, config.examples_dir, model_config)
@@ -314,7 +332,7 @@ def run(config: ExportConfig) -> dict:
         "input_pixels": INPUT_PIXELS,  # serving_images and the TFLite files take uint8 pixels
         "trained_precision": model_config["precision"],
         "trained_backend": crossed["trained_backend"],
-        "model_digest": model_digest(config.model_dir),  # the trained weights' sha256: the model's identity
+        "model_digest": digest,  # the trained weights' sha256: the model's identity
     }
     write_json(os.path.join(config.output_dir, EXPORT_FILE), report)
     log.info(

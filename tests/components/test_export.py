@@ -84,19 +84,20 @@ def test_tflite_float_and_int8_are_exported_with_sizes_and_test_accuracy(exporte
     saved_model, int8 = formats["saved_model"], formats["tflite_int8"]
     assert report["int8_size_vs_float_weights"] == int8["bytes"] / saved_model["weights_bytes"]
     assert report["int8_accuracy_drop"] == pytest.approx(saved_model["test_accuracy"] - int8["test_accuracy"])
-    # full-integer: int8 in (a pixel p as p - 128: the scaling is the input's quantization), int8 out
+    # full-integer, uint8 in (pixels as decoded: the scaling is the input's quantization) and out
     interpreter = Interpreter(model_path=formats["tflite_int8"]["path"])
     source = interpreter.get_input_details()[0]
-    assert source["dtype"].__name__ == "int8"
-    assert source["quantization"][0] == pytest.approx(1 / 255) and source["quantization"][1] == -128
-    assert interpreter.get_output_details()[0]["dtype"].__name__ == "int8"
+    assert source["dtype"].__name__ == "uint8"
+    assert source["quantization"][0] == pytest.approx(1 / 255) and source["quantization"][1] == 0
+    assert interpreter.get_output_details()[0]["dtype"].__name__ == "uint8"
+    assert {detail["dtype"].__name__ for detail in interpreter.get_tensor_details()} >= {"int8"}
     with open(os.path.join(output, "export.json")) as handle:
         assert json.load(handle)["formats"] == formats
 
 
 def test_every_format_takes_uint8_pixels_and_answers_as_the_saved_model(exported, converted):
-    """The scaling is inside the model: serving_images and the float TFLite file take uint8 pixels as decoded (the
-    int8 file takes them shifted by its zero point), and give the SavedModel's answers on them."""
+    """The scaling is inside the model: serving_images and both TFLite files take uint8 pixels as decoded, and give
+    the SavedModel's answers on them."""
     import tensorflow as tf
     from ai_edge_litert.interpreter import Interpreter
 
@@ -115,7 +116,7 @@ def test_every_format_takes_uint8_pixels_and_answers_as_the_saved_model(exported
         with open(report["formats"][name]["path"], "rb") as handle:
             content = handle.read()
         interpreter = Interpreter(model_content=content)
-        assert interpreter.get_input_details()[0]["dtype"] == (np.uint8 if name == "tflite_float" else np.int8)
+        assert interpreter.get_input_details()[0]["dtype"] == np.uint8
         answers = tflite_predict(content, pixels)
         assert (answers.argmax(-1) == expected.argmax(-1)).mean() >= 0.75, name
         if name == "tflite_float":
@@ -136,3 +137,105 @@ def test_an_older_tflite_file_that_takes_floats_is_fed_pixels_in_the_unit_range(
     pixels = np.random.default_rng(0).integers(0, 256, size=(2, 4, 4, 3), dtype=np.uint8)
     expected = old(pixels.astype(np.float32) / 255.0).numpy()
     np.testing.assert_allclose(tflite_predict(content, pixels), expected, atol=1e-5)
+
+
+def _metadata(content: bytes):
+    """The TFLite file's ModelMetadata, found and parsed by MediaPipe's generated readers (not by our writer)."""
+    from mediapipe.tasks.metadata import metadata_schema_py_generated as metadata_fb
+    from mediapipe.tasks.metadata import schema_py_generated as schema_fb
+
+    model = schema_fb.Model.GetRootAsModel(content, 0)
+    (index,) = [model.Metadata(i).Buffer() for i in range(model.MetadataLength())
+                if model.Metadata(i).Name() == b"TFLITE_METADATA"]  # fmt: skip
+    buffer = model.Buffers(index).DataAsNumpy().tobytes()
+    assert metadata_fb.ModelMetadata.ModelMetadataBufferHasIdentifier(buffer, 0)
+    return metadata_fb, metadata_fb.ModelMetadataT.InitFromPackedBuf(buffer, 0)
+
+
+def test_tflite_files_carry_the_labels_image_and_normalisation_metadata(exported):
+    """What MediaPipe's and LiteRT's task libraries read: an RGB image of the model's size, normalised as (p - 0) / 1
+    (the model scales pixels itself), 0..255; a probability per class, labelled by labels.txt packed in the file."""
+    import io
+    import zipfile
+
+    _, report = exported
+    for name in ("tflite_float", "tflite_int8"):
+        with open(report["formats"][name]["path"], "rb") as handle:
+            content = handle.read()
+        fb, metadata = _metadata(content)
+        assert metadata.name == b"codelab_convnet" and metadata.minParserVersion == b"1.0.0"
+        assert metadata.version.decode() == report["model_digest"][:12]
+        assert b"3 classes (cat, dog, fish)" in metadata.description
+        (subgraph,) = metadata.subgraphMetadata
+        (image,), (output_tensor,) = subgraph.inputTensorMetadata, subgraph.outputTensorMetadata
+        assert image.content.contentPropertiesType == fb.ContentProperties.ImageProperties
+        assert image.content.contentProperties.colorSpace == fb.ColorSpaceType.RGB
+        size = image.content.contentProperties.defaultSize
+        assert (size.width, size.height) == (report["image_size"], report["image_size"])
+        (unit,) = image.processUnits
+        assert unit.optionsType == fb.ProcessUnitOptions.NormalizationOptions
+        assert (list(unit.options.mean), list(unit.options.std)) == ([0.0], [1.0])
+        assert (list(image.stats.min), list(image.stats.max)) == ([0.0], [255.0])
+        assert output_tensor.content.contentPropertiesType == fb.ContentProperties.FeatureProperties
+        assert (list(output_tensor.stats.min), list(output_tensor.stats.max)) == ([0.0], [1.0])
+        (labels,) = output_tensor.associatedFiles
+        assert labels.name == b"labels.txt" and labels.type == fb.AssociatedFileType.TENSOR_AXIS_LABELS
+        with zipfile.ZipFile(io.BytesIO(content)) as packed:
+            assert packed.namelist() == ["labels.txt"]
+            assert packed.read("labels.txt").decode().splitlines() == report["class_names"] == list(CLASSES)
+
+
+def test_mediapipes_image_classifier_runs_the_tflite_files_as_they_are(exported, converted):
+    """A task library, given only the file: MediaPipe's ImageClassifier names the classes from the packed labels and
+    gives the probabilities LiteRT gives for the same pixels."""
+    import mediapipe as mp
+    from mediapipe.tasks.python.core.base_options import BaseOptions
+    from mediapipe.tasks.python.vision import ImageClassifier, ImageClassifierOptions
+
+    from components.artifacts.examples import first_images
+    from components.export.core import tflite_predict
+
+    _, report = exported
+    examples_dir, stats = converted
+    pixels = first_images(examples_dir, "test", stats["image_size"], stats["num_classes"], 6)
+    for name in ("tflite_float", "tflite_int8"):
+        path = report["formats"][name]["path"]
+        with open(path, "rb") as handle:
+            expected = tflite_predict(handle.read(), pixels)
+        options = ImageClassifierOptions(base_options=BaseOptions(model_asset_path=path), max_results=len(CLASSES))
+        with ImageClassifier.create_from_options(options) as classifier:
+            for image, probabilities in zip(pixels, expected, strict=True):
+                frame = mp.Image(image_format=mp.ImageFormat.SRGB, data=np.ascontiguousarray(image))
+                (head,) = classifier.classify(frame).classifications
+                scores = {category.category_name: category.score for category in head.categories}
+                assert sorted(scores) == sorted(CLASSES), name
+                assert head.categories[0].category_name == CLASSES[int(probabilities.argmax())], name
+                got = np.array([scores[label] for label in CLASSES])
+                np.testing.assert_allclose(got, probabilities, atol=1e-5, err_msg=name)
+
+
+def test_metadata_replaces_the_metadata_a_file_already_has():
+    """Writing twice leaves one TFLITE_METADATA buffer, the second's, and the file still runs."""
+    import keras
+    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
+
+    from components.export.tflite_metadata import classifier_files
+
+    bare = keras.Sequential([keras.Input(shape=(4, 4, 3)), keras.layers.Flatten(),
+                             keras.layers.Dense(2, activation="softmax")])  # fmt: skip
+    content = tf.lite.TFLiteConverter.from_keras_model(bare).convert()
+    first = classifier_files(content, name="m", description="d", version="1", image_size=4, class_names=["a", "b"])
+    packed = first[: first.index(b"PK\x03\x04")]  # the flatbuffer without its archive
+    second = classifier_files(packed, name="m", description="d", version="2", image_size=4, class_names=["a", "b"])
+    _, metadata = _metadata(second)
+    assert metadata.version == b"2"
+    from mediapipe.tasks.metadata import schema_py_generated as schema_fb
+
+    model = schema_fb.Model.GetRootAsModel(second, 0)
+    assert [model.Metadata(i).Name() for i in range(model.MetadataLength())].count(b"TFLITE_METADATA") == 1
+    interpreter = Interpreter(model_content=second)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], np.zeros((1, 4, 4, 3), np.float32))
+    interpreter.invoke()
+    assert interpreter.get_tensor(interpreter.get_output_details()[0]["index"]).shape == (1, 2)

@@ -67,3 +67,19 @@ def test_the_tflite_files_answer_too_through_litert(exported, tmp_path, capsys, 
     line = capsys.readouterr().out.strip()
     assert line.startswith(f"{image}: cat ")
     assert not [w for w in caught if "tf.lite.Interpreter" in str(w.message)]
+
+
+def test_a_tflite_file_on_its_own_names_the_classes_from_its_packed_labels(exported, tmp_path, capsys):
+    """Copied away from its export (no export.json beside it), the file still answers with class names: they are
+    packed in it, with its metadata."""
+    import shutil
+
+    output, _ = exported
+    alone = tmp_path / "alone" / "digits.tflite"
+    alone.parent.mkdir()
+    shutil.copy(f"{output}/model_int8.tflite", alone)
+    image = write(tmp_path / "fish.png", image_bytes(COLORS["fish"], (30, 30), "PNG", seed=76))
+    assert main(["predict", "--model", str(alone), "--json", image]) == 0
+    (record,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(t["label"] for t in record["top"]) == sorted(CLASSES)
+    assert record["top"][0]["label"] == "fish"
