@@ -12,8 +12,8 @@ IMAGES := $(notdir $(patsubst %/Dockerfile,%,$(wildcard containers/*/Dockerfile)
 PYTHON_BASE ?=
 BEAM_BASE ?=
 PINNED_PYTHON := $(shell sed -n 's/^ARG BASE_IMAGE=//p' containers/pipeline/Dockerfile)
-# the base image of containers/$$name: the trainers are built on the pipeline image of the same registry and tag
-BASE_OF = case $$name in beam-worker) echo "$(BEAM_BASE)";; train-*) echo "$(REGISTRY)/pipeline:$(TAG)";; \
+# the base image of containers/$$name: the TPU trainer is built on the pipeline image of the same registry and tag
+BASE_OF = case $$name in beam-worker) echo "$(BEAM_BASE)";; train-tpu) echo "$(REGISTRY)/pipeline:$(TAG)";; \
 	*) echo "$(PYTHON_BASE)";; esac
 # images `make images` leaves out, e.g. SKIP_IMAGES=beam-worker where Beam's SDK image cannot be pulled
 SKIP_IMAGES ?=
@@ -58,7 +58,7 @@ compile: setup ## compile the DAG to pipeline.yaml
 lock: | $(UV) ## re-resolve uv.lock after editing pyproject.toml
 	$(UV) lock --python $(PYTHON)
 
-images: ## build every containers/<name>/Dockerfile as $(REGISTRY)/<name>:$(TAG) (the trainers on pipeline); PUSH=1 pushes
+images: ## build every containers/<name>/Dockerfile as $(REGISTRY)/<name>:$(TAG) (train-tpu on pipeline); PUSH=1 pushes
 	@if docker info >/dev/null 2>&1; then \
 		for name in $(filter-out $(SKIP_IMAGES),$(IMAGES)); do \
 			base=$$($(BASE_OF)); \

@@ -58,9 +58,9 @@ def cloud_build(env, dockerfile: str, image: str, base: str) -> None:
 
 
 def base_of(name: str, python_base: str, beam_base: str) -> str:
-    """The base image each build is given: the trainers are the pipeline image of the same registry and tag, plus
-    their extra."""
-    if name.startswith("train-"):
+    """The base image each build is given: the TPU trainer is the pipeline image of the same registry and tag, plus
+    its extra; the GPU trainer is built on Python, as the pipeline image (another TensorFlow build)."""
+    if name == "train-tpu":
         return "reg.example/ml/pipeline:t1"
     return beam_base if name == "beam-worker" else python_base
 
@@ -97,7 +97,7 @@ def test_every_dockerfile_takes_its_base_image_as_an_argument_pinned_by_digest_w
             lines = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
         assert lines[0].startswith("ARG BASE_IMAGE=") and lines[1] == "FROM ${BASE_IMAGE}", name
         default = lines[0].split("=", 1)[1]
-        if name.startswith("train-"):  # the pipeline image plus an extra: `make images` names its build
+        if name == "train-tpu":  # the pipeline image plus an extra: `make images` names its build
             assert default.endswith("/pipeline:0.1.0"), name
         elif name != "beam-worker":  # (Beam's digest could not be read here: README, Images)
             assert "@sha256:" in default and len(default.split("@sha256:")[1]) == 64, name

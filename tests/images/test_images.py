@@ -50,6 +50,12 @@ def distributions(name: str) -> list[str]:
     return json.loads(result.stdout)
 
 
+def tensorflows(installed: list[str]) -> list[str]:
+    """The TensorFlow builds among distribution names (normalised: tensorflow_cpu is tensorflow-cpu)."""
+    names = [name.lower().replace("_", "-") for name in installed]
+    return [name for name in names if name in ("tensorflow", "tensorflow-cpu", "tensorflow-intel")]
+
+
 @pytest.fixture(scope="module", autouse=True)
 def built():
     for name in SIZE_BUDGETS_GB:
@@ -67,8 +73,13 @@ def test_the_cpu_image_converts_images_and_carries_no_cuda_or_tpu_runtime(tmp_pa
         stats = json.load(handle)
     assert sum(stats["counts"].values()) == 4 * len(CLASSES) and stats["class_names"] == list(CLASSES)
     assert os.stat(output / "stats.json").st_uid == os.getuid()  # written as the invoking user
-    heavy = [name for name in distributions("pipeline") if name.lower().startswith(("nvidia-", "libtpu"))]
+    installed = distributions("pipeline")
+    heavy = [name for name in installed if name.lower().startswith(("nvidia-", "libtpu"))]
     assert heavy == []
+    # TensorFlow's CPU wheel: no CUDA kernels either (the full wheel carries them, about 0.5 GB more)
+    assert tensorflows(installed) == ["tensorflow-cpu"]
+    built = python_in("pipeline", "import tensorflow as tf; print(tf.sysconfig.get_build_info()['is_cuda_build'])")
+    assert built.stdout.strip().splitlines()[-1] == "False", built.stderr[-2000:]
 
 
 def test_the_tpu_trainer_finds_libtpu_and_trains_a_step_on_jax_without_a_tpu(converted, tmp_path):
@@ -96,7 +107,9 @@ def test_the_gpu_trainer_has_tensorflows_cuda_build_and_trains_on_the_cpu_withou
     assert found.returncode == 0, found.stderr[-3000:]
     is_cuda_build, cuda_version, gpus = json.loads(found.stdout.strip().splitlines()[-1])
     assert is_cuda_build is True and cuda_version.startswith("12") and gpus == 0
-    assert any(name.startswith("nvidia-cudnn") for name in distributions("train-gpu"))
+    installed = distributions("train-gpu")
+    assert any(name.startswith("nvidia-cudnn") for name in installed)
+    assert tensorflows(installed) == ["tensorflow"]  # one build
     trained = run_in("train-gpu", "python", "-m", "components.train", "--examples", examples_dir, "--model-dir",
                      str(tmp_path / "model"), "--epochs", "1", "--batch-size", "8",
                      folders=[examples_dir, str(tmp_path)])  # fmt: skip
