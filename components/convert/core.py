@@ -86,14 +86,7 @@ class ConvertConfig:
     def __post_init__(self) -> None:
         if self.image_size < 8:
             raise UsageError(f"--image-size {self.image_size} is too small: use 8 or more (the codelab uses 192)")
-        for name in ("validation_fraction", "test_fraction", "max_bad_fraction"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise UsageError(f"--{name.replace('_', '-')} {value} is out of range: use a fraction in [0, 1)")
-        if self.validation_fraction + self.test_fraction >= 1.0:
-            raise UsageError("--validation-fraction plus --test-fraction must leave some images for training (< 1)")
-        if self.num_shards < 0:
-            raise UsageError(f"--num-shards {self.num_shards} is negative: use 0 (automatic) or a positive count")
+        check_split_options(self, "images")
         if not 1 <= self.jpeg_quality <= 100:
             raise UsageError(f"--jpeg-quality {self.jpeg_quality} is out of range: use 1 to 100")
         if self.threads < 0:
@@ -101,6 +94,18 @@ class ConvertConfig:
         if self.max_pixels < 1:
             raise UsageError(f"--max-pixels {self.max_pixels} must be positive")
         check_beam_args(self.pipeline_args, [f"--{f.replace('_', '-')}" for f in self.__dataclass_fields__])
+
+
+def check_split_options(config, items: str) -> None:
+    """The fractions and the shard count a conversion config shares (images or texts): one-line errors."""
+    for name in ("validation_fraction", "test_fraction", "max_bad_fraction"):
+        value = getattr(config, name)
+        if not 0.0 <= value < 1.0:
+            raise UsageError(f"--{name.replace('_', '-')} {value} is out of range: use a fraction in [0, 1)")
+    if config.validation_fraction + config.test_fraction >= 1.0:
+        raise UsageError(f"--validation-fraction plus --test-fraction must leave some {items} for training (< 1)")
+    if config.num_shards < 0:
+        raise UsageError(f"--num-shards {config.num_shards} is negative: use 0 (automatic) or a positive count")
 
 
 def check_beam_args(args: Sequence[str], own_flags: Sequence[str] = ()) -> None:
@@ -695,13 +700,18 @@ def write_stats(
         shards=shards,
         input_bytes=input_bytes,
     )
+    write_records(output_dir, quarantine, duplicates)
+    write_json(f"{output_dir}/{STATS_FILE}", stats)
+    return stats
+
+
+def write_records(output_dir: str, quarantine: list[dict], duplicates: list[dict]) -> None:
+    """``quarantine.jsonl`` and ``duplicates.jsonl``, a record a line in path order (each written atomically)."""
     for name, records in ((QUARANTINE_FILE, quarantine), (DUPLICATES_FILE, duplicates)):
         lines = "".join(
             json.dumps(record, sort_keys=True) + "\n" for record in sorted(records, key=lambda r: r["path"])
         )
         write_atomically(f"{output_dir}/{name}", lines.encode())
-    write_json(f"{output_dir}/{STATS_FILE}", stats)
-    return stats
 
 
 def summarize_counts(counts: Iterable[tuple[tuple[str, int], int]], class_names: Sequence[str]) -> dict:

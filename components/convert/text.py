@@ -1,0 +1,480 @@
+"""Text -> sharded TFRecords with a vocabulary, as an Apache Beam pipeline: the IMDB-on-TPU article's preprocessing.
+
+Sources: folders of text files per class (``<root>/<class>/*.txt``), or the aclImdb layout, whose split folders set
+the split (``<root>/train/<class>/``, ``<root>/test/<class>/``; ``unsup/`` and the files beside the class folders
+are left out); or a CSV (with a header) or JSONL file of text and label columns. Each text is standardised
+(lowercase, HTML line breaks and punctuation removed, split on whitespace); byte-identical texts are kept once; the
+vocabulary is built by Beam from the training split only (no leakage into validation and test): id 0 pads, id 1 is
+out-of-vocabulary, then the most frequent tokens (ties by token), ``vocabulary_size`` ids in all. Each example holds
+``tokens`` (int64, ``sequence_length`` ids: the first tokens, padded at the end with 0, as Keras's
+``TextVectorization`` pads), ``text`` (the raw UTF-8 bytes), ``class``, ``label`` and ``one_hot_class``;
+``vocabulary.txt`` (one token a line, in id order: an empty line for padding, ``[UNK]``) and ``stats.json`` go beside
+the splits. Empty files, files that are not UTF-8 and binary files are quarantined with their reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+import re
+import string
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from components.cli import UsageError, one_line
+from components.convert.core import (
+    DUPLICATE_TAG,
+    QUARANTINE_FILE,
+    QUARANTINE_TAG,
+    ConversionError,
+    KeepFirstCopy,
+    WriteSplit,
+    _count_key,
+    _is_hidden,
+    check_beam_args,
+    check_output_is_empty,
+    check_split_options,
+    content_digest,
+    default_pipeline_args,
+    fingerprint_of,
+    summarize_counts,
+    warn_small_classes,
+    write_records,
+)
+from components.schema import SPLITS, STATS_FILE, _bytes_feature, _delimited, _int64_feature, check_class_count
+from components.storage import check_writable, write_atomically, write_json
+
+log = logging.getLogger(__name__)
+
+MODALITY = "text"
+VOCABULARY_FILE = "vocabulary.txt"
+PADDING, OUT_OF_VOCABULARY = "", "[UNK]"  # ids 0 and 1, as Keras's TextVectorization names them
+TABLE_SUFFIXES = (".csv", ".jsonl")
+UNSUPERVISED = "unsup"  # aclImdb's unlabelled reviews
+# what standardisation strips: HTML line breaks (aclImdb's reviews hold "<br />"), then ASCII punctuation
+LINE_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
+PUNCTUATION = re.compile(f"[{re.escape(string.punctuation)}]")
+# one shard per this many texts of a split (aclImdb's 25,000 reviews: about 33 MB of TFRecords at 250 tokens)
+TEXTS_PER_SHARD = 25_000
+
+
+@dataclass(frozen=True)
+class TextConvertConfig:
+    """What to convert and how.
+
+    Args:
+        source: a folder of ``<class>/*.txt`` (or aclImdb's ``train|test/<class>/*.txt``), or a ``.csv`` / ``.jsonl``
+            file with ``text_column`` and ``label_column``; local or on any Beam filesystem (``gs://``).
+        output_dir: where ``<split>/*.tfrec``, ``vocabulary.txt``, ``stats.json`` and ``quarantine.jsonl`` go.
+        vocabulary_size: ids in the vocabulary, padding and out-of-vocabulary included (the article: 15,000).
+        sequence_length: token ids per example, padded or truncated (the article: 250).
+        validation_fraction, test_fraction: share of texts hashed into those splits where the source does not set
+            the split (aclImdb's test folder sets test; its validation is hashed out of train).
+        text_column, label_column: the columns of a CSV or JSONL source.
+        max_bad_fraction: the job fails when more than this share of the texts cannot be used.
+        classes: the class names in index order; empty: the sorted folder names or labels.
+        pipeline_args: Beam pipeline options passed through as they are.
+    """
+
+    source: str
+    output_dir: str
+    vocabulary_size: int = 15_000
+    sequence_length: int = 250
+    validation_fraction: float = 0.1
+    test_fraction: float = 0.1
+    text_column: str = "text"
+    label_column: str = "label"
+    max_bad_fraction: float = 0.01
+    num_shards: int = 0
+    classes: tuple[str, ...] = ()
+    pipeline_args: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.vocabulary_size < 3:
+            raise UsageError(f"--vocabulary-size {self.vocabulary_size} is too small: use 3 or more (the article "
+                             "uses 15000; 2 ids are padding and out-of-vocabulary)")  # fmt: skip
+        if self.sequence_length < 1:
+            raise UsageError(f"--sequence-length {self.sequence_length} must be positive (the article uses 250)")
+        check_split_options(self, "texts")
+        check_beam_args(self.pipeline_args, [f"--{f.replace('_', '-')}" for f in self.__dataclass_fields__])
+
+
+def standardize(text: str) -> list[str]:
+    """The tokens of a text: lowercased, HTML line breaks and ASCII punctuation removed, split on whitespace."""
+    return PUNCTUATION.sub("", LINE_BREAK.sub(" ", text.lower())).split()
+
+
+@dataclass(frozen=True)
+class TextListing:
+    """The texts of a source: class names in index order; items ``(id, class index, split or "", text or None)``,
+    the text given for table rows and read by the workers for files."""
+
+    class_names: tuple[str, ...]
+    items: tuple[tuple[str, int, str, str | None], ...]
+    total_bytes: int
+    rejected: tuple[dict, ...] = ()
+    fingerprint: str = ""
+    splits_from_source: tuple[str, ...] = ()
+
+
+def is_text_source(source: str) -> bool:
+    """Whether ``source`` is a text source: a .csv with a text column or a .jsonl, or a folder whose class folders
+    hold .txt files (directly or under aclImdb's split folders)."""
+    lowered = source.lower()
+    if lowered.endswith(".jsonl"):
+        return True
+    if lowered.endswith(".csv"):
+        return False  # a CSV is an image manifest unless --modality text says otherwise
+    root = source.rstrip("/")
+    for pattern in (f"{root}/*/*.txt", f"{root}/*/*/*.txt"):
+        try:
+            (result,) = FileSystems.match([pattern], limits=[1])
+        except Exception:
+            continue
+        if result.metadata_list:
+            return True
+    return False
+
+
+def _match(pattern: str) -> list:
+    (result,) = FileSystems.match([pattern])
+    return [meta for meta in result.metadata_list if not _is_hidden(meta.path)]
+
+
+def list_text_folder(root: str) -> TextListing:
+    """``<root>/<class>/*`` or aclImdb's ``<root>/<split>/<class>/*``: every file in a class folder is an item."""
+    root = root.rstrip("/")
+    if "://" not in root and not os.path.isdir(root):
+        raise UsageError(f"data path {root} is not a folder: pass <root>/<class_name>/*.txt, aclImdb's "
+                         "<root>/train|test/<class_name>/*.txt, or a .csv/.jsonl of texts and labels")  # fmt: skip
+    split_folders = {"train": "train", "test": "test", "validation": "validation"}
+    nested = [meta for meta in _match(f"{root}/*/*/*") if meta.path.split("/")[-3] in split_folders]
+    found, by_class = (nested, {}) if nested else (_match(f"{root}/*/*"), {})
+    for meta in found:
+        parts = meta.path.rstrip("/").split("/")
+        class_name, split = (parts[-2], split_folders[parts[-3]]) if nested else (parts[-2], "")
+        if class_name == UNSUPERVISED:
+            continue
+        by_class.setdefault(class_name, []).append((meta.path, split))
+    if not by_class:
+        raise UsageError(f"data path {root} holds no text files: expected <root>/<class_name>/*.txt or aclImdb's "
+                         "<root>/train|test/<class_name>/*.txt")  # fmt: skip
+    class_names = tuple(sorted(by_class))
+    items = tuple((path, index, split, None) for index, name in enumerate(class_names)
+                  for path, split in sorted(by_class[name]))  # fmt: skip
+    kept = [meta for meta in found if meta.path.rstrip("/").split("/")[-2] != UNSUPERVISED]
+    return TextListing(class_names, items, sum(meta.size_in_bytes for meta in kept), fingerprint=fingerprint_of(kept),
+                       splits_from_source=tuple(sorted({split for _, _, split, _ in items if split})))  # fmt: skip
+
+
+def list_text_table(path: str, text_column: str, label_column: str) -> TextListing:
+    """A CSV (with a header) or JSONL file: a row per text. Rows without a text or a label are quarantined; a column
+    missing from the file is a one-line error."""
+    if "://" not in path and not os.path.isfile(path):
+        raise UsageError(f"data path {path} does not exist: pass a .csv or .jsonl of {text_column} and {label_column}")
+    with FileSystems.open(path) as handle:
+        content = handle.read()
+    try:
+        decoded = content.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"data path {path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as "
+                         "UTF-8") from None  # fmt: skip
+    rows, rejected = [], []
+    if path.lower().endswith(".jsonl"):
+        for number, line in enumerate(decoded.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                rejected.append({"path": f"{path}:{number}", "reason": f"not a JSON object: {err.msg}"})
+                continue
+            if not isinstance(row, dict):
+                rejected.append({"path": f"{path}:{number}", "reason": "not a JSON object"})
+                continue
+            rows.append((number, row))
+        columns = set().union(*(row.keys() for _, row in rows)) if rows else set()
+    else:
+        reader = csv.DictReader(io.StringIO(decoded))
+        columns = set(reader.fieldnames or ())
+        rows = [(number, row) for number, row in enumerate(reader, start=2)]
+    for column, flag in ((text_column, "--text-column"), (label_column, "--label-column")):
+        if column not in columns:
+            have = ", ".join(sorted(columns)) or "none"
+            raise UsageError(f"data path {path} has no column {column!r} (its columns: {have}): name the right one "
+                             f"with {flag}")  # fmt: skip
+    labelled = []
+    for number, row in rows:
+        text, label = row.get(text_column), row.get(label_column)
+        label = "" if label is None else str(label).strip()
+        if not label:
+            rejected.append({"path": f"{path}:{number}", "reason": f"no {label_column}"})
+        elif not isinstance(text, str):
+            rejected.append({"path": f"{path}:{number}", "reason": f"{text_column} is not a string"})
+        else:
+            labelled.append((f"{path}:{number}", label, text))
+    class_names = tuple(sorted({label for _, label, _ in labelled}))
+    index = {name: i for i, name in enumerate(class_names)}
+    items = tuple((where, index[label], "", text) for where, label, text in labelled)
+    (meta,) = _match(path) or [None]
+    return TextListing(class_names, items, len(content), tuple(rejected),
+                       fingerprint=fingerprint_of([meta] if meta else [], extra=content))  # fmt: skip
+
+
+def list_text_source(config: TextConvertConfig) -> TextListing:
+    source = config.source
+    if source.lower().endswith(TABLE_SUFFIXES):
+        listing = list_text_table(source, config.text_column, config.label_column)
+    else:
+        listing = list_text_folder(source)
+    if not listing.items:
+        raise UsageError(f"data path {source} holds no texts: every row or file was rejected (see the log)")
+    if config.classes:
+        unknown = sorted(set(listing.class_names) - set(config.classes))
+        if unknown:
+            raise UsageError(f"data path {source} has classes not in --classes: {', '.join(unknown)}")
+        index = {name: i for i, name in enumerate(config.classes)}
+        items = tuple((where, index[listing.class_names[i]], split, text)
+                      for where, i, split, text in listing.items)  # fmt: skip
+        listing = TextListing(tuple(config.classes), items, listing.total_bytes, listing.rejected,
+                              listing.fingerprint, listing.splits_from_source)  # fmt: skip
+    return listing
+
+
+def decode_text(content: bytes) -> str:
+    """The text of a file's bytes; ``ValueError`` with the reason for what is not text: binary (NUL bytes), not
+    UTF-8, empty, or no words once standardised."""
+    if b"\x00" in content:
+        raise ValueError("binary file (NUL bytes): not text")
+    try:
+        text = content.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"not UTF-8 ({err.reason} at byte {err.start}): save it as UTF-8") from None
+    if not text.strip():
+        raise ValueError("empty: no text")
+    if not standardize(text):
+        raise ValueError("no words once standardised (only punctuation or markup)")
+    return text
+
+
+class ReadTexts(beam.DoFn):
+    """(id, class index, split, text or None) -> (content digest, (id, class index, split, text)), or a quarantine
+    record naming why the item is not a text."""
+
+    def __init__(self):
+        self._read = beam.metrics.Metrics.counter("convert", "texts_read")
+        self._quarantined = beam.metrics.Metrics.counter("convert", "texts_quarantined")
+
+    def process(self, item):
+        where, class_index, split, text = item
+        try:
+            if text is None:
+                with FileSystems.open(where) as handle:
+                    content = handle.read()
+            else:
+                content = text.encode("utf-8")
+            text = decode_text(content)
+        except ValueError as err:
+            self._quarantined.inc()
+            yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": where, "reason": str(err)})
+            return
+        except Exception as err:  # gone since the listing, unreadable: one bad file must not sink the job
+            self._quarantined.inc()
+            yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": where, "reason": one_line(err, with_type=True)})
+            return
+        self._read.inc()
+        yield content_digest(content), (where, class_index, split, text)
+
+
+def build_vocabulary(counts: list[tuple[str, int]], size: int) -> list[str]:
+    """Padding, out-of-vocabulary, then the ``size - 2`` most frequent tokens (ties by token, so that reruns agree)."""
+    ranked = sorted(counts, key=lambda pair: (-pair[1], pair[0]))
+    return [PADDING, OUT_OF_VOCABULARY, *(token for token, _ in ranked[: size - 2])]
+
+
+def token_ids(text: str, index: dict[str, int], length: int) -> tuple[list[int], int, int]:
+    """(ids padded or truncated to ``length``, tokens in the text, of which out of vocabulary)."""
+    tokens = standardize(text)
+    ids = [index.get(token, 1) for token in tokens]
+    unknown = sum(1 for i in ids if i == 1)
+    return (ids + [0] * length)[:length], len(tokens), unknown
+
+
+def serialize_text_example(tokens: Sequence[int], text: str, class_index: int, label: str, num_classes: int) -> bytes:
+    """One serialized ``tf.train.Example`` of the text schema (protobuf wire format, fields in name order, as
+    ``components.schema.serialize_example`` writes images): ``class``, ``label``, ``one_hot_class``, ``text``,
+    ``tokens``."""
+    import struct
+
+    one_hot = [0.0] * num_classes
+    one_hot[class_index] = 1.0
+    feature = {
+        "class": _int64_feature([class_index]),
+        "label": _bytes_feature(label.encode("utf-8")),
+        "one_hot_class": _delimited(0x12, _delimited(0x0A, struct.pack(f"<{num_classes}f", *one_hot))),
+        "text": _bytes_feature(text.encode("utf-8")),
+        "tokens": _int64_feature(tokens),
+    }
+    entries = b"".join(
+        _delimited(0x0A, _delimited(0x0A, name.encode()) + _delimited(0x12, value)) for name, value in feature.items()
+    )
+    return _delimited(0x0A, entries)
+
+
+class Tokenize(beam.DoFn):
+    """(class index, text) -> (class index, serialized example), with the vocabulary as a side input; counts the
+    tokens, the out-of-vocabulary ones and the truncated texts."""
+
+    def __init__(self, class_names: Sequence[str], length: int):
+        self._class_names = tuple(class_names)
+        self._length = length
+        self._index: dict[str, int] | None = None
+
+    def process(self, element, vocabulary, split: str):
+        if self._index is None:
+            self._index = {token: i for i, token in enumerate(vocabulary) if i >= 2}
+        class_index, text = element
+        ids, count, unknown = token_ids(text, self._index, self._length)
+        example = serialize_text_example(ids, text, class_index, self._class_names[class_index],
+                                         len(self._class_names))  # fmt: skip
+        yield beam.pvalue.TaggedOutput("tally", (split, (1, count, unknown, int(count > self._length))))
+        yield class_index, example
+
+
+def _sum_tallies(tallies):
+    totals = [0, 0, 0, 0]
+    for tally in tallies:
+        for i, value in enumerate(tally):
+            totals[i] += value
+    return tuple(totals)
+
+
+def write_text_stats(counts, quarantine, duplicates, tallies, vocabulary, *, output_dir: str, config, listing,
+                     shards: dict[str, int]) -> dict:  # fmt: skip
+    """Writes ``vocabulary.txt``, ``quarantine.jsonl``, ``duplicates.jsonl`` and ``stats.json`` (each atomically)."""
+    stats = summarize_counts(counts, listing.class_names)
+    by_split = dict(tallies)
+    tokens = {}
+    for split in SPLITS:
+        texts, count, unknown, truncated = by_split.get(split, (0, 0, 0, 0))
+        tokens[split] = {
+            "mean_tokens": count / texts if texts else None,
+            "out_of_vocabulary": unknown / count if count else None,
+            "truncated": truncated / texts if texts else None,
+        }
+    stats.update(
+        modality=MODALITY,
+        quarantined=len(quarantine),
+        duplicates=len(duplicates),
+        fingerprint=listing.fingerprint,
+        source=config.source,
+        shards=shards,
+        input_bytes=listing.total_bytes,
+        vocabulary_size=len(vocabulary),
+        vocabulary_file=VOCABULARY_FILE,
+        vocabulary_basis="train split only",
+        sequence_length=config.sequence_length,
+        standardization="lowercase, HTML line breaks and ASCII punctuation removed, split on whitespace",
+        splits_from_source=list(listing.splits_from_source),
+        tokens=tokens,
+    )
+    write_atomically(f"{output_dir}/{VOCABULARY_FILE}", "".join(f"{token}\n" for token in vocabulary).encode())
+    write_records(output_dir, quarantine, duplicates)
+    write_json(f"{output_dir}/{STATS_FILE}", stats)
+    return stats
+
+
+def run_text(config: TextConvertConfig) -> dict:
+    """Runs the text conversion and returns the stats written to ``<output_dir>/stats.json``."""
+    from components.schema import read_stats
+
+    check_output_is_empty(config.output_dir)
+    check_writable(config.output_dir, "--output")
+    listing = list_text_source(config)
+    check_class_count(listing.class_names, config.source)
+    log.info("found %d texts in %d classes under %s: %s", len(listing.items), len(listing.class_names),
+             config.source, ", ".join(listing.class_names))  # fmt: skip
+    output_dir = config.output_dir.rstrip("/")
+    # the splits the source sets are not hashed out again: aclImdb's test folder is the test split
+    test_fraction = 0.0 if "test" in listing.splits_from_source else config.test_fraction
+    validation_fraction = 0.0 if "validation" in listing.splits_from_source else config.validation_fraction
+    shards = {split: config.num_shards or max(1, -(-len(listing.items) // TEXTS_PER_SHARD)) for split in SPLITS}
+    started = time.monotonic()
+    with beam.Pipeline(options=PipelineOptions(default_pipeline_args(config.pipeline_args))) as pipeline:
+        rejected = pipeline | "ListingRejects" >> beam.Create(listing.rejected)
+        read = (
+            pipeline
+            | "ListTexts" >> beam.Create(listing.items)
+            | "Spread" >> beam.Reshuffle()
+            | "Read" >> beam.ParDo(ReadTexts()).with_outputs(QUARANTINE_TAG, main="read")
+        )
+        # byte-identical texts meet here (keyed by content digest): each is kept once, in one split; a train item
+        # of aclImdb goes to train or (hashed) validation, a test item stays in test
+        unique = (
+            read["read"]
+            | "GroupByContent" >> beam.GroupByKey()
+            | "KeepOnePerContent"
+            >> beam.ParDo(_TrainItemsHashed(validation_fraction, test_fraction)).with_outputs(DUPLICATE_TAG, *SPLITS)
+        )
+        vocabulary = (
+            unique["train"]
+            | "Tokens" >> beam.FlatMap(lambda element: standardize(element[1]))
+            | "CountTokens" >> beam.combiners.Count.PerElement()
+            | "AllTokenCounts" >> beam.combiners.ToList()
+            | "Vocabulary" >> beam.Map(build_vocabulary, config.vocabulary_size)
+        )
+        tallies, written = [], []
+        for split in SPLITS:
+            tokenized = unique[split] | f"Tokenize{split.title()}" >> beam.ParDo(
+                Tokenize(listing.class_names, config.sequence_length), beam.pvalue.AsSingleton(vocabulary), split
+            ).with_outputs("tally", main="examples")
+            _ = tokenized["examples"] | f"Write{split.title()}" >> WriteSplit(output_dir, split, shards[split])
+            written.append(tokenized["examples"] | f"Key{split.title()}" >> beam.Map(_count_key, split))
+            tallies.append(tokenized["tally"])
+        counts = (written | "AllCounts" >> beam.Flatten() | "CountPerClass" >> beam.combiners.Count.PerElement()
+                  | "GatherCounts" >> beam.combiners.ToList())  # fmt: skip
+        tally = (tallies | "AllTallies" >> beam.Flatten() | "SumTallies" >> beam.CombinePerKey(_sum_tallies)
+                 | "GatherTallies" >> beam.combiners.ToList())  # fmt: skip
+        quarantined = ((rejected, read[QUARANTINE_TAG]) | "AllQuarantined" >> beam.Flatten()
+                       | "GatherQuarantine" >> beam.combiners.ToList())  # fmt: skip
+        duplicates = unique[DUPLICATE_TAG] | "GatherDuplicates" >> beam.combiners.ToList()
+        _ = counts | "WriteStats" >> beam.Map(
+            lambda found, q, d, t, v: write_text_stats(found, q, d, t, v, output_dir=output_dir, config=config,
+                                                       listing=listing, shards=shards),
+            beam.pvalue.AsSingleton(quarantined), beam.pvalue.AsSingleton(duplicates),
+            beam.pvalue.AsSingleton(tally), beam.pvalue.AsSingleton(vocabulary),
+        )  # fmt: skip
+    stats = read_stats(output_dir)
+    seconds = time.monotonic() - started
+    log.info("converted %d texts in %.1fs (%.0f texts/s): %s; vocabulary %d ids; quarantined %d, duplicates "
+             "dropped %d", stats["num_examples"], seconds, len(listing.items) / max(seconds, 1e-9),
+             ", ".join(f"{split} {stats['counts'][split]}" for split in SPLITS), stats["vocabulary_size"],
+             stats["quarantined"], stats["duplicates"])  # fmt: skip
+    warn_small_classes(stats)
+    total = len(listing.items) + len(listing.rejected)
+    if stats["quarantined"] / max(1, total) > config.max_bad_fraction:
+        raise ConversionError(f"{stats['quarantined']} of {total} texts could not be converted "
+                              f"({stats['quarantined'] / max(1, total):.1%} > --max-bad-fraction "
+                              f"{config.max_bad_fraction:.1%}): see {output_dir}/{QUARANTINE_FILE}")  # fmt: skip
+    return stats
+
+
+class _TrainItemsHashed(KeepFirstCopy):
+    """``KeepFirstCopy`` where a source's ``train`` folder still gets its validation share hashed out of it."""
+
+    def process(self, element):
+        yield from super().process(_hash_train(element))
+
+
+def _hash_train(element):
+    digest, copies = element
+    return digest, [(where, class_index, "" if split == "train" else split, text)
+                    for where, class_index, split, text in copies]  # fmt: skip
