@@ -20,7 +20,7 @@ pytestmark = pytest.mark.images
 IMAGES = Images(os.environ.get("REGISTRY", DEFAULT_REGISTRY), os.environ.get("TAG", DEFAULT_TAG))
 # what each image may weigh, uncompressed (docker image inspect's Size): each step pays its image's pull on every cold
 # Vertex AI node, and only the GPU trainer carries CUDA
-SIZE_BUDGETS_GB = {"pipeline": 4.0, "train-tpu": 4.8, "train-gpu": 8.8, "beam-worker-layer": 3.7}
+SIZE_BUDGETS_GB = {"pipeline": 3.5, "train-tpu": 4.2, "train-gpu": 8.8, "beam-worker-layer": 3.1}
 AS_ME = ("--user", f"{os.getuid()}:{os.getgid()}")
 
 
