@@ -2,7 +2,7 @@
 so weights trained on one load into the other. Under mixed precision the output layer stays float32 (a numerically
 sound softmax and loss).
 
-Every model takes uint8 pixels, ``[N, size, size, 3]`` in 0..255, and scales them to [0, 1] itself (a
+Every image model takes uint8 pixels, ``[N, size, size, 3]`` in 0..255, and scales them to [0, 1] itself (a
 ``Rescaling(1/255)`` layer, as keras-io's image examples do): the SavedModel, the TFLite files and any runtime feed
 it pixels as they are decoded, and the input pipeline moves a quarter of the bytes to the devices."""
 
@@ -119,12 +119,76 @@ def dense_baseline(image_size: int, num_classes: int):
     )
 
 
+# the text models (the IMDB-on-TPU article's): token ids in, ``[N, sequence_length]`` int32 (0 pads, at the end, as
+# the convert step writes them), then an Embedding; the LSTMs skip the padding (mask_zero), the convolution sees it
+TEXT_EMBEDDING = 32  # the article's embedding width
+TEXT_UNITS = 32
+
+
+def tokens_in(sequence_length: int, vocabulary_size: int, mask: bool) -> list:
+    import keras
+    from keras import layers
+
+    return [keras.Input(shape=(sequence_length,), dtype="int32"),
+            layers.Embedding(vocabulary_size, TEXT_EMBEDDING, mask_zero=mask)]  # fmt: skip
+
+
+def softmax(num_classes: int):
+    """The output layer: float32 under mixed precision, for a numerically sound softmax and loss."""
+    from keras import layers
+
+    return layers.Dense(num_classes, activation="softmax", dtype="float32")
+
+
+def lstm(sequence_length: int, num_classes: int, vocabulary_size: int):
+    """The article's model: Embedding(vocabulary, 32) -> LSTM -> softmax."""
+    import keras
+    from keras import layers
+
+    return keras.Sequential(
+        [*tokens_in(sequence_length, vocabulary_size, mask=True), layers.LSTM(TEXT_UNITS), softmax(num_classes)],
+        name="lstm",
+    )
+
+
+def bilstm(sequence_length: int, num_classes: int, vocabulary_size: int):
+    """The LSTM read both ways: Embedding -> Bidirectional(LSTM) -> softmax."""
+    import keras
+    from keras import layers
+
+    return keras.Sequential(
+        [*tokens_in(sequence_length, vocabulary_size, mask=True), layers.Bidirectional(layers.LSTM(TEXT_UNITS)),
+         softmax(num_classes)],
+        name="bilstm",
+    )  # fmt: skip
+
+
+def cnn1d(sequence_length: int, num_classes: int, vocabulary_size: int):
+    """A fast baseline: Embedding -> Conv1D(64, 5) -> global max pooling -> softmax."""
+    import keras
+    from keras import layers
+
+    return keras.Sequential(
+        [*tokens_in(sequence_length, vocabulary_size, mask=False),
+         layers.Conv1D(64, 5, padding="same", activation="relu"), layers.GlobalMaxPooling1D(), softmax(num_classes)],
+        name="cnn1d",
+    )  # fmt: skip
+
+
 MODELS: dict[str, Callable] = {
     "codelab_convnet": codelab_convnet,
     "squeezenet": squeezenet,
     "cifar_convnet": cifar_convnet,
     "dense_baseline": dense_baseline,
+    "lstm": lstm,
+    "bilstm": bilstm,
+    "cnn1d": cnn1d,
 }
+TEXT_MODELS = ("lstm", "bilstm", "cnn1d")
+
+
+def modality_of(name: str) -> str:
+    return "text" if name in TEXT_MODELS else "image"
 
 
 # the smallest square input each model builds for (its pooling and strides would reach a size of zero below it);
@@ -146,8 +210,11 @@ def check_image_size(name: str, image_size: int, flag: str = "--image-size") -> 
         )
 
 
-def build_model(name: str, image_size: int, num_classes: int):
-    """Builds the named model under the current Keras dtype policy; ``KeyError`` names the valid choices."""
+def build_model(name: str, size: int, num_classes: int, vocabulary_size: int = 0):
+    """Builds the named model under the current Keras dtype policy: ``size`` is an image model's image side, a text
+    model's sequence length (and ``vocabulary_size`` its embedding's rows); ``KeyError`` names the valid choices."""
     if name not in MODELS:
         raise KeyError(f"unknown model {name!r}: choose one of {', '.join(sorted(MODELS))}")
-    return MODELS[name](image_size, num_classes)
+    if name in TEXT_MODELS:
+        return MODELS[name](size, num_classes, vocabulary_size)
+    return MODELS[name](size, num_classes)

@@ -100,6 +100,20 @@ def feature_spec(num_classes: int) -> dict:
     }
 
 
+def text_feature_spec(sequence_length: int, num_classes: int) -> dict:
+    """The parsing spec of the text examples (``components.convert.text``): ``tokens``, ``text``, ``class``,
+    ``label``, ``one_hot_class``."""
+    import tensorflow as tf
+
+    return {
+        "tokens": tf.io.FixedLenFeature([sequence_length], tf.int64),
+        "text": tf.io.FixedLenFeature([], tf.string),
+        "class": tf.io.FixedLenFeature([], tf.int64),
+        "label": tf.io.FixedLenFeature([], tf.string),
+        "one_hot_class": tf.io.FixedLenFeature([num_classes], tf.float32),
+    }
+
+
 # optional: absent from adopted TFRecords
 SOURCE_FEATURE = "source"
 

@@ -10,11 +10,14 @@ import os
 import sys
 
 from components.cli import UsageError, configure_logging, run_main
-from components.models import MODELS
+from components.models import MODELS, modality_of
 from components.train.core import LR_SCHEDULES
 from components.train.placement import BACKENDS, PRECISIONS
 from pipeline.accelerators import ACCELERATORS, DEFAULT_ACCELERATOR
 from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, Images
+
+# the DAG trains on images (issue 15 brings text to it)
+IMAGE_MODELS = sorted(name for name in MODELS if modality_of(name) == "image")
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +72,11 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
     )
     local_cmd.add_argument("--epochs", type=int, help="training epochs (default: 15 for the demo, 20 otherwise)")
     local_cmd.add_argument(
-        "--model", dest="model_name", choices=sorted(MODELS), help="the architecture (default codelab_convnet)"
+        "--model",
+        dest="model_name",
+        choices=IMAGE_MODELS,
+        help="the architecture (default codelab_convnet; the DAG takes images: text models train with "
+        "python -m components.train)",
     )
     local_cmd.add_argument(
         "--batch-size", dest="per_replica_batch_size", type=int, help="per-replica batch size (default 32)"
@@ -145,6 +152,12 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
         help="with --runner docker: train in the image this compile target's training job runs in, as a plain "
         "container on this machine (default %(default)s, pipeline.yaml's: the TPU trainer, which trains on the CPU "
         "here)",
+    )
+    local_cmd.add_argument(
+        "--screenshot",
+        action="store_true",
+        help="when the run is done, draw the evaluation report with a headless Chromium into report.png beside it, "
+        "in the evaluate step's artifact, and say whether every picture loaded",
     )
     local_cmd.add_argument(
         "--no-resume",
@@ -532,6 +545,12 @@ def main(argv: list[str] | None = None) -> int:
 
         args.baseline_model = os.path.abspath(baseline_path(args.baseline_model))
         check_baseline(args.baseline_model)
+    if args.screenshot:  # before the run, not after it
+        from components.evaluate.browser import find_browser
+
+        if not find_browser():
+            raise UsageError("--screenshot: no headless browser here: install Chromium (apt-get install chromium), "
+                             "or set TPU_PIPELINE_BROWSER to one")  # fmt: skip
     optional = local_parameters(args)
     summary = run_local(
         LocalRunConfig(
@@ -549,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
             runner=args.runner,
             images=Images(registry=args.image_registry, tag=args.image_tag),
             accelerator=args.accelerator,
+            screenshot=args.screenshot,
         )
     )
     print(format_summary(summary, os.path.join(args.work_dir, SUMMARY_FILE)))

@@ -51,6 +51,8 @@ class LocalRunConfig:
         images: where the step images are, for ``docker`` (``make images`` builds them under the defaults).
         accelerator: for ``docker``, the compile target whose training image the train step runs in (as a plain
             container here; on Vertex AI, a custom job on that machine).
+        screenshot: once the run is done, draw the evaluate step's report with a headless browser into
+            ``report.png`` beside it, in the step's artifact (the step images carry no browser: this runs here).
     """
 
     work_dir: str = DEFAULT_WORK_DIR
@@ -67,6 +69,7 @@ class LocalRunConfig:
     runner: str = "subprocess"
     images: Images = DEFAULT_IMAGES
     accelerator: str = DEFAULT_ACCELERATOR
+    screenshot: bool = False
 
 
 # the placeholders KFP's backend driver resolves in a task's constant inputs before computing its cache key
@@ -263,6 +266,10 @@ def run_local(config: LocalRunConfig) -> dict:
         "pipeline_root": pipeline_root,
         "wall_seconds": round(time.monotonic() - started, 1),
     }
+    if config.screenshot and summary["report_html"]:
+        from components.evaluate.core import draw_report
+
+        summary["report_screenshot"] = draw_report(summary["report_html"])
     write_json(summary_path, summary)
     return summary
 
@@ -548,6 +555,13 @@ def model_line(training: dict) -> str:
     return f"{line} (resumed after epoch {resumed})" if resumed else line
 
 
+def screenshot_line(drawn: dict | None) -> str:
+    if not drawn:
+        return "the browser could not draw the report (see the log)"
+    blank = ", BLANK" if drawn["blank"] else ""
+    return f"{drawn['path']} ({drawn['loaded']} of {drawn['images']} pictures loaded{blank})"
+
+
 def format_summary(summary: dict, summary_path: str) -> str:
     """The readable summary printed at the end of a local run."""
     counts = " / ".join(f"{split} {count}" for split, count in summary["counts"].items())
@@ -578,6 +592,7 @@ def format_summary(summary: dict, summary_path: str) -> str:
         ("registry", registry_line(summary["registry"])),
         ("metrics", summary["metrics_json"]),
         ("report", summary.get("report_html") or "-"),
+        *([("screenshot", screenshot_line(summary["report_screenshot"]))] if "report_screenshot" in summary else []),
         ("summary", summary_path),
     ]
     width = max(len(name) for name, _ in rows)

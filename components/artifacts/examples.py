@@ -30,11 +30,13 @@ def make_dataset(
     shard: tuple[int, int] = (1, 0),
     take: int | None = None,
     sources: bool = False,
+    sequence_length: int | None = None,
 ):
     """A batched ``tf.data.Dataset`` of ``(image uint8, one_hot_class)`` with fully static shapes (the models scale
     the pixels themselves, ``components.models``); with
     ``sources``, ``(image, one_hot_class, source)``, ``source`` being where each image came from ("" for records
-    without it).
+    without it). Text examples (``sequence_length`` given; ``image_size`` is then unused): ``(tokens int32
+    [sequence_length], one_hot_class)``, and with ``sources`` the raw text as the source.
 
     Shards are read interleaved in parallel; parsing and decoding run with AUTOTUNE parallelism. Training data is
     shuffled, repeated and batched with ``drop_remainder`` (a static batch shape, as TPUs need); evaluation data is
@@ -47,16 +49,17 @@ def make_dataset(
     """
     import tensorflow as tf
 
-    from components.schema import SOURCE_FEATURE, feature_spec, source_feature_spec
+    from components.schema import SOURCE_FEATURE, feature_spec, source_feature_spec, text_feature_spec
 
     autotune = tf.data.AUTOTUNE
     files = split_files(examples_dir, split)
     if not files:
         expected = split_pattern(examples_dir, split)
         raise UsageError(f"examples dir {examples_dir} has no {split} shards: expected {expected}")
-    spec = feature_spec(num_classes)
+    text = sequence_length is not None
+    spec = text_feature_spec(sequence_length, num_classes) if text else feature_spec(num_classes)
     check_schema(files[0], spec)
-    parsed = {**spec, **source_feature_spec()} if sources else spec
+    parsed = {**spec, **source_feature_spec()} if sources and not text else spec
     processes, index = shard
     by_file = processes > 1 and take is None and len(files) >= processes
     if by_file:
@@ -80,6 +83,9 @@ def make_dataset(
 
     def decode(serialized):
         example = tf.io.parse_single_example(serialized, parsed)
+        if text:
+            tokens = tf.cast(example["tokens"], tf.int32)
+            return (tokens, example["one_hot_class"], *([example["text"]] if sources else []))
         image = tf.io.decode_jpeg(example["image"], channels=3)
         image = tf.reshape(image, [image_size, image_size, 3])  # static shape: fails loudly on a wrong size
         if sources:
@@ -91,18 +97,33 @@ def make_dataset(
         dataset = dataset.cache()
     if training:
         dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True).repeat()
-        if augment:
+        if augment and not text:
             dataset = dataset.map(augment_image, num_parallel_calls=autotune)
     drop_remainder = training if drop_remainder is None else drop_remainder
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=autotune)
     return dataset.prefetch(autotune)
 
 
-def first_images(examples_dir: str, split: str, image_size: int, num_classes: int, count: int):
-    """The first ``count`` images of ``split`` in order, as one uint8 NumPy batch (the same images on every call:
-    train's reference predictions and export's cross-backend check compare on them)."""
+def input_size(stats: dict) -> tuple[int, int | None]:
+    """(size, sequence_length) of a conversion's examples, as ``make_dataset`` takes them: an image side and None,
+    or a text's sequence length twice."""
+    if stats.get("modality") == "text":
+        return stats["sequence_length"], stats["sequence_length"]
+    return stats["image_size"], None
+
+
+def example_shape(stats: dict) -> tuple[int, ...]:
+    """One example's input shape: ``(size, size, 3)`` pixels, or ``(sequence_length,)`` token ids."""
+    size, length = input_size(stats)
+    return (length,) if length else (size, size, 3)
+
+
+def first_images(examples_dir: str, split: str, image_size: int, num_classes: int, count: int,
+                 sequence_length: int | None = None):  # fmt: skip
+    """The first ``count`` images (or token rows, for text) of ``split`` in order, as one NumPy batch (the same on
+    every call: train's reference predictions and export's cross-backend check compare on them)."""
     images, _ = next(iter(make_dataset(examples_dir, split, image_size, num_classes, count, training=False,
-                                       take=count)))  # fmt: skip
+                                       take=count, sequence_length=sequence_length)))  # fmt: skip
     return images.numpy()
 
 

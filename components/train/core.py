@@ -26,10 +26,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from components.artifacts.examples import first_images, make_dataset
+from components.artifacts.examples import example_shape, first_images, input_size, make_dataset
 from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE, MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE
 from components.cli import UsageError
-from components.models import INPUT_PIXELS, MODELS, build_model, check_image_size
+from components.models import INPUT_PIXELS, MODELS, build_model, check_image_size, modality_of
 from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, read_json, write_json
 from components.train.placement import BACKENDS, PRECISIONS
@@ -177,10 +177,11 @@ def validation_dataset(examples_dir: str, stats: dict, placement, global_batch: 
         return None, None
     if used < count:
         log.info("validating on %d of %d examples per epoch (static batches of %d)", used, count, batch)
+    size, length = input_size(stats)
     dataset = make_dataset(
-        examples_dir, "validation", stats["image_size"], stats["num_classes"], batch // placement.processes,
+        examples_dir, "validation", size, stats["num_classes"], batch // placement.processes,
         training=False, cache=cache, drop_remainder=static, shard=(placement.processes, placement.process_index),
-        take=used if placement.processes > 1 else None,
+        take=used if placement.processes > 1 else None, sequence_length=length,
     )  # fmt: skip
     if placement.processes == 1:
         return dataset, None
@@ -367,9 +368,18 @@ def reference_predictions(model, examples_dir: str, stats: dict, placement):
     count = min(REFERENCE_EXAMPLES, stats["counts"]["validation"]) // placement.devices * placement.devices
     if placement.processes > 1 or not count:
         return None
-    images = first_images(examples_dir, "validation", stats["image_size"], stats["num_classes"], count)
+    size, length = input_size(stats)
+    images = first_images(examples_dir, "validation", size, stats["num_classes"], count, sequence_length=length)
     with placement.scope():
         return np.asarray(model.predict(images, batch_size=count, verbose=0), dtype=np.float32)
+
+
+def check_model_takes(model_name: str, modality: str, examples_dir: str) -> None:
+    """A one-line error when the model takes the other modality than the examples hold."""
+    if modality_of(model_name) != modality:
+        fits = [name for name in sorted(MODELS) if modality_of(name) == modality]
+        raise UsageError(f"--model {model_name} takes {modality_of(model_name)}s, and the examples in {examples_dir} "
+                         f"are {modality}s: choose one of {', '.join(fits)}")  # fmt: skip
 
 
 def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
@@ -383,8 +393,11 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     for what, path in (("model dir", dirs.model_dir), ("checkpoint dir", dirs.checkpoint_dir),
                        ("TensorBoard dir", dirs.tensorboard_dir)):  # fmt: skip
         check_writable(path, what)
-    image_size, num_classes = stats["image_size"], stats["num_classes"]
-    if config.model_name in MODELS:
+    modality, num_classes = stats.get("modality", "image"), stats["num_classes"]
+    image_size, sequence_length = input_size(stats)
+    shape = example_shape(stats)
+    check_model_takes(config.model_name, modality, config.examples_dir)
+    if modality == "image":
         check_image_size(config.model_name, image_size, f"the examples' image size ({config.examples_dir})")
     train_count, validation_count = stats["counts"]["train"], stats["counts"]["validation"]
     hardware = detect_hardware()
@@ -410,17 +423,17 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
             f"the train split of {config.examples_dir} has {train_count} examples, fewer than one global batch of "
             f"{global_batch}: lower --batch-size or add data"
         )
-    cache = (train_count + validation_count) * image_size * image_size * 3 * 4 < CACHE_LIMIT_BYTES
+    cache = (train_count + validation_count) * math.prod(shape) * 4 < CACHE_LIMIT_BYTES
     shard = (placement.processes, placement.process_index)
     train_ds = make_dataset(config.examples_dir, "train", image_size, num_classes, global_batch // placement.processes,
                             training=True, cache=cache, augment=config.augment, seed=config.seed,
-                            shard=shard)  # fmt: skip
+                            shard=shard, sequence_length=sequence_length)  # fmt: skip
     validation_ds, validation_steps = validation_dataset(config.examples_dir, stats, placement, global_batch, cache)
     jit_compile = backend == "jax" or config.jit_compile  # JAX steps are always XLA programs
     keras.mixed_precision.set_global_policy(precision)
     try:
         with placement.scope():
-            model = build_model(config.model_name, image_size, num_classes)
+            model = build_model(config.model_name, image_size, num_classes, stats.get("vocabulary_size", 0))
             model.compile(
                 optimizer=keras.optimizers.Adam(learning_rate(config, steps_per_epoch)),
                 loss="categorical_crossentropy",
@@ -451,10 +464,10 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     if finished_before:
         log.info("resuming from the checkpoint in %s after epoch %d", backup_dir, finished_before)
     log.info(
-        "training %s on %d images (%dx%d, %d classes): %d epochs of %d steps, global batch %d (%d x %d devices), "
+        "training %s on %d %s (%s, %d classes): %d epochs of %d steps, global batch %d (%d x %d devices), "
         "%s, %s on %s, XLA %s, %d steps per execution",
-        config.model_name, train_count, image_size, image_size, num_classes, config.epochs, steps_per_epoch,
-        global_batch, per_device, placement.devices, precision, placement.strategy, backend,
+        config.model_name, train_count, f"{modality}s", "x".join(map(str, shape)), num_classes, config.epochs,
+        steps_per_epoch, global_batch, per_device, placement.devices, precision, placement.strategy, backend,
         "on" if jit_compile else "off", config.steps_per_execution,
     )  # fmt: skip
     started = time.monotonic()
@@ -476,10 +489,15 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     epochs = read_epoch_log(epoch_log) if placement.is_chief else []  # process 0 alone keeps the log
     model_config = {
         "model_name": config.model_name,
-        "image_size": image_size,
+        "modality": modality,
+        # images: uint8 pixels, scaled inside the model; texts: int32 token ids of the conversion's vocabulary
+        **(
+            {"image_size": image_size, "input_pixels": INPUT_PIXELS}
+            if modality == "image"
+            else {"sequence_length": sequence_length, "vocabulary_size": stats["vocabulary_size"]}
+        ),
         "num_classes": num_classes,
         "class_names": stats["class_names"],
-        "input_pixels": INPUT_PIXELS,  # uint8, scaled inside the model
         "backend": backend,
         "backend_reason": why,
         "precision": precision,
@@ -491,7 +509,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         "accelerator": placement.accelerator,
         "jit_compile": jit_compile,
         "steps_per_execution": config.steps_per_execution,
-        "distribution": distribution_facts(model, placement, (global_batch, image_size, image_size, 3)),
+        "distribution": distribution_facts(model, placement, (global_batch, *shape)),
     }
     reference = reference_predictions(model, config.examples_dir, stats, placement)
     curves = {name: [record[name] for record in epochs] for name in epochs[-1] if name != "epoch"} if epochs else {}
@@ -508,7 +526,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     final = {name: values[-1] for name, values in curves.items()}
     trained_epochs = config.epochs - finished_before
     images_per_second = trained_epochs * steps_per_epoch * global_batch / max(seconds, 1e-9)
-    log.info("trained in %.1fs (%.0f images/s): %s", seconds, images_per_second, json.dumps(final))
+    log.info("trained in %.1fs (%.0f %ss/s): %s", seconds, images_per_second, modality, json.dumps(final))
     return {
         "final": final,
         "train_seconds": seconds,

@@ -54,3 +54,32 @@ def test_the_page_check_sees_a_picture_that_does_not_load_and_a_blank_page(tmp_p
     assert (check["images"], check["loaded"], check["broken"]) == (2, 1, ["broken"])
     page.write_text("<!DOCTYPE html><html><body></body></html>")
     assert screenshot_report(str(page), browser)["blank"] is True
+
+
+def test_run_local_draws_the_report_into_the_evaluate_steps_artifact(tmp_path, browser):
+    """``run-local --screenshot``: once the DAG is done, report.png lies beside report.html in the evaluate step's
+    KFP artifact, drawn, every picture loaded; the summary names it."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    work = tmp_path / "work"
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "run-local", "--work-dir", str(work), "--demo-per-class", "20",
+         "--image-size", "16", "--epochs", "2", "--min-accuracy", "0", "--screenshot"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    with open(work / "summary.json") as handle:
+        summary = json.load(handle)
+    shot = summary["report_screenshot"]
+    report = summary["report_html"]
+    assert shot["path"] == os.path.join(os.path.dirname(report), "report.png")
+    assert os.path.dirname(report).startswith(str(work / "local" / "artifacts"))  # the step's KFP artifact
+    assert not shot["blank"] and shot["images"] == shot["loaded"] >= 1
+    with open(shot["path"], "rb") as handle:
+        assert not drawn(handle.read())["blank"]
+    line = next(line for line in result.stdout.splitlines() if line.strip().startswith("screenshot"))
+    assert line.split(None, 1)[1] == f"{shot['path']} ({shot['loaded']} of {shot['images']} pictures loaded)"
