@@ -77,7 +77,7 @@ def test_run_local_draws_the_report_into_the_evaluate_steps_artifact(tmp_path, b
     shot = summary["report_screenshot"]
     report = summary["report_html"]
     assert shot["path"] == os.path.join(os.path.dirname(report), "report.png")
-    assert os.path.dirname(report).startswith(str(work / "local" / "artifacts"))  # the step's KFP artifact
+    assert report.startswith(summary["pipeline_root"]) and report.endswith("/evaluate/evaluation/report.html")
     assert not shot["blank"] and shot["images"] == shot["loaded"] >= 1
     with open(shot["path"], "rb") as handle:
         assert not drawn(handle.read())["blank"]
