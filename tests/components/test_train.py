@@ -215,7 +215,7 @@ def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_pa
     model_dir, checkpoints = tmp_path / "model", tmp_path / "checkpoints"
     command = [
         sys.executable, "-m", "components.train", "--examples", examples_dir, "--model-dir", str(model_dir),
-        "--checkpoint-dir", str(checkpoints), "--epochs", "60", "--batch-size", "8", "--precision", "float32",
+        "--checkpoint-dir", str(checkpoints), "--epochs", "30", "--batch-size", "8", "--precision", "float32",
         "--backend", backend, "--backup-interval", interval,
     ]  # fmt: skip
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -233,7 +233,7 @@ def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_pa
             process.kill()
     assert process.returncode == -signal.SIGKILL, "training finished before it could be killed"
     kept, finished = epochs_kept(str(checkpoints)), len(epoch_log.read_text().splitlines())
-    assert 3 <= kept <= finished < 60
+    assert 3 <= kept <= finished < 30
     if interval == "0":
         assert kept >= finished - 1  # every epoch is backed up; the kill may land between backup and log
     assert not (model_dir / "model.keras").exists()
@@ -242,11 +242,11 @@ def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_pa
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert summary["resumed_after_epoch"] == kept
-    assert f"Epoch {summary['resumed_after_epoch'] + 1}/60" in resumed.stdout + resumed.stderr
-    assert "Epoch 1/60" not in resumed.stdout + resumed.stderr
+    assert f"Epoch {summary['resumed_after_epoch'] + 1}/30" in resumed.stdout + resumed.stderr
+    assert "Epoch 1/30" not in resumed.stdout + resumed.stderr
     with open(model_dir / "history.json") as handle:
         history = json.load(handle)
-    assert history["epochs"] == 60 and len(history["history"]["loss"]) == 60
+    assert history["epochs"] == 30 and len(history["history"]["loss"]) == 30
     with open(model_dir / "model_config.json") as handle:
         assert json.load(handle)["backend"] == backend
     import keras
