@@ -24,6 +24,13 @@ def pixels_in(image_size: int) -> list:
     return [keras.Input(shape=(image_size, image_size, 3), dtype="uint8"), layers.Rescaling(1.0 / 255)]
 
 
+def softmax(num_classes: int):
+    """The output layer: float32 under mixed precision, for a numerically sound softmax and loss."""
+    from keras import layers
+
+    return layers.Dense(num_classes, activation="softmax", dtype="float32")
+
+
 def codelab_convnet(image_size: int, num_classes: int):
     """The "Keras on TPU" codelab's convnet: stacked 3x3 / 1x1 convolutions, max pooling, global average pooling,
     softmax (293,233 parameters for 5 classes at 192x192)."""
@@ -48,7 +55,7 @@ def codelab_convnet(image_size: int, num_classes: int):
             conv(130),
             conv(40, kernel=1),
             layers.GlobalAveragePooling2D(),
-            layers.Dense(num_classes, activation="softmax", dtype="float32"),
+            softmax(num_classes),
         ],
         name="codelab_convnet",
     )
@@ -73,7 +80,7 @@ def squeezenet(image_size: int, num_classes: int):
     for squeeze, expand in ((24, 48), (48, 96), (64, 128), (48, 96)):
         y = layers.MaxPooling2D(2)(fire(y, squeeze, expand))
     y = layers.GlobalAveragePooling2D()(fire(y, 24, 48))
-    outputs = layers.Dense(num_classes, activation="softmax", dtype="float32")(y)
+    outputs = softmax(num_classes)(y)
     return keras.Model(inputs, outputs, name="squeezenet")
 
 
@@ -99,7 +106,7 @@ def cifar_convnet(image_size: int, num_classes: int):
         layers.GlobalAveragePooling2D(),
         layers.Dense(CIFAR_DENSE, activation="relu"),
         layers.Dropout(0.5),
-        layers.Dense(num_classes, activation="softmax", dtype="float32"),
+        softmax(num_classes),
     ]
     return keras.Sequential(stack, name="cifar_convnet")
 
@@ -113,7 +120,7 @@ def dense_baseline(image_size: int, num_classes: int):
         [
             *pixels_in(image_size),
             layers.Flatten(),
-            layers.Dense(num_classes, activation="softmax", dtype="float32"),
+            softmax(num_classes),
         ],
         name="dense_baseline",
     )
@@ -131,13 +138,6 @@ def tokens_in(sequence_length: int, vocabulary_size: int, mask: bool) -> list:
 
     return [keras.Input(shape=(sequence_length,), dtype="int32"),
             layers.Embedding(vocabulary_size, TEXT_EMBEDDING, mask_zero=mask)]  # fmt: skip
-
-
-def softmax(num_classes: int):
-    """The output layer: float32 under mixed precision, for a numerically sound softmax and loss."""
-    from keras import layers
-
-    return layers.Dense(num_classes, activation="softmax", dtype="float32")
 
 
 def lstm(sequence_length: int, num_classes: int, vocabulary_size: int):

@@ -8,6 +8,7 @@ rerun, wherever it is stored.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -316,14 +317,18 @@ def list_source(source: str, classes: Sequence[str] = ()) -> ImageListing:
     if source.lower().endswith(".npz"):
         return list_npz(source, classes)
     listing = list_image_folder(source)
-    if classes:
-        unknown = sorted(set(listing.class_names) - set(classes))
-        if unknown:
-            raise UsageError(f"data path {source} has class folders not in --classes: {', '.join(unknown)}")
-        index = {name: i for i, name in enumerate(classes)}
-        items = tuple((path, index[listing.class_names[i]], split) for path, i, split in listing.items)
-        listing = ImageListing(tuple(classes), items, listing.total_bytes, fingerprint=listing.fingerprint)
-    return listing
+    return in_class_order(listing, classes, source, "class folders") if classes else listing
+
+
+def in_class_order(listing, classes: Sequence[str], source: str, found: str):
+    """A listing (images or texts: items ``(where, class index, ...)``) with its class ids in ``classes``' order
+    (``--classes``); a one-line error naming what the source has outside it."""
+    unknown = sorted(set(listing.class_names) - set(classes))
+    if unknown:
+        raise UsageError(f"data path {source} has {found} not in --classes: {', '.join(unknown)}")
+    index = {name: i for i, name in enumerate(classes)}
+    items = tuple((item[0], index[listing.class_names[item[1]]], *item[2:]) for item in listing.items)
+    return dataclasses.replace(listing, class_names=tuple(classes), items=items)
 
 
 def source_fingerprint(source: str, classes: Sequence[str] = ()) -> str:

@@ -45,6 +45,7 @@ from components.convert.core import (
     content_digest,
     default_pipeline_args,
     fingerprint_of,
+    in_class_order,
     summarize_counts,
     warn_small_classes,
     write_records,
@@ -155,24 +156,26 @@ def list_text_folder(root: str) -> TextListing:
     if "://" not in root and not os.path.isdir(root):
         raise UsageError(f"data path {root} is not a folder: pass <root>/<class_name>/*.txt, aclImdb's "
                          "<root>/train|test/<class_name>/*.txt, or a .csv/.jsonl of texts and labels")  # fmt: skip
-    split_folders = {"train": "train", "test": "test", "validation": "validation"}
+    split_folders = ("train", "validation", "test")
     nested = [meta for meta in _match(f"{root}/*/*/*") if meta.path.split("/")[-3] in split_folders]
-    found, by_class = (nested, {}) if nested else (_match(f"{root}/*/*"), {})
-    for meta in found:
+    kept, by_class, source_splits = [], {}, set()
+    for meta in nested or _match(f"{root}/*/*"):
         parts = meta.path.rstrip("/").split("/")
-        class_name, split = (parts[-2], split_folders[parts[-3]]) if nested else (parts[-2], "")
-        if class_name == UNSUPERVISED:
+        if parts[-2] == UNSUPERVISED:
             continue
-        by_class.setdefault(class_name, []).append((meta.path, split))
+        kept.append(meta)
+        split = parts[-3] if nested else ""
+        source_splits.add(split)
+        # a train folder's texts are hashed into train and validation (unless the source has a validation folder)
+        by_class.setdefault(parts[-2], []).append((meta.path, "" if split == "train" else split))
     if not by_class:
         raise UsageError(f"data path {root} holds no text files: expected <root>/<class_name>/*.txt or aclImdb's "
                          "<root>/train|test/<class_name>/*.txt")  # fmt: skip
     class_names = tuple(sorted(by_class))
     items = tuple((path, index, split, None) for index, name in enumerate(class_names)
                   for path, split in sorted(by_class[name]))  # fmt: skip
-    kept = [meta for meta in found if meta.path.rstrip("/").split("/")[-2] != UNSUPERVISED]
     return TextListing(class_names, items, sum(meta.size_in_bytes for meta in kept), fingerprint=fingerprint_of(kept),
-                       splits_from_source=tuple(sorted({split for _, _, split, _ in items if split})))  # fmt: skip
+                       splits_from_source=tuple(sorted(source_splits - {""})))  # fmt: skip
 
 
 def list_text_table(path: str, text_column: str, label_column: str) -> TextListing:
@@ -237,16 +240,7 @@ def list_text_source(config: TextConvertConfig) -> TextListing:
         listing = list_text_folder(source)
     if not listing.items:
         raise UsageError(f"data path {source} holds no texts: every row or file was rejected (see the log)")
-    if config.classes:
-        unknown = sorted(set(listing.class_names) - set(config.classes))
-        if unknown:
-            raise UsageError(f"data path {source} has classes not in --classes: {', '.join(unknown)}")
-        index = {name: i for i, name in enumerate(config.classes)}
-        items = tuple((where, index[listing.class_names[i]], split, text)
-                      for where, i, split, text in listing.items)  # fmt: skip
-        listing = TextListing(tuple(config.classes), items, listing.total_bytes, listing.rejected,
-                              listing.fingerprint, listing.splits_from_source)  # fmt: skip
-    return listing
+    return in_class_order(listing, config.classes, source, "classes") if config.classes else listing
 
 
 def decode_text(content: bytes) -> str:
@@ -416,13 +410,13 @@ def run_text(config: TextConvertConfig) -> dict:
             | "Spread" >> beam.Reshuffle()
             | "Read" >> beam.ParDo(ReadTexts()).with_outputs(QUARANTINE_TAG, main="read")
         )
-        # byte-identical texts meet here (keyed by content digest): each is kept once, in one split; a train item
-        # of aclImdb goes to train or (hashed) validation, a test item stays in test
+        # byte-identical texts meet here (keyed by content digest): each is kept once, in one split; a test item
+        # of aclImdb stays in test, a train item goes to train or (hashed) validation
         unique = (
             read["read"]
             | "GroupByContent" >> beam.GroupByKey()
             | "KeepOnePerContent"
-            >> beam.ParDo(_TrainItemsHashed(validation_fraction, test_fraction)).with_outputs(DUPLICATE_TAG, *SPLITS)
+            >> beam.ParDo(KeepFirstCopy(validation_fraction, test_fraction)).with_outputs(DUPLICATE_TAG, *SPLITS)
         )
         vocabulary = (
             unique["train"]
@@ -465,16 +459,3 @@ def run_text(config: TextConvertConfig) -> dict:
                               f"({stats['quarantined'] / max(1, total):.1%} > --max-bad-fraction "
                               f"{config.max_bad_fraction:.1%}): see {output_dir}/{QUARANTINE_FILE}")  # fmt: skip
     return stats
-
-
-class _TrainItemsHashed(KeepFirstCopy):
-    """``KeepFirstCopy`` where a source's ``train`` folder still gets its validation share hashed out of it."""
-
-    def process(self, element):
-        yield from super().process(_hash_train(element))
-
-
-def _hash_train(element):
-    digest, copies = element
-    return digest, [(where, class_index, "" if split == "train" else split, text)
-                    for where, class_index, split, text in copies]  # fmt: skip

@@ -210,3 +210,16 @@ def test_a_jsonl_on_gcs_is_converted_into_gcs(gcs):
     assert stats["num_examples"] == 16 and read_json(f"{output}/stats.json") == stats
     names = {blob.name for blob in gcs.client.list_blobs(BUCKET, prefix="text-examples/")}
     assert "text-examples/vocabulary.txt" in names
+
+
+def test_classes_fix_the_class_ids_and_a_label_outside_them_is_one_line(tmp_path):
+    from components.convert.text import TextConvertConfig, list_text_source
+
+    for label in ("neg", "pos"):
+        write(f"{tmp_path}/r/{label}/1.txt", f"a {label} text".encode())
+    listing = list_text_source(TextConvertConfig(source=str(tmp_path / "r"), output_dir="", classes=("pos", "neg")))
+    assert listing.class_names == ("pos", "neg")
+    assert {os.path.basename(os.path.dirname(where)): index for where, index, _, _ in listing.items} == {
+        "pos": 0, "neg": 1}  # fmt: skip
+    with pytest.raises(UsageError, match=r"has classes not in --classes: neg$"):
+        list_text_source(TextConvertConfig(source=str(tmp_path / "r"), output_dir="", classes=("pos",)))
