@@ -191,8 +191,9 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
         add_dag_parameters(local_cmd)
     predict_cmd = commands.add_parser(
         "predict",
-        help="top labels for image files, from an exported model on the CPU or a Vertex AI endpoint",
-        description="Print the top labels with their probabilities for each image, from the export step's "
+        help="top labels for image files or texts, from an exported model on the CPU or a Vertex AI endpoint",
+        description="Print the top labels with their probabilities for each image (or, for a text model, each "
+        "--text and --text-file), from the export step's "
         "SavedModel (or a TFLite file of it) on this machine, or from the model a Vertex AI endpoint serves "
         '(--endpoint: each image sent as {"image_bytes": {"b64": ...}}). An image that cannot be decoded is '
         "reported on one line; the others are still answered (exit 2 when any could not be).",
@@ -201,9 +202,18 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
     where.add_argument("--model", help="the export step's output dir (or its saved_model/, or a .tflite file)")
     where.add_argument("--endpoint", help="a Vertex AI endpoint (resource name or display name) serving an export")
     add_vertex_options(predict_cmd, for_jobs=False)
-    predict_cmd.add_argument("images", nargs="+", metavar="IMAGE", help="image files: JPEG, PNG, GIF, BMP, WebP")
-    predict_cmd.add_argument("--top", type=int, default=3, help="labels per image (default %(default)s)")
-    predict_cmd.add_argument("--json", action="store_true", help="one JSON object per image instead of text")
+    predict_cmd.add_argument("images", nargs="*", metavar="IMAGE", help="image files: JPEG, PNG, GIF, BMP, WebP")
+    predict_cmd.add_argument(
+        "--text",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="a text for a text model (repeat for more); tokenised as the conversion did",
+    )
+    predict_cmd.add_argument("--text-file", action="append", default=[], metavar="FILE",
+                             help="a UTF-8 file holding one text for a text model (repeat for more)")  # fmt: skip
+    predict_cmd.add_argument("--top", type=int, default=3, help="labels per image or text (default %(default)s)")
+    predict_cmd.add_argument("--json", action="store_true", help="one JSON object per image or text instead")
 
     submit_cmd = commands.add_parser(
         "submit",
@@ -436,7 +446,17 @@ def vertex_settings(args: argparse.Namespace):
 def run_predict(args: argparse.Namespace) -> int:
     import json
 
-    if args.endpoint:
+    texts = bool(args.text or args.text_file)
+    if texts == bool(args.images):
+        raise UsageError("pass either images or --text/--text-file (a text model's inputs)" if texts
+                         else "pass image files, or --text/--text-file for a text model")  # fmt: skip
+    if texts and args.endpoint:
+        raise UsageError("--endpoint takes images; predict texts with --model (the export step's output)")
+    if texts:
+        from pipeline.predict import predict_texts
+
+        answers, errors = predict_texts(args.model, args.text, args.text_file, args.top)
+    elif args.endpoint:
         from pipeline import vertex
         from pipeline.deployment import predict_endpoint
 
@@ -451,7 +471,8 @@ def run_predict(args: argparse.Namespace) -> int:
         answers, errors = predict(args.model, args.images, args.top)
     for answer in answers:
         if args.json:
-            print(json.dumps({"path": answer.path, "top": [{"label": n, "probability": p} for n, p in answer.top]}))
+            where = {"text": answer.text} if answer.text is not None else {"path": answer.path}
+            print(json.dumps({**where, "top": [{"label": n, "probability": p} for n, p in answer.top]}))
         else:
             print(answer.line())
     for error in errors:

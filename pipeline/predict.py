@@ -1,8 +1,10 @@
-"""Prediction on the CPU, the codelab's last step: the exported SavedModel answers for image files.
+"""Prediction on the CPU, the codelab's last step: the exported SavedModel answers for image files, or for texts.
 
 Each image is decoded here first (every format the conversion reads, EXIF orientation applied) and handed to the
 ``serving_default`` signature as PNG bytes, which resizes it exactly as the conversion did. An image that cannot be
-decoded gets a one-line error naming it; the others are still answered.
+decoded gets a one-line error naming it; the others are still answered. A text model's SavedModel takes the texts as
+they are (it tokenises them itself); its TFLite files take the ids ``components.tokenizing`` gives with the vocabulary
+packed in them.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from components.cli import UsageError, one_line
 
 @dataclass
 class Answer:
-    path: str
+    path: str  # the image or text file ("" for a text given inline)
     top: list[tuple[str, float]]  # (label, probability), most likely first
+    text: str | None = None  # a text given inline (--text)
 
     def line(self) -> str:
-        return f"{self.path}: " + ", ".join(f"{label} {probability:.3f}" for label, probability in self.top)
+        shown = self.path or repr(self.text if len(self.text or "") <= 60 else self.text[:57] + "...")
+        return f"{shown}: " + ", ".join(f"{label} {probability:.3f}" for label, probability in self.top)
 
 
 def locate_export(model: str) -> tuple[str, list[str]]:
@@ -86,6 +90,8 @@ def predict(model: str, images: list[str], top: int = 3) -> tuple[list[Answer], 
     """Top-``top`` labels for each readable image, and one-line errors for the others."""
     check_top(top)
     saved_model, class_names = locate_export(model)
+    if export_modality(saved_model) == TEXT_MODEL:
+        raise UsageError(f"model {model} is a text model: pass --text or --text-file, not image files")
     readable, errors = read_images(images)
     if not readable:
         return [], errors
@@ -123,3 +129,83 @@ def _tflite_probabilities(path: str, decoded: list):
     size = int(interpreter.get_input_details()[0]["shape"][1])
     images = [np.asarray(fill_square_pillow(pixels, size), dtype=np.uint8) for pixels in decoded]
     return tflite_predict(content, np.stack(images))
+
+
+TEXT_MODEL = "text"
+
+
+def export_modality(model: str) -> str:
+    """ "text" or "image": what an export (its ``export.json``) or a TFLite file (int32 ids in) takes."""
+    if model.endswith(".tflite"):
+        import numpy as np
+        from ai_edge_litert.interpreter import Interpreter
+
+        return TEXT_MODEL if Interpreter(model_path=model).get_input_details()[0]["dtype"] == np.int32 else "image"
+    found = find_saved_model(model)
+    if found and os.path.isfile(found[1]):
+        with open(found[1], encoding="utf-8") as handle:
+            return json.load(handle).get("modality", "image")
+    return "image"
+
+
+def read_texts(texts: list[str], files: list[str]) -> tuple[list[Answer], list[str]]:
+    """(an empty answer per text, given inline or read from a UTF-8 file, with the text), and a one-line error for
+    each file that cannot be read."""
+    readable, errors = [Answer("", [], text) for text in texts], []
+    for path in files:
+        try:
+            with open(path, encoding="utf-8-sig") as handle:
+                readable.append(Answer(path, [], handle.read()))
+        except (OSError, UnicodeDecodeError) as err:
+            errors.append(f"text file {path} cannot be read: {one_line(err)} (pass a UTF-8 text file)")
+    return readable, errors
+
+
+def predict_texts(model: str, texts: list[str], files: list[str], top: int = 3) -> tuple[list[Answer], list[str]]:
+    """Top-``top`` labels for each text of a text model's export, and one-line errors for unreadable files."""
+    check_top(top)
+    exported, class_names = locate_export(model)
+    if export_modality(exported) != TEXT_MODEL:
+        raise UsageError(f"model {model} is an image model: pass image files, not --text/--text-file")
+    answers, errors = read_texts(texts, files)
+    if not answers:
+        return [], errors
+    strings = [answer.text for answer in answers]
+    if exported.endswith(".tflite"):
+        probabilities = _tflite_text_probabilities(exported, strings)
+    else:
+        import tensorflow as tf
+
+        serving = tf.saved_model.load(exported).signatures["serving_default"]
+        probabilities = serving(text=tf.constant(strings))["probabilities"].numpy()
+    for answer, row in zip(answers, probabilities, strict=True):
+        answer.top = top_labels(answer.path, row, class_names, top).top
+        if answer.path:
+            answer.text = None  # a file's answer names the file
+    return answers, errors
+
+
+def _tflite_text_probabilities(path: str, texts: list[str]):
+    """A text TFLite model's probabilities: the texts tokenised here with the vocabulary packed in the file (or the
+    ``vocabulary.txt`` beside it)."""
+    import numpy as np
+
+    from components.export.text import tflite_token_predict
+    from components.export.tflite_metadata import packed_file
+    from components.tokenizing import VOCABULARY_FILE, parse_vocabulary, token_ids
+
+    with open(path, "rb") as handle:
+        content = handle.read()
+    vocabulary = packed_file(content, VOCABULARY_FILE)
+    beside = os.path.join(os.path.dirname(os.path.abspath(path)), VOCABULARY_FILE)
+    if vocabulary is None and os.path.isfile(beside):
+        with open(beside, "rb") as handle:
+            vocabulary = handle.read()
+    if vocabulary is None:
+        raise UsageError(f"model {path} carries no {VOCABULARY_FILE} and none is beside it: pass the export's file")
+    from ai_edge_litert.interpreter import Interpreter
+
+    length = int(Interpreter(model_content=content).get_input_details()[0]["shape"][1])
+    index = {token: i for i, token in enumerate(parse_vocabulary(vocabulary))}
+    ids = np.array([token_ids(text, index, length)[0] for text in texts], dtype=np.int32)
+    return tflite_token_predict(content, ids)

@@ -104,6 +104,68 @@ def exported(converted, trained, tmp_path_factory) -> tuple[str, dict]:
     return output, run(ExportConfig(model_dir=model_dir, examples_dir=examples_dir, output_dir=output))
 
 
+# the text fixtures' reviews: 2 to 4 words of their class among neutral ones, some dressed in what standardisation
+# strips or keeps (case, markup, punctuation, Unicode letters and spaces), so that export's in-graph tokenisation is
+# checked against Beam's on more than plain words
+POSITIVE = ["good", "great", "fine", "nice", "superb", "lovely"]
+NEGATIVE = ["bad", "awful", "poor", "sad", "dull", "boring"]
+NEUTRAL = ["the", "a", "movie", "film", "was", "it", "and", "plot", "cast", "really"]
+DRESSING = ["<BR />", "<br/>", "Don't!", "ÉCOLE", "Straße", "ΟΔΟΣ", "naïve…", "\u00a0", "\t", "\u3000", "“quoted”",
+            "İstanbul", "😀", "x\u200by", "C'est-à-dire", "(1/10)"]  # fmt: skip
+TEXT_SEQUENCE_LENGTH = 16
+
+
+def write_reviews(path, count: int = 320, seed: int = 5) -> str:
+    """``count`` short reviews as JSONL (``text``, ``label``: pos / neg, alternating)."""
+    import json
+    import random
+
+    rng = random.Random(seed)
+    lines = []
+    for n in range(count):
+        label, words = ("pos", POSITIVE) if n % 2 else ("neg", NEGATIVE)
+        tokens = rng.choices(NEUTRAL, k=rng.randint(3, 14)) + rng.choices(words, k=rng.randint(2, 4))
+        tokens += rng.choices(DRESSING, k=rng.randint(0, 3))
+        rng.shuffle(tokens)
+        text = " ".join(tokens) + f". Review {n}!"
+        lines.append(json.dumps({"text": text.title() if n % 5 == 0 else text, "label": label}))
+    path.write_text("\n".join(lines))
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def text_examples(tmp_path_factory) -> tuple[str, dict]:
+    """320 short reviews converted by the text convert (vocabulary of 64 ids, 16 tokens a text); (dir, stats)."""
+    from components.convert.text import TextConvertConfig, run_text
+
+    source = write_reviews(tmp_path_factory.mktemp("reviews") / "reviews.jsonl")
+    output = str(tmp_path_factory.mktemp("text") / "examples")
+    stats = run_text(TextConvertConfig(source=source, output_dir=output, vocabulary_size=64,
+                                       sequence_length=TEXT_SEQUENCE_LENGTH, pipeline_args=IN_MEMORY))  # fmt: skip
+    return output, stats
+
+
+@pytest.fixture(scope="session")
+def trained_text(text_examples, tmp_path_factory) -> tuple[str, dict]:
+    """The article's LSTM trained on TensorFlow for 6 epochs on the reviews; (model dir, result)."""
+    from components.train.core import TrainConfig, run
+
+    examples, _ = text_examples
+    model_dir = str(tmp_path_factory.mktemp("text-model") / "model")
+    result = run(TrainConfig(examples_dir=examples, model_dir=model_dir, model_name="lstm", epochs=6,
+                             per_replica_batch_size=16, backend="tensorflow"), env={})  # fmt: skip
+    return model_dir, result
+
+
+@pytest.fixture(scope="session")
+def exported_text(text_examples, trained_text, tmp_path_factory) -> tuple[str, dict]:
+    """The trained LSTM exported; (output dir, export.json)."""
+    from components.export.core import ExportConfig, run
+
+    output = str(tmp_path_factory.mktemp("text-export") / "export")
+    return output, run(ExportConfig(model_dir=trained_text[0], examples_dir=text_examples[0], output_dir=output))
+
+
 def run_cli(*args: str, cwd: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """Runs ``python -m ...`` in the project's interpreter, the way a user does."""
     return subprocess.run(

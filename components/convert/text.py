@@ -19,8 +19,6 @@ import io
 import json
 import logging
 import os
-import re
-import string
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,17 +50,20 @@ from components.convert.core import (
 )
 from components.schema import SPLITS, STATS_FILE, _bytes_feature, _delimited, _int64_feature, check_class_count
 from components.storage import check_writable, write_atomically, write_json
+from components.tokenizing import (
+    OUT_OF_VOCABULARY,
+    PADDING,
+    VOCABULARY_FILE,
+    standardize,
+    token_ids,
+    vocabulary_bytes,
+)
 
 log = logging.getLogger(__name__)
 
 MODALITY = "text"
-VOCABULARY_FILE = "vocabulary.txt"
-PADDING, OUT_OF_VOCABULARY = "", "[UNK]"  # ids 0 and 1, as Keras's TextVectorization names them
 TABLE_SUFFIXES = (".csv", ".jsonl")
 UNSUPERVISED = "unsup"  # aclImdb's unlabelled reviews
-# what standardisation strips: HTML line breaks (aclImdb's reviews hold "<br />"), then ASCII punctuation
-LINE_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
-PUNCTUATION = re.compile(f"[{re.escape(string.punctuation)}]")
 # one shard per this many texts of a split (aclImdb's 25,000 reviews: about 33 MB of TFRecords at 250 tokens)
 TEXTS_PER_SHARD = 25_000
 
@@ -106,11 +107,6 @@ class TextConvertConfig:
             raise UsageError(f"--sequence-length {self.sequence_length} must be positive (the article uses 250)")
         check_split_options(self, "texts")
         check_beam_args(self.pipeline_args, [f"--{f.replace('_', '-')}" for f in self.__dataclass_fields__])
-
-
-def standardize(text: str) -> list[str]:
-    """The tokens of a text: lowercased, HTML line breaks and ASCII punctuation removed, split on whitespace."""
-    return PUNCTUATION.sub("", LINE_BREAK.sub(" ", text.lower())).split()
 
 
 @dataclass(frozen=True)
@@ -294,14 +290,6 @@ def build_vocabulary(counts: list[tuple[str, int]], size: int) -> list[str]:
     return [PADDING, OUT_OF_VOCABULARY, *(token for token, _ in ranked[: size - 2])]
 
 
-def token_ids(text: str, index: dict[str, int], length: int) -> tuple[list[int], int, int]:
-    """(ids padded or truncated to ``length``, tokens in the text, of which out of vocabulary)."""
-    tokens = standardize(text)
-    ids = [index.get(token, 1) for token in tokens]
-    unknown = sum(1 for i in ids if i == 1)
-    return (ids + [0] * length)[:length], len(tokens), unknown
-
-
 def serialize_text_example(tokens: Sequence[int], text: str, class_index: int, label: str, num_classes: int) -> bytes:
     """One serialized ``tf.train.Example`` of the text schema (protobuf wire format, fields in name order, as
     ``components.schema.serialize_example`` writes images): ``class``, ``label``, ``one_hot_class``, ``text``,
@@ -380,7 +368,7 @@ def write_text_stats(counts, quarantine, duplicates, tallies, vocabulary, *, out
         splits_from_source=list(listing.splits_from_source),
         tokens=tokens,
     )
-    write_atomically(f"{output_dir}/{VOCABULARY_FILE}", "".join(f"{token}\n" for token in vocabulary).encode())
+    write_atomically(f"{output_dir}/{VOCABULARY_FILE}", vocabulary_bytes(vocabulary))
     write_records(output_dir, quarantine, duplicates)
     write_json(f"{output_dir}/{STATS_FILE}", stats)
     return stats

@@ -1,6 +1,6 @@
 """Export for CPU serving: rebuild the model on TensorFlow with no distribution, load the trained weights (the codelab's
 hand-off after TPU training, here across backends: weights trained on JAX load as they are), and write a SavedModel
-that takes encoded images.
+that takes encoded images (text models: raw strings, ``components.export.text``).
 
 Signatures: ``serving_default`` takes ``image_bytes`` (a batch of JPEG / PNG strings of any size, resized exactly as
 the conversion does) and returns ``probabilities``, ``class_id`` and ``label``; ``serving_images`` takes decoded uint8
@@ -57,11 +57,26 @@ def build_cpu_model(model_dir: str):
     from components.models import build_model
 
     config = load_model_config(model_dir)
+    size = config["sequence_length"] if config.get("modality") == "text" else config["image_size"]
     keras.mixed_precision.set_global_policy("float32")
     with tf.device("/CPU:0"):
-        model = build_model(config["model_name"], config["image_size"], config["num_classes"])
+        model = build_model(config["model_name"], size, config["num_classes"], config.get("vocabulary_size", 0))
         model.load_weights(os.path.join(model_dir, WEIGHTS_FILE))
     return model, config
+
+
+def predictions_of(model, class_names):
+    """The serving outputs of a batch of model inputs: ``probabilities``, ``class_id`` and ``label``."""
+    import tensorflow as tf
+
+    labels = tf.constant(list(class_names))
+
+    def predictions(inputs):
+        probabilities = tf.cast(model(inputs, training=False), tf.float32)
+        class_id = tf.argmax(probabilities, axis=-1)
+        return {"probabilities": probabilities, "class_id": class_id, "label": tf.gather(labels, class_id)}
+
+    return predictions
 
 
 def write_saved_model(model, image_size: int, class_names, path: str) -> None:
@@ -71,12 +86,7 @@ def write_saved_model(model, image_size: int, class_names, path: str) -> None:
 
     from components.imaging import decode_rgb, fill_square
 
-    labels = tf.constant(list(class_names))
-
-    def predictions(images):
-        probabilities = tf.cast(model(images, training=False), tf.float32)
-        class_id = tf.argmax(probabilities, axis=-1)
-        return {"probabilities": probabilities, "class_id": class_id, "label": tf.gather(labels, class_id)}
+    predictions = predictions_of(model, class_names)
 
     def serve_bytes(image_bytes):
         images = tf.map_fn(
@@ -96,6 +106,12 @@ def write_saved_model(model, image_size: int, class_names, path: str) -> None:
         predictions,
         input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.uint8, name="images")],
     )
+    write_archive(archive, path)
+
+
+def write_archive(archive, path: str) -> None:
+    """Writes a Keras ``ExportArchive`` to ``path`` through a temporary folder beside it (never half a SavedModel
+    where the last one was)."""
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".saved_model-", dir=parent)
@@ -269,7 +285,9 @@ def backend_parity(model, model_dir: str, model_config: dict, examples_dir: str)
     with np.load(path) as arrays:
         reference = arrays["probabilities"]
     count = len(reference)
-    images = first_images(examples_dir, "validation", model_config["image_size"], model_config["num_classes"], count)
+    length = model_config.get("sequence_length")
+    images = first_images(examples_dir, "validation", length or model_config["image_size"],
+                          model_config["num_classes"], count, sequence_length=length)  # fmt: skip
     exported = np.asarray(model(images, training=False), dtype=np.float32)
     return {
         **record,
@@ -289,6 +307,10 @@ def run(config: ExportConfig) -> dict:
     activate_backend("tensorflow")  # the SavedModel and TFLite files are TensorFlow graphs, whatever trained it
     import keras
 
+    if load_model_config(config.model_dir).get("modality") == "text":
+        from components.export.text import export_text
+
+        return export_text(config)
     model, model_config = build_cpu_model(config.model_dir)
     saved_model_path = os.path.join(config.output_dir, SAVED_MODEL_DIR)
     write_saved_model(model, model_config["image_size"], model_config["class_names"], saved_model_path)
@@ -309,7 +331,7 @@ def run(config: ExportConfig) -> dict:
     correct, total = format_accuracies(saved_model_path, tflite, config.examples_dir, model_config)
     accuracy = {name: (count / total if total else None) for name, count in correct.items()}
     weights_bytes = sum(int(weight.numpy().nbytes) for weight in model.weights)  # the float32 weights
-    formats = {"saved_model": {"path": saved_model_path, "bytes": _tree_bytes(saved_model_path),
+    formats = {"saved_model": {"path": saved_model_path, "bytes": tree_bytes(saved_model_path),
                                "weights_bytes": weights_bytes}}  # fmt: skip
     for name, content in tflite.items():
         formats[name] = {"path": os.path.join(config.output_dir, TFLITE_FILES[name]), "bytes": len(content)}
@@ -357,5 +379,5 @@ def run(config: ExportConfig) -> dict:
     return report
 
 
-def _tree_bytes(path: str) -> int:
+def tree_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)

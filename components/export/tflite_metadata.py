@@ -1,6 +1,6 @@
 """Metadata in the TFLite files, so that MediaPipe's and LiteRT's task libraries (an ``ImageClassifier``) run them as
 they are: the input image (RGB, its size, its normalisation, its pixel range), the output's meaning (a probability
-per class) and the labels, packed in the file.
+per class) and the labels, packed in the file. A text model's files take token ids and carry their vocabulary.
 
 The layout is tflite-support's and MediaPipe's metadata schema (``metadata_schema.fbs``, file identifier ``M001``): a
 ``ModelMetadata`` flatbuffer in a model buffer named ``TFLITE_METADATA``, and the associated files (``labels.txt``)
@@ -26,7 +26,8 @@ MIN_PARSER_VERSION = "1.0.0"
 FEATURE_PROPERTIES, IMAGE_PROPERTIES = 1, 2  # union ContentProperties
 NORMALIZATION_OPTIONS = 1  # union ProcessUnitOptions
 RGB = 1  # enum ColorSpaceType
-TENSOR_AXIS_LABELS = 2  # enum AssociatedFileType
+TENSOR_AXIS_LABELS, VOCABULARY = 2, 5  # enum AssociatedFileType
+VOCABULARY_FILE = "vocabulary.txt"  # components.tokenizing's
 
 
 class _Writer:
@@ -74,25 +75,42 @@ class _Writer:
         return bytes(self.builder.Output())
 
 
-def image_classifier_metadata(*, name: str, description: str, version: str, image_size: int, num_classes: int,
-                              normalization: tuple[float, float] = (0.0, 1.0)) -> bytes:  # fmt: skip
-    """The ``ModelMetadata`` flatbuffer of an image classifier: one RGB image ``image_size`` square in, pixels 0..255
-    normalised as ``(pixel - mean) / std`` by the caller (0 and 1: the model takes them as decoded and scales them
-    itself), and one probability per class out, labelled by ``labels.txt``."""
-    w = _Writer()
+def _classifier_output(w: _Writer, num_classes: int):
+    """The output tensor's metadata: one probability per class (FeatureProperties, Stats 0..1), labelled by
+    ``labels.txt`` on its class axis."""
     labels = w.table(offsets={0: w.string(LABELS_FILE),
                               1: w.string(f"The {num_classes} class names, one a line, in the order of the outputs.")},
                      bytes_={2: TENSOR_AXIS_LABELS})  # fmt: skip
-    # the output: FeatureProperties (an empty table), probabilities in [0, 1], the labels file on its class axis
-    feature = w.table()
-    output_content = w.table(offsets={1: feature}, bytes_={0: FEATURE_PROPERTIES})
-    output = w.table(offsets={
+    output_content = w.table(offsets={1: w.table()}, bytes_={0: FEATURE_PROPERTIES})
+    return w.table(offsets={
         0: w.string("probability"),
         1: w.string(f"Probabilities of the {num_classes} classes (softmax)."),
         3: output_content,
         5: w.table(offsets={0: w.floats([1.0]), 1: w.floats([0.0])}),  # Stats: max, min
         6: w.offsets([labels]),
     })  # fmt: skip
+
+
+def _model_metadata(w: _Writer, *, name: str, description: str, version: str, tensor_in, tensor_out) -> bytes:
+    subgraph = w.table(offsets={2: w.offsets([tensor_in]), 3: w.offsets([tensor_out])})
+    root = w.table(offsets={
+        0: w.string(name),
+        1: w.string(description),
+        2: w.string(version),
+        3: w.offsets([subgraph]),
+        4: w.string("tpu-image-pipeline"),
+        7: w.string(MIN_PARSER_VERSION),
+    })  # fmt: skip
+    return w.finish(root)
+
+
+def image_classifier_metadata(*, name: str, description: str, version: str, image_size: int, num_classes: int,
+                              normalization: tuple[float, float] = (0.0, 1.0)) -> bytes:  # fmt: skip
+    """The ``ModelMetadata`` flatbuffer of an image classifier: one RGB image ``image_size`` square in, pixels 0..255
+    normalised as ``(pixel - mean) / std`` by the caller (0 and 1: the model takes them as decoded and scales them
+    itself), and one probability per class out, labelled by ``labels.txt``."""
+    w = _Writer()
+    output = _classifier_output(w, num_classes)
     # the input: ImageProperties (RGB, its size), a NormalizationOptions process unit, the pixels' range as Stats
     size = w.table(uints={0: image_size, 1: image_size})  # ImageSize: width, height
     image_properties = w.table(offsets={1: size}, bytes_={0: RGB})
@@ -107,16 +125,31 @@ def image_classifier_metadata(*, name: str, description: str, version: str, imag
         4: w.offsets([process_unit]),
         5: w.table(offsets={0: w.floats([255.0]), 1: w.floats([0.0])}),  # Stats: max, min
     })  # fmt: skip
-    subgraph = w.table(offsets={2: w.offsets([image]), 3: w.offsets([output])})
-    root = w.table(offsets={
-        0: w.string(name),
-        1: w.string(description),
-        2: w.string(version),
-        3: w.offsets([subgraph]),
-        4: w.string("tpu-image-pipeline"),
-        7: w.string(MIN_PARSER_VERSION),
+    return _model_metadata(w, name=name, description=description, version=version, tensor_in=image,
+                           tensor_out=output)  # fmt: skip
+
+
+def text_classifier_metadata(*, name: str, description: str, version: str, sequence_length: int,
+                             vocabulary_size: int, num_classes: int) -> bytes:  # fmt: skip
+    """The ``ModelMetadata`` flatbuffer of a text classifier that takes token ids: ``[1, sequence_length]`` int32
+    ids of ``vocabulary.txt`` (attached to the input as its vocabulary), and one probability per class out."""
+    w = _Writer()
+    output = _classifier_output(w, num_classes)
+    vocabulary = w.table(offsets={0: w.string(VOCABULARY_FILE),
+                                  1: w.string("The tokens, one a line, in id order: id 0 pads (an empty line), "
+                                              "id 1 is out of vocabulary ([UNK]).")},
+                         bytes_={2: VOCABULARY})  # fmt: skip
+    tokens = w.table(offsets={
+        0: w.string("tokens"),
+        1: w.string(f"{sequence_length} token ids of the text: lowercased, HTML line breaks and ASCII punctuation "
+                    "removed, split on whitespace, looked up in vocabulary.txt (1 when absent), padded with 0 at "
+                    "the end."),
+        3: w.table(offsets={1: w.table()}, bytes_={0: FEATURE_PROPERTIES}),
+        5: w.table(offsets={0: w.floats([vocabulary_size - 1.0]), 1: w.floats([0.0])}),  # Stats: max, min
+        6: w.offsets([vocabulary]),
     })  # fmt: skip
-    return w.finish(root)
+    return _model_metadata(w, name=name, description=description, version=version, tensor_in=tokens,
+                           tensor_out=output)  # fmt: skip
 
 
 def with_metadata(model: bytes, metadata: bytes, files: dict[str, bytes]) -> bytes:
@@ -164,10 +197,27 @@ def classifier_files(model: bytes, *, name: str, description: str, version: str,
     return with_metadata(model, metadata, {LABELS_FILE: labels})
 
 
-def packed_labels(content: bytes) -> list[str]:
-    """The class names packed in a TFLite file (its ``labels.txt``), or [] for a file without them."""
+def text_classifier_files(model: bytes, *, name: str, description: str, version: str, sequence_length: int,
+                          class_names: list[str], vocabulary: bytes) -> bytes:  # fmt: skip
+    """``model`` with a token-id text classifier's metadata, its ``labels.txt`` and ``vocabulary.txt``."""
+    metadata = text_classifier_metadata(name=name, description=description, version=version,
+                                        sequence_length=sequence_length,
+                                        vocabulary_size=len(vocabulary.decode("utf-8").split("\n")) - 1,
+                                        num_classes=len(class_names))  # fmt: skip
+    labels = "".join(f"{label}\n" for label in class_names).encode()
+    return with_metadata(model, metadata, {LABELS_FILE: labels, VOCABULARY_FILE: vocabulary})
+
+
+def packed_file(content: bytes, name: str) -> bytes | None:
+    """A file packed in a TFLite file (``labels.txt``, ``vocabulary.txt``), or None."""
     try:
         with zipfile.ZipFile(io.BytesIO(content)) as packed:
-            return packed.read(LABELS_FILE).decode("utf-8").splitlines()
+            return packed.read(name)
     except (zipfile.BadZipFile, KeyError):
-        return []
+        return None
+
+
+def packed_labels(content: bytes) -> list[str]:
+    """The class names packed in a TFLite file (its ``labels.txt``), or [] for a file without them."""
+    labels = packed_file(content, LABELS_FILE)
+    return labels.decode("utf-8").splitlines() if labels is not None else []

@@ -31,7 +31,8 @@ from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE, MODEL_FI
 from components.cli import UsageError
 from components.models import INPUT_PIXELS, MODELS, build_model, check_image_size, modality_of
 from components.schema import read_stats
-from components.storage import check_writable, gcs_fuse_path, read_json, write_json
+from components.storage import check_writable, gcs_fuse_path, read_json, write_atomically, write_json
+from components.tokenizing import VOCABULARY_FILE, read_vocabulary, vocabulary_bytes, vocabulary_digest
 from components.train.placement import BACKENDS, PRECISIONS
 
 log = logging.getLogger(__name__)
@@ -397,8 +398,11 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     image_size, sequence_length = input_size(stats)
     shape = example_shape(stats)
     check_model_takes(config.model_name, modality, config.examples_dir)
+    vocabulary = None
     if modality == "image":
         check_image_size(config.model_name, image_size, f"the examples' image size ({config.examples_dir})")
+    else:  # the ids mean this vocabulary's tokens: it goes into the model artifact, for export to tokenise with
+        vocabulary = read_vocabulary(f"{config.examples_dir.rstrip('/')}/{VOCABULARY_FILE}")
     train_count, validation_count = stats["counts"]["train"], stats["counts"]["validation"]
     hardware = detect_hardware()
     backend, why = choose_backend(config.backend, hardware, env, config.hosts)
@@ -494,7 +498,11 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         **(
             {"image_size": image_size, "input_pixels": INPUT_PIXELS}
             if modality == "image"
-            else {"sequence_length": sequence_length, "vocabulary_size": stats["vocabulary_size"]}
+            else {
+                "sequence_length": sequence_length,
+                "vocabulary_size": stats["vocabulary_size"],
+                "vocabulary_sha256": vocabulary_digest(vocabulary),
+            }
         ),
         "num_classes": num_classes,
         "class_names": stats["class_names"],
@@ -515,6 +523,8 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     curves = {name: [record[name] for record in epochs] for name in epochs[-1] if name != "epoch"} if epochs else {}
     if placement.is_chief:
         save_model_artifact(model, dirs.model_dir, model_config, curves, finished_before, reference, seconds)
+        if vocabulary is not None:
+            write_atomically(os.path.join(dirs.model_dir, VOCABULARY_FILE), vocabulary_bytes(vocabulary))
         shutil.rmtree(backup_dir, ignore_errors=True)  # the run is complete: a rerun starts afresh
         os.remove(epoch_log)
         if not os.listdir(dirs.checkpoint_dir):

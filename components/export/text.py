@@ -1,0 +1,264 @@
+"""Export of a text model for CPU serving: the article's last step (the LSTM trained on a TPU, moved to the CPU to
+predict), with the tokenisation inside the model.
+
+The SavedModel's ``serving_default`` takes raw strings (``text``): standardisation and tokenisation run in the graph
+(``components.tokenizing.GraphTokenizer``) with the vocabulary the model was trained on, so a client sends the review
+as it is. ``serving_tokens`` takes token ids ``[N, sequence_length]`` (int32), as the TFLite files do; ``tokenize``
+returns the ids the graph computes for strings. Both check against the training examples on the test split: the
+graph's ids against Beam's, and the SavedModel's answers against the trained model's (``parity`` in
+``export.json``).
+
+TFLite: float32, and an int8 file: full-integer (weights and activations, output uint8) for the convolution; for
+the LSTMs, int8 weights with float activations (dynamic range), as full-integer calibration of their loops crashes
+TensorFlow 2.21's converter (a segmentation fault, tried on both LSTMs). Both take ``[1, sequence_length]`` int32
+ids and carry ``labels.txt`` and ``vocabulary.txt`` in their metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+
+from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, TFLITE_FILES
+from components.artifacts.model import MODEL_FILE, load_model_config, model_digest
+from components.export.core import (
+    PARITY_BATCH_SIZE,
+    REPRESENTATIVE_IMAGES,
+    ExportConfig,
+    backend_parity,
+    build_cpu_model,
+    predictions_of,
+    tree_bytes,
+    write_archive,
+)
+from components.export.tflite_metadata import text_classifier_files
+from components.storage import write_atomically, write_json
+from components.tokenizing import VOCABULARY_FILE, GraphTokenizer, read_vocabulary, vocabulary_bytes
+
+log = logging.getLogger(__name__)
+
+RECURRENT_LAYERS = ("LSTM", "GRU", "SimpleRNN", "Bidirectional", "RNN")
+
+
+def write_text_saved_model(model, tokenizer: GraphTokenizer, class_names, path: str) -> None:
+    """Writes the text SavedModel (``serving_default`` on strings, ``serving_tokens``, ``tokenize``) to ``path``."""
+    import tensorflow as tf
+    from keras.export import ExportArchive
+
+    length = tokenizer.sequence_length
+    predictions = predictions_of(model, class_names)
+    archive = ExportArchive()
+    archive.track(model)
+    archive.track(tokenizer.table)
+    strings = [tf.TensorSpec([None], tf.string, name="text")]
+    archive.add_endpoint("serving_default", lambda text: predictions(tokenizer(text)), input_signature=strings)
+    archive.add_endpoint(
+        "serving_tokens", predictions, input_signature=[tf.TensorSpec([None, length], tf.int32, name="tokens")]
+    )
+    archive.add_endpoint("tokenize", lambda text: {"tokens": tokenizer(text)}, input_signature=strings)
+    write_archive(archive, path)
+
+
+def check_text_parity(saved_model_path: str, trained_model, examples_dir: str, split: str, model_config: dict):
+    """On every example of ``split``: the SavedModel's token ids for the raw text against the conversion's (Beam's),
+    and its probabilities for the raw text against the trained model's for the converted ids. Returns the record,
+    and the first text whose ids differ (None when all agree)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components.artifacts.examples import make_dataset
+
+    loaded = tf.saved_model.load(saved_model_path)
+    serving, tokenize = loaded.signatures["serving_default"], loaded.signatures["tokenize"]
+    length = model_config["sequence_length"]
+    dataset = make_dataset(examples_dir, split, length, model_config["num_classes"], PARITY_BATCH_SIZE,
+                           training=False, sources=True, sequence_length=length)  # fmt: skip
+    same_tokens, agree, total, max_difference, first_differing = 0, 0, 0, 0.0, None
+    for tokens, _, texts in dataset:
+        graph_tokens = tokenize(text=texts)["tokens"].numpy()
+        equal = (graph_tokens == tokens.numpy()).all(axis=-1)
+        same_tokens += int(equal.sum())
+        if first_differing is None and not equal.all():
+            first_differing = texts[int(np.flatnonzero(~equal)[0])].numpy().decode("utf-8", errors="replace")
+        exported = serving(text=texts)["probabilities"].numpy()
+        trained = np.asarray(trained_model(tokens, training=False), dtype=np.float32)
+        agree += int((exported.argmax(-1) == trained.argmax(-1)).sum())
+        total += len(exported)
+        max_difference = max(max_difference, float(np.abs(exported - trained).max()))
+    record = {
+        "split": split,
+        "num_examples": total,
+        "token_agreement": same_tokens / total if total else None,  # texts whose ids all equal the conversion's
+        "argmax_agreement": agree / total if total else None,
+        "max_probability_difference": max_difference,
+    }
+    return record, first_differing
+
+
+def is_recurrent(model) -> bool:
+    """Whether the network holds a recurrent layer (whose loops the TFLite converter cannot calibrate)."""
+    return any(type(layer).__name__ in RECURRENT_LAYERS for layer in model.layers)
+
+
+def text_tflite_models(model, sequence_length: int, examples_dir: str, num_classes: int) -> tuple[dict, str]:
+    """The network as TFLite flatbuffers taking ``[1, sequence_length]`` int32 ids, float32 and int8; and how the
+    int8 file is quantized (``full_integer`` or ``dynamic_range``). Converted from a SavedModel with a batch of 1: the
+    converter lowers the LSTM's loop only with static shapes."""
+    import tensorflow as tf
+    from keras.export import ExportArchive
+
+    from components.artifacts.examples import make_dataset
+
+    staging = tempfile.mkdtemp(prefix=".tflite-source-")
+    archive = ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serve", lambda tokens: model(tokens, training=False),
+                         input_signature=[tf.TensorSpec([1, sequence_length], tf.int32, name="tokens")])  # fmt: skip
+    archive.write_out(staging, verbose=False)
+
+    def representative():
+        train = make_dataset(examples_dir, "train", sequence_length, num_classes, 1, training=False,
+                             sequence_length=sequence_length)  # fmt: skip
+        for tokens, _ in train.take(REPRESENTATIVE_IMAGES):
+            yield [tokens]
+
+    try:
+        float_converter = tf.lite.TFLiteConverter.from_saved_model(staging)
+        int8_converter = tf.lite.TFLiteConverter.from_saved_model(staging)
+        int8_converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        quantization = "dynamic_range"  # int8 weights, float activations
+        if not is_recurrent(model):
+            quantization = "full_integer"
+            int8_converter.representative_dataset = representative
+            int8_converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            int8_converter.inference_output_type = tf.uint8  # (the ids stay int32: they are not quantized)
+        return {"tflite_float": float_converter.convert(), "tflite_int8": int8_converter.convert()}, quantization
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def tflite_token_predict(content: bytes, tokens):
+    """Class probabilities from a text TFLite model for int32 ids ``[N, sequence_length]``, one text at a time; the
+    output dequantized when it is integer."""
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    interpreter.allocate_tensors()
+    (source,), (target,) = interpreter.get_input_details(), interpreter.get_output_details()
+    outputs = []
+    for row in np.asarray(tokens):
+        interpreter.set_tensor(source["index"], row[np.newaxis].astype(source["dtype"]))
+        interpreter.invoke()
+        result = interpreter.get_tensor(target["index"])[0]
+        if target["dtype"] != np.float32:
+            scale, zero_point = target["quantization"]
+            result = (result.astype(np.float32) - zero_point) * scale
+        outputs.append(result)
+    return np.stack(outputs)
+
+
+def text_format_accuracies(saved_model_path: str, tflite: dict[str, bytes], examples_dir: str, model_config: dict):
+    """Correct test predictions of each format: the SavedModel fed the raw texts (its own tokenisation), each
+    TFLite file fed the converted ids; and the number of test texts."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components.artifacts.examples import make_dataset
+
+    serving = tf.saved_model.load(saved_model_path).signatures["serving_default"]
+    length = model_config["sequence_length"]
+    test = make_dataset(examples_dir, "test", length, model_config["num_classes"], 64, training=False, sources=True,
+                        sequence_length=length)  # fmt: skip
+    correct = {name: 0 for name in ("saved_model", *tflite)}
+    total = 0
+    for tokens, labels, texts in test:
+        truth = labels.numpy().argmax(-1)
+        predicted = {"saved_model": serving(text=texts)["probabilities"].numpy()}
+        predicted.update({name: tflite_token_predict(content, tokens.numpy()) for name, content in tflite.items()})
+        for name, probabilities in predicted.items():
+            correct[name] += int((np.argmax(probabilities, -1) == truth).sum())
+        total += len(truth)
+    return correct, total
+
+
+def describe_text(model_config: dict, fmt: str, quantization: str) -> str:
+    kind = "float32" if fmt == "tflite_float" else {
+        "full_integer": "full-integer int8 (uint8 out)", "dynamic_range": "int8 weights, float activations"
+    }[quantization]  # fmt: skip
+    names = model_config["class_names"]
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    return (f"{model_config['model_name']}, {kind}: classifies a text, given as {model_config['sequence_length']} "
+            f"token ids of vocabulary.txt, into {len(names)} classes ({shown}); trained with "
+            f"{model_config['backend']} in {model_config['precision']}.")  # fmt: skip
+
+
+def export_text(config: ExportConfig) -> dict:
+    """Exports a text model (SavedModel on strings, TFLite on ids), checks it, and writes ``export.json``."""
+    import keras
+
+    model_config = load_model_config(config.model_dir)
+    vocabulary_path = os.path.join(config.model_dir, VOCABULARY_FILE)
+    vocabulary = read_vocabulary(vocabulary_path)
+    model, model_config = build_cpu_model(config.model_dir)
+    length = model_config["sequence_length"]
+    saved_model_path = os.path.join(config.output_dir, SAVED_MODEL_DIR)
+    write_text_saved_model(model, GraphTokenizer(vocabulary, length), model_config["class_names"], saved_model_path)
+    trained = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
+    parity, differing = check_text_parity(saved_model_path, trained, config.examples_dir, config.parity_split,
+                                          model_config)  # fmt: skip
+    if differing is not None:
+        log.warning("the SavedModel tokenises %.2f%% of the %s texts differently from the conversion, e.g. %r",
+                    100 * (1 - parity["token_agreement"]), config.parity_split, differing[:200])  # fmt: skip
+    crossed = backend_parity(model, config.model_dir, model_config, config.examples_dir)
+    tflite, quantization = text_tflite_models(model, length, config.examples_dir, model_config["num_classes"])
+    digest = model_digest(config.model_dir)
+    for name, content in tflite.items():
+        tflite[name] = text_classifier_files(
+            content, name=model_config["model_name"], version=digest[:12],
+            description=describe_text(model_config, name, quantization), sequence_length=length,
+            class_names=model_config["class_names"], vocabulary=vocabulary_bytes(vocabulary),
+        )  # fmt: skip
+        write_atomically(os.path.join(config.output_dir, TFLITE_FILES[name]), tflite[name])
+    write_atomically(os.path.join(config.output_dir, VOCABULARY_FILE), vocabulary_bytes(vocabulary))
+    correct, total = text_format_accuracies(saved_model_path, tflite, config.examples_dir, model_config)
+    weights_bytes = sum(int(weight.numpy().nbytes) for weight in model.weights)
+    formats = {"saved_model": {"path": saved_model_path, "bytes": tree_bytes(saved_model_path),
+                               "weights_bytes": weights_bytes}}  # fmt: skip
+    for name, content in tflite.items():
+        formats[name] = {"path": os.path.join(config.output_dir, TFLITE_FILES[name]), "bytes": len(content)}
+    formats["tflite_int8"]["quantization"] = quantization
+    for name, entry in formats.items():
+        entry["test_accuracy"] = correct[name] / total if total else None
+    report = {
+        "modality": "text",
+        "formats": formats,
+        "int8_size_vs_float_weights": len(tflite["tflite_int8"]) / weights_bytes if weights_bytes else None,
+        "int8_accuracy_drop": (correct["saved_model"] - correct["tflite_int8"]) / total if total else None,
+        "saved_model": formats["saved_model"],
+        "signatures": {
+            "serving_default": {"inputs": ["text"], "outputs": ["probabilities", "class_id", "label"]},
+            "serving_tokens": {"inputs": ["tokens"], "outputs": ["probabilities", "class_id", "label"]},
+            "tokenize": {"inputs": ["text"], "outputs": ["tokens"]},
+        },
+        "parity": parity,
+        "backend_parity": crossed,
+        "class_names": model_config["class_names"],
+        "sequence_length": length,
+        "vocabulary_size": len(vocabulary),
+        "vocabulary_file": VOCABULARY_FILE,
+        "vocabulary_sha256": model_config.get("vocabulary_sha256"),
+        "trained_precision": model_config["precision"],
+        "trained_backend": crossed["trained_backend"],
+        "model_digest": digest,
+    }
+    write_json(os.path.join(config.output_dir, EXPORT_FILE), report)
+    log.info("formats: %s", ", ".join(f"{name} {e['bytes'] / 1e6:.2f} MB, accuracy {e['test_accuracy']}"
+                                      for name, e in formats.items()))  # fmt: skip
+    log.info("exported %s; on %d %s texts: the graph's token ids equal the conversion's for %.4f, argmax agreement "
+             "%.4f, max probability difference %.2e", saved_model_path, parity["num_examples"], parity["split"],
+             parity["token_agreement"] or 0.0, parity["argmax_agreement"] or 0.0,
+             parity["max_probability_difference"])  # fmt: skip
+    return report

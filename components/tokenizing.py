@@ -1,0 +1,104 @@
+"""Text to token ids, twice over: in Python for the Beam conversion, and as TensorFlow ops inside the exported
+SavedModel, so that serving tokenises raw strings exactly as the training examples were tokenised.
+
+Standardisation: lowercase (Unicode), HTML line breaks (``<br />``, any case) to spaces, ASCII punctuation removed,
+then split on runs of whitespace (every character Python's ``str.split`` takes for whitespace). Ids: 0 pads, 1 is
+out of vocabulary, then the vocabulary's tokens in ``vocabulary.txt`` order (one a line); a text's first
+``sequence_length`` tokens, padded at the end with 0.
+
+The two versions are kept equal by construction (the same patterns, the whitespace set written out for RE2) and by a
+test that tokenises every test example both ways (``tests/components/test_export_text.py``).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+
+VOCABULARY_FILE = "vocabulary.txt"
+PADDING, OUT_OF_VOCABULARY = "", "[UNK]"  # ids 0 and 1, as Keras's TextVectorization names them
+PADDING_ID, OUT_OF_VOCABULARY_ID = 0, 1
+# what standardisation strips: HTML line breaks (aclImdb's reviews hold "<br />"), then ASCII punctuation
+LINE_BREAK = r"<br[ \t\n\v\f\r]*/?>"  # matched after lowercasing; the same class in Python and RE2
+PUNCTUATION = f"[{re.escape(string.punctuation)}]"
+# the characters str.split() splits on (str.isspace()): the graph turns each into a space before splitting, as
+# tf.strings.split alone splits on ASCII whitespace only
+WHITESPACE = "".join(chr(code) for code in range(0x110000) if chr(code).isspace())
+
+_LINE_BREAK, _PUNCTUATION = re.compile(LINE_BREAK), re.compile(PUNCTUATION)
+
+
+def standardize(text: str) -> list[str]:
+    """The tokens of a text: lowercased, HTML line breaks and ASCII punctuation removed, split on whitespace."""
+    return _PUNCTUATION.sub("", _LINE_BREAK.sub(" ", text.lower())).split()
+
+
+def token_ids(text: str, index: dict[str, int], length: int) -> tuple[list[int], int, int]:
+    """(ids padded or truncated to ``length``, tokens in the text, of which out of vocabulary)."""
+    tokens = standardize(text)
+    ids = [index.get(token, OUT_OF_VOCABULARY_ID) for token in tokens]
+    unknown = sum(1 for i in ids if i == OUT_OF_VOCABULARY_ID)
+    return (ids + [PADDING_ID] * length)[:length], len(tokens), unknown
+
+
+def vocabulary_bytes(vocabulary: list[str]) -> bytes:
+    """``vocabulary.txt``'s content: one token a line, in id order."""
+    return "".join(f"{token}\n" for token in vocabulary).encode("utf-8")
+
+
+def parse_vocabulary(content: bytes) -> list[str]:
+    """The tokens of a ``vocabulary.txt``, in id order (the first line, padding, is empty)."""
+    return content.decode("utf-8").split("\n")[:-1]
+
+
+def read_vocabulary(path: str) -> list[str]:
+    """Reads ``vocabulary.txt`` (local or ``gs://``); ``UsageError`` when it is missing or not a vocabulary."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from components.cli import UsageError
+    from components.storage import exists
+
+    if not exists(path):
+        raise UsageError(f"{path} does not exist: a text model needs the vocabulary its examples were converted with")
+    with FileSystems.open(path) as handle:
+        tokens = parse_vocabulary(handle.read())
+    if tokens[:2] != [PADDING, OUT_OF_VOCABULARY]:
+        raise UsageError(f"{path} is not a vocabulary of this pipeline: its first lines must be padding (empty) and "
+                         f"{OUT_OF_VOCABULARY}; convert the texts with `python -m components.convert`")  # fmt: skip
+    return tokens
+
+
+def vocabulary_digest(tokens: list[str]) -> str:
+    """sha256 of a vocabulary: a text model's ids mean its tokens, and no other vocabulary's."""
+    import hashlib
+
+    return hashlib.sha256(vocabulary_bytes(tokens)).hexdigest()
+
+
+class GraphTokenizer:
+    """The same tokenisation as TensorFlow ops: ``tokenizer(strings [N]) -> int32 ids [N, sequence_length]``. Holds a
+    lookup table of the vocabulary (its tokens are constants in the graph); track it in a SavedModel (``table``)."""
+
+    def __init__(self, vocabulary: list[str], sequence_length: int):
+        import tensorflow as tf
+
+        self.sequence_length = sequence_length
+        tokens = list(vocabulary[2:])  # ids 0 and 1 are padding and out-of-vocabulary: never looked up
+        self.table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(tokens, tf.string), tf.range(2, len(tokens) + 2, dtype=tf.int64)
+            ),
+            default_value=OUT_OF_VOCABULARY_ID,
+        )
+
+    def __call__(self, strings):
+        import tensorflow as tf
+
+        text = tf.strings.lower(strings, encoding="utf-8")
+        text = tf.strings.regex_replace(text, LINE_BREAK, " ")
+        text = tf.strings.regex_replace(text, PUNCTUATION, "")
+        text = tf.strings.regex_replace(text, "[" + "".join(f"\\x{{{ord(c):04x}}}" for c in WHITESPACE) + "]+", " ")
+        ids = self.table.lookup(tf.strings.split(text))  # ragged: each text's tokens
+        # the first sequence_length ids, padded at the end
+        ids = ids.to_tensor(default_value=PADDING_ID, shape=[None, self.sequence_length])
+        return tf.cast(ids, tf.int32)

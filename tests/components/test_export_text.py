@@ -1,0 +1,132 @@
+"""Export of a text model (issue 15): the SavedModel takes raw strings and tokenises them in its graph exactly as the
+Beam conversion did; the TFLite files take ids and carry their labels and vocabulary; predict answers for texts."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tests.conftest import TEXT_SEQUENCE_LENGTH, run_cli
+
+
+def test_the_graph_tokenises_every_test_text_as_beam_did(text_examples, exported_text):
+    """On every test example: the SavedModel's ``tokenize`` of the raw text gives the conversion's ids."""
+    import tensorflow as tf
+
+    from components.artifacts.examples import make_dataset
+
+    examples, stats = text_examples
+    output, report = exported_text
+    tokenize = tf.saved_model.load(os.path.join(output, "saved_model")).signatures["tokenize"]
+    dataset = make_dataset(examples, "test", TEXT_SEQUENCE_LENGTH, stats["num_classes"], 32, training=False,
+                           sources=True, sequence_length=TEXT_SEQUENCE_LENGTH)  # fmt: skip
+    compared, dressed = 0, 0
+    for tokens, _, texts in dataset:
+        graph = tokenize(text=texts)["tokens"].numpy()
+        for mine, theirs, text in zip(graph, tokens.numpy(), texts.numpy(), strict=True):
+            assert mine.tolist() == theirs.tolist(), text.decode()
+            compared += 1
+            dressed += any(ch in text.decode() for ch in "<'ÉßΟ\u00a0\t\u3000İ")
+    assert compared == stats["counts"]["test"] > 0
+    assert dressed >= 5, "the test texts should hold markup, punctuation and Unicode"
+    assert report["parity"]["token_agreement"] == 1.0
+    assert report["parity"]["num_examples"] == compared
+
+
+def test_serving_default_takes_raw_strings_and_agrees_with_the_trained_model(text_examples, trained_text,
+                                                                           exported_text):  # fmt: skip
+    import keras
+    import tensorflow as tf
+
+    output, report = exported_text
+    serving = tf.saved_model.load(os.path.join(output, "saved_model")).signatures["serving_default"]
+    texts = ["A superb, lovely film!<br /><br />Really GOOD.", "Awful... the plot was dull and BORING", "x"]
+    answer = serving(text=tf.constant(texts))
+    assert [label.decode() for label in answer["label"].numpy()[:2]] == ["pos", "neg"]
+    assert answer["probabilities"].shape == (3, 2)
+    # the same as the trained model on the ids the conversion's tokeniser gives
+    from components.tokenizing import read_vocabulary, token_ids
+
+    vocabulary = read_vocabulary(os.path.join(output, "vocabulary.txt"))
+    index = {token: i for i, token in enumerate(vocabulary)}
+    ids = np.array([token_ids(text, index, TEXT_SEQUENCE_LENGTH)[0] for text in texts], dtype=np.int32)
+    trained = keras.models.load_model(os.path.join(trained_text[0], "model.keras"), compile=False)
+    np.testing.assert_allclose(answer["probabilities"].numpy(), trained(ids).numpy(), atol=1e-5)
+    assert report["parity"]["argmax_agreement"] == 1.0 and report["parity"]["max_probability_difference"] < 1e-5
+    assert report["signatures"]["serving_default"]["inputs"] == ["text"]
+    assert report["modality"] == "text" and report["sequence_length"] == TEXT_SEQUENCE_LENGTH
+
+
+def test_tflite_files_take_ids_and_their_accuracy_is_recorded(text_examples, exported_text):
+    from ai_edge_litert.interpreter import Interpreter
+
+    from components.export.tflite_metadata import packed_file, packed_labels
+
+    output, report = exported_text
+    saved_accuracy = report["formats"]["saved_model"]["test_accuracy"]
+    assert saved_accuracy >= 0.9
+    for name, file in (("tflite_float", "model_float.tflite"), ("tflite_int8", "model_int8.tflite")):
+        with open(os.path.join(output, file), "rb") as handle:
+            content = handle.read()
+        interpreter = Interpreter(model_content=content)
+        (source,) = interpreter.get_input_details()
+        assert source["dtype"] == np.int32 and source["shape"].tolist() == [1, TEXT_SEQUENCE_LENGTH]
+        assert packed_labels(content) == ["neg", "pos"]
+        with open(os.path.join(output, "vocabulary.txt"), "rb") as vocabulary:
+            assert packed_file(content, "vocabulary.txt") == vocabulary.read()
+        assert report["formats"][name]["test_accuracy"] >= saved_accuracy - 0.05, report["formats"]
+    # the LSTM's loop cannot be calibrated by the converter: int8 weights, float activations, and smaller
+    assert report["formats"]["tflite_int8"]["quantization"] == "dynamic_range"
+    assert report["formats"]["tflite_int8"]["bytes"] < report["formats"]["tflite_float"]["bytes"]
+
+
+def test_the_convolutions_int8_file_is_full_integer(text_examples, tmp_path):
+    """Without a loop, the int8 file is quantized throughout (uint8 out), and still classifies."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from components.export.core import ExportConfig
+    from components.export.core import run as export
+    from components.train.core import TrainConfig, run
+
+    examples, _ = text_examples
+    run(TrainConfig(examples_dir=examples, model_dir=str(tmp_path / "model"), model_name="cnn1d", epochs=6,
+                    per_replica_batch_size=16, backend="tensorflow"), env={})  # fmt: skip
+    report = export(ExportConfig(model_dir=str(tmp_path / "model"), examples_dir=examples,
+                                 output_dir=str(tmp_path / "export")))  # fmt: skip
+    int8 = report["formats"]["tflite_int8"]
+    assert int8["quantization"] == "full_integer"
+    assert int8["test_accuracy"] >= report["formats"]["saved_model"]["test_accuracy"] - 0.05
+    interpreter = Interpreter(model_path=int8["path"])
+    assert interpreter.get_output_details()[0]["dtype"] == np.uint8
+    assert report["parity"]["token_agreement"] == 1.0
+
+
+def test_predict_prints_the_top_labels_of_texts(exported_text, tmp_path):
+    output, _ = exported_text
+    review = tmp_path / "review.txt"
+    review.write_text("Nice, superb and lovely.<br />A GREAT film!", encoding="utf-8")
+    for model in (output, os.path.join(output, "model_float.tflite")):
+        done = run_cli("pipeline", "predict", "--model", model, "--text", "awful, dull and boring",
+                       "--text-file", str(review), "--top", "1", "--json")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        answers = [json.loads(line) for line in done.stdout.splitlines()]
+        assert [answer["top"][0]["label"] for answer in answers] == ["neg", "pos"], answers
+        assert answers[0]["text"] == "awful, dull and boring" and answers[1]["path"] == str(review)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--text", "good"], "pass either images or --text/--text-file"),
+        (["--text-file", "/nowhere/review.txt"], "text file /nowhere/review.txt cannot be read"),
+    ],
+)
+def test_predict_on_text_says_what_is_wrong_in_one_line(exported_text, tmp_path, args, message):
+    output, _ = exported_text
+    extra = [str(tmp_path / "image.jpg")] if args[0] == "--text" else []
+    done = run_cli("pipeline", "predict", "--model", output, *args, *extra)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
