@@ -39,8 +39,8 @@ def check_examples_match(model_config: dict, stats: dict, model_dir: str, exampl
     again = "pass the examples the model was trained from"
     model_modality, example_modality = model_config.get("modality", "image"), stats.get("modality", "image")
     if model_modality != example_modality:
-        raise UsageError(f"examples {examples_dir} hold {example_modality}s, but model {model_dir} is a "
-                         f"{model_modality} model: {again}")  # fmt: skip
+        raise UsageError(f"examples {examples_dir} hold {example_modality}s, but model {model_dir} is "
+                         f"{article(model_modality)} {model_modality} model: {again}")  # fmt: skip
     model_names, example_names = list(model_config["class_names"]), list(stats["class_names"])
     if model_names != example_names:
         order = "in another order " if sorted(model_names) == sorted(example_names) else ""
@@ -58,6 +58,10 @@ def check_examples_match(model_config: dict, stats: dict, model_dir: str, exampl
             f"examples {examples_dir} hold {stats['image_size']}-pixel images, but model {model_dir} was trained on "
             f"{model_config['image_size']}-pixel ones: {again}"
         )
+
+
+def article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
 
 
 def check_same_vocabulary(model_config: dict, examples_dir: str, model_dir: str, again: str) -> None:

@@ -13,8 +13,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from components.artifacts.examples import make_dataset
-from components.artifacts.model import MODEL_FILE, check_examples_match, load_model_config
+from components.artifacts.examples import input_size, make_dataset
+from components.artifacts.model import MODEL_FILE, article, check_examples_match, load_model_config
 from components.cli import UsageError
 from components.models import INPUT_PIXELS
 from components.schema import read_stats
@@ -25,7 +25,18 @@ log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.json"
 EVAL_BATCH_SIZE = 256
 # what the report says of the training, from the model's model_config.json
-TRAINING_FACTS = ("backend", "precision", "accelerator", "replicas", "processes", "global_batch_size", "image_size")
+TRAINING_FACTS = (
+    "backend",
+    "precision",
+    "accelerator",
+    "replicas",
+    "processes",
+    "global_batch_size",
+    "image_size",
+    "modality",
+    "sequence_length",
+    "vocabulary_size",
+)
 TOP_K = 3
 # the codelab's transfer-learning baseline on the flowers: a model below it is not worth serving
 DEFAULT_MIN_ACCURACY = 0.75
@@ -217,22 +228,26 @@ def curve_metrics(truth, scores, top) -> dict:
     return {"au_prc": au_prc, "au_roc": au_roc, "thresholds": thresholds}
 
 
-def predict_split(model, examples_dir: str, split: str, image_size: int, num_classes: int, keep_wrong: int = 0):
+def predict_split(model, examples_dir: str, split: str, image_size: int, num_classes: int, keep_wrong: int = 0,
+                  sequence_length: int | None = None):  # fmt: skip
     """Runs ``model`` over a split in order; returns (true class ids, predicted probabilities) as NumPy arrays, and
     the first ``keep_wrong`` misclassified images as (uint8 pixels, true id, predicted id, its probability, source:
-    the image's file, "" when the records do not say)."""
+    the image's file, "" when the records do not say). Texts (``sequence_length`` given): the pixels are None and
+    the source is the text."""
     import numpy as np
 
-    dataset = make_dataset(examples_dir, split, image_size, num_classes, EVAL_BATCH_SIZE, training=False, sources=True)
+    dataset = make_dataset(examples_dir, split, image_size, num_classes, EVAL_BATCH_SIZE, training=False, sources=True,
+                           sequence_length=sequence_length)  # fmt: skip
     true_ids, probabilities, wrong = [], [], []
     for images, one_hot, sources in dataset:
-        batch_probabilities = model(images, training=False).numpy()
+        # (an exported text baseline takes the raw texts: it tokenises them with its own vocabulary)
+        batch_probabilities = model(sources if getattr(model, "takes_text", False) else images, training=False).numpy()
         batch_true = np.argmax(one_hot.numpy(), axis=-1)
         probabilities.append(batch_probabilities)
         true_ids.append(batch_true)
         for index in np.flatnonzero(batch_probabilities.argmax(axis=-1) != batch_true)[: keep_wrong - len(wrong)]:
             predicted = int(batch_probabilities[index].argmax())
-            pixels = images[index].numpy()  # the uint8 pixels the model saw
+            pixels = None if sequence_length else images[index].numpy()  # the uint8 pixels the model saw
             source = sources[index].numpy().decode("utf-8", errors="replace")
             wrong.append((pixels, int(batch_true[index]), predicted, float(batch_probabilities[index][predicted]),
                           source))  # fmt: skip
@@ -263,8 +278,11 @@ def run(config: EvaluateConfig) -> dict:
         raise UsageError(f"examples dir {config.examples_dir} has no {config.split} examples to evaluate on")
     check_examples_match(model_config, stats, config.model_dir, config.examples_dir)
     check_writable(config.output_dir, "--output")
+    size, sequence_length = input_size(stats)
     baseline = check_baseline(config.baseline) if config.baseline else None
-    not_comparable = baseline and comparability(baseline, model_config["class_names"], model_config["image_size"])
+    not_comparable = baseline and comparability(baseline, model_config["class_names"], size,
+                                                stats.get("modality", "image"),
+                                                model_config.get("vocabulary_sha256", ""))  # fmt: skip
     model = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
     from components.evaluate.report import MAX_MISCLASSIFIED
 
@@ -272,9 +290,10 @@ def run(config: EvaluateConfig) -> dict:
         model,
         config.examples_dir,
         config.split,
-        model_config["image_size"],
+        size,
         model_config["num_classes"],
         keep_wrong=MAX_MISCLASSIFIED,
+        sequence_length=sequence_length,
     )
     metrics = classification_metrics(y_true, probabilities.argmax(axis=-1), model_config["class_names"])
     k = min(TOP_K, model_config["num_classes"])
@@ -288,7 +307,12 @@ def run(config: EvaluateConfig) -> dict:
     baseline_accuracy = None
     if baseline is not None and not not_comparable:
         _, baseline_probabilities, _ = predict_split(
-            load_baseline(baseline), config.examples_dir, config.split, baseline.image_size, model_config["num_classes"]
+            load_baseline(baseline),
+            config.examples_dir,
+            config.split,
+            size,
+            model_config["num_classes"],
+            sequence_length=sequence_length,
         )
         # the same classes, perhaps in another order: the baseline's columns in this model's order
         order = [baseline.class_names.index(name) for name in model_config["class_names"]]
@@ -312,7 +336,7 @@ def run(config: EvaluateConfig) -> dict:
     metrics["small_classes"] = stats.get("small_classes", {})
     metrics["blessing"]["baseline"] = config.baseline or None
     metrics["misclassified"] = [
-        {"source": source or None, "label": metrics["class_names"][truth],
+        {("text" if sequence_length else "source"): source or None, "label": metrics["class_names"][truth],
          "predicted": metrics["class_names"][predicted], "probability": p}
         for _, truth, predicted, p, source in wrong
     ]  # fmt: skip
@@ -336,7 +360,9 @@ def write_report(config: EvaluateConfig, metrics: dict, wrong) -> str:
     from components.evaluate.report import REPORT_FILE, render
     from components.storage import exists, read_json, write_atomically
 
-    def jpeg(pixels) -> bytes:
+    def jpeg(pixels) -> bytes | None:
+        if pixels is None:  # a text: the report shows its words
+            return None
         buffer = io.BytesIO()
         Image.fromarray(pixels).save(buffer, format="JPEG", quality=90)
         return buffer.getvalue()
@@ -370,12 +396,27 @@ def draw_report(report_html: str) -> dict | None:
 class Baseline:
     kind: str  # "trained" (a train step output) or "export" (an exported SavedModel)
     path: str  # the model.keras folder or the SavedModel folder, local or under /gcs/
-    image_size: int
+    image_size: int  # a text model's: its sequence length
     class_names: list
     input_pixels: str = ""  # a trained baseline's: INPUT_PIXELS, or "" for a model that takes [0, 1] floats
+    modality: str = "image"
+    vocabulary_sha256: str = ""  # a trained text baseline's (it takes ids of its vocabulary; an export takes texts)
 
 
-def comparability(baseline: Baseline, class_names: Sequence[str], image_size: int) -> str:
+class TextExport:
+    """An exported text model as ``predict_split`` calls a baseline: fed the raw texts (``takes_text``)."""
+
+    takes_text = True
+
+    def __init__(self, serving):
+        self.serving = serving
+
+    def __call__(self, texts, training=False):
+        return self.serving(text=texts)["probabilities"]
+
+
+def comparability(baseline: Baseline, class_names: Sequence[str], image_size: int, modality: str = "image",
+                  vocabulary_sha256: str = "") -> str:  # fmt: skip
     """Why the baseline cannot be compared with a model of ``class_names`` and ``image_size`` ("" when it can).
 
     The rule: a baseline is compared only when it predicts the same classes (in any order: its answers are
@@ -383,7 +424,17 @@ def comparability(baseline: Baseline, class_names: Sequence[str], image_size: in
     candidate is judged on the value threshold alone and the reason says "baseline not comparable: classes differ"
     (a scheduled retraining over a grown dataset then still blesses, exports and registers a good model).
     """
+    if baseline.modality != modality:
+        return (f"the baseline is {article(baseline.modality)} {baseline.modality} model, the candidate "
+                f"{article(modality)} {modality} model")  # fmt: skip
     if sorted(baseline.class_names) == sorted(class_names):
+        if modality == "text" and baseline.kind == "trained":  # it reads ids: of the same length and vocabulary
+            if int(baseline.image_size) != int(image_size):
+                return f"sequence length differs (baseline {baseline.image_size} tokens, candidate {image_size})"
+            if baseline.vocabulary_sha256 != vocabulary_sha256:
+                return "vocabulary differs (a trained baseline reads ids of its own; pass its export instead)"
+        if modality == "text":
+            return ""
         if int(baseline.image_size) != int(image_size):
             return f"image size differs (baseline {baseline.image_size} px, candidate {image_size} px)"
         return ""
@@ -407,8 +458,10 @@ def check_baseline(baseline: str) -> Baseline:
             raise UsageError(
                 f"baseline {baseline} is not a trained or exported model: expected a train or export step output"
             ) from None
-        found = Baseline("trained", path, config["image_size"], list(config["class_names"]),
-                         config.get("input_pixels", ""))  # fmt: skip
+        modality = config.get("modality", "image")
+        found = Baseline("trained", path, config["sequence_length" if modality == "text" else "image_size"],
+                         list(config["class_names"]), config.get("input_pixels", ""), modality,
+                         config.get("vocabulary_sha256", ""))  # fmt: skip
     else:
         saved_model, report = found_export
         if not os.path.isfile(report):
@@ -417,7 +470,9 @@ def check_baseline(baseline: str) -> Baseline:
             )
         report_json = read_json(report)
         # (what an export takes is read from its serving_images signature when it is loaded)
-        found = Baseline("export", saved_model, report_json["image_size"], list(report_json["class_names"]))
+        modality = report_json.get("modality", "image")
+        found = Baseline("export", saved_model, report_json["sequence_length" if modality == "text" else "image_size"],
+                         list(report_json["class_names"]), modality=modality)  # fmt: skip
     return found
 
 
@@ -430,10 +485,12 @@ def load_baseline(baseline: Baseline):
         import keras
 
         model = keras.models.load_model(os.path.join(baseline.path, MODEL_FILE), compile=False)
-        if baseline.input_pixels == INPUT_PIXELS:
+        if baseline.input_pixels == INPUT_PIXELS or baseline.modality == "text":
             return model
         return lambda images, training=False: model(tf.cast(images, tf.float32) / 255.0, training=training)
     signatures = tf.saved_model.load(baseline.path).signatures
+    if baseline.modality == "text":  # the raw texts in: the export tokenises them with its own vocabulary
+        return TextExport(signatures["serving_default"])
     if "serving_images" not in signatures:
         raise UsageError(
             f"baseline {baseline.path} has no serving_images signature: pass a model this pipeline exported"

@@ -1,6 +1,7 @@
 """The evaluation report: one self-contained HTML file (no network, every picture embedded) that shows why a model
 was or was not blessed: the blessing and its reasons, the training curves, the confusion matrix as a picture, the
-per-class table, and a grid of misclassified test images with their true and predicted labels.
+per-class table, and a grid of misclassified test images with their true and predicted labels (for a text model,
+the misclassified texts, quoted).
 
 Pictures are drawn here with Pillow (the confusion matrix) and as inline SVG (the curves), so the report needs no
 plotting library. It is viewable as a local file and, as a KFP ``HTML`` artifact, in the Vertex AI console.
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 
 REPORT_FILE = "report.html"
 MAX_MISCLASSIFIED = 24
+MAX_TEXT_CHARACTERS = 600  # of a misclassified text shown in the report
 CURVE_WIDTH, CURVE_HEIGHT = 420, 220
 
 
@@ -98,9 +100,10 @@ def curve_svg(title: str, series: dict[str, Sequence[float]]) -> str:
     return "".join(parts)
 
 
-def render(metrics: dict, history: dict | None, misclassified: Sequence[tuple[bytes, str, str, float, str]]) -> str:
+def render(metrics: dict, history: dict | None,
+           misclassified: Sequence[tuple[bytes | None, str, str, float, str]]) -> str:  # fmt: skip
     """The report's HTML. ``misclassified``: (JPEG bytes, true label, predicted label, its probability, the image's
-    source file or "" when its records do not say)."""
+    source file or "" when its records do not say); for a text, (None, ..., the text)."""
     blessing = metrics.get("blessing", {})
     verdict = "Blessed" if blessing.get("blessed") else "Not blessed"
     base = metrics.get("baseline_metrics")
@@ -133,7 +136,17 @@ def render(metrics: dict, history: dict | None, misclassified: Sequence[tuple[by
         f"<figcaption>true <b>{html.escape(truth)}</b><br>predicted {html.escape(predicted)} ({probability:.2f})"
         f"{f'<br><span class=source>{html.escape(source)}</span>' if source else ''}</figcaption></figure>"
         for jpeg, truth, predicted, probability, source in misclassified
+        if jpeg is not None
     )
+    # texts: each misclassified one as a quote, its first MAX_TEXT_CHARACTERS characters
+    grid += "".join(
+        f"<blockquote class=text><p>{html.escape(shorten(source))}</p>"
+        f"<footer>true <b>{html.escape(truth)}</b>, predicted {html.escape(predicted)} ({probability:.2f})</footer>"
+        "</blockquote>"
+        for jpeg, truth, predicted, probability, source in misclassified
+        if jpeg is None
+    )
+    items = "texts" if metrics.get("training", {}).get("modality") == "text" else "images"
     top_k = metrics.get("top_k_accuracy", {})
     k = top_k.get("k", "k")
     scores = f"<tr><td>accuracy</td><td><b>{metrics['accuracy']:.4f}</b></td>"
@@ -149,23 +162,31 @@ td,th{{border:1px solid #ddd;padding:4px 10px;text-align:right}} td:first-child{
 .verdict{{font-size:22px;font-weight:bold;color:{"#2a7d2a" if blessing.get("blessed") else "#b22222"}}}
 figure{{display:inline-block;margin:6px;text-align:center;font-size:12px;vertical-align:top}}
 .source{{display:inline-block;max-width:160px;word-break:break-all;color:#555;font-size:10px}}
-.base{{color:#555;background:#f6f6f6}} .facts td{{text-align:left}} .facts td:first-child{{font-weight:bold}}</style>
+.base{{color:#555;background:#f6f6f6}}
+blockquote.text{{border-left:4px solid #b22222;margin:8px 0;padding:4px 12px;background:#fafafa;white-space:pre-wrap}}
+blockquote.text footer{{font-size:12px;color:#333}}
+.facts td{{text-align:left}} .facts td:first-child{{font-weight:bold}}</style>
 </head>
 <body>
 <h1>Evaluation of {html.escape(str(metrics.get("model_name", "the model")))} on the
 {html.escape(str(metrics.get("split", "test")))} split</h1>
 <table class=facts>{run_facts(metrics, history)}</table>
 <p class="verdict">{verdict}</p><ul>{reasons}</ul>{small}
-<p>On {metrics["num_examples"]} {html.escape(str(metrics.get("split", "test")))} images{baseline_note(metrics)}:</p>
+<p>On {metrics["num_examples"]} {html.escape(str(metrics.get("split", "test")))} {items}{baseline_note(metrics)}:</p>
 <table>{scores_header}{scores}</table>
 <h2>Training curves</h2>{curves or "<p>No training history.</p>"}
 <h2>Confusion matrix</h2><p>Rows: true class; columns: predicted class.</p>
 <img src="{matrix}" alt="confusion matrix">
 <h2>Per class</h2>
 <table><tr><th>class</th>{header}<th>support</th></tr>{rows}</table>
-<h2>Misclassified test images</h2>{grid or "<p>None.</p>"}
+<h2>Misclassified test {items}</h2>{grid or "<p>None.</p>"}
 </body></html>
 """
+
+
+def shorten(text: str) -> str:
+    """A text's first ``MAX_TEXT_CHARACTERS`` characters, an ellipsis when cut."""
+    return text if len(text) <= MAX_TEXT_CHARACTERS else text[: MAX_TEXT_CHARACTERS - 1].rstrip() + "…"
 
 
 def run_facts(metrics: dict, history: dict | None) -> str:
@@ -182,10 +203,14 @@ def run_facts(metrics: dict, history: dict | None) -> str:
         devices, processes = training.get("replicas") or 1, training.get("processes") or 1
         hardware = f"{hardware}, {devices} device(s), {processes} process(es)"
     seconds = history.get("train_seconds")
+    if training.get("modality") == "text":
+        shape = (f"texts of {len(metrics.get('class_names', []))} classes, {training.get('sequence_length')} tokens "
+                 f"each, a vocabulary of {training.get('vocabulary_size')}")  # fmt: skip
+    else:
+        shape = f"images of {len(metrics.get('class_names', []))} classes, {training.get('image_size') or ''} px"
     rows = [
         ("model", f"{metrics.get('model_name', '')} ({metrics.get('model_dir', '')})"),
-        ("data", f"{data} images of {len(metrics.get('class_names', []))} classes, "
-                 f"{training.get('image_size') or ''} px ({metrics.get('examples_dir', '')})"),
+        ("data", f"{data} {shape} ({metrics.get('examples_dir', '')})"),
         ("epochs", epochs),
         ("precision", training.get("precision")),
         ("hardware", hardware),

@@ -1,0 +1,108 @@
+"""Evaluation of a text model (issue 15): the same metrics and blessing as for images, the misclassified texts in
+the report, an exported text model as the baseline (fed the raw texts), and one-line errors for examples that do not
+match the model."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from components.cli import UsageError
+from components.evaluate.core import Baseline, EvaluateConfig, comparability, run
+
+
+@pytest.fixture(scope="module")
+def evaluated_text(text_examples, trained_text, exported_text, tmp_path_factory):
+    """The LSTM evaluated against its own export as the baseline; (metrics, output dir)."""
+    output = str(tmp_path_factory.mktemp("text-evaluation"))
+    metrics = run(EvaluateConfig(text_examples[0], trained_text[0], output, min_accuracy=0.8,
+                                 baseline=exported_text[0]))  # fmt: skip
+    return metrics, output
+
+
+def test_a_text_model_is_evaluated_and_blessed_on_the_test_texts(text_examples, evaluated_text):
+    import tensorflow as tf
+
+    from components.schema import split_files, text_feature_spec
+    from tests.conftest import TEXT_SEQUENCE_LENGTH
+
+    examples, stats = text_examples
+    metrics, output = evaluated_text
+    assert metrics["num_examples"] == stats["counts"]["test"] == sum(map(sum, metrics["confusion_matrix"]))
+    assert metrics["class_names"] == ["neg", "pos"]
+    assert metrics["accuracy"] >= 0.9 and metrics["blessing"]["blessed"], metrics["blessing"]
+    assert metrics["training"]["modality"] == "text"
+    assert metrics["training"]["sequence_length"] == TEXT_SEQUENCE_LENGTH
+    # the misclassified ones are test texts, given whole, with their true and predicted labels
+    spec = text_feature_spec(TEXT_SEQUENCE_LENGTH, 2)
+    texts = {tf.io.parse_single_example(record, spec)["text"].numpy().decode()
+             for record in tf.data.TFRecordDataset(split_files(examples, "test"))}  # fmt: skip
+    wrong = metrics["misclassified"]
+    assert len(wrong) == round((1 - metrics["accuracy"]) * metrics["num_examples"])
+    assert all(item["text"] in texts and item["label"] != item["predicted"] for item in wrong)
+    with open(os.path.join(output, "metrics.json")) as handle:
+        assert json.load(handle) == metrics
+
+
+def test_an_exported_text_baseline_reads_the_raw_texts(exported_text, evaluated_text):
+    """The export, fed the raw texts (its own tokenisation), scores what export measured on its SavedModel."""
+    metrics, _ = evaluated_text
+    _, report = exported_text
+    blessing = metrics["blessing"]
+    assert blessing["baseline_comparable"] and blessing["baseline_accuracy"] is not None
+    assert blessing["baseline_accuracy"] == pytest.approx(report["formats"]["saved_model"]["test_accuracy"])
+    assert blessing["baseline_accuracy"] == pytest.approx(metrics["accuracy"])  # the same weights
+    assert any("is not worse than the baseline" in reason for reason in blessing["reasons"])
+
+
+def test_the_report_quotes_the_misclassified_texts_escaped():
+    from components.evaluate.report import MAX_TEXT_CHARACTERS, render
+
+    metrics = {"accuracy": 0.5, "num_examples": 2, "class_names": ["neg", "pos"], "confusion_matrix": [[1, 0], [1, 0]],
+               "per_class": {"neg": {"precision": 0.5, "recall": 1.0, "f1": 0.67, "support": 1},
+                             "pos": {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}},
+               "training": {"modality": "text", "sequence_length": 250, "vocabulary_size": 15000},
+               "counts": {"train": 8, "validation": 2, "test": 2}}  # fmt: skip
+    long_review = "A <b>fine</b> film<br />really. " + "word " * 400
+    page = render(metrics, None, [(None, "pos", "neg", 0.91, long_review)])
+    assert "Misclassified test texts" in page and "On 2 test texts" in page
+    assert "A &lt;b&gt;fine&lt;/b&gt; film&lt;br /&gt;really." in page and "<b>fine</b>" not in page
+    quoted = page[page.index("<blockquote") : page.index("</blockquote>")]
+    assert "…" in quoted and quoted.count("word") < 400 and len(quoted) < MAX_TEXT_CHARACTERS + 300
+    assert "true <b>pos</b>, predicted neg (0.91)" in quoted
+    assert "250 tokens each, a vocabulary of 15000" in page
+
+
+def test_a_trained_text_baseline_of_another_vocabulary_is_not_compared():
+    trained = Baseline("trained", "/m", 16, ["neg", "pos"], modality="text", vocabulary_sha256="a")
+    assert comparability(trained, ["neg", "pos"], 16, "text", "a") == ""
+    assert comparability(trained, ["pos", "neg"], 16, "text", "b").startswith("vocabulary differs")
+    assert comparability(trained, ["neg", "pos"], 32, "text", "a").startswith("sequence length differs")
+    exported = Baseline("export", "/e", 16, ["neg", "pos"], modality="text")  # it takes the texts themselves
+    assert comparability(exported, ["neg", "pos"], 32, "text", "b") == ""
+    image = Baseline("export", "/i", 32, ["neg", "pos"])
+    assert comparability(image, ["neg", "pos"], 16, "text", "a") == (
+        "the baseline is an image model, the candidate a text model"
+    )
+
+
+def test_examples_that_do_not_match_the_text_model_are_one_line(text_examples, trained_text, trained, tmp_path):
+    examples, _ = text_examples
+    model_dir, _ = trained_text
+    with pytest.raises(UsageError) as raised:
+        run(EvaluateConfig(examples, trained[0], str(tmp_path / "a")))
+    assert str(raised.value) == (
+        f"examples {examples} hold texts, but model {trained[0]} is an image model: pass the examples the model was "
+        "trained from"
+    )
+    other = tmp_path / "other"
+    shutil.copytree(examples, other)
+    vocabulary = (other / "vocabulary.txt").read_text(encoding="utf-8").split("\n")
+    vocabulary[2], vocabulary[3] = vocabulary[3], vocabulary[2]  # two ids swapped: other words
+    (other / "vocabulary.txt").write_text("\n".join(vocabulary), encoding="utf-8")
+    with pytest.raises(UsageError, match="tokenised with another vocabulary"):
+        run(EvaluateConfig(str(other), model_dir, str(tmp_path / "b")))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
