@@ -11,6 +11,9 @@ this hardware. The last line printed is a JSON object.
 
     .venv/bin/python bench/train.py [--images 256] [--batch-size 16] [--only tensorflow|jax] [--devices 1,2]
 
+``--model lstm`` (or ``bilstm``, ``cnn1d``) measures a text model instead, on synthetic reviews of the IMDB-on-TPU
+article's shape: 250 token ids a text, a vocabulary of 15,000 (``--images`` is then the number of texts).
+
 On a GPU machine, ``--only jax --devices 1`` measures JAX on the GPU (the device counts here are virtual CPU devices
 on the CPU, real devices elsewhere: a machine with one GPU has one).
 """
@@ -63,14 +66,46 @@ def write_tfrecords(directory: str, count: int, size: int, num_classes: int, sha
     })  # fmt: skip
 
 
-def measure_ours(examples: str, backend: str, precision: str, devices: int, batch: int, epochs: int) -> float:
-    """Images per second of the fastest epoch after the first of our train step (its own ``epoch_seconds``)."""
+def write_text_tfrecords(directory: str, count: int, length: int, vocabulary_size: int, num_classes: int,
+                         shards: int = 4) -> None:  # fmt: skip
+    """Token-id examples in the text schema, with ``vocabulary.txt``: Zipf-like ids, texts of 50 to ``length``
+    tokens padded at the end (as the conversion writes them); all in the train split."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components.convert.text import serialize_text_example
+    from components.storage import write_json
+    from components.tokenizing import OUT_OF_VOCABULARY, PADDING, vocabulary_bytes
+
+    rng = np.random.default_rng(0)
+    os.makedirs(os.path.join(directory, "train"))
+    writers = [tf.io.TFRecordWriter(os.path.join(directory, "train", f"train-{i:05d}-of-{shards:05d}.tfrec"))
+               for i in range(shards)]  # fmt: skip
+    for index in range(count):
+        used = int(rng.integers(min(50, length), length + 1))
+        ids = np.minimum(rng.zipf(1.3, used) + 1, vocabulary_size - 1).tolist() + [0] * (length - used)
+        label = index % num_classes
+        writers[index % shards].write(serialize_text_example(ids, "", label, str(label), num_classes))
+    for writer in writers:
+        writer.close()
+    with open(os.path.join(directory, "vocabulary.txt"), "wb") as handle:
+        handle.write(vocabulary_bytes([PADDING, OUT_OF_VOCABULARY, *(f"w{i}" for i in range(vocabulary_size - 2))]))
+    write_json(os.path.join(directory, "stats.json"), {
+        "modality": "text", "class_names": [str(i) for i in range(num_classes)], "num_classes": num_classes,
+        "sequence_length": length, "vocabulary_size": vocabulary_size,
+        "counts": {"train": count, "validation": 0, "test": 0},
+    })  # fmt: skip
+
+
+def measure_ours(examples: str, model_name: str, backend: str, precision: str, devices: int, batch: int,
+                 epochs: int) -> float:  # fmt: skip
+    """Examples per second of the fastest epoch after the first of our train step (its own ``epoch_seconds``)."""
     from components.schema import read_stats
     from components.storage import read_json
     from components.train.core import TrainConfig, run
 
     with tempfile.TemporaryDirectory(prefix="bench-model-") as model_dir:
-        result = run(TrainConfig(examples_dir=examples, model_dir=model_dir, epochs=epochs,
+        result = run(TrainConfig(examples_dir=examples, model_dir=model_dir, model_name=model_name, epochs=epochs,
                                  per_replica_batch_size=batch, precision=precision, backend=backend,
                                  cpu_replicas=devices))  # fmt: skip
         seconds = read_json(os.path.join(model_dir, "history.json"))["history"]["epoch_seconds"]
@@ -78,18 +113,19 @@ def measure_ours(examples: str, backend: str, precision: str, devices: int, batc
     return read_stats(examples)["counts"]["train"] // global_batch * global_batch / min(seconds[1:])
 
 
-def measure_bare(examples: str, backend: str, precision: str, devices: int, batch: int, epochs: int) -> float:
-    """Images per second of the fastest epoch after the first of a bare ``model.fit``: the same model, dataset and
+def measure_bare(examples: str, model_name: str, backend: str, precision: str, devices: int, batch: int,
+                 epochs: int) -> float:  # fmt: skip
+    """Examples per second of the fastest epoch after the first of a bare ``model.fit``: the same model, dataset and
     compile settings, the devices set up by hand, nothing else."""
     import contextlib
 
-    from components.artifacts.examples import make_dataset
+    from components.artifacts.examples import input_size, make_dataset
     from components.models import build_model
     from components.schema import read_stats
     from components.train.core import round_up_batch
 
     stats = read_stats(examples)
-    size, classes = stats["image_size"], stats["num_classes"]
+    (size, length), classes = input_size(stats), stats["num_classes"]
     batch = round_up_batch(batch)  # as our step does
     steps_per_epoch = stats["counts"]["train"] // (batch * devices)
     if backend == "jax":
@@ -107,10 +143,11 @@ def measure_bare(examples: str, backend: str, precision: str, devices: int, batc
 
         cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
         scope = tf.distribute.MirroredStrategy(cpus).scope if devices > 1 else contextlib.nullcontext
-    dataset = make_dataset(examples, "train", size, classes, batch * devices, training=True, cache=True)
+    dataset = make_dataset(examples, "train", size, classes, batch * devices, training=True, cache=True,
+                           sequence_length=length)  # fmt: skip
     keras.mixed_precision.set_global_policy(precision)
     with scope():
-        model = build_model("codelab_convnet", size, classes)
+        model = build_model(model_name, size, classes, stats.get("vocabulary_size", 0))
         model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"],
                       jit_compile=backend == "jax")  # fmt: skip
         times = []
@@ -127,12 +164,14 @@ def measure_bare(examples: str, backend: str, precision: str, devices: int, batc
 
 
 def input_rate(examples: str, batch: int, batches: int) -> float:
-    """Images per second of the uncached input pipeline alone: read, parse, decode, shuffle, batch."""
-    from components.artifacts.examples import make_dataset
+    """Examples per second of the uncached input pipeline alone: read, parse, decode, shuffle, batch."""
+    from components.artifacts.examples import input_size, make_dataset
     from components.schema import read_stats
 
     stats = read_stats(examples)
-    dataset = make_dataset(examples, "train", stats["image_size"], stats["num_classes"], batch, training=True)
+    size, length = input_size(stats)
+    dataset = make_dataset(examples, "train", size, stats["num_classes"], batch, training=True,
+                           sequence_length=length)  # fmt: skip
     iterator = iter(dataset)
     next(iterator)  # start the threads
     started = time.perf_counter()
@@ -141,12 +180,13 @@ def input_rate(examples: str, batch: int, batches: int) -> float:
     return batches * batch / (time.perf_counter() - started)
 
 
-def run_one(examples: str, mode: str, backend: str, precision: str, devices: int, batch: int, epochs: int) -> float:
-    """One configuration in a fresh process, as the train step runs; its images per second."""
+def run_one(examples: str, model_name: str, mode: str, backend: str, precision: str, devices: int, batch: int,
+            epochs: int) -> float:  # fmt: skip
+    """One configuration in a fresh process, as the train step runs; its examples per second."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "KERAS_BACKEND")}
     env["KERAS_BACKEND"] = backend
     command = [sys.executable, __file__, "--worker", mode, backend, precision, str(devices), examples,
-               "--batch-size", str(batch), "--epochs", str(epochs)]  # fmt: skip
+               "--batch-size", str(batch), "--epochs", str(epochs), "--model", model_name]  # fmt: skip
     result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     if result.returncode:
         raise SystemExit(f"{mode} {backend} {precision} x{devices} failed:\n{result.stderr[-3000:]}")
@@ -173,8 +213,18 @@ def gpu_models() -> list[str]:
 
 
 def main() -> None:
+    from components.models import MODELS, modality_of
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", type=int, default=256, help="synthetic JPEGs to write (default 256)")
+    parser.add_argument("--images", type=int, default=256, help="synthetic JPEGs (or texts) to write (default 256)")
+    parser.add_argument(
+        "--model",
+        default="codelab_convnet",
+        choices=sorted(MODELS),
+        help="the model to train (default %(default)s); a text model trains on synthetic token ids",
+    )
+    parser.add_argument("--sequence-length", type=int, default=250, help="text models: ids a text (default 250)")
+    parser.add_argument("--vocabulary-size", type=int, default=15_000, help="text models (default 15000)")
     parser.add_argument("--batch-size", type=int, default=16, help="per-device batch (default 16)")
     parser.add_argument("--image-size", type=int, default=192, help="default 192 (the codelab's)")
     parser.add_argument("--only", choices=BACKENDS, help="measure one backend")
@@ -188,23 +238,27 @@ def main() -> None:
     if args.worker:
         mode, backend, precision, devices, examples = args.worker
         measure = measure_ours if mode == "ours" else measure_bare
-        print(measure(examples, backend, precision, int(devices), args.batch_size, args.epochs))
+        print(measure(examples, args.model, backend, precision, int(devices), args.batch_size, args.epochs))
         return
     from components.train.placement import FASTER_BACKEND, detect_hardware, read_cpu_flags
 
-    size, batch = args.image_size, args.batch_size
+    size, batch, text = args.image_size, args.batch_size, modality_of(args.model) == "text"
+    unit = "texts" if text else "images"
     rows = {}
     with tempfile.TemporaryDirectory(prefix="bench-train-") as examples:
-        write_tfrecords(examples, args.images, size, num_classes=5)
+        if text:
+            write_text_tfrecords(examples, args.images, args.sequence_length, args.vocabulary_size, num_classes=2)
+        else:
+            write_tfrecords(examples, args.images, size, num_classes=5)
         feed = input_rate(examples, batch, batches=max(8, args.images // batch))
-        print(f"input pipeline alone: {feed:.1f} images/s")
+        print(f"input pipeline alone: {feed:.1f} {unit}/s")
         backends = (args.only,) if args.only else BACKENDS
         for backend, precision, devices in itertools.product(backends, PRECISIONS, args.devices):
-            ours = run_one(examples, "ours", backend, precision, devices, batch, args.epochs)
-            bare = run_one(examples, "bare", backend, precision, devices, batch, args.epochs)
+            ours = run_one(examples, args.model, "ours", backend, precision, devices, batch, args.epochs)
+            bare = run_one(examples, args.model, "bare", backend, precision, devices, batch, args.epochs)
             rows[f"{backend}/{precision}/x{devices}"] = {"ours": round(ours, 1), "bare_fit": round(bare, 1),
                                                         "ours_vs_bare": round(ours / bare, 3)}  # fmt: skip
-            print(f"{backend:10s} {precision:15s} {devices} device(s): ours {ours:7.1f} images/s, bare fit "
+            print(f"{backend:10s} {precision:15s} {devices} device(s): ours {ours:7.1f} {unit}/s, bare fit "
                   f"{bare:7.1f} ({ours / bare:.2f}x; goal 0.95)", flush=True)  # fmt: skip
     summary = {}
     if not args.only:
@@ -216,10 +270,13 @@ def main() -> None:
             print(f"{precision:15s} {devices} device(s): TensorFlow {tf_rate / jax_rate:.2f}x JAX")
     hardware = detect_hardware()
     print(json.dumps({
-        "model": "codelab_convnet", "image_size": size, "per_device_batch": batch, "epochs": args.epochs,
+        "model": args.model, "unit": unit,
+        **({"sequence_length": args.sequence_length, "vocabulary_size": args.vocabulary_size} if text
+           else {"image_size": size}),
+        "per_device_batch": batch, "epochs": args.epochs,
         "cpu_cores": os.cpu_count(),
         "hardware": hardware, "gpus": gpu_models(), "cpu_bf16": sorted(read_cpu_flags() & {"amx_bf16", "avx512_bf16"}),
-        "input_images_per_second": round(feed, 1), "configurations": rows, "backends": summary,
+        f"input_{unit}_per_second": round(feed, 1), "configurations": rows, "backends": summary,
         "auto_picks": FASTER_BACKEND.get(hardware, ("jax",))[0],
         "min_ours_vs_bare": min(row["ours_vs_bare"] for row in rows.values()),
     }))  # fmt: skip

@@ -185,6 +185,8 @@ MODELS: dict[str, Callable] = {
     "cnn1d": cnn1d,
 }
 TEXT_MODELS = ("lstm", "bilstm", "cnn1d")
+AUTO_MODEL = "auto"  # the default model of the examples' modality
+DEFAULT_MODELS = {"image": "codelab_convnet", "text": "lstm"}
 
 
 def modality_of(name: str) -> str:

@@ -13,6 +13,8 @@ import struct
 from collections.abc import Sequence
 
 SPLITS = ("train", "validation", "test")
+# what the examples hold: images (this schema), or texts (``text_feature_spec``); auto: recognised from the source
+MODALITIES = ("auto", "image", "text")
 SHARD_SUFFIX = ".tfrec"
 STATS_FILE = "stats.json"
 

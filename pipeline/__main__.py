@@ -11,6 +11,7 @@ import sys
 
 from components.cli import UsageError, configure_logging, run_main
 from components.models import MODELS, modality_of
+from components.schema import MODALITIES
 from components.train.core import LR_SCHEDULES
 from components.train.placement import BACKENDS, PRECISIONS
 from pipeline.accelerators import ACCELERATORS, DEFAULT_ACCELERATOR
@@ -74,9 +75,14 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
     local_cmd.add_argument(
         "--model",
         dest="model_name",
-        choices=IMAGE_MODELS,
-        help="the architecture (default codelab_convnet; the DAG takes images: text models train with "
-        "python -m components.train)",
+        choices=("auto", *MODELS),
+        help="the architecture (default auto: codelab_convnet for images, lstm for texts)",
+    )
+    local_cmd.add_argument(
+        "--modality",
+        choices=MODALITIES,
+        help="what --source holds (default auto: a .jsonl, or folders of .txt files, are texts; a .csv is an image "
+        "manifest unless --modality text)",
     )
     local_cmd.add_argument(
         "--batch-size", dest="per_replica_batch_size", type=int, help="per-replica batch size (default 32)"
@@ -544,9 +550,12 @@ def main(argv: list[str] | None = None) -> int:
     from components.convert.core import check_beam_args
 
     check_beam_args(args.beam_args, list(chosen._option_string_actions))
-    from components.models import check_image_size
+    from components.models import DEFAULT_MODELS, check_image_size
 
-    check_image_size(args.model_name or "codelab_convnet", args.image_size or 32)  # (32: the smallest default)
+    if args.model_name in (None, "auto", *IMAGE_MODELS):
+        check_image_size(
+            DEFAULT_MODELS["image"] if args.model_name in (None, "auto") else args.model_name, args.image_size or 32
+        )  # fmt: skip (32: the smallest default)
     from components.evaluate.core import baseline_path, check_fraction
 
     for name in ("min_accuracy", "max_accuracy_drop", "max_bad_fraction", "validation_fraction", "test_fraction"):

@@ -77,12 +77,14 @@ def build_pipeline(
     def steps(source, image_size, validation_fraction, test_fraction, num_shards, max_bad_fraction, classes,
               model_name, epochs, per_replica_batch_size, learning_rate, lr_schedule, precision, backend,
               jit_compile, steps_per_execution, augment, seed, beam_args, min_accuracy, max_accuracy_drop,
-              baseline_model, model_display_name, model_root, tensorboard="", base_output_directory="",
-              endpoint="", **_):  # fmt: skip
+              baseline_model, model_display_name, model_root, modality, vocabulary_size, sequence_length,
+              text_column, label_column, tensorboard="", base_output_directory="", endpoint="",
+              **_):  # fmt: skip
         """The steps, as the pipeline's parameters' channels flow into them."""
         # always recomputed (the run's id is an input); an unchanged fingerprint makes convert (and all after it) a
         # cache hit on reruns
-        fingerprinted = fingerprint_op(source=source, classes=classes, run_id=RUN_ID)
+        text_options = {"modality": modality, "text_column": text_column, "label_column": label_column}
+        fingerprinted = fingerprint_op(source=source, classes=classes, run_id=RUN_ID, **text_options)
         fingerprinted.set_display_name("fingerprint the source").set_caching_options(enable_caching=False)
         converted = convert_op(
             source=source,
@@ -94,6 +96,9 @@ def build_pipeline(
             num_shards=num_shards,
             max_bad_fraction=max_bad_fraction,
             beam_args=beam_args,
+            vocabulary_size=vocabulary_size,
+            sequence_length=sequence_length,
+            **text_options,
         ).set_display_name("convert to TFRecords")
         job_options = {}
         if accelerator is not None:  # the training job's logs to a Vertex AI TensorBoard (submit --tensorboard)
@@ -176,7 +181,7 @@ def build_pipeline(
         num_shards: int = 0,
         max_bad_fraction: float = 0.01,
         classes: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
-        model_name: str = "codelab_convnet",
+        model_name: str = "auto",
         epochs: int = 20,
         per_replica_batch_size: int = 32,
         learning_rate: float = 0.002,
@@ -197,6 +202,11 @@ def build_pipeline(
         tensorboard: str = "",
         base_output_directory: str = "",
         endpoint: str = "",
+        modality: str = "auto",
+        vocabulary_size: int = 15000,
+        sequence_length: int = 250,
+        text_column: str = "text",
+        label_column: str = "label",
     ):
         if accelerator is None:  # kfp.local: no Vertex AI to send mail (run-local has no flag for it)
             return steps(**locals())
@@ -214,8 +224,8 @@ def build_pipeline(
         image_classifier.__annotations__["return"] = Outputs
     return dsl.pipeline(
         name=PIPELINE_NAME,
-        description="Image folder -> TFRecords (Beam) -> Keras training (JAX on TPUs; GPU, CPU) -> evaluation, "
-        "blessing -> CPU SavedModel and TFLite export -> Vertex AI Model Registry.",
+        description="Image folder or texts -> TFRecords (Beam) -> Keras training (JAX on TPUs; GPU, CPU) -> "
+        "evaluation, blessing -> CPU SavedModel and TFLite export -> Vertex AI Model Registry.",
     )(image_classifier)
 
 

@@ -512,7 +512,7 @@ def resolve_source(config: LocalRunConfig) -> tuple[str, str]:
     """The source the DAG reads, and its fingerprint: the user's (absolute), checked as the fingerprint step will
     check it, so that a wrong path fails in one line before anything is written; or the demo digits, written under
     the work dir."""
-    from components.convert.core import source_fingerprint
+    from components.convert.text import any_source_fingerprint
     from components.demo_data import write_digits
 
     if not config.source:
@@ -520,7 +520,9 @@ def resolve_source(config: LocalRunConfig) -> tuple[str, str]:
         write_digits(source, per_class_limit=config.demo_per_class)
     else:
         source = os.path.abspath(config.source) if "://" not in config.source else config.source
-    return source, source_fingerprint(source, config.parameters.get("classes") or ())
+    text = {name: config.parameters[name] for name in ("modality", "text_column", "label_column")
+            if name in config.parameters}  # fmt: skip
+    return source, any_source_fingerprint(source, config.parameters.get("classes") or (), **text)
 
 
 def export_parity(summary: dict, crossed: dict) -> str:
@@ -529,7 +531,7 @@ def export_parity(summary: dict, crossed: dict) -> str:
     if crossed.get("num_examples"):
         text += (
             f"; {crossed['argmax_agreement']:.4f} with {crossed['trained_backend']}'s own predictions on "
-            f"{crossed['num_examples']} validation images (largest probability difference "
+            f"{crossed['num_examples']} validation examples (largest probability difference "
             f"{crossed['max_probability_difference']:.1e})"
         )
     return text

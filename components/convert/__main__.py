@@ -8,7 +8,7 @@ import json
 
 from components.cli import config_from_args, configure_logging, run_main
 from components.convert.core import ConversionError, ConvertConfig, run
-from components.convert.text import TextConvertConfig, is_text_source, run_text
+from components.convert.text import TextConvertConfig, resolve_modality, run_text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,9 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = build_parser().parse_known_args(argv)
     configure_logging(args.verbose)
-    modality = args.modality
-    if modality == "auto":
-        modality = "text" if is_text_source(args.source) else "image"
+    modality = resolve_modality(args.modality, args.source)
     try:
         if modality == "text":
             stats = run_text(config_from_args(TextConvertConfig, args, pipeline_args=tuple(beam_args)))

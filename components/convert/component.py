@@ -18,8 +18,14 @@ def convert(
     classes: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
     source_fingerprint: str = "",
     beam_args: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
+    modality: str = "auto",
+    vocabulary_size: int = 15_000,
+    sequence_length: int = 250,
+    text_column: str = "text",
+    label_column: str = "label",
 ) -> int:
-    """Converts an image folder or manifest into sharded TFRecords; returns the number of examples written.
+    """Converts an image folder or manifest, or a text source (``modality`` auto: recognised; image; text), into
+    sharded TFRecords; returns the number of examples written.
 
     ``source_fingerprint`` (from the fingerprint step) is part of KFP's cache key: a rerun over unchanged data is a
     cache hit, new or changed files make a new conversion.
@@ -28,27 +34,25 @@ def convert(
 
     from components.cli import configure_logging
     from components.convert.core import ConvertConfig, run
+    from components.convert.text import TextConvertConfig, resolve_modality, run_text
 
     configure_logging()
-    stats = run(
-        ConvertConfig(
-            source=source,
-            output_dir=examples.path,
-            image_size=image_size,
-            validation_fraction=validation_fraction,
-            test_fraction=test_fraction,
-            num_shards=num_shards,
-            max_bad_fraction=max_bad_fraction,
-            max_pixels=max_pixels,
-            classes=tuple(classes),
-            pipeline_args=tuple(beam_args or ()),
-        )
-    )
+    common = dict(source=source, output_dir=examples.path, validation_fraction=validation_fraction,
+                  test_fraction=test_fraction, num_shards=num_shards, max_bad_fraction=max_bad_fraction,
+                  classes=tuple(classes), pipeline_args=tuple(beam_args or ()))  # fmt: skip
+    if resolve_modality(modality, source) == "text":
+        stats = run_text(TextConvertConfig(**common, vocabulary_size=vocabulary_size, sequence_length=sequence_length,
+                                           text_column=text_column, label_column=label_column))  # fmt: skip
+        shape = {"sequence_length": stats["sequence_length"], "vocabulary_size": stats["vocabulary_size"]}
+    else:
+        stats = run(ConvertConfig(**common, image_size=image_size, max_pixels=max_pixels))
+        shape = {"image_size": stats["image_size"]}
     examples.metadata.update(
         {
+            "modality": stats.get("modality", "image"),
             "counts": stats["counts"],
             "class_names": stats["class_names"],
-            "image_size": stats["image_size"],
+            **shape,
             "quarantined": stats["quarantined"],
             "duplicates": stats["duplicates"],
             "fingerprint": stats["fingerprint"],
@@ -64,14 +68,21 @@ def make_component(base_image: str):
     return dsl.component(convert, base_image=base_image, install_kfp_package=False)
 
 
-def fingerprint(source: str, classes: List[str] = [], run_id: str = "") -> str:  # noqa: B006 (KFP reads the default)
+def fingerprint(
+    source: str,
+    classes: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
+    run_id: str = "",
+    modality: str = "auto",
+    text_column: str = "text",
+    label_column: str = "label",
+) -> str:
     """The source's fingerprint (paths, sizes, modification times): feeds convert's cache key. Never cached itself:
     the DAG passes the run's id as ``run_id``, an input that changes on every run whatever the caching setting."""
     from components.cli import configure_logging
-    from components.convert.core import source_fingerprint
+    from components.convert.text import any_source_fingerprint
 
     configure_logging()
-    return source_fingerprint(source, tuple(classes))
+    return any_source_fingerprint(source, tuple(classes), modality, text_column, label_column)
 
 
 def make_fingerprint_component(base_image: str):

@@ -48,7 +48,15 @@ from components.convert.core import (
     warn_small_classes,
     write_records,
 )
-from components.schema import SPLITS, STATS_FILE, _bytes_feature, _delimited, _int64_feature, check_class_count
+from components.schema import (
+    MODALITIES,
+    SPLITS,
+    STATS_FILE,
+    _bytes_feature,
+    _delimited,
+    _int64_feature,
+    check_class_count,
+)
 from components.storage import check_writable, write_atomically, write_json
 from components.tokenizing import (
     OUT_OF_VOCABULARY,
@@ -139,6 +147,33 @@ def is_text_source(source: str) -> bool:
         if result.metadata_list:
             return True
     return False
+
+
+def resolve_modality(modality: str, source: str) -> str:
+    """``image`` or ``text``: as given, or (``auto``) what the source holds (``is_text_source``)."""
+    if modality not in MODALITIES:
+        raise UsageError(f"--modality {modality!r} does not exist: choose one of {', '.join(MODALITIES)}")
+    if modality == "auto":
+        return "text" if is_text_source(source) else "image"
+    return modality
+
+
+def text_source_fingerprint(source: str, classes: Sequence[str] = (), text_column: str = "text",
+                            label_column: str = "label") -> str:  # fmt: skip
+    """The fingerprint of a text source (the same as its conversion's ``stats.json`` records)."""
+    config = TextConvertConfig(source=source, output_dir="", classes=tuple(classes), text_column=text_column,
+                               label_column=label_column)  # fmt: skip
+    return list_text_source(config).fingerprint
+
+
+def any_source_fingerprint(source: str, classes: Sequence[str] = (), modality: str = "auto",
+                           text_column: str = "text", label_column: str = "label") -> str:  # fmt: skip
+    """The fingerprint of any source convert takes, images or texts, as its conversion will record it."""
+    from components.convert.core import source_fingerprint
+
+    if resolve_modality(modality, source) == "text":
+        return text_source_fingerprint(source, classes, text_column, label_column)
+    return source_fingerprint(source, classes)
 
 
 def _match(pattern: str) -> list:

@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         dest="model_name",
         default=defaults.model_name,
-        help=f"one of {', '.join(sorted(MODELS))} (default %(default)s)",
+        help=f"one of {', '.join(sorted(MODELS))}, or auto: codelab_convnet for images, lstm for texts (default "
+        "%(default)s)",
     )
     parser.add_argument("--epochs", type=int, default=defaults.epochs, help="default %(default)s")
     parser.add_argument(

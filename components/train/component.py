@@ -7,7 +7,7 @@ from kfp.dsl import Dataset, Input, Model, Output
 def train(
     examples: Input[Dataset],
     model: Output[Model],
-    model_name: str = "codelab_convnet",
+    model_name: str = "auto",
     epochs: int = 20,
     per_replica_batch_size: int = 32,
     learning_rate: float = 0.002,
@@ -47,7 +47,7 @@ def train(
         {
             "framework": "keras",
             "backend": result["backend"],
-            "model_name": model_name,
+            "model_name": result["model_name"],
             "strategy": result["strategy"],
             "replicas": result["replicas"],
             "processes": result["processes"],

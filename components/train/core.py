@@ -16,6 +16,7 @@ Writes the model artifact (``components.artifacts.model``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -29,7 +30,15 @@ from dataclasses import dataclass
 from components.artifacts.examples import example_shape, first_images, input_size, make_dataset
 from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE, MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE
 from components.cli import UsageError
-from components.models import INPUT_PIXELS, MODELS, build_model, check_image_size, modality_of
+from components.models import (
+    AUTO_MODEL,
+    DEFAULT_MODELS,
+    INPUT_PIXELS,
+    MODELS,
+    build_model,
+    check_image_size,
+    modality_of,
+)
 from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, read_json, write_atomically, write_json
 from components.tokenizing import VOCABULARY_FILE, read_vocabulary, vocabulary_bytes, vocabulary_digest
@@ -54,7 +63,8 @@ class TrainConfig:
     Args:
         examples_dir: the convert step's output (``<split>/*.tfrec`` and ``stats.json``).
         model_dir: where the model, its weights, its config and the history go; empty: ``AIP_MODEL_DIR``.
-        model_name: one of ``components.models.MODELS``.
+        model_name: one of ``components.models.MODELS``, or ``auto``: the codelab convnet for images, the
+            article's LSTM for texts (``components.models.DEFAULT_MODELS``).
         epochs: passes over the training split.
         per_replica_batch_size: examples per device per step, rounded up to a multiple of 8; the global batch is
             this times the devices (of every host).
@@ -79,7 +89,7 @@ class TrainConfig:
 
     examples_dir: str
     model_dir: str = ""
-    model_name: str = "codelab_convnet"
+    model_name: str = AUTO_MODEL
     epochs: int = 20
     per_replica_batch_size: int = 32
     learning_rate: float = 0.002
@@ -99,7 +109,7 @@ class TrainConfig:
     seed: int = 42
 
     def __post_init__(self) -> None:
-        choices = {"model_name": ("--model", MODELS), "precision": ("--precision", PRECISIONS),
+        choices = {"model_name": ("--model", (AUTO_MODEL, *MODELS)), "precision": ("--precision", PRECISIONS),
                    "lr_schedule": ("--lr-schedule", LR_SCHEDULES), "backend": ("--backend", BACKENDS)}  # fmt: skip
         for name, (flag, valid) in choices.items():
             if getattr(self, name) not in valid:
@@ -397,6 +407,9 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     modality, num_classes = stats.get("modality", "image"), stats["num_classes"]
     image_size, sequence_length = input_size(stats)
     shape = example_shape(stats)
+    if config.model_name == AUTO_MODEL:
+        config = dataclasses.replace(config, model_name=DEFAULT_MODELS[modality])
+        log.info("--model auto: %s for %ss", config.model_name, modality)
     check_model_takes(config.model_name, modality, config.examples_dir)
     vocabulary = None
     if modality == "image":

@@ -13,7 +13,20 @@ import time
 import pytest
 
 from components.train.core import epochs_kept
-from tests.conftest import REPO_ROOT, run_cli
+from tests.conftest import REPO_ROOT, TEXT_SEQUENCE_LENGTH, run_cli, write_reviews
+
+
+def reviews_csv(path) -> str:
+    """The text fixtures' reviews as a CSV with its own column names (``review``, ``sentiment``)."""
+    import csv
+
+    with open(write_reviews(path.with_suffix(".jsonl"), count=240), encoding="utf-8") as handle:
+        rows = [json.loads(line) for line in handle]
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["review", "sentiment"])
+        writer.writerows([row["text"], row["label"]] for row in rows)
+    return str(path)
 
 
 def start_run_local(work_dir, *args: str, env: dict | None = None) -> subprocess.Popen:
@@ -227,16 +240,21 @@ def test_the_report_of_the_demo_run_shows_its_misclassified_digits(demo_run):
 
 @pytest.fixture(scope="module")
 def side_runs(demo_run, tmp_path_factory):
-    """Three more whole-DAG runs, side by side (their steps mostly start processes and import frameworks): a weak
-    model judged against the demo run's export, the train step on JAX over two virtual CPU devices, and a run stopped
-    by a SIGTERM to run-local alone during training ("term"). Returns {name: (work dir, summary, result)}."""
+    """Four more whole-DAG runs, side by side (their steps mostly start processes and import frameworks): a weak
+    model judged against the demo run's export, the train step on JAX over two virtual CPU devices, a text source
+    (a CSV of reviews, ``--modality text``) into a folder registry, and a run stopped by a SIGTERM to run-local alone
+    during training ("term"). Returns {name: (work dir, summary, result)}."""
     _, blessed, _ = demo_run
     root = tmp_path_factory.mktemp("side")
     baseline = os.path.dirname(blessed["export_json"])
+    reviews = reviews_csv(root / "reviews.csv")
     runs = {
         "weak": (["--demo-per-class", "20", "--epochs", "1", "--min-accuracy", "0.9", "--baseline", baseline], {}),
         "jax": (["--demo-per-class", "40", "--image-size", "16", "--epochs", "10", "--backend", "jax"],
                 {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}),
+        "text": (["--source", reviews, "--modality", "text", "--text-column", "review", "--label-column", "sentiment",
+                  "--sequence-length", str(TEXT_SEQUENCE_LENGTH), "--vocabulary-size", "64", "--epochs", "6",
+                  "--batch-size", "16", "--min-accuracy", "0.8", "--registry", str(root / "text-registry")], {}),
     }  # fmt: skip
     started = {
         name: subprocess.Popen(
@@ -325,3 +343,28 @@ def test_the_whole_dag_trains_on_jax_over_two_devices_and_exports_through_tensor
     assert crossed["num_examples"] > 0 and crossed["argmax_agreement"] >= 0.97
     assert "training       jax, DataParallel over 2 cpu device(s)" in result.stdout
     assert f"{crossed['argmax_agreement']:.4f} with jax's own predictions" in result.stdout
+
+
+def test_the_same_dag_classifies_texts_from_a_csv_into_the_registry(side_runs):
+    """A text source through the whole DAG (issue 15): ``--modality text`` reads the CSV's columns, the default
+    model is the article's LSTM, evaluate quotes misclassified texts, export serves raw strings, and the blessed
+    export is the registry's first version."""
+    import tensorflow as tf
+
+    work_dir, summary, result = side_runs["text"]
+    assert summary["blessed"] is True and summary["test_accuracy"] >= 0.8, result.stdout[-3000:]
+    assert summary["parameters"]["modality"] == "text"
+    assert summary["training"]["model_name"] == "lstm"  # --model auto
+    with open(os.path.join(summary["examples_dir"], "stats.json")) as handle:
+        stats = json.load(handle)
+    assert stats["modality"] == "text" and stats["sequence_length"] == TEXT_SEQUENCE_LENGTH
+    assert sum(stats["counts"].values()) == 240
+    with open(summary["report_html"], encoding="utf-8") as handle:
+        assert "Misclassified test texts" in handle.read()
+    registry = os.path.join(os.path.dirname(work_dir), "text-registry")
+    assert summary["registry"]["action"] == "registered" and summary["registry"]["version"] == 1
+    serving = tf.saved_model.load(os.path.join(registry, "1", "saved_model")).signatures["serving_default"]
+    labels = serving(text=tf.constant(["Superb and lovely, a GREAT film!", "Awful, dull and boring."]))["label"]
+    assert [label.decode() for label in labels.numpy()] == ["pos", "neg"]
+    with open(os.path.join(registry, "1", "export.json")) as handle:
+        assert json.load(handle)["formats"]["tflite_int8"]["test_accuracy"] >= 0.8
