@@ -240,7 +240,7 @@ def main() -> None:
         measure = measure_ours if mode == "ours" else measure_bare
         print(measure(examples, args.model, backend, precision, int(devices), args.batch_size, args.epochs))
         return
-    from components.train.placement import FASTER_BACKEND, detect_hardware, read_cpu_flags
+    from components.train.placement import choose_backend, detect_hardware, read_cpu_flags
 
     size, batch, text = args.image_size, args.batch_size, modality_of(args.model) == "text"
     unit = "texts" if text else "images"
@@ -277,7 +277,7 @@ def main() -> None:
         "cpu_cores": os.cpu_count(),
         "hardware": hardware, "gpus": gpu_models(), "cpu_bf16": sorted(read_cpu_flags() & {"amx_bf16", "avx512_bf16"}),
         f"input_{unit}_per_second": round(feed, 1), "configurations": rows, "backends": summary,
-        "auto_picks": FASTER_BACKEND.get(hardware, ("jax",))[0],
+        "auto_picks": choose_backend("auto", hardware, {}, modality=modality_of(args.model))[0],
         "min_ours_vs_bare": min(row["ours_vs_bare"] for row in rows.values()),
     }))  # fmt: skip
 

@@ -64,7 +64,8 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
         "--source",
         default="",
         help="an image folder <root>/<class>/*.jpg, a CSV manifest, a NumPy .npz (arrays x and y) or a glob of "
-        "TFRecords in the codelab schema, local or gs:// (default: the demo digits)",
+        "TFRecords in the codelab schema; or texts: a folder of <class>/*.txt (aclImdb's train|test/<class>/ too), a "
+        ".jsonl, or a .csv with --modality text; local or gs:// (default: the demo digits)",
     )
     local_cmd.add_argument(
         "--image-size",

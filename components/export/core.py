@@ -223,21 +223,32 @@ def tflite_predict(content: bytes, images):
     parameters when it is integer (the int8 file: p itself; a float model exported before the scaling moved inside);
     the output dequantized when it is integer."""
     import numpy as np
+
+    def prepare(image, source):
+        value = image[np.newaxis]
+        scale, zero_point = source["quantization"]
+        if source["dtype"] == np.float32:  # an older export: [0, 1]
+            value = value.astype(np.float32) / 255.0
+        elif scale:  # a quantized input: [0, 1], quantized
+            info = np.iinfo(source["dtype"])
+            value = np.clip(np.round(value / 255.0 / scale + zero_point), info.min, info.max).astype(source["dtype"])
+        return value
+
+    return tflite_run(content, np.asarray(images, dtype=np.uint8), prepare)
+
+
+def tflite_run(content: bytes, rows, prepare):
+    """A TFLite model's float outputs for each of ``rows``, one at a time: ``prepare(row, input details)`` gives the
+    input tensor; an integer output is dequantized."""
+    import numpy as np
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_content=content)
     interpreter.allocate_tensors()
     (source,), (target,) = interpreter.get_input_details(), interpreter.get_output_details()
     outputs = []
-    scale, zero_point = source["quantization"]
-    for image in np.asarray(images, dtype=np.uint8):
-        value = image[np.newaxis]
-        if source["dtype"] == np.float32:  # an older export: [0, 1]
-            value = value.astype(np.float32) / 255.0
-        elif scale:  # a quantized input: [0, 1], quantized
-            info = np.iinfo(source["dtype"])
-            value = np.clip(np.round(value / 255.0 / scale + zero_point), info.min, info.max).astype(source["dtype"])
-        interpreter.set_tensor(source["index"], value)
+    for row in rows:
+        interpreter.set_tensor(source["index"], prepare(row, source))
         interpreter.invoke()
         result = interpreter.get_tensor(target["index"])[0]
         if target["dtype"] != np.float32:

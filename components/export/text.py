@@ -22,7 +22,7 @@ import shutil
 import tempfile
 
 from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, TFLITE_FILES
-from components.artifacts.model import MODEL_FILE, load_model_config, model_digest
+from components.artifacts.model import MODEL_FILE, model_digest
 from components.export.core import (
     PARITY_BATCH_SIZE,
     REPRESENTATIVE_IMAGES,
@@ -30,6 +30,7 @@ from components.export.core import (
     backend_parity,
     build_cpu_model,
     predictions_of,
+    tflite_run,
     tree_bytes,
     write_archive,
 )
@@ -143,21 +144,8 @@ def tflite_token_predict(content: bytes, tokens):
     """Class probabilities from a text TFLite model for int32 ids ``[N, sequence_length]``, one text at a time; the
     output dequantized when it is integer."""
     import numpy as np
-    from ai_edge_litert.interpreter import Interpreter
 
-    interpreter = Interpreter(model_content=content)
-    interpreter.allocate_tensors()
-    (source,), (target,) = interpreter.get_input_details(), interpreter.get_output_details()
-    outputs = []
-    for row in np.asarray(tokens):
-        interpreter.set_tensor(source["index"], row[np.newaxis].astype(source["dtype"]))
-        interpreter.invoke()
-        result = interpreter.get_tensor(target["index"])[0]
-        if target["dtype"] != np.float32:
-            scale, zero_point = target["quantization"]
-            result = (result.astype(np.float32) - zero_point) * scale
-        outputs.append(result)
-    return np.stack(outputs)
+    return tflite_run(content, np.asarray(tokens), lambda row, source: row[np.newaxis].astype(source["dtype"]))
 
 
 def text_format_accuracies(saved_model_path: str, tflite: dict[str, bytes], examples_dir: str, model_config: dict):
@@ -199,9 +187,7 @@ def export_text(config: ExportConfig) -> dict:
     """Exports a text model (SavedModel on strings, TFLite on ids), checks it, and writes ``export.json``."""
     import keras
 
-    model_config = load_model_config(config.model_dir)
-    vocabulary_path = os.path.join(config.model_dir, VOCABULARY_FILE)
-    vocabulary = read_vocabulary(vocabulary_path)
+    vocabulary = read_vocabulary(os.path.join(config.model_dir, VOCABULARY_FILE))
     model, model_config = build_cpu_model(config.model_dir)
     length = model_config["sequence_length"]
     saved_model_path = os.path.join(config.output_dir, SAVED_MODEL_DIR)

@@ -418,7 +418,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         vocabulary = read_vocabulary(f"{config.examples_dir.rstrip('/')}/{VOCABULARY_FILE}")
     train_count, validation_count = stats["counts"]["train"], stats["counts"]["validation"]
     hardware = detect_hardware()
-    backend, why = choose_backend(config.backend, hardware, env, config.hosts)
+    backend, why = choose_backend(config.backend, hardware, env, config.hosts, modality)
     if backend == "tensorflow":
         check_tensorflow_xla(config)
     activate_backend(backend)

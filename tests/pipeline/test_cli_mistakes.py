@@ -78,9 +78,10 @@ def test_run_local_help_lists_every_source_form_and_model(capsys):
         main(["run-local", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert ".npz" in out and "TFRecords" in out and "CSV manifest" in out
-    from components.models import MODELS, TEXT_MODELS
+    assert "<class>/*.txt" in out and ".jsonl" in out and "--modality {auto,image,text}" in out
+    from components.models import MODELS
 
-    assert "{" + ",".join(sorted(set(MODELS) - set(TEXT_MODELS))) + "}" in out
+    assert "{" + ",".join(["auto", *MODELS]) + "}" in out
 
 
 def test_predict_names_a_model_that_does_not_exist(tmp_path):
