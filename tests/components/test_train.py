@@ -64,7 +64,11 @@ def test_dense_baseline_parameter_count_is_one_layer_over_the_pixels():
 @pytest.mark.parametrize(
     ("flag", "value", "choices"),
     [
-        ("--model", "resnet9000", "codelab_convnet, cifar_convnet, dense_baseline, squeezenet, lstm, bilstm, cnn1d"),
+        (
+            "--model",
+            "resnet9000",
+            "auto, codelab_convnet, cifar_convnet, dense_baseline, squeezenet, lstm, bilstm, cnn1d",
+        ),
         ("--precision", "float8", "auto, float32, mixed_bfloat16"),
         ("--lr-schedule", "cosine", "constant, rampup_exponential"),
         ("--backend", "torch", "auto, jax, tensorflow"),
