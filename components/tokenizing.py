@@ -47,8 +47,10 @@ def vocabulary_bytes(vocabulary: list[str]) -> bytes:
 
 
 def parse_vocabulary(content: bytes) -> list[str]:
-    """The tokens of a ``vocabulary.txt``, in id order (the first line, padding, is empty)."""
-    return content.decode("utf-8").split("\n")[:-1]
+    """The tokens of a ``vocabulary.txt``, in id order (the first line, padding, is empty; a last line without its
+    newline still counts)."""
+    lines = content.decode("utf-8").split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
 
 
 def read_vocabulary(path: str) -> list[str]:

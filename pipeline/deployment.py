@@ -169,6 +169,9 @@ def predict_endpoint(settings: VertexSettings, endpoint: str, images: list[str],
     check_settings(settings, need_root=False)
     target = find_endpoint(settings, endpoint)
     report = served_export(settings, target)
+    if report.get("modality") == "text":
+        raise UsageError(f"endpoint {endpoint} serves a text model: --endpoint takes images; predict texts with "
+                         "--model and the export step's output")  # fmt: skip
     names, size = list(report["class_names"]), int(report["image_size"])
     readable, errors = read_images(images)
     readable = [(path, fill_square_pillow(pixels, size)) for path, pixels in readable]

@@ -145,6 +145,11 @@ def export_modality(model: str) -> str:
     if found and os.path.isfile(found[1]):
         with open(found[1], encoding="utf-8") as handle:
             return json.load(handle).get("modality", "image")
+    if found:  # a SavedModel alone: what its serving_default takes
+        import tensorflow as tf
+
+        inputs = tf.saved_model.load(found[0]).signatures["serving_default"].structured_input_signature[1]
+        return TEXT_MODEL if "text" in inputs else "image"
     return "image"
 
 

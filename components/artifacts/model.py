@@ -69,6 +69,9 @@ def check_same_vocabulary(model_config: dict, examples_dir: str, model_dir: str,
     from components.cli import UsageError
     from components.tokenizing import VOCABULARY_FILE, read_vocabulary, vocabulary_digest
 
+    if not model_config.get("vocabulary_sha256"):
+        raise UsageError(f"model {model_dir} does not record its vocabulary (trained before text models kept it): "
+                         "train it again")  # fmt: skip
     vocabulary = read_vocabulary(f"{examples_dir.rstrip('/')}/{VOCABULARY_FILE}")
     if vocabulary_digest(vocabulary) != model_config.get("vocabulary_sha256"):
         raise UsageError(f"examples {examples_dir} were tokenised with another vocabulary than model {model_dir} "

@@ -131,22 +131,31 @@ class TextListing:
 
 
 def is_text_source(source: str) -> bool:
-    """Whether ``source`` is a text source: a .csv with a text column or a .jsonl, or a folder whose class folders
-    hold .txt files (directly or under aclImdb's split folders)."""
+    """Whether ``source`` is a text source: a .jsonl (a .csv is an image manifest unless ``--modality text`` says
+    otherwise), or a folder whose class folders (directly or under aclImdb's split folders) hold more .txt files than
+    images, among the first ``SAMPLED_FILES`` of each level (an image folder with a notes or LICENSE.txt per class
+    stays an image folder)."""
     lowered = source.lower()
     if lowered.endswith(".jsonl"):
         return True
     if lowered.endswith(".csv"):
-        return False  # a CSV is an image manifest unless --modality text says otherwise
+        return False
     root = source.rstrip("/")
-    for pattern in (f"{root}/*/*.txt", f"{root}/*/*/*.txt"):
+    texts = images = 0
+    for pattern in (f"{root}/*/*", f"{root}/*/*/*"):
         try:
-            (result,) = FileSystems.match([pattern], limits=[1])
+            (result,) = FileSystems.match([pattern], limits=[SAMPLED_FILES])
         except Exception:
             continue
-        if result.metadata_list:
-            return True
-    return False
+        for meta in result.metadata_list:
+            name = meta.path.lower()
+            texts += name.endswith(".txt")
+            images += name.endswith(IMAGE_SUFFIXES)
+    return texts > images
+
+
+SAMPLED_FILES = 1000
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
 
 def resolve_modality(modality: str, source: str) -> str:
@@ -223,7 +232,8 @@ def list_text_table(path: str, text_column: str, label_column: str) -> TextListi
                          "UTF-8") from None  # fmt: skip
     rows, rejected = [], []
     if path.lower().endswith(".jsonl"):
-        for number, line in enumerate(decoded.splitlines(), start=1):
+        # (lines end at "\n" only: JSON strings may hold U+2028 and the like, which splitlines() would cut at)
+        for number, line in enumerate(decoded.split("\n"), start=1):
             if not line.strip():
                 continue
             try:

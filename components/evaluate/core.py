@@ -333,6 +333,14 @@ def run(config: EvaluateConfig) -> dict:
         not_comparable or None,
         metrics["per_class"],
     )
+    modality = stats.get("modality", "image")
+    if baseline is not None and baseline.modality != modality:  # never in place of the model in service
+        metrics["blessing"]["blessed"] = False
+        metrics["blessing"]["reasons"].append(
+            f"the baseline is {article(baseline.modality)} {baseline.modality} model: {article(modality)} "
+            f"{modality} model must not take its place (give text and image models their own --model-display-name "
+            "or registry)"
+        )
     metrics["small_classes"] = stats.get("small_classes", {})
     metrics["blessing"]["baseline"] = config.baseline or None
     metrics["misclassified"] = [

@@ -13,8 +13,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m components.export",
         description="Rebuild the trained model on the CPU, load its weights and write a SavedModel whose "
-        "serving_default signature takes image_bytes (encoded JPEG/PNG) and returns probabilities, class_id and "
-        "label; checks its predictions against the trained model's on the test split.",
+        "serving_default signature takes image_bytes (encoded JPEG/PNG; a text model's: text, raw strings, tokenised "
+        "in the graph) and returns probabilities, class_id and label, and TFLite files; checks its predictions "
+        "against the trained model's on the test split.",
     )
     parser.add_argument("--model-dir", required=True, help="the train step's output dir")
     parser.add_argument(

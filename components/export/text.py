@@ -23,6 +23,7 @@ import tempfile
 
 from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, TFLITE_FILES
 from components.artifacts.model import MODEL_FILE, model_digest
+from components.cli import StepFailedError
 from components.export.core import (
     PARITY_BATCH_SIZE,
     REPRESENTATIVE_IMAGES,
@@ -195,9 +196,13 @@ def export_text(config: ExportConfig) -> dict:
     trained = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
     parity, differing = check_text_parity(saved_model_path, trained, config.examples_dir, config.parity_split,
                                           model_config)  # fmt: skip
-    if differing is not None:
-        log.warning("the SavedModel tokenises %.2f%% of the %s texts differently from the conversion, e.g. %r",
-                    100 * (1 - parity["token_agreement"]), config.parity_split, differing[:200])  # fmt: skip
+    if differing is not None:  # serving would read texts otherwise than training did: nothing is exported
+        shutil.rmtree(saved_model_path, ignore_errors=True)
+        raise StepFailedError(
+            f"the exported graph tokenises {1 - parity['token_agreement']:.2%} of the {config.parity_split} texts "
+            f"otherwise than the conversion did, e.g. {differing[:80]!r}: nothing exported (a defect of "
+            "components/tokenizing.py: please report the text)"
+        )
     crossed = backend_parity(model, config.model_dir, model_config, config.examples_dir)
     tflite, quantization = text_tflite_models(model, length, config.examples_dir, model_config["num_classes"])
     digest = model_digest(config.model_dir)

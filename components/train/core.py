@@ -396,7 +396,14 @@ def check_model_takes(model_name: str, modality: str, examples_dir: str) -> None
 def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     """Trains and saves the model; returns the final epoch's metrics and where things were written."""
     from components.keras_backend import activate_backend
-    from components.train.placement import activate_jax_cpu_devices, choose_backend, detect_hardware, place
+    from components.train.placement import (
+        activate_jax_cpu_devices,
+        choose_backend,
+        choose_precision,
+        detect_hardware,
+        place,
+        read_cpu_flags,
+    )
 
     env = os.environ if env is None else env
     stats = read_stats(config.examples_dir)  # checks the input before the slow framework imports
@@ -418,7 +425,8 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         vocabulary = read_vocabulary(f"{config.examples_dir.rstrip('/')}/{VOCABULARY_FILE}")
     train_count, validation_count = stats["counts"]["train"], stats["counts"]["validation"]
     hardware = detect_hardware()
-    backend, why = choose_backend(config.backend, hardware, env, config.hosts, modality)
+    bfloat16 = hardware == "cpu" and choose_precision(config.precision, "cpu", cpu_flags=read_cpu_flags()) != "float32"
+    backend, why = choose_backend(config.backend, hardware, env, config.hosts, modality, bfloat16)
     if backend == "tensorflow":
         check_tensorflow_xla(config)
     activate_backend(backend)

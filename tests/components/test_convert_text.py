@@ -223,3 +223,40 @@ def test_classes_fix_the_class_ids_and_a_label_outside_them_is_one_line(tmp_path
         "pos": 0, "neg": 1}  # fmt: skip
     with pytest.raises(UsageError, match=r"has classes not in --classes: neg$"):
         list_text_source(TextConvertConfig(source=str(tmp_path / "r"), output_dir="", classes=("pos",)))
+
+
+def test_auto_tells_texts_from_images_by_what_the_class_folders_mostly_hold(tmp_path):
+    """A .jsonl and a folder of .txt files are texts; an image folder with a LICENSE.txt per class stays images; a
+    CSV is an image manifest unless told."""
+    from components.convert.text import resolve_modality
+    from tests.conftest import image_bytes
+
+    photos = tmp_path / "photos"
+    for name, color in (("cat", (200, 10, 10)), ("dog", (10, 200, 10))):
+        os.makedirs(photos / name)
+        for index in range(3):
+            (photos / name / f"{index}.jpg").write_bytes(image_bytes(color, seed=index))
+        (photos / name / "LICENSE.txt").write_text("CC-BY 4.0")
+    reviews = tmp_path / "reviews"
+    for name in ("pos", "neg"):
+        os.makedirs(reviews / "train" / name)
+        (reviews / "train" / name / "1.txt").write_text(f"a {name} review")
+    (tmp_path / "rows.jsonl").write_text('{"text": "good", "label": "pos"}')
+    assert resolve_modality("auto", str(photos)) == "image"
+    assert resolve_modality("auto", str(reviews)) == "text"
+    assert resolve_modality("auto", str(tmp_path / "rows.jsonl")) == "text"
+    assert resolve_modality("auto", str(tmp_path / "manifest.csv")) == "image"
+    assert resolve_modality("text", str(tmp_path / "manifest.csv")) == "text"
+    with pytest.raises(UsageError, match=r"^--modality 'sound' does not exist: choose one of auto, image, text$"):
+        resolve_modality("sound", str(photos))
+
+
+def test_a_jsonl_text_may_hold_line_separators_inside_its_strings(tmp_path):
+    """U+2028 and U+0085 are legal unescaped in JSON strings: a row holding them is one row, not two broken ones."""
+    from components.convert.text import list_text_table
+
+    rows = [{"text": "first line\u2028second\u0085third", "label": "pos"}, {"text": "plain", "label": "neg"}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(row, ensure_ascii=False) for row in rows), encoding="utf-8")
+    listing = list_text_table(str(path), "text", "label")
+    assert sorted(item[3] for item in listing.items) == sorted(row["text"] for row in rows) and not listing.rejected

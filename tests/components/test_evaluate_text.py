@@ -24,27 +24,45 @@ def evaluated_text(text_examples, trained_text, exported_text, tmp_path_factory)
 
 
 def test_a_text_model_is_evaluated_and_blessed_on_the_test_texts(text_examples, evaluated_text):
-    import tensorflow as tf
-
-    from components.schema import split_files, text_feature_spec
     from tests.conftest import TEXT_SEQUENCE_LENGTH
 
-    examples, stats = text_examples
+    _, stats = text_examples
     metrics, output = evaluated_text
     assert metrics["num_examples"] == stats["counts"]["test"] == sum(map(sum, metrics["confusion_matrix"]))
     assert metrics["class_names"] == ["neg", "pos"]
     assert metrics["accuracy"] >= 0.9 and metrics["blessing"]["blessed"], metrics["blessing"]
     assert metrics["training"]["modality"] == "text"
     assert metrics["training"]["sequence_length"] == TEXT_SEQUENCE_LENGTH
-    # the misclassified ones are test texts, given whole, with their true and predicted labels
+    with open(os.path.join(output, "metrics.json")) as handle:
+        assert json.load(handle) == metrics
+
+
+def test_a_weak_models_misclassified_texts_are_listed_and_quoted(text_examples, tmp_path):
+    """An LSTM barely trained (one epoch at a tiny learning rate) gets many test texts wrong: each is listed whole
+    in metrics.json with its labels, and quoted in the report."""
+    import html
+
+    import tensorflow as tf
+
+    from components.schema import split_files, text_feature_spec
+    from components.train.core import TrainConfig
+    from components.train.core import run as train
+    from tests.conftest import TEXT_SEQUENCE_LENGTH
+
+    examples, _ = text_examples
+    train(TrainConfig(examples_dir=examples, model_dir=str(tmp_path / "weak"), model_name="lstm", epochs=1,
+                      learning_rate=1e-6, per_replica_batch_size=16, backend="tensorflow"), env={})  # fmt: skip
+    metrics = run(EvaluateConfig(examples, str(tmp_path / "weak"), str(tmp_path / "evaluation"), min_accuracy=0.9))
     spec = text_feature_spec(TEXT_SEQUENCE_LENGTH, 2)
     texts = {tf.io.parse_single_example(record, spec)["text"].numpy().decode()
              for record in tf.data.TFRecordDataset(split_files(examples, "test"))}  # fmt: skip
     wrong = metrics["misclassified"]
-    assert len(wrong) == round((1 - metrics["accuracy"]) * metrics["num_examples"])
+    assert len(wrong) == min(24, round((1 - metrics["accuracy"]) * metrics["num_examples"])) > 0
     assert all(item["text"] in texts and item["label"] != item["predicted"] for item in wrong)
-    with open(os.path.join(output, "metrics.json")) as handle:
-        assert json.load(handle) == metrics
+    with open(metrics["report_html"], encoding="utf-8") as handle:
+        page = handle.read()
+    assert page.count("<blockquote class=text>") == len(wrong)
+    assert html.escape(wrong[0]["text"]) in page and not metrics["blessing"]["blessed"]
 
 
 def test_an_exported_text_baseline_reads_the_raw_texts(exported_text, evaluated_text):
@@ -106,3 +124,13 @@ def test_examples_that_do_not_match_the_text_model_are_one_line(text_examples, t
     with pytest.raises(UsageError, match="tokenised with another vocabulary"):
         run(EvaluateConfig(str(other), model_dir, str(tmp_path / "b")))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_text_model_is_never_blessed_in_place_of_an_image_model(text_examples, trained_text, exported, tmp_path):
+    """A registry's model in service of the other modality (the same display name for both): not comparable, and
+    the candidate is not blessed, so it never replaces the image model (nor its deployment)."""
+    metrics = run(EvaluateConfig(text_examples[0], trained_text[0], str(tmp_path), min_accuracy=0.5,
+                                 baseline=exported[0]))  # fmt: skip
+    blessing = metrics["blessing"]
+    assert metrics["accuracy"] >= 0.5 and not blessing["blessed"] and not blessing["baseline_comparable"]
+    assert blessing["reasons"][-1].startswith("the baseline is an image model: a text model must not take its place")

@@ -84,3 +84,39 @@ def test_the_serving_tensorflow_answers_as_the_exporting_one(exported, image_fol
     assert tf.__version__.startswith("2.21") and len(paths) >= 10
     assert theirs["label"] == [label.decode() for label in ours["label"].numpy()]
     np.testing.assert_allclose(theirs["probabilities"], ours["probabilities"].numpy(), atol=1e-5)
+
+
+SERVE_TEXT = """
+import json, sys
+import tensorflow as tf
+model_dir, texts = sys.argv[1], json.loads(sys.argv[2])
+serving = tf.saved_model.load(model_dir).signatures["serving_default"]
+answers = serving(text=tf.constant(texts))
+print(json.dumps({"version": tf.__version__, "probabilities": answers["probabilities"].numpy().tolist(),
+                  "label": [label.decode() for label in answers["label"].numpy()]}))
+"""
+
+
+def test_the_serving_tensorflow_tokenises_and_answers_texts_as_the_exporting_one(exported_text, serving_python):
+    """A text export's graph (lookup table, regular expressions, ragged split, Keras 3's LSTM loop) in the serving
+    TensorFlow: the same labels and probabilities for raw strings."""
+    import tensorflow as tf
+
+    export_dir, _ = exported_text
+    saved_model = os.path.join(export_dir, "saved_model")
+    texts = ["A superb, lovely film!<br /><br />Really GOOD.", "Awful... the plot was dull\u00a0and BORING",
+             "ΟΔΟΣ Straße naïve… 😀", ""]  # fmt: skip
+    served = subprocess.run(
+        [serving_python, "-c", SERVE_TEXT, saved_model, json.dumps(texts)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ""},
+    )
+    assert served.returncode == 0, served.stderr[-3000:]
+    theirs = json.loads(served.stdout.strip().splitlines()[-1])
+    assert theirs["version"].startswith(serving_version() + "."), theirs["version"]
+    ours = tf.saved_model.load(saved_model).signatures["serving_default"](text=tf.constant(texts))
+    assert theirs["label"] == [label.decode() for label in ours["label"].numpy()]
+    assert theirs["label"][:2] == ["pos", "neg"]
+    np.testing.assert_allclose(theirs["probabilities"], ours["probabilities"].numpy(), atol=1e-5)
