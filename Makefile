@@ -37,8 +37,11 @@ setup: $(INSTALLED) ## create .venv and install the locked dependencies
 run: setup ## run the whole pipeline locally (kfp.local) on the demo digits
 	$(VENV)/bin/python -m pipeline run-local
 
-test: setup lint ## lint, then run the tests (all but the heavy ones and the images')
-	$(VENV)/bin/python -m pytest -m "not heavy and not images and not browser"
+# make test's pytest workers (pytest-xdist): whole test files go to workers, the longest first (tests/conftest.py)
+TEST_WORKERS ?= 2
+
+test: setup lint ## lint, then run the tests (all but the heavy ones and the images'), on TEST_WORKERS workers
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not heavy and not images and not browser"
 
 test-heavy: setup ## the heavy tests: the simulated year of scheduled retraining (six whole-DAG runs, ~6 min)
 	$(VENV)/bin/python -m pytest -m heavy

@@ -104,6 +104,24 @@ def exported(converted, trained, tmp_path_factory) -> tuple[str, dict]:
     return output, run(ExportConfig(model_dir=model_dir, examples_dir=examples_dir, output_dir=output))
 
 
+# the test files that take longest (whole-DAG runs, multi-process training), run first: with make test's workers
+# (pytest-xdist, --dist loadfile) one worker starts on them while the others share the rest
+LONGEST_FIRST = (
+    "tests/pipeline/test_local_run.py",
+    "tests/components/test_train_jax.py",
+    "tests/components/test_train.py",
+    "tests/components/test_train_text.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        path = os.path.relpath(str(item.fspath), REPO_ROOT)
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a file, and of the other files, is kept
+
+
 # the text fixtures' reviews: 2 to 4 words of their class among neutral ones, some dressed in what standardisation
 # strips or keeps (case, markup, punctuation, Unicode letters and spaces), so that export's in-graph tokenisation is
 # checked against Beam's on more than plain words
