@@ -62,14 +62,10 @@ def serving_python() -> str:
     return os.path.join(environment, "bin", "python")
 
 
-def test_the_serving_tensorflow_answers_as_the_exporting_one(exported, image_folder, serving_python):
-    import tensorflow as tf
-
-    export_dir, _ = exported
-    saved_model = os.path.join(export_dir, "saved_model")
-    paths = [os.path.join(root, name) for root, _, names in os.walk(image_folder) for name in sorted(names)][::5]
+def serve(serving_python: str, script: str, *args: str) -> dict:
+    """Runs ``script`` in the serving TensorFlow; its JSON answer (checked to come from that TensorFlow)."""
     served = subprocess.run(
-        [serving_python, "-c", SERVE, saved_model, *paths],
+        [serving_python, "-c", script, *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -78,6 +74,16 @@ def test_the_serving_tensorflow_answers_as_the_exporting_one(exported, image_fol
     assert served.returncode == 0, served.stderr[-3000:]
     theirs = json.loads(served.stdout.strip().splitlines()[-1])
     assert theirs["version"].startswith(serving_version() + "."), theirs["version"]
+    return theirs
+
+
+def test_the_serving_tensorflow_answers_as_the_exporting_one(exported, image_folder, serving_python):
+    import tensorflow as tf
+
+    export_dir, _ = exported
+    saved_model = os.path.join(export_dir, "saved_model")
+    paths = [os.path.join(root, name) for root, _, names in os.walk(image_folder) for name in sorted(names)][::5]
+    theirs = serve(serving_python, SERVE, saved_model, *paths)
     ours = tf.saved_model.load(saved_model).signatures["serving_default"](
         image_bytes=tf.constant([open(path, "rb").read() for path in paths])  # noqa: SIM115
     )
@@ -106,16 +112,7 @@ def test_the_serving_tensorflow_tokenises_and_answers_texts_as_the_exporting_one
     saved_model = os.path.join(export_dir, "saved_model")
     texts = ["A superb, lovely film!<br /><br />Really GOOD.", "Awful... the plot was dull\u00a0and BORING",
              "ΟΔΟΣ Straße naïve… 😀", ""]  # fmt: skip
-    served = subprocess.run(
-        [serving_python, "-c", SERVE_TEXT, saved_model, json.dumps(texts)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ""},
-    )
-    assert served.returncode == 0, served.stderr[-3000:]
-    theirs = json.loads(served.stdout.strip().splitlines()[-1])
-    assert theirs["version"].startswith(serving_version() + "."), theirs["version"]
+    theirs = serve(serving_python, SERVE_TEXT, saved_model, json.dumps(texts))
     ours = tf.saved_model.load(saved_model).signatures["serving_default"](text=tf.constant(texts))
     assert theirs["label"] == [label.decode() for label in ours["label"].numpy()]
     assert theirs["label"][:2] == ["pos", "neg"]
