@@ -106,7 +106,7 @@ def make_dataset(
 
 def input_size(stats: dict) -> tuple[int, int | None]:
     """(size, sequence_length) of a conversion's examples, as ``make_dataset`` takes them: an image side and None,
-    or a text's sequence length twice."""
+    or a text's sequence length twice. ``stats.json``, or a ``model_config.json`` or ``export.json`` (the same keys)."""
     if stats.get("modality") == "text":
         return stats["sequence_length"], stats["sequence_length"]
     return stats["image_size"], None

@@ -279,9 +279,9 @@ def run(config: EvaluateConfig) -> dict:
     check_examples_match(model_config, stats, config.model_dir, config.examples_dir)
     check_writable(config.output_dir, "--output")
     size, sequence_length = input_size(stats)
+    modality = stats.get("modality", "image")
     baseline = check_baseline(config.baseline) if config.baseline else None
-    not_comparable = baseline and comparability(baseline, model_config["class_names"], size,
-                                                stats.get("modality", "image"),
+    not_comparable = baseline and comparability(baseline, model_config["class_names"], size, modality,
                                                 model_config.get("vocabulary_sha256", ""))  # fmt: skip
     model = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
     from components.evaluate.report import MAX_MISCLASSIFIED
@@ -333,7 +333,6 @@ def run(config: EvaluateConfig) -> dict:
         not_comparable or None,
         metrics["per_class"],
     )
-    modality = stats.get("modality", "image")
     if baseline is not None and baseline.modality != modality:  # never in place of the model in service
         metrics["blessing"]["blessed"] = False
         metrics["blessing"]["reasons"].append(
@@ -466,9 +465,8 @@ def check_baseline(baseline: str) -> Baseline:
             raise UsageError(
                 f"baseline {baseline} is not a trained or exported model: expected a train or export step output"
             ) from None
-        modality = config.get("modality", "image")
-        found = Baseline("trained", path, config["sequence_length" if modality == "text" else "image_size"],
-                         list(config["class_names"]), config.get("input_pixels", ""), modality,
+        found = Baseline("trained", path, input_size(config)[0], list(config["class_names"]),
+                         config.get("input_pixels", ""), config.get("modality", "image"),
                          config.get("vocabulary_sha256", ""))  # fmt: skip
     else:
         saved_model, report = found_export
@@ -478,9 +476,8 @@ def check_baseline(baseline: str) -> Baseline:
             )
         report_json = read_json(report)
         # (what an export takes is read from its serving_images signature when it is loaded)
-        modality = report_json.get("modality", "image")
-        found = Baseline("export", saved_model, report_json["sequence_length" if modality == "text" else "image_size"],
-                         list(report_json["class_names"]), modality=modality)  # fmt: skip
+        found = Baseline("export", saved_model, input_size(report_json)[0], list(report_json["class_names"]),
+                         modality=report_json.get("modality", "image"))  # fmt: skip
     return found
 
 

@@ -17,6 +17,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
+from components.artifacts.examples import input_size
 from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, TFLITE_FILES
 from components.artifacts.model import (
     MODEL_FILE,
@@ -57,7 +58,7 @@ def build_cpu_model(model_dir: str):
     from components.models import build_model
 
     config = load_model_config(model_dir)
-    size = config["sequence_length"] if config.get("modality") == "text" else config["image_size"]
+    size, _ = input_size(config)  # (model_config.json holds the keys stats.json does)
     keras.mixed_precision.set_global_policy("float32")
     with tf.device("/CPU:0"):
         model = build_model(config["model_name"], size, config["num_classes"], config.get("vocabulary_size", 0))
@@ -212,9 +213,14 @@ def describe(model_config: dict, fmt: str) -> str:
     """The TFLite file's description in its metadata: what it classifies, and how it was made."""
     kind = "float32" if fmt == "tflite_float" else "full-integer int8 (uint8 in and out)"
     names = model_config["class_names"]
-    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
-    return (f"{model_config['model_name']}, {kind}: classifies an RGB image into {len(names)} classes ({shown}); "
-            f"trained with {model_config['backend']} in {model_config['precision']}.")  # fmt: skip
+    return (f"{model_config['model_name']}, {kind}: classifies an RGB image into {len(names)} classes "
+            f"({shown_classes(names)}); trained with {model_config['backend']} in "
+            f"{model_config['precision']}.")  # fmt: skip
+
+
+def shown_classes(names) -> str:
+    """The first 10 class names, and how many more, for a TFLite file's description."""
+    return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
 def tflite_predict(content: bytes, images):
@@ -261,7 +267,6 @@ def tflite_run(content: bytes, rows, prepare):
 def format_accuracies(saved_model_path: str, tflite: dict[str, bytes], examples_dir: str, model_config: dict):
     """Correct test predictions of each exported format (the SavedModel's ``serving_images`` and each TFLite
     model), and the number of test images."""
-    import numpy as np
     import tensorflow as tf
 
     from components.artifacts.examples import make_dataset
@@ -269,16 +274,46 @@ def format_accuracies(saved_model_path: str, tflite: dict[str, bytes], examples_
     serving = tf.saved_model.load(saved_model_path).signatures["serving_images"]
     test = make_dataset(examples_dir, "test", model_config["image_size"], model_config["num_classes"], 64,
                         training=False)  # fmt: skip
-    correct = {name: 0 for name in ("saved_model", *tflite)}
-    total = 0
-    for images, labels in test:
-        truth = labels.numpy().argmax(-1)
-        predicted = {"saved_model": serving(images=images)["probabilities"].numpy()}
-        predicted.update({name: tflite_predict(content, images.numpy()) for name, content in tflite.items()})
+    return count_correct(
+        (labels.numpy(), {"saved_model": serving(images=images)["probabilities"].numpy(),
+                          **{name: tflite_predict(content, images.numpy()) for name, content in tflite.items()}})
+        for images, labels in test
+    )  # fmt: skip
+
+
+def count_correct(batches) -> tuple[dict[str, int], int]:
+    """(correct predictions of each format, examples) over ``batches`` of (one-hot labels, {format: probabilities})."""
+    import numpy as np
+
+    correct, total = {}, 0
+    for one_hot, predicted in batches:
+        truth = one_hot.argmax(-1)
         for name, probabilities in predicted.items():
-            correct[name] += int((np.argmax(probabilities, -1) == truth).sum())
+            correct[name] = correct.get(name, 0) + int((np.argmax(probabilities, -1) == truth).sum())
         total += len(truth)
     return correct, total
+
+
+def format_entries(model, saved_model_path: str, tflite: dict[str, bytes], output_dir: str, correct: dict,
+                   total: int) -> dict:  # fmt: skip
+    """``export.json``'s figures of the formats: each one's path, bytes and test accuracy (the SavedModel's float32
+    weights too), and the int8 file against the float model (goals: at most 30% of the weights' bytes, at most 1
+    point of accuracy lost); logged on one line."""
+    weights_bytes = sum(int(weight.numpy().nbytes) for weight in model.weights)  # the float32 weights
+    formats = {"saved_model": {"path": saved_model_path, "bytes": tree_bytes(saved_model_path),
+                               "weights_bytes": weights_bytes}}  # fmt: skip
+    for name, content in tflite.items():
+        formats[name] = {"path": os.path.join(output_dir, TFLITE_FILES[name]), "bytes": len(content)}
+    for name, entry in formats.items():
+        entry["test_accuracy"] = correct.get(name, 0) / total if total else None
+    log.info("formats: %s", ", ".join(f"{name} {e['bytes'] / 1e6:.2f} MB, accuracy {e['test_accuracy']}"
+                                      for name, e in formats.items()))  # fmt: skip
+    return {
+        "formats": formats,
+        "int8_size_vs_float_weights": len(tflite["tflite_int8"]) / weights_bytes if weights_bytes else None,
+        "int8_accuracy_drop": (correct["saved_model"] - correct["tflite_int8"]) / total if total else None,
+        "saved_model": formats["saved_model"],
+    }
 
 
 def backend_parity(model, model_dir: str, model_config: dict, examples_dir: str) -> dict:
@@ -296,9 +331,9 @@ def backend_parity(model, model_dir: str, model_config: dict, examples_dir: str)
     with np.load(path) as arrays:
         reference = arrays["probabilities"]
     count = len(reference)
-    length = model_config.get("sequence_length")
-    images = first_images(examples_dir, "validation", length or model_config["image_size"],
-                          model_config["num_classes"], count, sequence_length=length)  # fmt: skip
+    size, length = input_size(model_config)
+    images = first_images(examples_dir, "validation", size, model_config["num_classes"], count,
+                          sequence_length=length)  # fmt: skip
     exported = np.asarray(model(images, training=False), dtype=np.float32)
     return {
         **record,
@@ -311,14 +346,13 @@ def backend_parity(model, model_dir: str, model_config: dict, examples_dir: str)
 
 def run(config: ExportConfig) -> dict:
     """Exports the SavedModel, checks its parity with the trained model, and writes ``export.json``."""
-    check_examples_match(
-        load_model_config(config.model_dir), read_stats(config.examples_dir), config.model_dir, config.examples_dir
-    )  # fmt: skip (checks the inputs before the slow TensorFlow import)
-    check_writable(config.output_dir, "--output")
+    trained_config = load_model_config(config.model_dir)
+    check_examples_match(trained_config, read_stats(config.examples_dir), config.model_dir, config.examples_dir)
+    check_writable(config.output_dir, "--output")  # (the inputs checked before the slow TensorFlow import)
     activate_backend("tensorflow")  # the SavedModel and TFLite files are TensorFlow graphs, whatever trained it
     import keras
 
-    if load_model_config(config.model_dir).get("modality") == "text":
+    if trained_config.get("modality") == "text":
         from components.export.text import export_text
 
         return export_text(config)
@@ -340,20 +374,8 @@ def run(config: ExportConfig) -> dict:
     for name, content in tflite.items():
         write_atomically(os.path.join(config.output_dir, TFLITE_FILES[name]), content)
     correct, total = format_accuracies(saved_model_path, tflite, config.examples_dir, model_config)
-    accuracy = {name: (count / total if total else None) for name, count in correct.items()}
-    weights_bytes = sum(int(weight.numpy().nbytes) for weight in model.weights)  # the float32 weights
-    formats = {"saved_model": {"path": saved_model_path, "bytes": tree_bytes(saved_model_path),
-                               "weights_bytes": weights_bytes}}  # fmt: skip
-    for name, content in tflite.items():
-        formats[name] = {"path": os.path.join(config.output_dir, TFLITE_FILES[name]), "bytes": len(content)}
-    for name, entry in formats.items():
-        entry["test_accuracy"] = accuracy[name]
     report = {
-        "formats": formats,
-        # goals: the int8 file at most 30% of the float SavedModel's weights, at most 1 point of accuracy lost
-        "int8_size_vs_float_weights": len(tflite["tflite_int8"]) / weights_bytes if weights_bytes else None,
-        "int8_accuracy_drop": (correct["saved_model"] - correct["tflite_int8"]) / total if total else None,
-        "saved_model": formats["saved_model"],
+        **format_entries(model, saved_model_path, tflite, config.output_dir, correct, total),
         "signatures": {
             "serving_default": {"inputs": ["image_bytes"], "outputs": ["probabilities", "class_id", "label"]},
             "serving_images": {"inputs": ["images"], "outputs": ["probabilities", "class_id", "label"]},
@@ -368,10 +390,6 @@ def run(config: ExportConfig) -> dict:
         "model_digest": digest,  # the trained weights' sha256: the model's identity
     }
     write_json(os.path.join(config.output_dir, EXPORT_FILE), report)
-    log.info(
-        "formats: %s",
-        ", ".join(f"{name} {e['bytes'] / 1e6:.2f} MB, accuracy {e['test_accuracy']}" for name, e in formats.items()),
-    )
     log.info(
         "exported %s; parity on %d %s images: %.4f argmax agreement, max probability difference %.2e",
         saved_model_path,

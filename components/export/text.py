@@ -30,9 +30,11 @@ from components.export.core import (
     ExportConfig,
     backend_parity,
     build_cpu_model,
+    count_correct,
+    format_entries,
     predictions_of,
+    shown_classes,
     tflite_run,
-    tree_bytes,
     write_archive,
 )
 from components.export.tflite_metadata import text_classifier_files
@@ -152,7 +154,6 @@ def tflite_token_predict(content: bytes, tokens):
 def text_format_accuracies(saved_model_path: str, tflite: dict[str, bytes], examples_dir: str, model_config: dict):
     """Correct test predictions of each format: the SavedModel fed the raw texts (its own tokenisation), each
     TFLite file fed the converted ids; and the number of test texts."""
-    import numpy as np
     import tensorflow as tf
 
     from components.artifacts.examples import make_dataset
@@ -161,16 +162,11 @@ def text_format_accuracies(saved_model_path: str, tflite: dict[str, bytes], exam
     length = model_config["sequence_length"]
     test = make_dataset(examples_dir, "test", length, model_config["num_classes"], 64, training=False, sources=True,
                         sequence_length=length)  # fmt: skip
-    correct = {name: 0 for name in ("saved_model", *tflite)}
-    total = 0
-    for tokens, labels, texts in test:
-        truth = labels.numpy().argmax(-1)
-        predicted = {"saved_model": serving(text=texts)["probabilities"].numpy()}
-        predicted.update({name: tflite_token_predict(content, tokens.numpy()) for name, content in tflite.items()})
-        for name, probabilities in predicted.items():
-            correct[name] += int((np.argmax(probabilities, -1) == truth).sum())
-        total += len(truth)
-    return correct, total
+    return count_correct(
+        (labels.numpy(), {"saved_model": serving(text=texts)["probabilities"].numpy(),
+                          **{name: tflite_token_predict(content, tokens.numpy()) for name, content in tflite.items()}})
+        for tokens, labels, texts in test
+    )  # fmt: skip
 
 
 def describe_text(model_config: dict, fmt: str, quantization: str) -> str:
@@ -178,9 +174,8 @@ def describe_text(model_config: dict, fmt: str, quantization: str) -> str:
         "full_integer": "full-integer int8 (uint8 out)", "dynamic_range": "int8 weights, float activations"
     }[quantization]  # fmt: skip
     names = model_config["class_names"]
-    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
     return (f"{model_config['model_name']}, {kind}: classifies a text, given as {model_config['sequence_length']} "
-            f"token ids of vocabulary.txt, into {len(names)} classes ({shown}); trained with "
+            f"token ids of vocabulary.txt, into {len(names)} classes ({shown_classes(names)}); trained with "
             f"{model_config['backend']} in {model_config['precision']}.")  # fmt: skip
 
 
@@ -215,20 +210,11 @@ def export_text(config: ExportConfig) -> dict:
         write_atomically(os.path.join(config.output_dir, TFLITE_FILES[name]), tflite[name])
     write_atomically(os.path.join(config.output_dir, VOCABULARY_FILE), vocabulary_bytes(vocabulary))
     correct, total = text_format_accuracies(saved_model_path, tflite, config.examples_dir, model_config)
-    weights_bytes = sum(int(weight.numpy().nbytes) for weight in model.weights)
-    formats = {"saved_model": {"path": saved_model_path, "bytes": tree_bytes(saved_model_path),
-                               "weights_bytes": weights_bytes}}  # fmt: skip
-    for name, content in tflite.items():
-        formats[name] = {"path": os.path.join(config.output_dir, TFLITE_FILES[name]), "bytes": len(content)}
-    formats["tflite_int8"]["quantization"] = quantization
-    for name, entry in formats.items():
-        entry["test_accuracy"] = correct[name] / total if total else None
+    figures = format_entries(model, saved_model_path, tflite, config.output_dir, correct, total)
+    figures["formats"]["tflite_int8"]["quantization"] = quantization
     report = {
         "modality": "text",
-        "formats": formats,
-        "int8_size_vs_float_weights": len(tflite["tflite_int8"]) / weights_bytes if weights_bytes else None,
-        "int8_accuracy_drop": (correct["saved_model"] - correct["tflite_int8"]) / total if total else None,
-        "saved_model": formats["saved_model"],
+        **figures,
         "signatures": {
             "serving_default": {"inputs": ["text"], "outputs": ["probabilities", "class_id", "label"]},
             "serving_tokens": {"inputs": ["tokens"], "outputs": ["probabilities", "class_id", "label"]},
@@ -246,8 +232,6 @@ def export_text(config: ExportConfig) -> dict:
         "model_digest": digest,
     }
     write_json(os.path.join(config.output_dir, EXPORT_FILE), report)
-    log.info("formats: %s", ", ".join(f"{name} {e['bytes'] / 1e6:.2f} MB, accuracy {e['test_accuracy']}"
-                                      for name, e in formats.items()))  # fmt: skip
     log.info("exported %s; on %d %s texts: the graph's token ids equal the conversion's for %.4f, argmax agreement "
              "%.4f, max probability difference %.2e", saved_model_path, parity["num_examples"], parity["split"],
              parity["token_agreement"] or 0.0, parity["argmax_agreement"] or 0.0,
