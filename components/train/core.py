@@ -225,6 +225,7 @@ def _epoch_log_callback(path: str):
         def on_epoch_end(self, epoch, logs=None):
             record = {"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()},
                       "epoch_seconds": time.monotonic() - self.started}  # fmt: skip
+            os.makedirs(os.path.dirname(path), exist_ok=True)  # (it now writes before the backup, which made it)
             with open(path, "a") as handle:
                 handle.write(json.dumps(record) + "\n")
                 handle.flush()
@@ -242,17 +243,20 @@ def training_callbacks(
     the last has finished (on JAX, where Keras can dispatch asynchronously: 0.53x a bare ``fit`` on an H100)."""
     import keras
 
-    callbacks = [_backup_callback(os.path.join(checkpoint_dir, BACKUP_DIR), placement, backup_interval)]
-    if placement.is_chief:
+    backup = _backup_callback(os.path.join(checkpoint_dir, BACKUP_DIR), placement, backup_interval)
+    if not placement.is_chief:
+        return [backup]
 
-        class EpochTensorBoard(keras.callbacks.TensorBoard):
-            async_safe = True  # update_freq="epoch", no graph, no profiling: its batch hooks write nothing
+    class EpochTensorBoard(keras.callbacks.TensorBoard):
+        async_safe = True  # update_freq="epoch", no graph, no profiling: its batch hooks write nothing
 
-        callbacks += [
-            _epoch_log_callback(os.path.join(checkpoint_dir, EPOCH_LOG_FILE)),
-            EpochTensorBoard(tensorboard_dir, update_freq="epoch", write_graph=False, profile_batch=0),
-        ]
-    return callbacks
+    # the epoch's log line before its backup: a kill between the two leaves the log ahead of the backup (which
+    # resume allows for), never a backed-up epoch missing from the curves
+    return [
+        _epoch_log_callback(os.path.join(checkpoint_dir, EPOCH_LOG_FILE)),
+        backup,
+        EpochTensorBoard(tensorboard_dir, update_freq="epoch", write_graph=False, profile_batch=0),
+    ]
 
 
 def backup_due(seconds_since: float, interval: float | None, last_cost: float) -> bool:
@@ -507,7 +511,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
             verbose=2 if placement.is_chief else 0,
         )
     seconds = time.monotonic() - started
-    backups = callbacks[0].backups
+    backups = next(c for c in callbacks if hasattr(c, "backups")).backups
     log.info("%d preemption backup(s) over %d epoch(s), %.0f ms each on average (--backup-interval %s)",
              len(backups), config.epochs - finished_before, 1000 * sum(backups) / max(len(backups), 1),
              "auto" if config.backup_interval is None else config.backup_interval)  # fmt: skip
