@@ -4,12 +4,17 @@ devices under MirroredStrategy, XLA host devices under JAX's DataParallel), each
 (``components.train.core.run``) and through a bare ``model.fit`` of the same model on the same ``tf.data``
 pipeline; and the input pipeline alone (reading, parsing and decoding the TFRecords, no model).
 
-Every configuration runs in its own process (Keras fixes its backend, and JAX and TensorFlow their devices, at
-start-up) and is timed on its fastest epoch after a warm-up epoch that traces and compiles. Goals: our step at least
+Every measurement runs in its own process (Keras fixes its backend, and JAX and TensorFlow their devices, at
+start-up) and is timed on its fastest epoch after a warm-up epoch that traces and compiles; an epoch runs from the end
+of the previous epoch's callbacks to the end of its own, so our step's per-epoch work (the backup, the epoch log,
+TensorBoard) counts. Each configuration is measured ``--repeats`` times a side, ours and the bare fit in turns (ours,
+bare, bare, ours), and the best of each side counts: on a shared machine one process's epochs can run 10% slower than
+the next's for no reason of its own. Goals: our step at least
 0.95 of the bare fit; ``--backend auto`` (components.train.placement.FASTER_BACKEND) names the faster backend on
 this hardware. The last line printed is a JSON object.
 
     .venv/bin/python bench/train.py [--images 256] [--batch-size 16] [--only tensorflow|jax] [--devices 1,2]
+                                    [--epochs 3] [--repeats 2]
 
 ``--model lstm`` (or ``bilstm``, ``cnn1d``) measures a text model instead, on synthetic reviews of the IMDB-on-TPU
 article's shape: 250 token ids a text, a vocabulary of 15,000 (``--images`` is then the number of texts).
@@ -97,28 +102,45 @@ def write_text_tfrecords(directory: str, count: int, length: int, vocabulary_siz
     })  # fmt: skip
 
 
+def epoch_timer():
+    """A callback to put last: each epoch's seconds from the end of the previous epoch's callbacks to the end of its
+    own, so the steps and every callback's per-epoch work (a backup, the logs, TensorBoard's scalars) count."""
+    import keras
+
+    class EpochTimer(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.seconds, self.last = [], time.monotonic()
+
+        def on_epoch_end(self, epoch, logs=None):
+            now = time.monotonic()
+            self.seconds.append(now - self.last)
+            self.last = now
+
+    return EpochTimer()
+
+
 def measure_ours(examples: str, model_name: str, backend: str, precision: str, devices: int, batch: int,
                  epochs: int) -> float:  # fmt: skip
-    """Examples per second of the fastest epoch after the first of our train step (its own ``epoch_seconds``)."""
+    """Examples per second of the fastest epoch after the first of our train step, timed by ``epoch_timer`` after
+    the step's own callbacks (its ``epoch_seconds`` stop before the backup and TensorBoard)."""
     from components.schema import read_stats
-    from components.storage import read_json
-    from components.train.core import TrainConfig, run
+    from components.train import core
 
+    timer = epoch_timer()
+    own_callbacks = core.training_callbacks
+    core.training_callbacks = lambda *args, **kwargs: [*own_callbacks(*args, **kwargs), timer]
     with tempfile.TemporaryDirectory(prefix="bench-model-") as model_dir:
-        result = run(TrainConfig(examples_dir=examples, model_dir=model_dir, model_name=model_name, epochs=epochs,
-                                 per_replica_batch_size=batch, precision=precision, backend=backend,
-                                 cpu_replicas=devices))  # fmt: skip
-        seconds = read_json(os.path.join(model_dir, "history.json"))["history"]["epoch_seconds"]
+        result = core.run(core.TrainConfig(examples_dir=examples, model_dir=model_dir, model_name=model_name,
+                                           epochs=epochs, per_replica_batch_size=batch, precision=precision,
+                                           backend=backend, cpu_replicas=devices))  # fmt: skip
     global_batch = result["global_batch_size"]  # the per-device batch rounded up to a multiple of 8
-    return read_stats(examples)["counts"]["train"] // global_batch * global_batch / min(seconds[1:])
+    return read_stats(examples)["counts"]["train"] // global_batch * global_batch / min(timer.seconds[1:])
 
 
 def measure_bare(examples: str, model_name: str, backend: str, precision: str, devices: int, batch: int,
                  epochs: int) -> float:  # fmt: skip
     """Examples per second of the fastest epoch after the first of a bare ``model.fit``: the same model, dataset and
     compile settings, the devices set up by hand, nothing else."""
-    import contextlib
-
     from components.artifacts.examples import input_size, make_dataset
     from components.models import build_model
     from components.schema import read_stats
@@ -150,17 +172,9 @@ def measure_bare(examples: str, model_name: str, backend: str, precision: str, d
         model = build_model(model_name, size, classes, stats.get("vocabulary_size", 0))
         model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"],
                       jit_compile=backend == "jax")  # fmt: skip
-        times = []
-
-        class EpochTimer(keras.callbacks.Callback):
-            def on_epoch_begin(self, epoch, logs=None):
-                times.append(time.monotonic())
-
-            def on_epoch_end(self, epoch, logs=None):
-                times[-1] = time.monotonic() - times[-1]
-
-        model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0, callbacks=[EpochTimer()])
-    return steps_per_epoch * batch * devices / min(times[1:])
+        timer = epoch_timer()
+        model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0, callbacks=[timer])
+    return steps_per_epoch * batch * devices / min(timer.seconds[1:])
 
 
 def input_rate(examples: str, batch: int, batches: int) -> float:
@@ -191,6 +205,16 @@ def run_one(examples: str, model_name: str, mode: str, backend: str, precision: 
     if result.returncode:
         raise SystemExit(f"{mode} {backend} {precision} x{devices} failed:\n{result.stderr[-3000:]}")
     return float(result.stdout.strip().splitlines()[-1])
+
+
+def alternating(repeats: int) -> list[str]:
+    """The order of the measured processes: ours and the bare fit in turns, the pair reversed every other repeat
+    (ours, bare, bare, ours, ...), so that a machine growing slower or faster over the run favours neither."""
+    return [mode for r in range(repeats) for mode in (("ours", "bare") if r % 2 == 0 else ("bare", "ours"))]
+
+
+def listed(rates: list[float]) -> str:
+    return ", ".join(f"{rate:.1f}" for rate in rates)
 
 
 def device_counts(text: str) -> tuple[int, ...]:
@@ -230,6 +254,9 @@ def main() -> None:
     parser.add_argument("--only", choices=BACKENDS, help="measure one backend")
     parser.add_argument("--epochs", type=int, default=EPOCHS, help="per configuration, the first a warm-up (default "
                         "%(default)s; more give a steadier best on short epochs)")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=2, choices=range(1, 10), metavar="N",
+                        help="processes per configuration and side, in turns; the best of each side counts (default "
+                        "%(default)s)")  # fmt: skip
     parser.add_argument("--devices", type=device_counts, default=DEVICES, metavar="N[,N...]",
                         help="device counts to measure (default 1,2)")  # fmt: skip
     parser.add_argument("--worker", nargs=5, metavar=("MODE", "BACKEND", "PRECISION", "DEVICES", "EXAMPLES"),
@@ -254,12 +281,17 @@ def main() -> None:
         print(f"input pipeline alone: {feed:.1f} {unit}/s")
         backends = (args.only,) if args.only else BACKENDS
         for backend, precision, devices in itertools.product(backends, PRECISIONS, args.devices):
-            ours = run_one(examples, args.model, "ours", backend, precision, devices, batch, args.epochs)
-            bare = run_one(examples, args.model, "bare", backend, precision, devices, batch, args.epochs)
-            rows[f"{backend}/{precision}/x{devices}"] = {"ours": round(ours, 1), "bare_fit": round(bare, 1),
-                                                        "ours_vs_bare": round(ours / bare, 3)}  # fmt: skip
+            runs = {"ours": [], "bare": []}
+            for mode in alternating(args.repeats):
+                runs[mode].append(run_one(examples, args.model, mode, backend, precision, devices, batch, args.epochs))
+            ours, bare = max(runs["ours"]), max(runs["bare"])
+            rows[f"{backend}/{precision}/x{devices}"] = {
+                "ours": round(ours, 1), "bare_fit": round(bare, 1), "ours_vs_bare": round(ours / bare, 3),
+                "ours_runs": [round(r, 1) for r in runs["ours"]], "bare_fit_runs": [round(r, 1) for r in runs["bare"]],
+            }  # fmt: skip
+            each = f" (each: ours {listed(runs['ours'])}; bare {listed(runs['bare'])})" if args.repeats > 1 else ""
             print(f"{backend:10s} {precision:15s} {devices} device(s): ours {ours:7.1f} {unit}/s, bare fit "
-                  f"{bare:7.1f} ({ours / bare:.2f}x; goal 0.95)", flush=True)  # fmt: skip
+                  f"{bare:7.1f} ({ours / bare:.2f}x; goal 0.95){each}", flush=True)  # fmt: skip
     summary = {}
     if not args.only:
         for precision, devices in itertools.product(PRECISIONS, args.devices):
@@ -273,7 +305,7 @@ def main() -> None:
         "model": args.model, "unit": unit,
         **({"sequence_length": args.sequence_length, "vocabulary_size": args.vocabulary_size} if text
            else {"image_size": size}),
-        "per_device_batch": batch, "epochs": args.epochs,
+        "per_device_batch": batch, "epochs": args.epochs, "repeats": args.repeats,
         "cpu_cores": os.cpu_count(),
         "hardware": hardware, "gpus": gpu_models(), "cpu_bf16": sorted(read_cpu_flags() & {"amx_bf16", "avx512_bf16"}),
         f"input_{unit}_per_second": round(feed, 1), "configurations": rows, "backends": summary,
