@@ -126,15 +126,19 @@ def measure_ours(examples: str, model_name: str, backend: str, precision: str, d
     from components.schema import read_stats
     from components.train import core
 
-    timer = epoch_timer()
-    own_callbacks = core.training_callbacks
-    core.training_callbacks = lambda *args, **kwargs: [*own_callbacks(*args, **kwargs), timer]
+    timers, own_callbacks = [], core.training_callbacks
+
+    def timed_callbacks(*args, **kwargs):  # Keras is imported here, once the step has set up its devices
+        timers.append(epoch_timer())
+        return [*own_callbacks(*args, **kwargs), timers[-1]]
+
+    core.training_callbacks = timed_callbacks
     with tempfile.TemporaryDirectory(prefix="bench-model-") as model_dir:
         result = core.run(core.TrainConfig(examples_dir=examples, model_dir=model_dir, model_name=model_name,
                                            epochs=epochs, per_replica_batch_size=batch, precision=precision,
                                            backend=backend, cpu_replicas=devices))  # fmt: skip
     global_batch = result["global_batch_size"]  # the per-device batch rounded up to a multiple of 8
-    return read_stats(examples)["counts"]["train"] // global_batch * global_batch / min(timer.seconds[1:])
+    return read_stats(examples)["counts"]["train"] // global_batch * global_batch / min(timers[0].seconds[1:])
 
 
 def measure_bare(examples: str, model_name: str, backend: str, precision: str, devices: int, batch: int,
