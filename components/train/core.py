@@ -511,7 +511,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
             verbose=2 if placement.is_chief else 0,
         )
     seconds = time.monotonic() - started
-    backups = next(c for c in callbacks if hasattr(c, "backups")).backups
+    backups = next(c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)).backups
     log.info("%d preemption backup(s) over %d epoch(s), %.0f ms each on average (--backup-interval %s)",
              len(backups), config.epochs - finished_before, 1000 * sum(backups) / max(len(backups), 1),
              "auto" if config.backup_interval is None else config.backup_interval)  # fmt: skip
