@@ -102,26 +102,49 @@ def write_text_tfrecords(directory: str, count: int, length: int, vocabulary_siz
     })  # fmt: skip
 
 
-def epoch_timer():
-    """A callback to put last: each epoch's seconds from the end of the previous epoch's callbacks to the end of its
-    own, so the steps and every callback's per-epoch work (a backup, the logs, TensorBoard's scalars) count."""
+def epoch_timers(wait_for_results: bool = False):
+    """Two callbacks, to put first and last. The last times each epoch from the end of the previous epoch's callbacks
+    to the end of its own, so the steps and every callback's per-epoch work (a backup, the logs, TensorBoard's
+    scalars) count; the first marks where the steps end, so the last also knows how long the callbacks' epoch ends
+    took in between, measured inside the process that ran them (no noise from one process to the next).
+
+    ``wait_for_results``: the first reads the epoch's metrics before it marks the end, so that a JAX step still
+    running then counts as steps, not as the callbacks' work (our step's epoch log reads them first thing anyway)."""
     import keras
+
+    class StepsEnd(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.ends = []
+
+        def on_epoch_end(self, epoch, logs=None):
+            for value in (logs or {}).values() if wait_for_results else ():
+                float(value)
+            self.ends.append(time.monotonic())
 
     class EpochTimer(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
-            self.seconds, self.last = [], time.monotonic()
+            self.seconds, self.after_steps, self.last = [], [], time.monotonic()
 
         def on_epoch_end(self, epoch, logs=None):
             now = time.monotonic()
             self.seconds.append(now - self.last)
+            self.after_steps.append(now - steps_end.ends[-1])
             self.last = now
 
-    return EpochTimer()
+        def result(self, examples_per_epoch: int) -> dict:
+            """The rate of the fastest epoch after the first, and the mean seconds after the steps over those."""
+            timed = range(1, len(self.seconds))
+            fastest = min(timed, key=lambda i: self.seconds[i])
+            return {"rate": examples_per_epoch / self.seconds[fastest], "epoch_seconds": self.seconds[fastest],
+                    "after_steps_seconds": sum(self.after_steps[i] for i in timed) / len(timed)}  # fmt: skip
+
+    steps_end = StepsEnd()
+    return steps_end, EpochTimer()
 
 
 def measure_ours(examples: str, model_name: str, backend: str, precision: str, devices: int, batch: int,
-                 epochs: int) -> float:  # fmt: skip
-    """Examples per second of the fastest epoch after the first of our train step, timed by ``epoch_timer`` after
+                 epochs: int) -> dict:  # fmt: skip
+    """Examples per second of the fastest epoch after the first of our train step, timed by ``epoch_timers`` around
     the step's own callbacks (its ``epoch_seconds`` stop before the backup and TensorBoard)."""
     from components.schema import read_stats
     from components.train import core
@@ -129,8 +152,8 @@ def measure_ours(examples: str, model_name: str, backend: str, precision: str, d
     timers, own_callbacks = [], core.training_callbacks
 
     def timed_callbacks(*args, **kwargs):  # Keras is imported here, once the step has set up its devices
-        timers.append(epoch_timer())
-        return [*own_callbacks(*args, **kwargs), timers[-1]]
+        timers.extend(epoch_timers(wait_for_results=True))
+        return [timers[0], *own_callbacks(*args, **kwargs), timers[1]]
 
     core.training_callbacks = timed_callbacks
     with tempfile.TemporaryDirectory(prefix="bench-model-") as model_dir:
@@ -138,11 +161,11 @@ def measure_ours(examples: str, model_name: str, backend: str, precision: str, d
                                            epochs=epochs, per_replica_batch_size=batch, precision=precision,
                                            backend=backend, cpu_replicas=devices))  # fmt: skip
     global_batch = result["global_batch_size"]  # the per-device batch rounded up to a multiple of 8
-    return read_stats(examples)["counts"]["train"] // global_batch * global_batch / min(timers[0].seconds[1:])
+    return timers[1].result(read_stats(examples)["counts"]["train"] // global_batch * global_batch)
 
 
 def measure_bare(examples: str, model_name: str, backend: str, precision: str, devices: int, batch: int,
-                 epochs: int) -> float:  # fmt: skip
+                 epochs: int) -> dict:  # fmt: skip
     """Examples per second of the fastest epoch after the first of a bare ``model.fit``: the same model, dataset and
     compile settings, the devices set up by hand, nothing else."""
     from components.artifacts.examples import input_size, make_dataset
@@ -176,9 +199,9 @@ def measure_bare(examples: str, model_name: str, backend: str, precision: str, d
         model = build_model(model_name, size, classes, stats.get("vocabulary_size", 0))
         model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"],
                       jit_compile=backend == "jax")  # fmt: skip
-        timer = epoch_timer()
-        model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0, callbacks=[timer])
-    return steps_per_epoch * batch * devices / min(timer.seconds[1:])
+        steps_end, timer = epoch_timers()
+        model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0, callbacks=[steps_end, timer])
+    return timer.result(steps_per_epoch * batch * devices)
 
 
 def input_rate(examples: str, batch: int, batches: int) -> float:
@@ -199,8 +222,9 @@ def input_rate(examples: str, batch: int, batches: int) -> float:
 
 
 def run_one(examples: str, model_name: str, mode: str, backend: str, precision: str, devices: int, batch: int,
-            epochs: int) -> float:  # fmt: skip
-    """One configuration in a fresh process, as the train step runs; its examples per second."""
+            epochs: int) -> dict:  # fmt: skip
+    """One configuration in a fresh process, as the train step runs: its examples per second (``rate``), its fastest
+    epoch (``epoch_seconds``) and the seconds an epoch spent in the callbacks' epoch ends (``after_steps_seconds``)."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "KERAS_BACKEND")}
     env["KERAS_BACKEND"] = backend
     command = [sys.executable, __file__, "--worker", mode, backend, precision, str(devices), examples,
@@ -208,7 +232,7 @@ def run_one(examples: str, model_name: str, mode: str, backend: str, precision: 
     result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     if result.returncode:
         raise SystemExit(f"{mode} {backend} {precision} x{devices} failed:\n{result.stderr[-3000:]}")
-    return float(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def alternating(repeats: int) -> list[str]:
@@ -229,6 +253,12 @@ def device_counts(text: str) -> tuple[int, ...]:
     if not counts or min(counts) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: give device counts as whole numbers, e.g. 1,2")
     return counts
+
+
+def epoch_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 2 or more epochs (the first is a warm-up, never timed)")
+    return int(text)
 
 
 def gpu_models() -> list[str]:
@@ -256,8 +286,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="per-device batch (default 16)")
     parser.add_argument("--image-size", type=int, default=192, help="default 192 (the codelab's)")
     parser.add_argument("--only", choices=BACKENDS, help="measure one backend")
-    parser.add_argument("--epochs", type=int, default=EPOCHS, help="per configuration, the first a warm-up (default "
-                        "%(default)s; more give a steadier best on short epochs)")  # fmt: skip
+    parser.add_argument("--epochs", type=epoch_count, default=EPOCHS, help="per configuration, the first a warm-up "
+                        "(default %(default)s; more give a steadier best on short epochs)")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=2, choices=range(1, 10), metavar="N",
                         help="processes per configuration and side, in turns; the best of each side counts (default "
                         "%(default)s)")  # fmt: skip
@@ -269,7 +299,8 @@ def main() -> None:
     if args.worker:
         mode, backend, precision, devices, examples = args.worker
         measure = measure_ours if mode == "ours" else measure_bare
-        print(measure(examples, args.model, backend, precision, int(devices), args.batch_size, args.epochs))
+        measured = measure(examples, args.model, backend, precision, int(devices), args.batch_size, args.epochs)
+        print(json.dumps(measured))
         return
     from components.train.placement import choose_backend, detect_hardware, read_cpu_flags
 
@@ -288,14 +319,25 @@ def main() -> None:
             runs = {"ours": [], "bare": []}
             for mode in alternating(args.repeats):
                 runs[mode].append(run_one(examples, args.model, mode, backend, precision, devices, batch, args.epochs))
-            ours, bare = max(runs["ours"]), max(runs["bare"])
+            rates = {mode: [run["rate"] for run in measured] for mode, measured in runs.items()}
+            ours, bare = max(rates["ours"]), max(rates["bare"])
+            # the callbacks' epoch ends, as a share of an epoch: what our step adds to the steps, free of the noise
+            # between processes that the rates carry
+            after = {mode: sum(r["after_steps_seconds"] for r in measured) / len(measured)
+                     for mode, measured in runs.items()}  # fmt: skip
+            share = (after["ours"] - after["bare"]) / min(run["epoch_seconds"] for run in runs["ours"])
             rows[f"{backend}/{precision}/x{devices}"] = {
                 "ours": round(ours, 1), "bare_fit": round(bare, 1), "ours_vs_bare": round(ours / bare, 3),
-                "ours_runs": [round(r, 1) for r in runs["ours"]], "bare_fit_runs": [round(r, 1) for r in runs["bare"]],
+                "ours_runs": [round(r, 1) for r in rates["ours"]],
+                "bare_fit_runs": [round(r, 1) for r in rates["bare"]],
+                "ours_after_steps_ms": round(1000 * after["ours"], 1),
+                "bare_fit_after_steps_ms": round(1000 * after["bare"], 1),
+                "ours_epoch_work_share": round(share, 4),
             }  # fmt: skip
-            each = f" (each: ours {listed(runs['ours'])}; bare {listed(runs['bare'])})" if args.repeats > 1 else ""
+            each = f" (each: ours {listed(rates['ours'])}; bare {listed(rates['bare'])})" if args.repeats > 1 else ""
             print(f"{backend:10s} {precision:15s} {devices} device(s): ours {ours:7.1f} {unit}/s, bare fit "
-                  f"{bare:7.1f} ({ours / bare:.2f}x; goal 0.95){each}", flush=True)  # fmt: skip
+                  f"{bare:7.1f} ({ours / bare:.2f}x; goal 0.95){each}; our epoch ends {1000 * after['ours']:.0f} ms "
+                  f"(bare {1000 * after['bare']:.0f} ms), {100 * share:.1f}% of an epoch", flush=True)  # fmt: skip
     summary = {}
     if not args.only:
         for precision, devices in itertools.product(PRECISIONS, args.devices):
@@ -315,6 +357,7 @@ def main() -> None:
         f"input_{unit}_per_second": round(feed, 1), "configurations": rows, "backends": summary,
         "auto_picks": choose_backend("auto", hardware, {}, modality=modality_of(args.model))[0],
         "min_ours_vs_bare": min(row["ours_vs_bare"] for row in rows.values()),
+        "max_ours_epoch_work_share": max(row["ours_epoch_work_share"] for row in rows.values()),
     }))  # fmt: skip
 
 

@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 "replicas": result["replicas"],
                 "processes": result["processes"],
                 "resumed_after_epoch": result["resumed_after_epoch"],
+                "epochs_trained": result["epochs_trained"],
             }
         )
     )

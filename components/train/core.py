@@ -16,6 +16,7 @@ Writes the model artifact (``components.artifacts.model``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -296,20 +297,61 @@ def _backup_callback(backup_dir: str, placement, interval: float | None):
 
         class ChiefBackup(IntervalBackup):
             def on_train_begin(self, logs=None):
-                super().on_train_begin(logs)  # first falls back to the previous copy if the last save was cut short
-                placement.barrier("backup restored")
+                # settled on file alone, before any process loads: loading assigns every variable, and on several
+                # hosts each assignment is a collective that all processes must make in the same order
+                settle_backup(self._weights_path, self._training_metadata_path)
+                placement.barrier("backup settled")
+                super().on_train_begin(logs)
 
         return ChiefBackup(backup_dir, save_freq="epoch", delete_checkpoint=False, double_checkpoint=True)
 
     class FollowerRestore(IntervalBackup):
         def on_train_begin(self, logs=None):
-            placement.barrier("backup restored")
+            placement.barrier("backup settled")
             if os.path.isdir(backup_dir):
                 shutil.copytree(backup_dir, self.backup_dir, dirs_exist_ok=True)
             super().on_train_begin(logs)
 
     scratch = tempfile.mkdtemp(prefix="backup-follower-")
     return FollowerRestore(scratch, save_freq="epoch", delete_checkpoint=True, double_checkpoint=True)
+
+
+def settle_backup(weights_path: str, metadata_path: str) -> None:
+    """Where the last backup was cut short by a kill (its weights or its epoch count unreadable), puts the previous
+    copy of both back in its place (``double_checkpoint``), as ``BackupAndRestore`` would on loading, or, where the
+    first backup was cut short, removes it (training starts from the first epoch), so that what is loaded is decided
+    before loading starts. Nothing to do without a backup or with a whole one."""
+    import h5py
+
+    def read_all(_, item) -> None:  # (h5py stops visiting at any other value than None)
+        if isinstance(item, h5py.Dataset):
+            item[()]  # read: a file cut short fails here, or on opening
+
+    def readable(weights: str, metadata: str) -> bool:
+        try:
+            with h5py.File(weights, "r") as handle:
+                handle.visititems(read_all)
+            with open(metadata) as handle:
+                return isinstance(json.load(handle)["epoch"], int)
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError):
+            return False
+
+    backup, latest, previous = os.path.dirname(weights_path), (weights_path, metadata_path), (
+        weights_path + ".bkp", metadata_path + ".bkp")  # fmt: skip
+    if not any(map(os.path.exists, latest)) or readable(*latest):
+        return
+    if not any(map(os.path.exists, previous)):
+        log.warning("the first backup in %s was cut short: training starts from the first epoch", backup)
+        for path in latest:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+        return
+    if not readable(*previous):
+        raise UsageError(f"the backup in {backup} and its previous copy are unreadable: remove it to train from the "
+                         "first epoch")  # fmt: skip
+    log.warning("the last backup in %s was cut short: resuming from the one before it", backup)
+    for source, target in zip(previous, latest, strict=True):
+        shutil.copyfile(source, target)
 
 
 def epochs_kept(checkpoint_dir: str) -> int:
@@ -501,7 +543,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     )  # fmt: skip
     started = time.monotonic()
     with placement.scope():
-        model.fit(
+        fitted = model.fit(
             train_ds,
             validation_data=validation_ds,
             validation_steps=validation_steps,
@@ -559,7 +601,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     if not placement.is_chief and os.path.exists(history_path):  # every host reports what process 0 wrote
         curves = read_json(history_path)["history"]
     final = {name: values[-1] for name, values in curves.items()}
-    trained_epochs = config.epochs - finished_before
+    trained_epochs = len(fitted.epoch)  # as Keras ran them, after the epoch its backup restored
     images_per_second = trained_epochs * steps_per_epoch * global_batch / max(seconds, 1e-9)
     log.info("trained in %.1fs (%.0f %ss/s): %s", seconds, images_per_second, modality, json.dumps(final))
     return {
@@ -568,6 +610,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         "images_per_second": images_per_second,
         "model_dir": dirs.model_dir,
         "resumed_after_epoch": finished_before,
+        "epochs_trained": trained_epochs,
         "process_index": placement.process_index,
         **model_config,
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from components.artifacts.examples import make_dataset
 from components.cli import UsageError
 from components.models import build_model
 from components.train.core import (
+    BACKUP_DIR,
     EPOCH_LOG_FILE,
     TrainConfig,
     epochs_kept,
@@ -23,6 +25,7 @@ from components.train.core import (
     resolve_output_dirs,
     round_up_batch,
     run,
+    settle_backup,
     validation_batching,
 )
 from components.train.placement import choose_precision, read_cpu_flags
@@ -245,7 +248,7 @@ def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_pa
     resumed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads(resumed.stdout.strip().splitlines()[-1])
-    assert summary["resumed_after_epoch"] == kept
+    assert (summary["resumed_after_epoch"], summary["epochs_trained"]) == (kept, 30 - kept)
     assert f"Epoch {summary['resumed_after_epoch'] + 1}/30" in resumed.stdout + resumed.stderr
     assert "Epoch 1/30" not in resumed.stdout + resumed.stderr
     with open(model_dir / "history.json") as handle:
@@ -257,6 +260,83 @@ def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_pa
 
     model = keras.models.load_model(model_dir / "model.keras", compile=False)
     assert model.count_params() == build_model("codelab_convnet", TINY_SIZE, len(CLASSES)).count_params()
+
+
+def backups_of_two_epochs(checkpoint_dir, saves: int = 2):
+    """Keras's own ``BackupAndRestore`` (``double_checkpoint``, as the train step keeps it) after ``saves`` epochs of
+    a one-layer model whose kernel is filled with the epoch's number; the restore of a fresh model from it."""
+    import keras
+    import numpy as np
+
+    def model():
+        built = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        built.compile(optimizer="adam", loss="mse")
+        built.optimizer.build(built.trainable_variables)
+        return built
+
+    def callback(of):
+        backup = keras.callbacks.BackupAndRestore(str(checkpoint_dir / BACKUP_DIR), delete_checkpoint=False,
+                                                  double_checkpoint=True)  # fmt: skip
+        backup.set_model(of)
+        return backup
+
+    trained = model()
+    backup = callback(trained)
+    for epoch in range(saves):
+        trained.layers[0].kernel.assign(np.full((3, 2), epoch + 1.0))
+        backup.on_epoch_end(epoch)
+
+    def restore() -> tuple[int, float]:
+        """(the epoch a restart resumes after, the kernel's value it resumes with)"""
+        fresh = model()
+        fresh.layers[0].kernel.assign(np.zeros((3, 2)))
+        callback(fresh).on_train_begin()
+        return fresh._initial_epoch or 0, float(np.asarray(fresh.layers[0].kernel).mean())
+
+    return backup, restore
+
+
+def cut_short(path) -> None:
+    """What a kill in the middle of writing ``path`` leaves: its first half."""
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize(
+    ("cut", "saves", "resumed"),
+    [
+        ("nothing", 2, (2, 2.0)),
+        ("weights", 2, (1, 1.0)),  # killed while saving the second epoch's weights
+        ("epoch count", 2, (1, 1.0)),  # killed while writing the second epoch's count, after its weights
+        ("first weights", 1, (0, 0.0)),  # the first backup's weights written, its count not yet: start afresh
+    ],
+)
+def test_a_backup_cut_short_by_a_kill_is_settled_before_any_host_loads_it(tmp_path, cut, saves, resumed):
+    backup, restore = backups_of_two_epochs(tmp_path, saves)
+    weights, metadata = pathlib.Path(backup._weights_path), pathlib.Path(backup._training_metadata_path)
+    if cut == "weights":
+        cut_short(weights)
+        metadata.write_bytes(pathlib.Path(f"{metadata}.bkp").read_bytes())  # its count not yet rewritten
+    elif cut == "epoch count":
+        metadata.write_text("")  # opened for writing, not yet written
+    elif cut == "first weights":
+        metadata.unlink()
+    settle_backup(str(weights), str(metadata))
+    assert restore() == resumed
+    assert epochs_kept(str(tmp_path)) == resumed[0]  # what the hosts agree on before loading is what is loaded
+
+
+def test_a_backup_whose_both_copies_are_unreadable_is_one_line(tmp_path):
+    backup, _ = backups_of_two_epochs(tmp_path)
+    weights = pathlib.Path(backup._weights_path)
+    cut_short(weights)
+    cut_short(pathlib.Path(f"{weights}.bkp"))
+    with pytest.raises(UsageError) as raised:
+        settle_backup(str(weights), backup._training_metadata_path)
+    assert str(raised.value) == (
+        f"the backup in {tmp_path / BACKUP_DIR} and its previous copy are unreadable: remove it to train from the "
+        "first epoch"
+    )
 
 
 def test_records_that_miss_a_feature_name_the_file_and_the_feature(tmp_path):

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
 import pytest
 
 from components.cli import UsageError
+from components.train.core import epochs_kept
 from components.train.placement import FASTER_BACKEND, choose_backend, detect_hardware
 from tests.conftest import REPO_ROOT, run_cli
 
@@ -40,10 +44,15 @@ def start_all(*runs: tuple[list[str], dict]) -> list[subprocess.CompletedProcess
     started = [(args, subprocess.Popen([*command, *args], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, text=True)) for args, env in runs]  # fmt: skip
     results = []
-    for args, process in started:
-        stdout, stderr = process.communicate(timeout=600)
-        assert process.returncode == 0, stderr[-3000:]
-        results.append(subprocess.CompletedProcess([*command, *args], process.returncode, stdout, stderr))
+    try:
+        for args, process in started:
+            stdout, stderr = process.communicate(timeout=600)
+            assert process.returncode == 0, stderr[-3000:]
+            results.append(subprocess.CompletedProcess([*command, *args], process.returncode, stdout, stderr))
+    finally:  # hosts that wait on one that failed would wait on forever
+        for _, process in started:
+            process.kill()
+            process.wait()
     return results
 
 
@@ -230,23 +239,63 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_two_processes_train_to_the_weights_of_one(tmp_path):
-    examples = write_two_file_examples(tmp_path / "examples")
-    common = ["--examples", examples, "--backend", "jax", "--epochs", "5", "--precision", "float32"]
+def hosts_of_two(args: list[str], **extra: str) -> list[tuple[list[str], dict]]:
+    """The two processes of a 2-host slice on this machine: the same arguments, JAX's coordinator on a free port."""
     port = free_port()
-    hosts = [
-        ([*common, "--model-dir", str(tmp_path / "two"), "--batch-size", "16", "--hosts", "2"],
-         jax_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(index)))
-        for index in range(2)
-    ]  # fmt: skip
-    single = ([*common, "--model-dir", str(tmp_path / "one"), "--batch-size", "32"], jax_env())
-    *outputs, _ = start_all(*hosts, single)
+    return [(args, jax_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
+                           JAX_PROCESS_ID=str(index), **extra)) for index in range(2)]  # fmt: skip
+
+
+def preempt(runs: list[tuple[list[str], dict]], checkpoints, epochs: int, logs) -> None:
+    """Starts ``runs`` and SIGKILLs them all at once, as a preempted slice, once the backup holds ``epochs``."""
+    command = [sys.executable, "-m", "components.train"]
+    paths = [logs / f"preempted-{index}.log" for index in range(len(runs))]
+    started = []
+    for (args, env), path in zip(runs, paths, strict=True):
+        with open(path, "w") as log:
+            started.append(subprocess.Popen([*command, *args], cwd=REPO_ROOT, env=env, stdout=log, stderr=log))
+    deadline, reached = time.monotonic() + 300, False
+    try:
+        while not reached and time.monotonic() < deadline and all(p.poll() is None for p in started):
+            reached = epochs_kept(str(checkpoints)) >= epochs
+            time.sleep(0 if reached else 0.02)
+        for process in started:
+            process.send_signal(signal.SIGKILL)
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()
+    codes = [process.returncode for process in started]
+    tails = "\n".join(path.read_text()[-1500:] for path in paths)
+    assert reached, f"no backup of {epochs} epochs before the hosts ended or 300 s passed: {codes}\n{tails}"
+    assert codes == [-signal.SIGKILL] * len(started), f"a host ended before the preemption: {codes}\n{tails}"
+
+
+def test_two_processes_resume_together_and_train_to_the_weights_of_one(tmp_path):
+    """A 2-host slice is preempted, every host killed at once, and restarted from the backup that process 0 kept;
+    from the same backup one process with the same global batch trains to the same weights, so both hosts restored
+    it (a host left on its first weights would give a different sum of gradients). Before the fix this test came
+    with, the two hosts loaded the backup on either side of a barrier: loading assigns every variable, and each
+    assignment of a value spread over both hosts is a collective that every process must make in the same order."""
+    examples = write_two_file_examples(tmp_path / "examples")
+    common = ["--examples", examples, "--backend", "jax", "--precision", "float32", "--backup-interval", "0"]
+    two = [*common, "--model-dir", str(tmp_path / "two"), "--batch-size", "16", "--hosts", "2"]
+    checkpoints = tmp_path / "two" / "checkpoints"
+    preempt(hosts_of_two([*two, "--epochs", "60"], TMPDIR=str(tmp_path)), checkpoints, epochs=2, logs=tmp_path)
+    kept = epochs_kept(str(checkpoints))
+    assert 2 <= kept < 60 and not (tmp_path / "two" / "model.weights.h5").exists()
+    shutil.copytree(checkpoints, tmp_path / "one" / "checkpoints")  # the same backup, for one process
+    epochs = ["--epochs", str(kept + 3)]
+    single = ([*common, *epochs, "--model-dir", str(tmp_path / "one"), "--batch-size", "32"], jax_env())
+    *outputs, alone = start_all(*hosts_of_two([*two, *epochs], TMPDIR=str(tmp_path)), single)
     for index, result in enumerate(outputs):
         stderr = result.stderr
         assert f"process {index} of 2 (jax.distributed)" in stderr
         assert f"process {index} of 2 reads 1 of the 2 train files" in stderr  # each host its own share
-    finals = [json.loads(result.stdout.strip().splitlines()[-1])["final"] for result in outputs]
-    assert finals[0] == finals[1] and "loss" in finals[0]  # every host reports what process 0 wrote
+    summaries = [json.loads(result.stdout.strip().splitlines()[-1]) for result in (*outputs, alone)]
+    # every process restored the backup's epoch count: Keras ran the 3 epochs after it
+    assert [(s["resumed_after_epoch"], s["epochs_trained"]) for s in summaries] == [(kept, 3)] * 3
+    assert summaries[0]["final"] == summaries[1]["final"] and "loss" in summaries[0]["final"]  # as process 0 wrote
     config = read(tmp_path / "two" / "model_config.json")
     assert (config["processes"], config["replicas"], config["global_batch_size"]) == (2, 2, 32)
     # the same global batch on one process and on two: the same training, up to the order of float sums
@@ -254,13 +303,17 @@ def test_two_processes_train_to_the_weights_of_one(tmp_path):
     assert sorted(one) == sorted(two) and len(one) >= 14
     scale = max(float(np.abs(v).max()) for v in one.values())
     assert max(float(np.abs(one[k] - two[k]).max()) for k in one) < 1e-5 * max(scale, 1.0)
-    losses = [read(tmp_path / d / "history.json")["history"]["loss"] for d in ("one", "two")]
-    assert losses[1] == pytest.approx(losses[0], abs=1e-5) and losses[0][-1] < losses[0][0]
-    # only process 0 wrote: one TensorBoard writer, no follower's leftovers
+    histories = [read(tmp_path / d / "history.json") for d in ("one", "two")]
+    losses = [h["history"]["loss"] for h in histories]
+    assert histories[1]["resumed_after_epoch"] == kept and len(losses[1]) == kept + 3  # the log kept the first epochs
+    assert losses[1] == pytest.approx(losses[0], abs=1e-5) and losses[1][-1] < losses[1][0]
+    # only process 0 wrote: one TensorBoard writer a run, no follower's leftovers, no backup once the run is done
     events = [f for _, _, files in os.walk(tmp_path / "two" / "logs") for f in files if "tfevents" in f]
     writers = {name.split(".")[-3] for name in events}  # events.out.tfevents.<time>.<host>.<pid>.<n>.v2
-    assert events and len(writers) == 1
-    assert not (tmp_path / "two" / "checkpoints").exists()
+    assert events and len(writers) == 2  # the preempted process 0 and the resumed one
+    assert not checkpoints.exists()
+    scratch = [p.name for p in tmp_path.iterdir() if p.name.startswith("backup-follower-")]
+    assert len(scratch) == 1, scratch  # the killed follower's: the resumed one removed its own
 
 
 def test_a_launch_whose_process_count_is_not_the_slices_is_one_line(tmp_path):
