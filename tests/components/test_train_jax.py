@@ -86,7 +86,8 @@ def test_tpus_always_train_on_jax_and_tensorflow_there_is_one_line():
 
 
 def test_auto_off_tpus_takes_the_measured_faster_backend_and_says_why():
-    # bench/train.py on this CPU: TensorFlow 4.9x to 16.7x JAX; GPUs keep TensorFlow's CUDA build (not measured here)
+    # bench/train.py on 2-core CPUs: TensorFlow 2.1x to 16.7x JAX in auto's precision; GPUs keep TensorFlow's CUDA
+    # build (not measured here)
     for hardware in ("cpu", "gpu"):
         backend, why = choose_backend("auto", hardware, {})
         assert backend == "tensorflow"
