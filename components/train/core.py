@@ -553,9 +553,10 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
             verbose=2 if placement.is_chief else 0,
         )
     seconds = time.monotonic() - started
+    trained_epochs = len(fitted.epoch)  # as Keras ran them, after the epoch its backup restored
     backups = next(c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)).backups
     log.info("%d preemption backup(s) over %d epoch(s), %.0f ms each on average (--backup-interval %s)",
-             len(backups), config.epochs - finished_before, 1000 * sum(backups) / max(len(backups), 1),
+             len(backups), trained_epochs, 1000 * sum(backups) / max(len(backups), 1),
              "auto" if config.backup_interval is None else config.backup_interval)  # fmt: skip
     epochs = read_epoch_log(epoch_log) if placement.is_chief else []  # process 0 alone keeps the log
     model_config = {
@@ -601,7 +602,6 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     if not placement.is_chief and os.path.exists(history_path):  # every host reports what process 0 wrote
         curves = read_json(history_path)["history"]
     final = {name: values[-1] for name, values in curves.items()}
-    trained_epochs = len(fitted.epoch)  # as Keras ran them, after the epoch its backup restored
     images_per_second = trained_epochs * steps_per_epoch * global_batch / max(seconds, 1e-9)
     log.info("trained in %.1fs (%.0f %ss/s): %s", seconds, images_per_second, modality, json.dumps(final))
     return {
