@@ -1,11 +1,13 @@
-"""What bfloat16 costs in accuracy on the CPU (issue 28), side by side in one run: the demo digits converted once,
-then the demo's training (the default model, learning rate and batch, ``--epochs`` epochs) in float32 and in
-mixed_bfloat16, each with ``--seeds`` seeds, every run a fresh ``python -m components.train`` then
-``python -m components.evaluate``. Prints each run's test accuracy, the first epoch whose validation accuracy passes
-0.5, the mean per precision and the bfloat16 - float32 difference in points; the last line is a JSON object.
+"""Which models learn the demo, and what bfloat16 costs in accuracy on the CPU, side by side in one run: the demo
+digits converted once at ``--image-size``, then the demo's training (the default learning rate and batch, ``--epochs``
+epochs) of each of ``--models`` in float32 and in mixed_bfloat16, each with ``--seeds`` seeds, every run a fresh
+``python -m components.train`` then ``python -m components.evaluate``. Prints each run's test accuracy, the first
+epoch whose validation accuracy passes 0.5 and its training seconds; then, per model, the mean per precision and the
+bfloat16 - float32 difference in points, and each model's training time as a ratio of the first model's. The last
+line is a JSON object.
 
     .venv/bin/python bench/precision.py [--image-size 32] [--epochs 15] [--seeds 3] [--backend tensorflow]
-        [--model codelab_convnet]
+        [--models codelab_convnet_bn,codelab_convnet,squeezenet]
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ def first_epoch_over(history: dict, level: float = 0.5):
     return None
 
 
-def train_and_evaluate(examples: str, root: str, precision: str, seed: int, args) -> dict:
-    model_dir, evaluation = os.path.join(root, f"{precision}-{seed}"), os.path.join(root, f"eval-{precision}-{seed}")
+def train_and_evaluate(examples: str, root: str, model: str, precision: str, seed: int, args) -> dict:
+    name = f"{model}-{precision}-{seed}"
+    model_dir, evaluation = os.path.join(root, name), os.path.join(root, f"eval-{name}")
     started = time.monotonic()
     step("components.train", "--examples", examples, "--model-dir", model_dir, "--epochs", str(args.epochs),
-         "--precision", precision, "--backend", args.backend, "--seed", str(seed), "--model", args.model)  # fmt: skip
+         "--precision", precision, "--backend", args.backend, "--seed", str(seed), "--model", model)  # fmt: skip
     seconds = time.monotonic() - started
     step("components.evaluate", "--examples", examples, "--model-dir", model_dir, "--output", evaluation,
          "--min-accuracy", "0")  # fmt: skip
@@ -50,8 +53,26 @@ def train_and_evaluate(examples: str, root: str, precision: str, seed: int, args
         accuracy = json.load(handle)["accuracy"]
     with open(os.path.join(model_dir, "history.json")) as handle:
         history = json.load(handle)["history"]
-    return {"precision": precision, "seed": seed, "test_accuracy": accuracy, "train_seconds": round(seconds, 1),
-            "first_epoch_val_over_half": first_epoch_over(history), "final_loss": history["loss"][-1]}  # fmt: skip
+    return {"model": model, "precision": precision, "seed": seed, "test_accuracy": accuracy,
+            "train_seconds": round(seconds, 1), "first_epoch_val_over_half": first_epoch_over(history),
+            "final_loss": round(history["loss"][-1], 4)}  # fmt: skip
+
+
+def summarise(runs: list[dict], models: list[str]) -> dict:
+    """Per model: the mean test accuracy per precision, the points bfloat16 loses, the mean training seconds and
+    their ratio to the first model's."""
+    summary = {}
+    for model in models:
+        mine = [r for r in runs if r["model"] == model]
+        means = {p: statistics.mean(r["test_accuracy"] for r in mine if r["precision"] == p) for p in PRECISIONS}
+        seconds = statistics.mean(r["train_seconds"] for r in mine)
+        summary[model] = {"mean_test_accuracy": {p: round(m, 4) for p, m in means.items()},
+                          "bfloat16_points_lost": round((means["float32"] - means["mixed_bfloat16"]) * 100, 2),
+                          "mean_train_seconds": round(seconds, 1)}  # fmt: skip
+    first = summary[models[0]]["mean_train_seconds"]
+    for model in models:
+        summary[model]["train_time_ratio"] = round(summary[model]["mean_train_seconds"] / first, 2)
+    return summary
 
 
 def main() -> None:
@@ -60,8 +81,10 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--backend", default="tensorflow", choices=("tensorflow", "jax"))
-    parser.add_argument("--model", default="codelab_convnet", help="an image model (default %(default)s)")
+    parser.add_argument("--models", default="codelab_convnet_bn,codelab_convnet,squeezenet",
+                        help="image models, comma-separated; ratios to the first (default %(default)s)")  # fmt: skip
     args = parser.parse_args()
+    models = [name.strip() for name in args.models.split(",") if name.strip()]
     sys.path.insert(0, REPO_ROOT)
     from components.train.placement import read_cpu_flags
 
@@ -73,20 +96,23 @@ def main() -> None:
         step("components.convert", "--source", source, "--output", examples, "--image-size", str(args.image_size))
         runs = []
         for seed in range(args.seeds):
-            for precision in PRECISIONS:  # in turns, so that a busy spell of the machine falls on both
-                run = train_and_evaluate(examples, root, precision, seed, args)
-                runs.append(run)
-                print(f"{precision:15s} seed {seed}: test accuracy {run['test_accuracy']:.4f}, validation over 0.5 "
-                      f"at epoch {run['first_epoch_val_over_half']}, {run['train_seconds']} s", flush=True)  # fmt: skip
-    means = {p: statistics.mean(r["test_accuracy"] for r in runs if r["precision"] == p) for p in PRECISIONS}
-    drop = (means["float32"] - means["mixed_bfloat16"]) * 100
-    print(f"mean test accuracy: float32 {means['float32']:.4f}, mixed_bfloat16 {means['mixed_bfloat16']:.4f}: "
-          f"bfloat16 loses {drop:.2f} points")  # fmt: skip
-    print(json.dumps({"model": args.model, "image_size": args.image_size, "epochs": args.epochs,
-                      "backend": args.backend,
+            for model in models:  # in turns, so that a busy spell of the machine falls on every model and precision
+                for precision in PRECISIONS:
+                    run = train_and_evaluate(examples, root, model, precision, seed, args)
+                    runs.append(run)
+                    print(f"{model:16s} {precision:15s} seed {seed}: test accuracy {run['test_accuracy']:.4f}, "
+                          f"validation over 0.5 at epoch {run['first_epoch_val_over_half']}, final loss "
+                          f"{run['final_loss']}, {run['train_seconds']} s", flush=True)  # fmt: skip
+    summary = summarise(runs, models)
+    for model, line in summary.items():
+        means = line["mean_test_accuracy"]
+        print(f"{model}: mean test accuracy float32 {means['float32']:.4f}, mixed_bfloat16 "
+              f"{means['mixed_bfloat16']:.4f} (bfloat16 loses {line['bfloat16_points_lost']:.2f} points); training "
+              f"{line['mean_train_seconds']} s, {line['train_time_ratio']}x {models[0]}'s")  # fmt: skip
+    print(json.dumps({"image_size": args.image_size, "epochs": args.epochs, "backend": args.backend,
                       "cpu": platform.processor() or platform.machine(),
                       "cpu_bf16": sorted(read_cpu_flags() & {"amx_bf16", "avx512_bf16"}), "runs": runs,
-                      "mean_test_accuracy": means, "bfloat16_points_lost": round(drop, 2)}))  # fmt: skip
+                      "models": summary}))  # fmt: skip
 
 
 if __name__ == "__main__":

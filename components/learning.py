@@ -51,6 +51,11 @@ def what_to_try(learning_rate: float, image_size: int | None, model_name: str, s
     if image_size:
         near = f"; the source's images are about {source_size} px" if source_size else ""
         tries.append(f"an --image-size nearer the images' own size (this run: {image_size}{near})")
-    other = "" if model_name == "squeezenet" else "; squeezenet normalises its activations with batch norm"
+    from components.models import BATCH_NORM_MODELS
+
+    if model_name not in BATCH_NORM_MODELS:
+        other = f"; {BATCH_NORM_MODELS[0]} normalises its activations with batch norm"
+    else:
+        other = ""
     tries.append(f"another --model (this run: {model_name}{other})")
     return "try " + ", ".join(tries)

@@ -31,34 +31,41 @@ def softmax(num_classes: int):
     return layers.Dense(num_classes, activation="softmax", dtype="float32")
 
 
-def codelab_convnet(image_size: int, num_classes: int):
-    """The "Keras on TPU" codelab's convnet: stacked 3x3 / 1x1 convolutions, max pooling, global average pooling,
-    softmax (293,233 parameters for 5 classes at 192x192)."""
+# the codelab convnet's stack: convolutions as (filters, kernel), "pool" a 2x2 max pooling
+CODELAB_STACK = ((16, 3), (30, 3), "pool", (60, 3), "pool", (90, 3), "pool", (110, 3), "pool", (130, 3), (40, 1))
+
+
+def convnet(image_size: int, num_classes: int, batch_norm: bool, name: str):
+    """The codelab's stack, then global average pooling and softmax. With ``batch_norm`` each convolution (without
+    its bias, which batch norm's offset replaces) is normalised before its ReLU; the moving statistics follow the
+    batches with momentum 0.9, as the codelab's SqueezeNet does (a short run's last steps are what it serves with)."""
     import keras
     from keras import layers
 
-    def conv(filters: int, kernel: int = 3):
-        return layers.Conv2D(filters, kernel, padding="same", activation="relu")
+    stack: list = pixels_in(image_size)
+    for item in CODELAB_STACK:
+        if item == "pool":
+            stack.append(layers.MaxPooling2D(2))
+        elif batch_norm:
+            stack += [layers.Conv2D(*item, padding="same", use_bias=False), layers.BatchNormalization(momentum=0.9),
+                      layers.Activation("relu")]  # fmt: skip
+        else:
+            stack.append(layers.Conv2D(*item, padding="same", activation="relu"))
+    stack += [layers.GlobalAveragePooling2D(), softmax(num_classes)]
+    return keras.Sequential(stack, name=name)
 
-    return keras.Sequential(
-        [
-            *pixels_in(image_size),
-            conv(16),
-            conv(30),
-            layers.MaxPooling2D(2),
-            conv(60),
-            layers.MaxPooling2D(2),
-            conv(90),
-            layers.MaxPooling2D(2),
-            conv(110),
-            layers.MaxPooling2D(2),
-            conv(130),
-            conv(40, kernel=1),
-            layers.GlobalAveragePooling2D(),
-            softmax(num_classes),
-        ],
-        name="codelab_convnet",
-    )
+
+def codelab_convnet(image_size: int, num_classes: int):
+    """The "Keras on TPU" codelab's convnet: stacked 3x3 / 1x1 convolutions, max pooling, global average pooling,
+    softmax (293,233 parameters for 5 classes at 192x192). Without batch norm its ReLUs can all go dark on smooth,
+    upscaled images (the demo digits at 192: bench/RESULTS.md), and training stays at chance."""
+    return convnet(image_size, num_classes, batch_norm=False, name="codelab_convnet")
+
+
+def codelab_convnet_bn(image_size: int, num_classes: int):
+    """The codelab convnet with batch norm before each ReLU: the default image model, which learns where the plain
+    one stalls (bench/RESULTS.md)."""
+    return convnet(image_size, num_classes, batch_norm=True, name="codelab_convnet_bn")
 
 
 def squeezenet(image_size: int, num_classes: int):
@@ -176,6 +183,7 @@ def cnn1d(sequence_length: int, num_classes: int, vocabulary_size: int):
 
 
 MODELS: dict[str, Callable] = {
+    "codelab_convnet_bn": codelab_convnet_bn,
     "codelab_convnet": codelab_convnet,
     "squeezenet": squeezenet,
     "cifar_convnet": cifar_convnet,
@@ -186,7 +194,9 @@ MODELS: dict[str, Callable] = {
 }
 TEXT_MODELS = ("lstm", "bilstm", "cnn1d")
 AUTO_MODEL = "auto"  # the default model of the examples' modality
-DEFAULT_MODELS = {"image": "codelab_convnet", "text": "lstm"}
+DEFAULT_MODELS = {"image": "codelab_convnet_bn", "text": "lstm"}
+# the image models that normalise their activations with batch norm (what to try when a run does not learn)
+BATCH_NORM_MODELS = ("codelab_convnet_bn", "squeezenet", "cifar_convnet")
 
 
 def modality_of(name: str) -> str:
@@ -195,7 +205,8 @@ def modality_of(name: str) -> str:
 
 # the smallest square input each model builds for (its pooling and strides would reach a size of zero below it);
 # measured by building each at every size, and checked in tests/components/test_train.py
-MIN_IMAGE_SIZE = {"codelab_convnet": 16, "squeezenet": 16, "cifar_convnet": 8, "dense_baseline": 8}
+MIN_IMAGE_SIZE = {"codelab_convnet_bn": 16, "codelab_convnet": 16, "squeezenet": 16, "cifar_convnet": 8,
+                  "dense_baseline": 8}  # fmt: skip
 
 
 def check_image_size(name: str, image_size: int, flag: str = "--image-size") -> None:

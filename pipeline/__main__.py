@@ -10,7 +10,7 @@ import os
 import sys
 
 from components.cli import UsageError, configure_logging, image_size_flag, run_main
-from components.models import MODELS, modality_of
+from components.models import DEFAULT_MODELS, MODELS, modality_of
 from components.schema import MODALITIES
 from components.train.core import LR_SCHEDULES
 from components.train.placement import BACKENDS, PRECISIONS
@@ -78,7 +78,8 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
         "--model",
         dest="model_name",
         choices=("auto", *MODELS),
-        help="the architecture (default auto: codelab_convnet for images, lstm for texts)",
+        help=f"the architecture (default auto: {DEFAULT_MODELS['image']} for images, {DEFAULT_MODELS['text']} for "
+        "texts)",
     )
     local_cmd.add_argument(
         "--modality",
@@ -552,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     from components.convert.core import check_beam_args
 
     check_beam_args(args.beam_args, list(chosen._option_string_actions))
-    from components.models import DEFAULT_MODELS, check_image_size
+    from components.models import check_image_size
 
     if args.model_name in (None, "auto", *IMAGE_MODELS) and args.image_size:  # (auto takes what every model takes)
         check_image_size(DEFAULT_MODELS["image"] if args.model_name in (None, "auto") else args.model_name,

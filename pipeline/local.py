@@ -147,23 +147,14 @@ def run_local(config: LocalRunConfig) -> dict:
 
         train_image = machine_spec(config.accelerator).image
         check_docker(config.images, train_image)
-    demo = not config.source
-    source, fingerprint = resolve_source(config)
-    registry = check_registry(config.registry) if config.registry else ""
-    parameters = {
-        "source": source,
-        "image_size": AUTO_IMAGE_SIZE if config.image_size is None else config.image_size,
-        **({"epochs": config.epochs or DEMO_EPOCHS} if demo or config.epochs else {}),  # (None: the default)
-        **({"beam_args": list(config.beam_args)} if config.beam_args else {}),
-        **({"model_root": registry} if registry else {}),
-        **config.parameters,
-    }
+    identity = run_identity(config)
+    source, registry, parameters = identity.source, identity.registry, identity.parameters
     pipeline_root = os.path.join(work_dir, "artifacts")
     workspace = os.path.join(work_dir, "workspace")
     os.makedirs(workspace, exist_ok=True)
     os.makedirs(pipeline_root, exist_ok=True)
-    key = resume.run_key(parameters, fingerprint, registry, config.cache)
-    state, previous = resume.begin(work_dir, key, f"{PIPELINE_NAME}-{time.strftime('%Y%m%d%H%M%S')}", config.resume)
+    state, previous = resume.begin(work_dir, identity.key, f"{PIPELINE_NAME}-{time.strftime('%Y%m%d%H%M%S')}",
+                                   config.resume)  # fmt: skip
     run_id, kept = state.run_id, resume.resume_dir(work_dir, state)
     spec = local_pipeline_spec(bool(registry), config.cache, state.run_name, run_id, config.images, train_image)
     checkpoints = os.path.join(kept, "checkpoints")  # as a Vertex AI custom job's: training resumes from it
@@ -509,6 +500,37 @@ def check_registry(registry: str) -> str:
     FolderRegistry(registry).default()
     check_writable(registry, "--registry")
     return os.path.abspath(registry)
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What makes a local run the run it is: the source it reads, the data's fingerprint, the folder registry, the
+    DAG's parameters, and their ``key`` (``pipeline.resume.run_key``): an interrupted run resumes only under the same
+    key, so new or changed images start over."""
+
+    source: str
+    fingerprint: str
+    registry: str
+    parameters: dict
+    key: str
+
+
+def run_identity(config: LocalRunConfig) -> RunIdentity:
+    """The run's source (checked), fingerprint, registry and DAG parameters, and the key they make."""
+    from pipeline import resume
+
+    source, fingerprint = resolve_source(config)
+    registry = check_registry(config.registry) if config.registry else ""
+    parameters = {
+        "source": source,
+        "image_size": AUTO_IMAGE_SIZE if config.image_size is None else config.image_size,
+        **({"epochs": config.epochs or DEMO_EPOCHS} if not config.source or config.epochs else {}),  # None: default
+        **({"beam_args": list(config.beam_args)} if config.beam_args else {}),
+        **({"model_root": registry} if registry else {}),
+        **config.parameters,
+    }
+    key = resume.run_key(parameters, fingerprint, registry, config.cache)
+    return RunIdentity(source, fingerprint, registry, parameters, key)
 
 
 def resolve_source(config: LocalRunConfig) -> tuple[str, str]:

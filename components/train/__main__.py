@@ -6,7 +6,7 @@ import argparse
 import json
 
 from components.cli import UsageError, config_from_args, configure_logging, run_main
-from components.models import MODELS
+from components.models import DEFAULT_MODELS, MODELS
 from components.train.core import LR_SCHEDULES, TrainConfig, run
 from components.train.placement import BACKENDS, PRECISIONS
 
@@ -27,8 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         dest="model_name",
         default=defaults.model_name,
-        help=f"one of {', '.join(sorted(MODELS))}, or auto: codelab_convnet for images, lstm for texts (default "
-        "%(default)s)",
+        help=f"one of {', '.join(sorted(MODELS))}, or auto: {DEFAULT_MODELS['image']} for images, "
+        f"{DEFAULT_MODELS['text']} for texts (default %(default)s)",
     )
     parser.add_argument("--epochs", type=int, default=defaults.epochs, help="default %(default)s")
     parser.add_argument(

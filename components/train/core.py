@@ -65,8 +65,8 @@ class TrainConfig:
     Args:
         examples_dir: the convert step's output (``<split>/*.tfrec`` and ``stats.json``).
         model_dir: where the model, its weights, its config and the history go; empty: ``AIP_MODEL_DIR``.
-        model_name: one of ``components.models.MODELS``, or ``auto``: the codelab convnet for images, the
-            article's LSTM for texts (``components.models.DEFAULT_MODELS``).
+        model_name: one of ``components.models.MODELS``, or ``auto``: the codelab convnet with batch norm for
+            images, the article's LSTM for texts (``components.models.DEFAULT_MODELS``).
         epochs: passes over the training split.
         per_replica_batch_size: examples per device per step, rounded up to a multiple of 8; the global batch is
             this times the devices (of every host).

@@ -64,14 +64,6 @@ def test_transparency_is_composited_on_white():
     assert abs(int(decode_rgb_array(encoded(half, "PNG"))[0, 0, 0]) - 127) <= 1
 
 
-def test_exif_orientation_is_applied():
-    wide = Image.new("RGB", (40, 20), RED)
-    exif = Image.Exif()
-    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
-    pixels = decode_rgb_array(encoded(wide, "JPEG", exif=exif.tobytes()))
-    assert pixels.shape == (40, 20, 3)
-
-
 def corrupt_png() -> bytes:
     """A PNG's header and the start of its first chunk, then 200 bytes of noise: fixed noise, as random bytes can
     happen to read as a short stream ("truncated image") instead (seen once in make test)."""

@@ -215,6 +215,58 @@ def test_an_exif_orientation_turns_the_picture_as_the_phone_meant():
         assert decoded[:10].min() == 255 and decoded[10:].max() == 0
 
 
+# EXIF orientation n: how to turn the picture as stored to show it upright. Each entry is the inverse, written from
+# the EXIF specification with numpy alone: what a camera stores for an upright picture ``a`` (height x width x 3)
+STORED_FOR_UPRIGHT = {
+    1: lambda a: a,
+    2: lambda a: a[:, ::-1],  # mirrored left to right
+    3: lambda a: np.rot90(a, 2),  # upside down
+    4: lambda a: a[::-1],  # mirrored top to bottom
+    5: lambda a: a.transpose(1, 0, 2),  # mirrored along the main diagonal
+    6: lambda a: np.rot90(a, 1),  # turned a quarter counter-clockwise (a phone held upright)
+    7: lambda a: np.rot90(a, 2).transpose(1, 0, 2),  # mirrored along the other diagonal
+    8: lambda a: np.rot90(a, -1),  # turned a quarter clockwise
+}
+QUADRANTS = ((220, 30, 30), (30, 200, 30), (30, 30, 220), (240, 220, 40))  # top left, top right, bottom left, right
+
+
+def quadrant_picture(height: int = 48, width: int = 32) -> np.ndarray:
+    """An upright picture, a different colour in each quadrant: any turn or mirror moves a colour to another corner."""
+    picture = np.zeros((height, width, 3), np.uint8)
+    for index, colour in enumerate(QUADRANTS):
+        top, left = divmod(index, 2)
+        picture[top * height // 2 : (top + 1) * height // 2, left * width // 2 : (left + 1) * width // 2] = colour
+    return picture
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+@pytest.mark.parametrize("orientation", sorted(STORED_FOR_UPRIGHT))
+def test_every_exif_orientation_shows_the_picture_upright(orientation, fmt):
+    """All 8 orientations, in both decoders, against the upright picture itself (not against each other): the
+    stored pixels are the upright quadrants turned or mirrored by numpy as a camera would store them."""
+    import tensorflow as tf
+    from PIL import Image
+
+    from components.decoding import decode_rgb_image
+    from components.imaging import decode_rgb
+
+    upright = quadrant_picture()
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    stored = np.ascontiguousarray(STORED_FOR_UPRIGHT[orientation](upright))
+    content = encoded(Image.fromarray(stored), fmt, exif=exif.tobytes(), **({"quality": 95} if fmt == "JPEG" else {}))
+    for decoder, decoded in (("conversion", np.asarray(decode_rgb_image(content))),
+                             ("serving", decode_rgb(tf.constant(content)).numpy())):  # fmt: skip
+        assert decoded.shape == upright.shape, decoder
+        if fmt == "PNG":
+            np.testing.assert_array_equal(decoded, upright, err_msg=decoder)
+        else:  # JPEG blurs the edges between quadrants: compare each quadrant's middle
+            for index, colour in enumerate(QUADRANTS):
+                rows, columns = divmod(index, 2)
+                middle = decoded[12 + rows * 24, 8 + columns * 16].astype(int)
+                assert np.abs(middle - colour).max() <= 12, (decoder, index, middle, colour)
+
+
 def test_transparent_pixels_are_white_in_both():
     import tensorflow as tf
     from PIL import Image

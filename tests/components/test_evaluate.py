@@ -77,6 +77,18 @@ def test_top_k_accuracy_counts_the_true_class_among_the_k_most_probable():
     assert top_k_accuracy([0, 0, 2], probabilities, 3) == 1.0
 
 
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_top_k_accuracy_agrees_with_scikit_learn(k):
+    import numpy as np
+    from sklearn.metrics import top_k_accuracy_score
+
+    rng = np.random.default_rng(k)
+    probabilities = rng.dirichlet(np.ones(10), size=200)
+    y_true = rng.integers(0, 10, size=200)
+    expected = top_k_accuracy_score(y_true, probabilities, k=k, labels=range(10))
+    assert top_k_accuracy(y_true.tolist(), probabilities.tolist(), k) == pytest.approx(expected)
+
+
 @pytest.mark.parametrize(
     "accuracy, baseline, blessed, reason",
     [
@@ -93,25 +105,61 @@ def test_blessing_applies_value_and_change_thresholds(accuracy, baseline, blesse
     assert any(reason in line for line in outcome["reasons"]), outcome["reasons"]
 
 
+@pytest.mark.parametrize(
+    "accuracy, baseline, max_drop, blessed",
+    [
+        (0.75, None, 0.0, True),  # exactly the minimum meets it
+        (0.7499, None, 0.0, False),  # just below it does not
+        (0.90, 0.95, 0.05, True),  # exactly the allowed drop below the baseline
+        (0.8999, 0.95, 0.05, False),  # just past it
+        (0.80, 0.80, 0.0, True),  # level with the baseline, no drop allowed
+        (0.7999, 0.80, 0.0, False),
+    ],
+)
+def test_the_blessing_thresholds_hold_at_their_boundaries(accuracy, baseline, max_drop, blessed):
+    """Hand-written numbers at each threshold's edge, both ways (minimum 0.75): a model exactly at a threshold is
+    blessed, one a hair under it is not."""
+    assert bless(accuracy, 0.75, baseline, max_drop)["blessed"] is blessed
+
+
 def test_a_tolerated_drop_against_the_baseline_still_blesses():
     assert bless(0.90, 0.75, 0.92, 0.05)["blessed"] is True
     assert bless(0.90, 0.75, 0.92, 0.01)["blessed"] is False
 
 
+def always_predicting(model_dir: str, class_index: int, output: str) -> str:
+    """A copy of the trained model whose softmax layer answers ``class_index`` for every input (its kernel zero, its
+    bias one-hot): a baseline whose accuracy is that class's share of the test split, known without running it."""
+    import shutil
+
+    import keras
+    import numpy as np
+
+    shutil.copytree(model_dir, output)
+    model = keras.models.load_model(os.path.join(output, "model.keras"), compile=False)
+    kernel, bias = model.layers[-1].get_weights()
+    model.layers[-1].set_weights([np.zeros_like(kernel), np.eye(len(bias), dtype=bias.dtype)[class_index] * 10])
+    model.save(os.path.join(output, "model.keras"))
+    return output
+
+
 def test_blessing_against_a_baseline_is_recorded_in_metrics_json(converted, trained, tmp_path):
-    examples_dir, _ = converted
+    examples_dir, stats = converted
     model_dir, _ = trained
-    # the model against itself: not worse, so blessed
-    metrics = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path), baseline=model_dir))
-    assert metrics["blessing"]["blessed"] is True
-    assert metrics["blessing"]["baseline_accuracy"] == metrics["accuracy"]
-    assert metrics["top_k_accuracy"]["k"] == 3 and metrics["top_k_accuracy"]["accuracy"] == 1.0
-    # a minimum above what the model reaches: not blessed, and the reason says so
-    above = min(1.0, metrics["accuracy"] + 0.01)
-    strict = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "strict"), min_accuracy=above))
-    assert strict["blessing"]["blessed"] is (metrics["accuracy"] >= above)
-    assert strict["blessing"]["reasons"][0].startswith(f"accuracy {metrics['accuracy']:.4f}")
-    with open(os.path.join(tmp_path, "metrics.json")) as handle:
+    baseline = always_predicting(model_dir, 1, str(tmp_path / "baseline"))
+    metrics = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "evaluation"), baseline=baseline))
+    share = stats["per_class"]["test"][CLASSES[1]] / stats["counts"]["test"]
+    assert metrics["blessing"]["baseline_accuracy"] == pytest.approx(share)
+    assert metrics["accuracy"] > share and metrics["blessing"]["blessed"] is True
+    # the other way round: the trained model is the baseline, the one-class model is refused for the drop
+    worse = run(EvaluateConfig(examples_dir, baseline, str(tmp_path / "worse"), baseline=model_dir, min_accuracy=0))
+    assert worse["accuracy"] == pytest.approx(share) and worse["blessing"]["blessed"] is False
+    assert any("below the baseline's" in reason for reason in worse["blessing"]["reasons"]), worse["blessing"]
+    # the one-class model against a minimum just above its known accuracy: not blessed, and the reason says so
+    strict = run(EvaluateConfig(examples_dir, baseline, str(tmp_path / "strict"), min_accuracy=round(share + 0.01, 4)))
+    assert strict["blessing"]["blessed"] is False
+    assert strict["blessing"]["reasons"][0] == f"accuracy {share:.4f} is below the minimum {share + 0.01:.4f}"
+    with open(os.path.join(tmp_path, "evaluation", "metrics.json")) as handle:
         assert json.load(handle)["blessing"]["reasons"] == metrics["blessing"]["reasons"]
 
 

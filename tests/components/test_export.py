@@ -71,18 +71,23 @@ def test_model_dir_that_is_not_a_training_output_is_a_one_line_error(tmp_path, c
     ]
 
 
-def test_tflite_float_and_int8_are_exported_with_sizes_and_test_accuracy(exported):
+def test_tflite_float_and_int8_are_exported_with_sizes_and_test_accuracy(exported, trained):
+    import keras
     from ai_edge_litert.interpreter import Interpreter
 
     output, report = exported
     formats = report["formats"]
     assert sorted(formats) == ["saved_model", "tflite_float", "tflite_int8"]
+    for name in ("tflite_float", "tflite_int8"):
+        assert formats[name]["bytes"] == os.path.getsize(formats[name]["path"])
     for entry in formats.values():
-        assert os.path.exists(entry["path"]) and entry["bytes"] > 0
         assert 0.0 <= entry["test_accuracy"] <= 1.0
     assert formats["tflite_int8"]["bytes"] < formats["tflite_float"]["bytes"]
     saved_model, int8 = formats["saved_model"], formats["tflite_int8"]
-    assert report["int8_size_vs_float_weights"] == int8["bytes"] / saved_model["weights_bytes"]
+    # the float weights: 4 bytes a parameter of the trained model, counted by Keras itself
+    params = keras.models.load_model(os.path.join(trained[0], "model.keras"), compile=False).count_params()
+    assert saved_model["weights_bytes"] == 4 * params
+    assert report["int8_size_vs_float_weights"] == pytest.approx(os.path.getsize(int8["path"]) / (4 * params))
     assert report["int8_accuracy_drop"] == pytest.approx(saved_model["test_accuracy"] - int8["test_accuracy"])
     # full-integer, uint8 in (pixels as decoded: the scaling is the input's quantization) and out
     interpreter = Interpreter(model_path=formats["tflite_int8"]["path"])

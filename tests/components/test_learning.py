@@ -38,7 +38,8 @@ def test_a_run_at_chance_is_not_blessed_and_says_why_first():
 
 
 def test_training_that_never_learns_warns_in_its_log_and_evaluate_refuses_it(converted, tmp_path):
-    """A learning rate far too high kills every unit within the first steps: the loss sits at ln 3 or is NaN."""
+    """A learning rate far too high wrecks the weights within the first steps: the loss sits at ln 3 (every unit
+    dark), above it, or is NaN."""
     examples, stats = converted
     model_dir, evaluation = tmp_path / "model", tmp_path / "eval"
     trained = run_cli("components.train", "--examples", examples, "--model-dir", str(model_dir), "--epochs", "4",
@@ -51,7 +52,7 @@ def test_training_that_never_learns_warns_in_its_log_and_evaluate_refuses_it(con
     with open(model_dir / "history.json") as handle:
         history = json.load(handle)
     losses = history["history"]["loss"]
-    assert any(math.isnan(x) for x in losses) or abs(losses[-1] - math.log(stats["num_classes"])) < 0.01
+    assert any(math.isnan(x) for x in losses) or losses[-1] >= 0.99 * math.log(stats["num_classes"])  # chance or worse
     assert history["not_learning"].startswith("the training loss is")
     evaluated = run_cli("components.evaluate", "--examples", examples, "--model-dir", str(model_dir), "--output",
                         str(evaluation), "--min-accuracy", "0")  # fmt: skip
@@ -68,7 +69,8 @@ def test_what_to_try_names_this_runs_values_and_the_sources_own_size():
     advice = what_to_try(0.002, 192, "codelab_convnet", source_size=32)
     assert "--learning-rate (this run: 0.002)" in advice
     assert "--image-size nearer the images' own size (this run: 192; the source's images are about 32 px)" in advice
-    assert "another --model (this run: codelab_convnet; squeezenet" in advice
+    assert "another --model (this run: codelab_convnet; codelab_convnet_bn normalises its activations" in advice
+    assert "normalises" not in what_to_try(0.002, 192, "squeezenet")  # already a batch-norm model
     assert "--image-size" not in what_to_try(0.01, None, "lstm")  # a text model has no image size
 
 

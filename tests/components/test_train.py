@@ -15,7 +15,7 @@ import pytest
 
 from components.artifacts.examples import make_dataset
 from components.cli import UsageError
-from components.models import build_model
+from components.models import DEFAULT_MODELS, build_model
 from components.train.core import (
     BACKUP_DIR,
     EPOCH_LOG_FILE,
@@ -44,6 +44,20 @@ def test_codelab_convnet_has_the_codelab_parameter_count():
     assert kinds[-2:] == ["GlobalAveragePooling2D", "Dense"]
 
 
+def test_the_default_image_model_is_the_codelab_convnet_with_batch_norm_before_each_relu():
+    """The codelab's convolutions without their biases, each followed by batch norm (4 numbers a channel: scale,
+    offset, moving mean and variance) and then the ReLU."""
+    convolutions = ((3, 16, 3), (16, 30, 3), (30, 60, 3), (60, 90, 3), (90, 110, 3), (110, 130, 3), (130, 40, 1))
+    expected = sum(conv_params(kernel, channels, filters, bias=False) + 4 * filters
+                   for channels, filters, kernel in convolutions) + 40 * 5 + 5  # fmt: skip
+    model = build_model(DEFAULT_MODELS["image"], 192, 5)
+    assert model.count_params() == expected
+    kinds = [type(layer).__name__ for layer in model.layers]
+    assert kinds.count("BatchNormalization") == 7 and kinds.count("MaxPooling2D") == 4
+    after = [kinds[i + 1 : i + 3] for i, kind in enumerate(kinds) if kind == "Conv2D"]
+    assert after == [["BatchNormalization", "Activation"]] * 7
+
+
 def test_squeezenet_has_the_codelab_parameter_count():
     model = build_model("squeezenet", 192, 5)
     assert model.count_params() == 120_613
@@ -70,7 +84,7 @@ def test_dense_baseline_parameter_count_is_one_layer_over_the_pixels():
         (
             "--model",
             "resnet9000",
-            "auto, codelab_convnet, cifar_convnet, dense_baseline, squeezenet, lstm, bilstm, cnn1d",
+            "auto, codelab_convnet_bn, codelab_convnet, cifar_convnet, dense_baseline, squeezenet, lstm, bilstm, cnn1d",
         ),
         ("--precision", "float8", "auto, float32, mixed_bfloat16"),
         ("--lr-schedule", "cosine", "constant, rampup_exponential"),
@@ -150,7 +164,23 @@ def test_training_batches_have_static_shapes_and_augmentation_keeps_the_range(co
     assert labels.shape.as_list() == [8, len(CLASSES)]
     batch, _ = next(iter(dataset))
     assert batch.dtype == "uint8"  # pixels as decoded: the model scales them
-    assert int(batch.numpy().min()) >= 0 and int(batch.numpy().max()) <= 255
+
+
+def test_augmentation_shifts_brightness_a_little_and_never_wraps_around():
+    """White stays near white and black near black through every random flip, brightness (at most 0.1 of the range)
+    and saturation: a pixel pushed past 255 is clipped, never wrapped to a dark one."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components.artifacts.examples import augment_image
+
+    image = np.zeros((8, 8, 3), np.uint8)
+    image[:, :4] = 255  # left half white, right half black (a flip swaps them)
+    tf.random.set_seed(3)
+    for _ in range(40):
+        out = augment_image(tf.constant(image), 0)[0].numpy().astype(int)
+        halves = sorted((out[:, :4], out[:, 4:]), key=lambda half: half.mean())
+        assert halves[0].max() <= 26 and halves[1].min() >= 229, (halves[0].max(), halves[1].min())
 
 
 def test_training_learns_and_saves_model_weights_config_and_history(trained):
@@ -180,7 +210,7 @@ def test_two_replicas_split_the_global_batch_and_learn_like_one(converted, train
     one_replica_dir, _ = trained
     result = run_cli(
         "components.train", "--examples", examples_dir, "--model-dir", str(tmp_path / "model"), "--cpu-replicas", "2",
-        "--epochs", "12", "--batch-size", "4", "--learning-rate", "0.002",
+        "--epochs", "12", "--batch-size", "4", "--learning-rate", "0.002", "--model", "codelab_convnet",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "MirroredStrategy over 2 cpu device(s) in 1 process(es)" in result.stderr
@@ -272,7 +302,7 @@ def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_pa
     import keras
 
     model = keras.models.load_model(model_dir / "model.keras", compile=False)
-    assert model.count_params() == build_model("codelab_convnet", TINY_SIZE, len(CLASSES)).count_params()
+    assert model.count_params() == build_model(DEFAULT_MODELS["image"], TINY_SIZE, len(CLASSES)).count_params()
 
 
 def backups_of_two_epochs(checkpoint_dir, saves: int = 2):

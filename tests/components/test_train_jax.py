@@ -22,7 +22,7 @@ import pytest
 
 from components.cli import UsageError
 from components.train.core import epochs_kept
-from components.train.placement import FASTER_BACKEND, choose_backend, detect_hardware
+from components.train.placement import choose_backend, detect_hardware
 from tests.conftest import REPO_ROOT, run_cli
 
 TWO_DEVICES = "--xla_force_host_platform_device_count=2"
@@ -99,7 +99,7 @@ def test_auto_off_tpus_takes_the_measured_faster_backend_and_says_why():
     for hardware in ("cpu", "gpu"):
         backend, why = choose_backend("auto", hardware, {})
         assert backend == "tensorflow"
-        assert why == f"auto on {hardware}: {FASTER_BACKEND[hardware][1]}"
+        assert why.startswith(f"auto on {hardware}: ") and "bench/train.py" in why  # says what measured it
     assert choose_backend("auto", "cpu", {"KERAS_BACKEND": "jax"}) == ("jax", "KERAS_BACKEND jax")
     # the LSTM: JAX 1.9x to 2.4x TensorFlow on this CPU (bench/train.py --model lstm); GPUs keep TensorFlow
     backend, why = choose_backend("auto", "cpu", {}, modality="text")

@@ -127,7 +127,7 @@ def test_a_failed_step_ends_the_run_on_its_own_reason_and_marks_the_summary(tmp_
 
 
 def test_an_image_size_a_model_cannot_take_is_refused_naming_the_models_that_can(tmp_path):
-    with pytest.raises(UsageError, match=r"--image-size 8 is too small for codelab_convnet, which needs 16 or more; "
+    with pytest.raises(UsageError, match=r"--image-size 8 is too small for codelab_convnet_bn, which needs 16 or more; "
                        r"cifar_convnet, dense_baseline take 8"):  # fmt: skip
         main(["run-local", "--work-dir", str(tmp_path / "work"), "--image-size", "8"])
     assert not (tmp_path / "work").exists()

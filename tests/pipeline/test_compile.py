@@ -51,6 +51,44 @@ def branches(spec: dict) -> dict[str, tuple[str, dict]]:
     }
 
 
+# the step inputs fed from a pipeline parameter of another name, each written out by hand: every other step input
+# fed from a pipeline parameter takes the one of its own name
+RENAMED_INPUTS = {
+    ("find-baseline", "baseline"): "baseline_model",
+    ("find-baseline", "display_name"): "model_display_name",
+    ("register", "display_name"): "model_display_name",
+    ("vertex-pipelines-notification-email", "recipients"): "notify_emails",
+}
+
+
+def parameter_feeds(spec: dict) -> list[tuple[str, str, str]]:
+    """(task, its input, the pipeline parameter it reads) for every task input fed from a pipeline parameter, at any
+    depth of the DAG (KFP passes them down through the exit handler and the conditions as
+    ``pipelinechannel--<parameter>``)."""
+    root_inputs = set(spec["root"]["inputDefinitions"]["parameters"])
+    feeds = []
+    dags = [spec["root"]["dag"]] + [c["dag"] for c in spec["components"].values() if "dag" in c]
+    for dag in dags:
+        for task, body in dag["tasks"].items():
+            for name, source in body.get("inputs", {}).get("parameters", {}).items():
+                parameter = source.get("componentInputParameter", "").removeprefix("pipelinechannel--")
+                if parameter in root_inputs:
+                    feeds.append((task, name.removeprefix("pipelinechannel--"), parameter))
+    return feeds
+
+
+def test_each_pipeline_parameter_reaches_the_step_input_of_its_name():
+    """Read from the committed IR: a parameter wired to another step input (the DAG passing ``max_accuracy_drop`` as
+    evaluate's ``min_accuracy``, say) judges every run by the wrong number, and only a whole run would show it."""
+    feeds = parameter_feeds(without_sdk_version(COMMITTED))
+    wrong = [f"{task}.{name} <- {parameter}" for task, name, parameter in feeds
+             if parameter != RENAMED_INPUTS.get((task, name), name)]  # fmt: skip
+    assert not wrong, wrong
+    fed = {(task, name) for task, name, _ in feeds}
+    assert {("evaluate", "min_accuracy"), ("evaluate", "max_accuracy_drop"), ("train", "learning_rate"),
+            ("convert", "validation_fraction"), *RENAMED_INPUTS} <= fed  # fmt: skip
+
+
 def test_dag_is_fingerprint_convert_train_evaluate_then_gated_export_and_registration():
     spec = without_sdk_version(COMMITTED)
     tasks = steps_of(spec)

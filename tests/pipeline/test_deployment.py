@@ -104,6 +104,15 @@ def served(in_pipeline, gcs, exported):
 
     in_pipeline.predictor = predictor
     deploy_step(f"{decided['model']}@{decided['version']}", "tiny-online")
+    # the fake answers with this export whatever it is sent: what ties the endpoint to it is the requests, the deploy
+    # naming the version registered from this export, and that version's upload pointing at a copy of its graph
+    (deployed,) = posted(in_pipeline, ":deployModel")
+    assert deployed["deployedModel"]["model"] == f"{decided['model']}@{decided['version']}"
+    (upload,) = posted(in_pipeline, "models:upload")
+    bucket, _, prefix = upload["model"]["artifactUri"].removeprefix("gs://").partition("/")
+    copied = gcs.blob(f"{prefix.rstrip('/')}/saved_model.pb").download_as_bytes()
+    with open(os.path.join(export_dir, "saved_model", "saved_model.pb"), "rb") as handle:
+        assert bucket == BUCKET and copied == handle.read()
     return export_dir
 
 

@@ -116,3 +116,23 @@ def test_descendants_finds_the_steps_under_their_shells():
         for pid in [*descendants(shell.pid), shell.pid]:
             os.kill(pid, 9)
         shell.wait()
+
+
+def test_an_interrupted_run_starts_over_when_an_image_was_added_to_its_source(tmp_path):
+    """The key run-local resumes by is built from the data too: the same flags on a source with one more image are
+    another run, and never resume on the examples converted before the image was added."""
+    from PIL import Image
+
+    from pipeline.local import LocalRunConfig, run_identity
+    from tests.conftest import write_image_folder
+
+    source, work_dir = write_image_folder(str(tmp_path / "photos"), per_class=3), str(tmp_path / "work")
+    config = LocalRunConfig(work_dir=work_dir, source=source, epochs=2)
+    first, _ = begin(work_dir, run_identity(config).key, "run-a", resume=True)
+    interrupted(work_dir, first, "train", [])
+    assert begin(work_dir, run_identity(config).key, "run-a", resume=True)[0].run_id == first.run_id  # unchanged
+    interrupted(work_dir, first, "train", [])
+    classes = sorted(os.listdir(source))
+    Image.new("RGB", (40, 30), (10, 200, 10)).save(os.path.join(source, classes[0], "added.jpg"))
+    second, previous = begin(work_dir, run_identity(config).key, "run-b", resume=True)
+    assert previous is None and second.run_id != first.run_id
