@@ -53,9 +53,7 @@ def what_to_try(learning_rate: float, image_size: int | None, model_name: str, s
         tries.append(f"an --image-size nearer the images' own size (this run: {image_size}{near})")
     from components.models import BATCH_NORM_MODELS
 
-    if model_name not in BATCH_NORM_MODELS:
-        other = f"; {BATCH_NORM_MODELS[0]} normalises its activations with batch norm"
-    else:
-        other = ""
+    normalised = BATCH_NORM_MODELS[0]
+    other = "" if model_name in BATCH_NORM_MODELS else f"; {normalised} normalises its activations with batch norm"
     tries.append(f"another --model (this run: {model_name}{other})")
     return "try " + ", ".join(tries)

@@ -157,9 +157,10 @@ def check_schema(path: str, spec: dict) -> None:
                 raise UsageError(f"TFRecord file {path}: feature {name} is a {kind}, expected a {expected}")
 
 
-def client_files(examples_dir: str, split: str, num_classes: int, counts: dict):
-    """Each example of ``split`` whose source is a file a client could send: yields (path, the file's bytes, the
-    example's TFRecord JPEG, true class id), in the split's order. ``counts`` gets what is left out and why:
+def client_files(examples_dir: str, split: str, num_classes: int, counts: dict, chunk: int):
+    """The examples of ``split`` whose source is a file a client could send, ``chunk`` at a time: yields lists of
+    (path, the file's bytes, the example's TFRecord JPEG, true class id), in the split's order (the last list may be
+    shorter). ``counts`` gets what is left out and why:
     ``without_file`` (a NumPy array's rows, records adopted as they were), ``missing_files`` (gone since the
     conversion) and ``refused_formats`` (what the serving graph refuses, ``components.imaging.unserved_reason``)."""
     import re
@@ -176,6 +177,7 @@ def client_files(examples_dir: str, split: str, num_classes: int, counts: dict):
     records = tf.data.TFRecordDataset(split_files(examples_dir, split)).map(
         lambda serialized: tf.io.parse_single_example(serialized, spec)
     )
+    rows = []
     for example in records.as_numpy_iterator():
         path = example[SOURCE_FEATURE].decode()
         if not path or re.search(r"\.npz#\d+$", path):
@@ -190,4 +192,9 @@ def client_files(examples_dir: str, split: str, num_classes: int, counts: dict):
         if reason:
             counts["refused_formats"][reason] = counts["refused_formats"].get(reason, 0) + 1
             continue
-        yield path, content, example["image"], int(np.argmax(example["one_hot_class"]))
+        rows.append((path, content, example["image"], int(np.argmax(example["one_hot_class"]))))
+        if len(rows) == chunk:
+            yield rows
+            rows = []
+    if rows:
+        yield rows

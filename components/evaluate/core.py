@@ -273,19 +273,12 @@ def client_file_accuracy(model, examples_dir: str, split: str, image_size: int, 
 
     decode = tf.function(lambda content: fill_square(decode_rgb(content, decoded_at_least(image_size)), image_size),
                          input_signature=[tf.TensorSpec([], tf.string)])  # fmt: skip
-    counts, correct, total, batch = {}, 0, 0, []
-
-    def score(rows: list) -> int:
+    counts, correct, total = {}, 0, 0
+    for rows in client_files(examples_dir, split, num_classes, counts, EVAL_BATCH_SIZE):
         pixels = np.stack([decode(tf.constant(content)).numpy() for _, content, _, _ in rows])
         predicted = np.asarray(model(pixels, training=False)).argmax(axis=-1)
-        return int((predicted == np.array([truth for _, _, _, truth in rows])).sum())
-
-    for row in client_files(examples_dir, split, num_classes, counts):
-        batch.append(row)
-        if len(batch) == EVAL_BATCH_SIZE:
-            correct, total, batch = correct + score(batch), total + len(batch), []
-    if batch:
-        correct, total = correct + score(batch), total + len(batch)
+        correct += int((predicted == np.array([truth for _, _, _, truth in rows])).sum())
+        total += len(rows)
     return {"num_files": total, "accuracy": correct / total if total else None, **counts}
 
 

@@ -167,36 +167,25 @@ def raw_file_accuracy(saved_model_path: str, examples_dir: str, model_config: di
     from components.artifacts.examples import client_files
 
     serving = tf.saved_model.load(saved_model_path).signatures["serving_default"]
-    counts, scored, differs = {}, {"files": 0, "raw_correct": 0, "tfrecord_correct": 0}, []
-
-    def score(chunk: list) -> None:
+    counts, total, raw_correct, tfrecord_correct, differs = {}, 0, 0, 0, []
+    for chunk in client_files(examples_dir, "test", model_config["num_classes"], counts, PARITY_BATCH_SIZE // 2):
         sent = [content for _, content, _, _ in chunk] + [encoded for _, _, encoded, _ in chunk]
         answers = serving(image_bytes=tf.constant(sent))["class_id"].numpy()
         for (path, _, _, truth), raw, recorded in zip(chunk, answers[: len(chunk)], answers[len(chunk) :],
                                                       strict=True):  # fmt: skip
-            scored["files"] += 1
-            scored["raw_correct"] += int(raw == truth)
-            scored["tfrecord_correct"] += int(recorded == truth)
+            total += 1
+            raw_correct += int(raw == truth)
+            tfrecord_correct += int(recorded == truth)
             if raw != recorded:
                 differs.append(path)
-
-    chunk = []
-    for row in client_files(examples_dir, "test", model_config["num_classes"], counts):
-        chunk.append(row)
-        if len(chunk) == PARITY_BATCH_SIZE // 2:
-            score(chunk)
-            chunk = []
-    if chunk:
-        score(chunk)
     if counts["missing_files"]:
         log.warning("%d test files named by the examples are gone since the conversion: the check on the files "
                     "clients send leaves them out", counts["missing_files"])  # fmt: skip
-    total = scored["files"]
     return {
         "split": "test",
         "num_files": total,
-        "test_accuracy": scored["raw_correct"] / total if total else None,
-        "tfrecord_test_accuracy": scored["tfrecord_correct"] / total if total else None,
+        "test_accuracy": raw_correct / total if total else None,
+        "tfrecord_test_accuracy": tfrecord_correct / total if total else None,
         "files_answered_otherwise": len(differs),
         "first_disagreeing_file": differs[0] if differs else None,
         **counts,
