@@ -20,7 +20,7 @@ SKIP_IMAGES ?=
 export UV_PYTHON_DOWNLOADS := never
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-profiles test-heavy test-browser lint format compile lock images test-images clean
+.PHONY: help setup run test test-profiles profile-env test-heavy test-browser lint format compile lock mutants images test-images clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -46,6 +46,8 @@ TEST_WORKERS ?= 2
 # cannot give this CPU what it lacks (AMX kernels need an AMX CPU), only choose as that host would and stay below it
 PROFILE ?= host
 PROFILES := host noavx512 avx512bf16 amx
+CHECK_PROFILE = case " $(PROFILES) " in *" $(PROFILE) "*) ;; \
+	*) echo "error: PROFILE=$(PROFILE) is not a profile: use one of $(PROFILES)" >&2; exit 2;; esac
 PROFILE_ENV_host :=
 PROFILE_ENV_noavx512 := TPU_PIPELINE_CPU_FLAGS="sse4_2 avx avx2 fma" ONEDNN_MAX_CPU_ISA=AVX2 \
 	XLA_FLAGS="--xla_cpu_max_isa=AVX2"
@@ -55,15 +57,25 @@ PROFILE_ENV_amx := TPU_PIPELINE_CPU_FLAGS="avx2 avx512f avx512bw avx512_bf16 amx
 	ONEDNN_MAX_CPU_ISA=AVX512_CORE_AMX
 
 test: setup lint ## lint, then run the tests (all but the heavy ones and the images'); PROFILE=noavx512|avx512bf16|amx
-	@case " $(PROFILES) " in *" $(PROFILE) "*) ;; *) echo "error: PROFILE=$(PROFILE) is not a profile: use one of $(PROFILES)" >&2; exit 2;; esac
+	@$(CHECK_PROFILE)
 	$(PROFILE_ENV_$(PROFILE)) $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile \
 		-m "not heavy and not images and not browser"
 
 test-profiles: setup lint ## make test under every host profile in turn (about four times make test's time)
 	@for profile in $(PROFILES); do echo "== PROFILE=$$profile"; $(MAKE) --no-print-directory test PROFILE=$$profile || exit 1; done
 
+profile-env: ## print the environment of PROFILE=... (bench/spread.py reads it)
+	@$(CHECK_PROFILE)
+	@echo '$(PROFILE_ENV_$(PROFILE))'
+
 test-heavy: setup ## the heavy tests: the simulated year of scheduled retraining (six whole-DAG runs, ~6 min)
 	$(VENV)/bin/python -m pytest -m heavy
+
+# mutation testing, outside make test and CI (tests/mutation.py; mutmut from the lock's `mutants` group): GROUPS=a,b
+# runs only those groups; mutmut keeps its results under mutants/ and resumes a stopped run
+GROUPS ?=
+mutants: setup ## mutation testing of the code whose wrong answer is silent: the score of each group, the survivors
+	$(UV) run --locked --group mutants python -m tests.mutation --groups "$(GROUPS)"
 
 lint: setup ## ruff lint and format check, hadolint on every Dockerfile
 	$(VENV)/bin/ruff check .

@@ -6,8 +6,9 @@ then split on runs of whitespace (every character Python's ``str.split`` takes f
 out of vocabulary, then the vocabulary's tokens in ``vocabulary.txt`` order (one a line); a text's first
 ``sequence_length`` tokens, padded at the end with 0.
 
-The two versions are kept equal by construction (the same patterns, the whitespace set written out for RE2) and by a
-test that tokenises every test example both ways (``tests/components/test_export_text.py``).
+The two versions are kept equal by construction (the same patterns, the whitespace set written out for RE2) and by
+tests that tokenise every test example (``tests/components/test_export_text.py``) and every whitespace and
+punctuation character (``tests/components/test_tokenizing.py``) both ways.
 """
 
 from __future__ import annotations

@@ -395,8 +395,12 @@ def test_classes_fix_the_index_order_and_refuse_unknown_folders(tmp_path):
     listing = list_source(source, classes=("fish", "dog", "cat"))
     assert listing.class_names == ("fish", "dog", "cat")
     assert [index for _, index, _ in listing.items] == [2, 2, 1, 1, 0, 0]
-    with pytest.raises(UsageError, match="class folders not in --classes: fish"):
-        list_source(source, classes=("cat", "dog"))
+    # each image keeps its own path, under its folder's new index
+    folders = [os.path.basename(os.path.dirname(path)) for path, _, _ in listing.items]
+    assert folders == ["cat", "cat", "dog", "dog", "fish", "fish"]
+    with pytest.raises(UsageError) as raised:
+        list_source(source, classes=("cat",))
+    assert str(raised.value) == f"data path {source} has class folders not in --classes: dog, fish"
 
 
 def test_missing_manifest_is_one_line_exit_2(tmp_path):

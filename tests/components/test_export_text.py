@@ -133,31 +133,3 @@ def test_predict_on_text_says_what_is_wrong_in_one_line(exported_text, tmp_path,
     done = run_cli("pipeline", "predict", "--model", output, *args, *extra)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
-
-
-def test_the_graph_and_python_tokenise_every_whitespace_and_punctuation_alike():
-    """Beyond the test set: every character Python splits on, all of ASCII punctuation, markup in odd spellings, a
-    final sigma, letters whose lowercase is longer, and truncation, through the graph and through Beam's Python."""
-    import string
-
-    import tensorflow as tf
-
-    from components.tokenizing import WHITESPACE, GraphTokenizer, standardize, token_ids
-
-    texts = [
-        "x".join(WHITESPACE) + "y",
-        string.punctuation.join(["a", "b"]) + " don't-stop (1/10)",
-        "one<BR\t/>two<br>three<Br  />four<br/ >five<bR/>six",
-        "ΟΔΟΣ ΣΑΣ ὈΔΥΣΣΕΎΣ İstanbul ǅungla Straße ﬁne ＡＢＣ",
-        "tab\tnew\nline\rcarriage\x0bvt\x0cff\x1cfs\x85nel\u2028ls",
-        " ".join(f"w{i}" for i in range(40)),  # longer than the sequence: truncated
-        "",
-        "!!! ... ???",  # punctuation only: nothing left
-    ]
-    vocabulary = ["", "[UNK]", *sorted({token for text in texts for token in standardize(text)})[::2]]
-    index = {token: i for i, token in enumerate(vocabulary)}
-    length = 12
-    graph = GraphTokenizer(vocabulary, length)(tf.constant(texts)).numpy()
-    for text, ids in zip(texts, graph, strict=True):
-        assert ids.tolist() == token_ids(text, index, length)[0], repr(text)
-    assert sum(len(standardize(text)) for text in texts) > 60  # the cases held tokens to compare

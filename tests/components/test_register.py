@@ -27,6 +27,7 @@ def test_pushes_are_numbered_copies_and_the_last_is_the_default(tmp_path):
     second = registry.push(fake_export(tmp_path / "b", "2" * 64), {"pipeline_run": "run-2"})
     assert (first.number, second.number) == (1, 2) and registry.default().number == 2
     assert [v.record["pipeline_run"] for v in registry.versions()] == ["run-1", "run-2"]
+    assert registry.version(1).uri == first.uri == f"{tmp_path}/registry/1"
     assert (tmp_path / "registry" / "1" / "saved_model" / "variables" / "variables.index").read_bytes() == b"index"
     assert first.record["files"] == 3  # version.json comes after the copy
 

@@ -13,6 +13,7 @@ import pytest
 from pipeline.resume import (
     INTERRUPTED,
     RUNNING,
+    Decision,
     RunState,
     begin,
     decide,
@@ -47,10 +48,18 @@ def test_the_key_changes_with_any_parameter_the_data_or_the_settings():
 def test_an_interrupted_run_with_the_same_key_is_resumed_unless_told_not_to():
     assert decide(None, KEY, resume=True, previous_alive=False).action == "start"
     resumed = decide(state(), KEY, resume=True, previous_alive=False)
-    assert resumed.action == "resume" and "interrupted during train" in resumed.why
-    assert decide(state(), KEY, resume=False, previous_alive=False).action == "replace"
+    assert resumed == Decision(
+        "resume", "resuming tpu-image-classifier-1, interrupted during train (started 2026-11-22T08:00:00)"
+    )
+    # stopped before its first step began: no step to name
+    assert decide(state(step=""), KEY, resume=True, previous_alive=False).why == (
+        "resuming tpu-image-classifier-1, interrupted (started 2026-11-22T08:00:00)"
+    )
+    assert decide(state(), KEY, resume=False, previous_alive=False) == Decision(
+        "replace", "--no-resume: starting over instead of continuing tpu-image-classifier-1"
+    )
     other = decide(state(), run_key({}, "f1", "", False), resume=True, previous_alive=False)
-    assert other.action == "replace" and "other parameters or data" in other.why
+    assert other == Decision("replace", "the unfinished run tpu-image-classifier-1 had other parameters or data")
 
 
 def test_a_run_whose_process_died_without_a_word_is_resumed_and_a_live_one_refused():
@@ -58,7 +67,7 @@ def test_a_run_whose_process_died_without_a_word_is_resumed_and_a_live_one_refus
     run is resumed. One whose process is alive is running now: a second run-local in the same folder is refused."""
     assert decide(state(status=RUNNING), KEY, resume=True, previous_alive=False).action == "resume"
     refused = decide(state(status=RUNNING), KEY, resume=True, previous_alive=True)
-    assert refused.action == "refuse" and "process 123" in refused.why
+    assert refused == Decision("refuse", "run-local (process 123) has been running there since 2026-11-22T08:00:00")
     assert decide(state(status=INTERRUPTED), KEY, resume=True, previous_alive=True).action == "resume"
 
 
@@ -136,3 +145,32 @@ def test_an_interrupted_run_starts_over_when_an_image_was_added_to_its_source(tm
     Image.new("RGB", (40, 30), (10, 200, 10)).save(os.path.join(source, classes[0], "added.jpg"))
     second, previous = begin(work_dir, run_identity(config).key, "run-b", resume=True)
     assert previous is None and second.run_id != first.run_id
+
+
+def test_the_run_identity_names_each_flag_that_makes_another_run(tmp_path):
+    """The DAG parameters run-local keys a run by, written out by hand: auto image size is 0, the epochs are keyed when
+    given (the demo's 15 when not), Beam's options and the registry (as model_root) when given; each makes another
+    key, and the same flags give the same key."""
+    from pipeline.local import LocalRunConfig, run_identity
+    from tests.conftest import write_image_folder
+
+    source = write_image_folder(str(tmp_path / "photos"), per_class=2)
+    work_dir, registry = str(tmp_path / "work"), str(tmp_path / "registry")
+    plain = run_identity(LocalRunConfig(work_dir=work_dir, source=source))
+    assert plain.source == source and plain.registry == ""
+    assert plain.parameters == {"source": source, "image_size": 0}
+    demo = run_identity(LocalRunConfig(work_dir=work_dir, demo_per_class=1))
+    assert demo.parameters == {"source": os.path.join(work_dir, "data", "digits"), "image_size": 0, "epochs": 15}
+    flagged = run_identity(LocalRunConfig(work_dir=work_dir, source=source, image_size=24, epochs=3,
+                                          beam_args=("--direct_num_workers=1",), registry=registry,
+                                          parameters={"model_name": "squeezenet"}))  # fmt: skip
+    assert flagged.registry == registry
+    assert flagged.parameters == {"source": source, "image_size": 24, "epochs": 3,
+                                  "beam_args": ["--direct_num_workers=1"], "model_root": registry,
+                                  "model_name": "squeezenet"}  # fmt: skip
+    assert flagged.fingerprint == plain.fingerprint and len(plain.fingerprint) == 64
+    changes = ({}, {"image_size": 24}, {"epochs": 3}, {"beam_args": ("--direct_num_workers=1",)},
+               {"registry": registry}, {"cache": True}, {"parameters": {"model_name": "squeezenet"}})  # fmt: skip
+    keys = {run_identity(LocalRunConfig(work_dir=work_dir, source=source, **change)).key for change in changes}
+    assert len(keys) == 7
+    assert run_identity(LocalRunConfig(work_dir=work_dir, source=source)).key == plain.key

@@ -1,0 +1,127 @@
+"""``make mutants``: mutation testing of the code whose wrong answer a user would not see, with the fast tests that
+guard it. mutmut (pyproject.toml's ``[tool.mutmut]``: the files it mutates, the test files it runs) changes one
+thing at a time (an operator, a constant, an argument) in the functions of ``GROUPS``, runs the tests that reach that
+function, and counts the change killed when one fails. Prints each group's score and every surviving mutant (``mutmut
+show NAME`` shows its diff); the last line is a JSON object. bench/RESULTS.md keeps the latest run, each survivor
+killed by a test since or explained there.
+
+    make mutants                   # all groups; mutmut resumes where a stopped run left off
+    make mutants GROUPS=tokenizing  # one group (comma-separated names)
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import glob
+import json
+import os
+import subprocess
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def functions(module: str, *names: str) -> list[str]:
+    """mutmut's names of the mutants of ``module``'s functions ``names``."""
+    return [f"{module}.x_{name}__mutmut_*" for name in names]
+
+
+# what a user would get silently wrong, by the functions that decide it (mutmut names a mutant
+# module.x_function__mutmut_N, or module.xǁClassǁmethod__mutmut_N)
+GROUPS = {
+    "decoding and imaging": ["components.decoding.*", "components.imaging.*", "components.orientation.*"],
+    "split and listing": functions(
+        "components.convert.core",
+        "list_image_folder",
+        "list_manifest",
+        "list_npz",
+        "_npz_arrays",
+        "list_source",
+        "in_class_order",
+        "_is_hidden",
+        "content_digest",
+        "assign_split",
+        "split_for_digest",
+        "check_split_options",
+    ),
+    "tokenizing": ["components.tokenizing.*"],
+    "blessing and metrics": functions(
+        "components.evaluate.core",
+        "check_fraction",
+        "bless",
+        "classification_metrics",
+        "ranking_metrics",
+        "curve_metrics",
+        "top_k_accuracy",
+        "comparability",
+    ),
+    "registry decisions": [
+        "components.register.core.*",
+        *functions("pipeline.registry", "find_baseline", "register_version"),
+    ],
+    "resume keys": functions("pipeline.resume", "run_key", "decide") + functions("pipeline.local", "run_identity"),
+    "export's quantization set-up": functions("components.export.core", "unit_range_network", "tflite_models"),
+}
+# mutmut's exit codes of a mutant's test run: 1 a test failed (killed), 0 all passed (survived), 33 no test reaches
+# it, -24 (SIGXCPU) past its CPU time; another negative code is a crash (killed)
+KILLED, SURVIVED, NO_TESTS, TIMEOUT = 1, 0, 33, -24
+STATUS = {SURVIVED: "survived", NO_TESTS: "no test reaches it", TIMEOUT: "timeout"}
+
+
+def results() -> dict[str, int | None]:
+    """Every mutant's exit code so far, from mutmut's files under mutants/ (None: not run yet)."""
+    codes: dict[str, int | None] = {}
+    for path in glob.glob(os.path.join(REPO_ROOT, "mutants", "**", "*.py.meta"), recursive=True):
+        with open(path) as handle:
+            codes.update(json.load(handle)["exit_code_by_key"])
+    return codes
+
+
+def in_group(name: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def report(codes: dict[str, int | None], groups: dict[str, list[str]]) -> dict:
+    """Each group's score over the mutants tried (a stopped run leaves some untried: counted apart), and the names of
+    those not killed."""
+    summary = {}
+    for group, patterns in groups.items():
+        mine = {name: code for name, code in codes.items() if in_group(name, patterns)}
+        tried = {name: code for name, code in mine.items() if code is not None}
+        killed = [name for name, code in tried.items() if code == KILLED or (code < 0 and code != TIMEOUT)]
+        not_killed = {name: code for name, code in sorted(tried.items()) if name not in killed}
+        score = len(killed) / len(tried) if tried else 0.0
+        summary[group] = {"mutants": len(mine), "tried": len(tried), "killed": len(killed), "score": round(score, 4),
+                          "not_killed": list(not_killed)}  # fmt: skip
+        untried = f", {len(mine) - len(tried)} not tried yet" if len(tried) < len(mine) else ""
+        print(f"{group}: {len(killed)} of {len(tried)} killed ({score:.1%}){untried}")
+        for name, code in not_killed.items():
+            print(f"    {name}: {STATUS.get(code, f'exit {code}')}")
+    tried = sum(entry["tried"] for entry in summary.values())
+    killed = sum(entry["killed"] for entry in summary.values())
+    print(f"all groups: {killed} of {tried} killed ({killed / max(tried, 1):.1%})")
+    return {"groups": summary, "tried": tried, "killed": killed, "score": round(killed / max(tried, 1), 4)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--groups", default="", help="comma-separated group names (default: all)")
+    parser.add_argument("--report-only", action="store_true", help="print the last run's results, run nothing")
+    args = parser.parse_args()
+    wanted = [name.strip() for name in args.groups.split(",") if name.strip()]
+    unknown = [name for name in wanted if name not in GROUPS]
+    if unknown:
+        print(f"error: no mutation group {', '.join(unknown)}: use one of {', '.join(GROUPS)}", file=sys.stderr)
+        raise SystemExit(2)
+    groups = {name: GROUPS[name] for name in wanted} if wanted else GROUPS
+    if not args.report_only:
+        patterns = [pattern for group in groups.values() for pattern in group]
+        run = subprocess.run([os.path.join(os.path.dirname(sys.executable), "mutmut"), "run", *patterns], cwd=REPO_ROOT)
+        if run.returncode:
+            raise SystemExit(run.returncode)
+    print(json.dumps(report(results(), groups)))
+
+
+if __name__ == "__main__":
+    main()
