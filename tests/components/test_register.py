@@ -69,3 +69,31 @@ def test_the_candidate_is_the_baseline_when_its_trained_weights_are(tmp_path):
         assert same_as_baseline(candidate, baseline).startswith("the candidate is the baseline itself")
     assert same_as_baseline(fake_export(tmp_path / "retrained", "b" * 64), in_service.uri) == ""
     assert same_as_baseline(candidate, "") == ""
+
+
+def test_the_baseline_is_the_folder_registrys_default_version_unless_one_is_given(tmp_path):
+    from pipeline.registry import find_baseline
+
+    root = str(tmp_path / "registry")
+    assert find_baseline("digits", "", root, None) == ""  # the first run: nothing in service yet
+    registry = FolderRegistry(root)
+    registry.push(fake_export(tmp_path / "a", "1" * 64), {})
+    registry.push(fake_export(tmp_path / "b", "2" * 64), {})
+    registry.set_default(1)
+    assert find_baseline("digits", "", root, None) == f"{root}/1"
+    assert find_baseline("digits", "/given/model", root, None) == "/given/model"
+    assert find_baseline("", "", root, None) == ""  # registration off: no baseline looked up
+
+
+def test_an_export_record_is_read_through_its_saved_model_folder_and_empty_when_missing(tmp_path):
+    from components.register.core import default_model_root, export_record
+
+    export = fake_export(tmp_path / "a", "3" * 64)
+    assert export_record(export)["model_digest"] == "3" * 64
+    assert export_record(export + "/saved_model/")["model_digest"] == "3" * 64
+    assert export_record(str(tmp_path)) == {}
+    assert default_model_root("gs://bucket/root/run/export", "digits") == "gs://bucket/models/digits"
+    with pytest.raises(UsageError) as raised:
+        default_model_root(export, "digits")
+    assert str(raised.value) == (f"export {export} is not on Cloud Storage: pass model_root, a gs:// folder for the "
+                                 "models")  # fmt: skip
