@@ -27,10 +27,8 @@ import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
-from tests.conftest import DEMO_ACCURACY_BAR  # noqa: E402
+from tests.conftest import DEMO_ACCURACY_BAR, FORMAT_GAP_BOUNDS  # noqa: E402
 
-# the bounds of test_local_run.py's export test: how far each TFLite file may fall below the SavedModel
-FORMAT_GAP_BOUNDS = {"tflite_float": 0.005, "tflite_int8": 0.015}
 MEASURES = ("test_accuracy", "raw_files", "saved_model", "tflite_float", "tflite_int8")
 
 

@@ -89,7 +89,7 @@ def report(codes: dict[str, int | None], groups: dict[str, list[str]]) -> dict:
     for group, patterns in groups.items():
         mine = {name: code for name, code in codes.items() if in_group(name, patterns)}
         tried = {name: code for name, code in mine.items() if code is not None}
-        killed = [name for name, code in tried.items() if code == KILLED or (code < 0 and code != TIMEOUT)]
+        killed = {name for name, code in tried.items() if code == KILLED or (code < 0 and code != TIMEOUT)}
         not_killed = {name: code for name, code in sorted(tried.items()) if name not in killed}
         score = len(killed) / len(tried) if tried else 0.0
         summary[group] = {"mutants": len(mine), "tried": len(tried), "killed": len(killed), "score": round(score, 4),
