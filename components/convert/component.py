@@ -34,10 +34,14 @@ def convert(
 
     from components.cli import configure_logging
     from components.convert.core import ConvertConfig, run
+    from components.convert.staging import runs_locally
     from components.convert.text import TextConvertConfig, resolve_modality, run_text
 
     configure_logging()
-    common = dict(source=source, output_dir=examples.path, validation_fraction=validation_fraction,
+    # the local engine writes through KFP's /gcs mount (examples.path); a remote runner's workers (Dataflow) have
+    # no such mount, so Beam gets the artifact's gs:// URI, and the stats are read back from there
+    output_dir = examples.path if runs_locally(beam_args or ()) else examples.uri
+    common = dict(source=source, output_dir=output_dir, validation_fraction=validation_fraction,
                   test_fraction=test_fraction, num_shards=num_shards, max_bad_fraction=max_bad_fraction,
                   classes=tuple(classes), pipeline_args=tuple(beam_args or ()))  # fmt: skip
     if resolve_modality(modality, source) == "text":

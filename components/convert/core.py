@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from components.cli import UsageError, one_line
 from components.convert.adopt import adopt, is_tfrecord_source, match_tfrecords
+from components.convert.staging import ReadRows, default_pipeline_args, staged_rows
 from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError
 from components.imaging import AUTO_IMAGE_SIZE, MAX_AUTO_IMAGE_SIZE
 from components.schema import (
@@ -437,9 +438,6 @@ def encode_image(content: bytes, image_size: int, jpeg_quality: int, max_pixels:
     return buffer.getvalue()
 
 
-LOCAL_RUNNER = "FnApiRunner"
-
-
 def check_output_is_empty(output_dir: str) -> None:
     """The output must hold exactly what this conversion writes: a folder that already holds files (an earlier
     conversion's shards, say) is refused in one line, before anything is read or written."""
@@ -456,26 +454,6 @@ def check_output_is_empty(output_dir: str) -> None:
             f"--output {output_dir} already holds files (an earlier conversion?): pass a new or empty folder, or "
             "remove it first; its shards would otherwise mix with this conversion's"
         )
-
-
-def default_pipeline_args(pipeline_args: Sequence[str]) -> list[str]:
-    """Beam options as given, plus the local defaults unless set: the DirectRunner's in-process engine (Beam's
-    ``FnApiRunner``) in one process, whose conversion threads use every core (``ConvertConfig.threads``).
-
-    Named rather than ``DirectRunner`` because Beam 2.77's ``DirectRunner`` first tries to download and start the
-    Prism runner from GitHub: a local run must not depend on the network, nor change engine when it is reachable.
-    """
-    args = list(pipeline_args)
-    runner = PipelineOptions(args).view_as(StandardOptions).runner
-    if runner is None:
-        runner = LOCAL_RUNNER
-        args.append(f"--runner={runner}")
-    if runner.rsplit(".", 1)[-1] in ("DirectRunner", LOCAL_RUNNER):
-        if not any(a.startswith("--direct_running_mode") for a in args):
-            args.append("--direct_running_mode=in_memory")
-        if not any(a.startswith("--direct_num_workers") for a in args):
-            args.append("--direct_num_workers=1")
-    return args
 
 
 def run(config: ConvertConfig) -> dict:
@@ -513,54 +491,12 @@ def run(config: ConvertConfig) -> dict:
         for split in SPLITS
     }
     started = time.monotonic()
-    with beam.Pipeline(options=pipeline_options(config)) as pipeline:
-        rejected = pipeline | "ListingRejects" >> beam.Create(listing.rejected)
-        converted = (
-            pipeline
-            | "ListImages" >> beam.Create(listing.items)
-            | "Spread" >> beam.Reshuffle()
-            | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
-            | "Convert"
-            >> beam.ParDo(ConvertImages(config, listing.class_names, len(listing.items))).with_outputs(
-                QUARANTINE_TAG, main="converted"
-            )
-        )
-        # byte-identical images meet here (keyed by content digest), so that each is kept once, in one split
-        unique = (
-            converted["converted"]
-            | "GroupByContent" >> beam.GroupByKey()
-            | "KeepOnePerContent"
-            >> beam.ParDo(KeepFirstCopy(config.validation_fraction, config.test_fraction)).with_outputs(
-                DUPLICATE_TAG, *SPLITS
-            )
-        )
-        for split in SPLITS:
-            _ = unique[split] | f"Write{split.title()}" >> WriteSplit(output_dir, split, shards[split])
-        counts = (
-            [unique[split] | f"Key{split.title()}" >> beam.Map(_count_key, split) for split in SPLITS]
-            | "AllCounts" >> beam.Flatten()
-            | "CountPerClass" >> beam.combiners.Count.PerElement()
-            | "GatherCounts" >> beam.combiners.ToList()
-        )
-        quarantined = (
-            (rejected, converted[QUARANTINE_TAG])
-            | "AllQuarantined" >> beam.Flatten()
-            | "GatherQuarantine" >> beam.combiners.ToList()
-        )
-        duplicates = unique[DUPLICATE_TAG] | "GatherDuplicates" >> beam.combiners.ToList()
-        _ = counts | "WriteStats" >> beam.Map(
-            write_stats,
-            quarantine=beam.pvalue.AsSingleton(quarantined),
-            duplicates=beam.pvalue.AsSingleton(duplicates),
-            output_dir=output_dir,
-            class_names=listing.class_names,
-            config=config,
-            shards=shards,
-            input_bytes=listing.total_bytes,
-            fingerprint=listing.fingerprint,
-            source_image_size=source_side,
-            image_size_auto=auto,
-        )
+    rows = {"items": listing.items, "rejected": listing.rejected}
+    with (
+        staged_rows(rows, config.pipeline_args) as staged,
+        beam.Pipeline(options=pipeline_options(config)) as pipeline,
+    ):
+        conversion_graph(pipeline, config, listing, staged, shards, source_side, auto)
     stats = read_stats(output_dir)
     seconds = time.monotonic() - started
     log.info(
@@ -582,6 +518,60 @@ def run(config: ConvertConfig) -> dict:
             f"see {output_dir}/{QUARANTINE_FILE}"
         )
     return stats
+
+
+def conversion_graph(pipeline, config: ConvertConfig, listing: ImageListing, staged: dict, shards: dict[str, int],
+                     source_side: int | None, auto: str | None) -> None:  # fmt: skip
+    """Adds the conversion to ``pipeline``: the listing's rows read from the ``staged`` files (``staged_rows``), each
+    image converted, byte-identical images kept once, the splits written in ``shards`` shards, and the stats."""
+    output_dir = config.output_dir.rstrip("/")
+    rejected = pipeline | "ListingRejects" >> ReadRows(staged["rejected"])
+    converted = (
+        pipeline
+        | "ListImages" >> ReadRows(staged["items"])
+        | "Spread" >> beam.Reshuffle()
+        | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
+        | "Convert"
+        >> beam.ParDo(ConvertImages(config, listing.class_names, len(listing.items))).with_outputs(
+            QUARANTINE_TAG, main="converted"
+        )
+    )
+    # byte-identical images meet here (keyed by content digest), so that each is kept once, in one split
+    unique = (
+        converted["converted"]
+        | "GroupByContent" >> beam.GroupByKey()
+        | "KeepOnePerContent"
+        >> beam.ParDo(KeepFirstCopy(config.validation_fraction, config.test_fraction)).with_outputs(
+            DUPLICATE_TAG, *SPLITS
+        )
+    )
+    for split in SPLITS:
+        _ = unique[split] | f"Write{split.title()}" >> WriteSplit(output_dir, split, shards[split])
+    counts = (
+        [unique[split] | f"Key{split.title()}" >> beam.Map(_count_key, split) for split in SPLITS]
+        | "AllCounts" >> beam.Flatten()
+        | "CountPerClass" >> beam.combiners.Count.PerElement()
+        | "GatherCounts" >> beam.combiners.ToList()
+    )
+    quarantined = (
+        (rejected, converted[QUARANTINE_TAG])
+        | "AllQuarantined" >> beam.Flatten()
+        | "GatherQuarantine" >> beam.combiners.ToList()
+    )
+    duplicates = unique[DUPLICATE_TAG] | "GatherDuplicates" >> beam.combiners.ToList()
+    _ = counts | "WriteStats" >> beam.Map(
+        write_stats,
+        quarantine=beam.pvalue.AsSingleton(quarantined),
+        duplicates=beam.pvalue.AsSingleton(duplicates),
+        output_dir=output_dir,
+        class_names=listing.class_names,
+        config=config,
+        shards=shards,
+        input_bytes=listing.total_bytes,
+        fingerprint=listing.fingerprint,
+        source_image_size=source_side,
+        image_size_auto=auto,
+    )
 
 
 def pipeline_options(config: ConvertConfig) -> PipelineOptions:

@@ -15,6 +15,7 @@ the splits. Empty files, files that are not UTF-8 and binary files are quarantin
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import logging
@@ -41,13 +42,13 @@ from components.convert.core import (
     check_output_is_empty,
     check_split_options,
     content_digest,
-    default_pipeline_args,
     fingerprint_of,
     in_class_order,
     summarize_counts,
     warn_small_classes,
     write_records,
 )
+from components.convert.staging import ReadRows, default_pipeline_args, staged_rows
 from components.schema import (
     MODALITIES,
     SPLITS,
@@ -419,6 +420,58 @@ def write_text_stats(counts, quarantine, duplicates, tallies, vocabulary, *, out
     return stats
 
 
+def text_graph(pipeline, config: TextConvertConfig, listing: TextListing, staged: dict, shards: dict[str, int],
+               validation_fraction: float, test_fraction: float) -> None:  # fmt: skip
+    """Adds the text conversion to ``pipeline``: the listing's rows read from the ``staged`` files
+    (``components.convert.staging.staged_rows``), each text read, byte-identical texts kept once, the vocabulary
+    counted on the train split, the splits tokenized and written in ``shards`` shards, and the stats."""
+    output_dir = config.output_dir.rstrip("/")
+    summary = dataclasses.replace(listing, items=(), rejected=())  # what the stats need, without the rows
+    rejected = pipeline | "ListingRejects" >> ReadRows(staged["rejected"])
+    read = (
+        pipeline
+        | "ListTexts" >> ReadRows(staged["items"])
+        | "Spread" >> beam.Reshuffle()
+        | "Read" >> beam.ParDo(ReadTexts()).with_outputs(QUARANTINE_TAG, main="read")
+    )
+    # byte-identical texts meet here (keyed by content digest): each is kept once, in one split; a test item
+    # of aclImdb stays in test, a train item goes to train or (hashed) validation
+    unique = (
+        read["read"]
+        | "GroupByContent" >> beam.GroupByKey()
+        | "KeepOnePerContent"
+        >> beam.ParDo(KeepFirstCopy(validation_fraction, test_fraction)).with_outputs(DUPLICATE_TAG, *SPLITS)
+    )
+    vocabulary = (
+        unique["train"]
+        | "Tokens" >> beam.FlatMap(lambda element: standardize(element[1]))
+        | "CountTokens" >> beam.combiners.Count.PerElement()
+        | "AllTokenCounts" >> beam.combiners.ToList()
+        | "Vocabulary" >> beam.Map(build_vocabulary, config.vocabulary_size)
+    )
+    tallies, written = [], []
+    for split in SPLITS:
+        tokenized = unique[split] | f"Tokenize{split.title()}" >> beam.ParDo(
+            Tokenize(listing.class_names, config.sequence_length), beam.pvalue.AsSingleton(vocabulary), split
+        ).with_outputs("tally", main="examples")
+        _ = tokenized["examples"] | f"Write{split.title()}" >> WriteSplit(output_dir, split, shards[split])
+        written.append(tokenized["examples"] | f"Key{split.title()}" >> beam.Map(_count_key, split))
+        tallies.append(tokenized["tally"])
+    counts = (written | "AllCounts" >> beam.Flatten() | "CountPerClass" >> beam.combiners.Count.PerElement()
+              | "GatherCounts" >> beam.combiners.ToList())  # fmt: skip
+    tally = (tallies | "AllTallies" >> beam.Flatten() | "SumTallies" >> beam.CombinePerKey(_sum_tallies)
+             | "GatherTallies" >> beam.combiners.ToList())  # fmt: skip
+    quarantined = ((rejected, read[QUARANTINE_TAG]) | "AllQuarantined" >> beam.Flatten()
+                   | "GatherQuarantine" >> beam.combiners.ToList())  # fmt: skip
+    duplicates = unique[DUPLICATE_TAG] | "GatherDuplicates" >> beam.combiners.ToList()
+    _ = counts | "WriteStats" >> beam.Map(
+        lambda found, q, d, t, v: write_text_stats(found, q, d, t, v, output_dir=output_dir, config=config,
+                                                   listing=summary, shards=shards),
+        beam.pvalue.AsSingleton(quarantined), beam.pvalue.AsSingleton(duplicates),
+        beam.pvalue.AsSingleton(tally), beam.pvalue.AsSingleton(vocabulary),
+    )  # fmt: skip
+
+
 def run_text(config: TextConvertConfig) -> dict:
     """Runs the text conversion and returns the stats written to ``<output_dir>/stats.json``."""
     from components.schema import read_stats
@@ -435,50 +488,12 @@ def run_text(config: TextConvertConfig) -> dict:
     validation_fraction = 0.0 if "validation" in listing.splits_from_source else config.validation_fraction
     shards = {split: config.num_shards or max(1, -(-len(listing.items) // TEXTS_PER_SHARD)) for split in SPLITS}
     started = time.monotonic()
-    with beam.Pipeline(options=PipelineOptions(default_pipeline_args(config.pipeline_args))) as pipeline:
-        rejected = pipeline | "ListingRejects" >> beam.Create(listing.rejected)
-        read = (
-            pipeline
-            | "ListTexts" >> beam.Create(listing.items)
-            | "Spread" >> beam.Reshuffle()
-            | "Read" >> beam.ParDo(ReadTexts()).with_outputs(QUARANTINE_TAG, main="read")
-        )
-        # byte-identical texts meet here (keyed by content digest): each is kept once, in one split; a test item
-        # of aclImdb stays in test, a train item goes to train or (hashed) validation
-        unique = (
-            read["read"]
-            | "GroupByContent" >> beam.GroupByKey()
-            | "KeepOnePerContent"
-            >> beam.ParDo(KeepFirstCopy(validation_fraction, test_fraction)).with_outputs(DUPLICATE_TAG, *SPLITS)
-        )
-        vocabulary = (
-            unique["train"]
-            | "Tokens" >> beam.FlatMap(lambda element: standardize(element[1]))
-            | "CountTokens" >> beam.combiners.Count.PerElement()
-            | "AllTokenCounts" >> beam.combiners.ToList()
-            | "Vocabulary" >> beam.Map(build_vocabulary, config.vocabulary_size)
-        )
-        tallies, written = [], []
-        for split in SPLITS:
-            tokenized = unique[split] | f"Tokenize{split.title()}" >> beam.ParDo(
-                Tokenize(listing.class_names, config.sequence_length), beam.pvalue.AsSingleton(vocabulary), split
-            ).with_outputs("tally", main="examples")
-            _ = tokenized["examples"] | f"Write{split.title()}" >> WriteSplit(output_dir, split, shards[split])
-            written.append(tokenized["examples"] | f"Key{split.title()}" >> beam.Map(_count_key, split))
-            tallies.append(tokenized["tally"])
-        counts = (written | "AllCounts" >> beam.Flatten() | "CountPerClass" >> beam.combiners.Count.PerElement()
-                  | "GatherCounts" >> beam.combiners.ToList())  # fmt: skip
-        tally = (tallies | "AllTallies" >> beam.Flatten() | "SumTallies" >> beam.CombinePerKey(_sum_tallies)
-                 | "GatherTallies" >> beam.combiners.ToList())  # fmt: skip
-        quarantined = ((rejected, read[QUARANTINE_TAG]) | "AllQuarantined" >> beam.Flatten()
-                       | "GatherQuarantine" >> beam.combiners.ToList())  # fmt: skip
-        duplicates = unique[DUPLICATE_TAG] | "GatherDuplicates" >> beam.combiners.ToList()
-        _ = counts | "WriteStats" >> beam.Map(
-            lambda found, q, d, t, v: write_text_stats(found, q, d, t, v, output_dir=output_dir, config=config,
-                                                       listing=listing, shards=shards),
-            beam.pvalue.AsSingleton(quarantined), beam.pvalue.AsSingleton(duplicates),
-            beam.pvalue.AsSingleton(tally), beam.pvalue.AsSingleton(vocabulary),
-        )  # fmt: skip
+    rows = {"items": listing.items, "rejected": listing.rejected}
+    with (
+        staged_rows(rows, config.pipeline_args) as staged,
+        beam.Pipeline(options=PipelineOptions(default_pipeline_args(config.pipeline_args))) as pipeline,
+    ):
+        text_graph(pipeline, config, listing, staged, shards, validation_fraction, test_fraction)
     stats = read_stats(output_dir)
     seconds = time.monotonic() - started
     log.info("converted %d texts in %.1fs (%.0f texts/s): %s; vocabulary %d ids; quarantined %d, duplicates "

@@ -1,0 +1,181 @@
+"""The conversion as it runs on Dataflow: the KFP step hands a remote runner the artifact's gs:// URI (Dataflow's
+workers have no /gcs mount), and the job graph holds the listing's file name, not its rows (Dataflow refuses graphs
+over about 20 MB). A remote runner is stood in for by Beam's in-process engine under another name, which records the
+graph it is given; Cloud Storage is gcp-storage-emulator (the ``gcs`` fixture)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import ClassVar
+
+import pytest
+import tensorflow as tf
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+from components.cli import UsageError
+from components.convert.core import (
+    ConvertConfig,
+    ImageListing,
+    content_digest,
+    conversion_graph,
+    encode_image,
+    run,
+    serialize_example,
+    split_for_digest,
+)
+from components.schema import SPLITS
+from tests.conftest import BUCKET, COLORS, IN_MEMORY, image_bytes
+
+STAND_IN = f"--runner={__name__}.RemoteStandInRunner"
+
+
+class RemoteStandInRunner(FnApiRunner):
+    """A runner that is not local by name (as DataflowRunner), run in this process; keeps each graph it ran."""
+
+    graphs: ClassVar[list[bytes]] = []
+
+    def run_pipeline(self, pipeline, options):
+        RemoteStandInRunner.graphs.append(pipeline.to_runner_api().SerializeToString())
+        return super().run_pipeline(pipeline, options)
+
+
+def blob_names(gcs, prefix: str) -> set[str]:
+    return {blob.name for blob in gcs.client.list_blobs(BUCKET, prefix=prefix)}
+
+
+@pytest.mark.parametrize("modality", ["image", "text"])
+def test_the_kfp_step_on_a_remote_runner_writes_to_the_artifacts_gcs_uri(gcs, modality):
+    from kfp import dsl
+
+    from components.convert.component import convert
+
+    if modality == "image":
+        for name in ("cat", "dog"):
+            for n in range(5):
+                gcs.blob(f"flow/{name}/{n}.jpg").upload_from_string(image_bytes(COLORS[name], (30 + n, 20), seed=n))
+        source = f"gs://{BUCKET}/flow"
+    else:
+        lines = [json.dumps({"text": f"a {label} review number {n}", "label": label})
+                 for label in ("pos", "neg") for n in range(6)]  # fmt: skip
+        gcs.blob("flow-texts/reviews.jsonl").upload_from_string("\n".join(lines).encode())
+        source = f"gs://{BUCKET}/flow-texts/reviews.jsonl"
+    uri = f"gs://{BUCKET}/root/run-1/convert-{modality}/examples"
+    examples = dsl.Dataset(uri=uri)
+    assert examples.path.startswith("/gcs/")  # what KFP's launcher mounts in the step's container, and nowhere else
+    RemoteStandInRunner.graphs.clear()
+    count = convert(source=source, examples=examples, image_size=8, vocabulary_size=20, modality=modality,
+                    beam_args=[STAND_IN, f"--temp_location=gs://{BUCKET}/tmp"])  # fmt: skip
+    (graph,) = RemoteStandInRunner.graphs
+    mount_named = b"/gcs/" in graph  # nothing the workers run may name the mount
+    assert not mount_named and uri.encode() in graph
+    names = blob_names(gcs, uri.removeprefix(f"gs://{BUCKET}/"))
+    prefix = uri.removeprefix(f"gs://{BUCKET}/")
+    assert f"{prefix}/stats.json" in names and any(n.endswith(".tfrec") for n in names)
+    assert count == (10 if modality == "image" else 12) == sum(examples.metadata["counts"].values())
+    assert not os.path.exists(f"/gcs/{BUCKET}/root/run-1/convert-{modality}")
+    assert not blob_names(gcs, "tmp/"), "the staged listing was left behind"
+
+
+def test_the_local_engine_still_writes_through_the_artifacts_path(tmp_path):
+    from kfp import dsl
+
+    from components.convert.component import convert
+
+    for name in ("cat", "dog"):
+        os.makedirs(tmp_path / "src" / name)
+        for n in range(4):
+            (tmp_path / "src" / name / f"{n}.jpg").write_bytes(image_bytes(COLORS[name], (30, 20 + n), seed=n))
+    examples = dsl.Dataset(uri=str(tmp_path / "examples"))
+    assert convert(source=str(tmp_path / "src"), examples=examples, image_size=8, beam_args=list(IN_MEMORY)) == 8
+    assert os.path.isfile(tmp_path / "examples" / "stats.json")
+
+
+def test_a_remote_runner_without_a_temp_location_is_one_line(tmp_path):
+    folder = tmp_path / "src" / "cat"
+    folder.mkdir(parents=True)
+    for n in range(2):
+        (folder / f"{n}.jpg").write_bytes(image_bytes(COLORS["cat"], seed=n))
+    (tmp_path / "src" / "dog").mkdir()
+    (tmp_path / "src" / "dog" / "0.jpg").write_bytes(image_bytes(COLORS["dog"]))
+    config = ConvertConfig(source=str(tmp_path / "src"), output_dir=str(tmp_path / "out"), image_size=8,
+                           pipeline_args=(STAND_IN,))  # fmt: skip
+    with pytest.raises(UsageError, match=r"^--runner RemoteStandInRunner needs --temp_location gs://BUCKET/tmp"):
+        run(config)
+    assert not os.path.exists(tmp_path / "out" / "stats.json")
+
+
+def test_the_job_graph_of_a_million_images_stays_under_one_megabyte(tmp_path):
+    """Dataflow refuses a job graph over about 20 MB: the rows are read from the staged file, not embedded."""
+    import apache_beam as beam
+
+    classes = tuple(f"class-{n}" for n in range(10))
+    items = tuple((f"gs://{BUCKET}/photos/{n % 10}/IMG_{n:07d}.jpg", n % 10, "") for n in range(1_000_000))
+    listing = ImageListing(classes, items, total_bytes=3 * 10**11, fingerprint="f" * 64)
+    config = ConvertConfig(source=f"gs://{BUCKET}/manifest.csv", output_dir=f"gs://{BUCKET}/out", image_size=192)
+    pipeline = beam.Pipeline(options=beam.options.pipeline_options.PipelineOptions([STAND_IN]))
+    staged = {"items": f"gs://{BUCKET}/tmp/items.jsonl", "rejected": f"gs://{BUCKET}/tmp/rejected.jsonl"}
+    conversion_graph(pipeline, config, listing, staged, {split: 100 for split in SPLITS}, 500, None)
+    size = len(pipeline.to_runner_api().SerializeToString())
+    assert size < 1_000_000, f"the job graph is {size} bytes"
+
+
+def test_the_text_job_graph_holds_no_row_of_a_large_table(tmp_path):
+    import apache_beam as beam
+
+    from components.convert.text import TextConvertConfig, TextListing, text_graph
+
+    rows = tuple((f"reviews.csv:{n}", n % 2, "", f"review {n} " + "words " * 40) for n in range(200_000))
+    listing = TextListing(("neg", "pos"), rows, total_bytes=10**8, fingerprint="f" * 64)
+    config = TextConvertConfig(source=f"gs://{BUCKET}/reviews.csv", output_dir=f"gs://{BUCKET}/out")
+    pipeline = beam.Pipeline(options=beam.options.pipeline_options.PipelineOptions([STAND_IN]))
+    staged = {"items": f"gs://{BUCKET}/tmp/items.jsonl", "rejected": f"gs://{BUCKET}/tmp/rejected.jsonl"}
+    text_graph(pipeline, config, listing, staged, {split: 4 for split in SPLITS}, 0.1, 0.1)
+    graph = pipeline.to_runner_api().SerializeToString()
+    row_inside = b"review 12345 " in graph
+    assert not row_inside and len(graph) < 1_000_000, f"the job graph is {len(graph)} bytes"
+
+
+def test_the_staged_listing_gives_each_image_once_in_the_split_of_its_bytes(tmp_path):
+    """The TFRecords hold exactly the examples a direct computation gives: every listed image read once, byte-identical
+    copies kept once (the first path), each in the split its bytes hash to or that its manifest row names."""
+    sources = {}
+    for name in ("cat", "dog", "fish"):
+        for n in range(9):
+            sources[f"{name}/{n}.png"] = image_bytes(COLORS[name], (24 + n, 18), fmt="PNG", seed=n)
+    sources["fish/copy-of-cat-0.png"] = sources["cat/0.png"]  # a copy under another class: dropped, flagged
+    for relative, content in sources.items():
+        os.makedirs(tmp_path / "src" / os.path.dirname(relative), exist_ok=True)
+        (tmp_path / "src" / relative).write_bytes(content)
+    rows = [f"{'test' if n == 1 else 'training'},src/{name}/{n}.png,{name}" for name in ("cat", "dog") for n in (1, 2)]
+    (tmp_path / "manifest.csv").write_text("\n".join([*rows, "bogus,src/cat/3.png,cat"]) + "\n")
+    for source, fractions in ((tmp_path / "src", (0.3, 0.3)), (tmp_path / "manifest.csv", (0.3, 0.3))):
+        output = tmp_path / f"out-{source.name}"
+        config = ConvertConfig(source=str(source), output_dir=str(output), image_size=8, max_bad_fraction=0.5,
+                               validation_fraction=fractions[0], test_fraction=fractions[1],
+                               pipeline_args=IN_MEMORY)  # fmt: skip
+        stats = run(config)
+        classes = stats["class_names"]
+        expected = {split: set() for split in SPLITS}
+        if source.name == "manifest.csv":
+            kept = {(f"src/{name}/{n}.png", name, "test" if n == 1 else "train")
+                    for name in ("cat", "dog") for n in (1, 2)}  # fmt: skip
+        else:
+            kept = {(r, r.split("/")[0], None) for r in sources if r != "fish/copy-of-cat-0.png"}
+        for relative, name, split in kept:
+            content = sources[relative.removeprefix("src/")]
+            path = str(tmp_path / "src" / relative.removeprefix("src/"))
+            example = serialize_example(encode_image(content, 8, config.jpeg_quality), classes.index(name), name,
+                                        (8, 8), len(classes), source=path)  # fmt: skip
+            expected[split or split_for_digest(content_digest(content), *fractions)].add(example)
+        for split in SPLITS:
+            found = [r.numpy() for r in tf.data.TFRecordDataset(tf.io.gfile.glob(f"{output}/{split}/*.tfrec"))]
+            assert len(found) == len(set(found)) and set(found) == expected[split], (source.name, split)
+        quarantined = [json.loads(line) for line in (output / "quarantine.jsonl").read_text().splitlines()]
+        duplicates = [json.loads(line) for line in (output / "duplicates.jsonl").read_text().splitlines()]
+        if source.name == "manifest.csv":
+            assert [q["path"] for q in quarantined] == [f"{tmp_path / 'manifest.csv'}:5"] and not duplicates
+        else:
+            assert not quarantined
+            assert duplicates == [{"path": str(tmp_path / "src/fish/copy-of-cat-0.png"), "label_conflict": True,
+                                   "duplicate_of": str(tmp_path / "src/cat/0.png")}]  # fmt: skip
