@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -25,7 +26,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from components.artifacts.examples import example_shape, first_images, input_size, make_dataset
@@ -320,20 +321,61 @@ def _backup_callback(backup_dir: str, placement, interval: float | None):
                 # settled on file alone, before any process loads: loading assigns every variable, and on several
                 # hosts each assignment is a collective that all processes must make in the same order
                 settle_backup(self._weights_path, self._training_metadata_path)
-                placement.barrier("backup settled")
+                # what the others must load, handed over with the barrier: their view of the backup folder may
+                # be a Cloud Storage FUSE cache (/gcs) that has not seen this host's last writes yet
+                placement.from_chief(backup_digest(self._weights_path, self._training_metadata_path))
                 super().on_train_begin(logs)
 
         return ChiefBackup(backup_dir, save_freq="epoch", delete_checkpoint=False, double_checkpoint=True)
 
     class FollowerRestore(IntervalBackup):
         def on_train_begin(self, logs=None):
-            placement.barrier("backup settled")
-            if os.path.isdir(backup_dir):
-                shutil.copytree(backup_dir, self.backup_dir, dirs_exist_ok=True)
+            expected = placement.from_chief(0)
+            copy_chiefs_backup(backup_dir, self.backup_dir, expected, placement.process_index)
             super().on_train_begin(logs)
 
     scratch = tempfile.mkdtemp(prefix="backup-follower-")
     return FollowerRestore(scratch, save_freq="epoch", delete_checkpoint=True, double_checkpoint=True)
+
+
+BACKUP_WEIGHTS = "latest.weights.h5"  # BackupAndRestore's weights under its folder
+FOLLOWER_READS = 13  # a follower reads the chief's backup this many times, FOLLOWER_WAIT seconds apart, at most
+FOLLOWER_WAIT = 5.0  # (Cloud Storage FUSE keeps file attributes for 60 s by default: 13 reads cover it)
+
+
+def backup_digest(weights_path: str, metadata_path: str) -> int:
+    """A 31-bit digest of a backup's weights and epoch count, 0 where there is none: what process 0 settled, handed
+    to the other hosts (``Placement.from_chief``), for each to check that its copy is that one."""
+    if not os.path.exists(weights_path) or not os.path.exists(metadata_path):
+        return 0
+    digest = hashlib.sha256()
+    for path in (weights_path, metadata_path):
+        with open(path, "rb") as handle:
+            for block in iter(lambda handle=handle: handle.read(1 << 20), b""):
+                digest.update(block)
+    return int.from_bytes(digest.digest()[:4], "big") >> 1 or 1
+
+
+def copy_chiefs_backup(backup_dir: str, scratch: str, expected: int, process_index: int,
+                       reads: int = FOLLOWER_READS, wait: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+    """A follower's copy of the backup process 0 settled (``expected``: its ``backup_digest``) into ``scratch``,
+    read again until the copy is that one: a folder seen through a cache may still show an older backup, or one
+    process 0 removed. None where process 0 has none. A one-line error after ``reads`` reads."""
+    weights, metadata = os.path.join(scratch, BACKUP_WEIGHTS), os.path.join(scratch, BACKUP_METADATA)
+    for attempt in range(reads):
+        shutil.rmtree(scratch, ignore_errors=True)
+        os.makedirs(scratch)
+        if expected and os.path.isdir(backup_dir):
+            shutil.copytree(backup_dir, scratch, dirs_exist_ok=True)
+        if backup_digest(weights, metadata) == expected:
+            return
+        if attempt + 1 < reads:
+            log.info("process %d: the backup in %s is not yet process 0's: reading it again", process_index, backup_dir)
+            wait(FOLLOWER_WAIT)
+    raise UsageError(
+        f"process {process_index} sees another backup in {backup_dir} than process 0 settled, after {reads} reads: "
+        "the hosts must share the model folder (gs:// through the same bucket)"
+    )
 
 
 def settle_backup(weights_path: str, metadata_path: str) -> None:
