@@ -14,7 +14,7 @@ from components.models import DEFAULT_MODELS, MODELS, modality_of
 from components.schema import MODALITIES
 from components.train.core import LR_SCHEDULES
 from components.train.placement import BACKENDS, PRECISIONS
-from pipeline.accelerators import ACCELERATORS, DEFAULT_ACCELERATOR
+from pipeline.accelerators import ACCELERATORS, DEFAULT_ACCELERATOR, SCHEDULING_STRATEGIES, is_experimental
 from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, Images
 
 # the DAG trains on images (issue 15 brings text to it)
@@ -46,7 +46,32 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
         "--accelerator",
         default=DEFAULT_ACCELERATOR,
         metavar="TARGET",
-        help=f"what the training step runs on in Vertex AI: {', '.join(ACCELERATORS)} (default %(default)s)",
+        help=f"what the training step runs on in Vertex AI: {', '.join(ACCELERATORS)} (default %(default)s); "
+        f"{' and '.join(n for n in ACCELERATORS if is_experimental(n))} are multi-host slices, experimental: "
+        "proven on local processes, not yet on a real slice",
+    )
+    compile_cmd.add_argument(
+        "--scheduling",
+        default="standard",
+        choices=list(SCHEDULING_STRATEGIES),
+        help="how Vertex AI gets the training job's machines: standard (on demand), spot (Spot VMs: cheaper, may be "
+        "preempted; training resumes from its last backup) or flex-start (Dynamic Workload Scheduler: queued until "
+        "the machines are free) (default %(default)s)",
+    )
+    compile_cmd.add_argument(
+        "--max-wait",
+        default="",
+        metavar="DURATION",
+        help="with --scheduling flex-start: how long the job may queue for its machines, e.g. 90m, 2h, 1800s, or 0 "
+        "for no limit (default: Vertex AI's, 24 h)",
+    )
+    compile_cmd.add_argument(
+        "--reservation",
+        default="",
+        metavar="RESERVATION",
+        help="with --scheduling standard: consume a Compute Engine reservation: any (any matching one of the "
+        "project), none, or a reservation's resource name projects/P/zones/Z/reservations/NAME (default: Vertex "
+        "AI's)",
     )
 
     local_cmd = commands.add_parser(
@@ -534,10 +559,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "predict":
         return run_predict(args)
     if args.command == "compile":
+        from pipeline.accelerators import Scheduling
         from pipeline.compile import compile_pipeline
 
-        path = compile_pipeline(args.output, Images(registry=args.registry, tag=args.tag), args.accelerator)
+        scheduling = Scheduling(args.scheduling, args.max_wait, args.reservation)
+        path = compile_pipeline(args.output, Images(registry=args.registry, tag=args.tag), args.accelerator, scheduling)
         print(f"compiled the pipeline for {args.accelerator} to {path}")
+        if is_experimental(args.accelerator):
+            log.warning("--accelerator %s is a multi-host slice, experimental: its launch is proven on local "
+                        "processes only (docs/limits.md)", args.accelerator)  # fmt: skip
         if args.registry == DEFAULT_REGISTRY:
             log.warning(
                 "the step images are named in the placeholder registry %s: pass --registry (your Artifact Registry "

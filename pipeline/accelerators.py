@@ -13,6 +13,7 @@ JAX 0.10 (libtpu 0.0.42) driving v2 or v3 on Vertex AI, whose current TPU pages 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from components.cli import UsageError
@@ -81,3 +82,68 @@ def machine_spec(name: str) -> MachineSpec:
         return ACCELERATORS[name]
     except KeyError:
         raise UsageError(f"--accelerator {name!r} is not a target: use one of {', '.join(ACCELERATORS)}") from None
+
+
+def is_experimental(name: str) -> bool:
+    """Multi-host slices (several TPU VMs connected by ``jax.distributed``) are proven here on local processes and
+    virtual devices only, not yet on a real slice (docs/limits.md)."""
+    return name in ACCELERATORS and ACCELERATORS[name].hosts > 1
+
+
+# how Vertex AI obtains the training job's machines (CustomJobSpec's Scheduling.strategy)
+SCHEDULING_STRATEGIES = {"standard": "STANDARD", "spot": "SPOT", "flex-start": "FLEX_START"}
+RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
+RESERVATION_NAME = re.compile(r"projects/[^/]+/zones/[^/]+/reservations/[^/]+")
+DURATION = re.compile(r"(\d+)([smhd]?)")
+SECONDS_PER = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """How the training job gets its machines, a compile-time choice written into the job's spec.
+
+    ``strategy``: ``standard`` (on demand), ``spot`` (Spot VMs: cheaper, preemptible; training resumes from its
+    last backup) or ``flex-start`` (Dynamic Workload Scheduler: queued until the machines are free, at most
+    ``max_wait``). ``max_wait``: a duration (``90m``, ``2h``, ``1800s``; ``0``: no limit), flex-start only.
+    ``reservation``: ``any`` (any matching reservation of the project), ``none``, or a reservation's resource name
+    ``projects/P/zones/Z/reservations/NAME``; empty: Vertex AI's default."""
+
+    strategy: str = "standard"
+    max_wait: str = ""
+    reservation: str = ""
+
+    def __post_init__(self) -> None:
+        if self.strategy not in SCHEDULING_STRATEGIES:
+            raise UsageError(f"--scheduling {self.strategy!r} is not a strategy: use one of "
+                             f"{', '.join(SCHEDULING_STRATEGIES)}")  # fmt: skip
+        if self.max_wait and self.strategy != "flex-start":
+            raise UsageError(f"--max-wait {self.max_wait} applies to --scheduling flex-start only (how long the job "
+                             "may queue for its machines)")  # fmt: skip
+        if self.max_wait and not DURATION.fullmatch(self.max_wait):
+            raise UsageError(f"--max-wait {self.max_wait!r} is not a duration: use e.g. 90m, 2h, 1800s, or 0 for no "
+                             "limit")  # fmt: skip
+        if self.reservation not in ("", "any", "none") and not RESERVATION_NAME.fullmatch(self.reservation):
+            raise UsageError(f"--reservation {self.reservation!r}: use any, none, or a reservation's resource name "
+                             "projects/P/zones/Z/reservations/NAME")  # fmt: skip
+        if self.reservation and self.reservation != "none" and self.strategy != "standard":
+            raise UsageError(f"--reservation {self.reservation} takes --scheduling standard: Vertex AI consumes "
+                             f"reservations with on-demand machines, not {self.strategy} ones")  # fmt: skip
+
+    def job_arguments(self) -> dict:
+        """The arguments of Google Cloud Pipeline Components' ``create_custom_training_job_from_component`` that
+        carry this choice (none for the defaults, whose spec stays as it was)."""
+        arguments: dict = {}
+        if self.strategy != "standard":
+            arguments["strategy"] = SCHEDULING_STRATEGIES[self.strategy]
+        if self.max_wait:
+            number, unit = DURATION.fullmatch(self.max_wait).groups()
+            arguments["max_wait_duration"] = f"{int(number) * SECONDS_PER[unit]}s"
+        if self.reservation == "any":
+            arguments["reservation_affinity_type"] = "ANY_RESERVATION"
+        elif self.reservation == "none":
+            arguments["reservation_affinity_type"] = "NO_RESERVATION"
+        elif self.reservation:
+            arguments.update(reservation_affinity_type="SPECIFIC_RESERVATION",
+                             reservation_affinity_key=RESERVATION_NAME_KEY,
+                             reservation_affinity_values=[self.reservation])  # fmt: skip
+        return arguments

@@ -5,16 +5,20 @@ from __future__ import annotations
 import os
 import tempfile
 
-from pipeline.accelerators import DEFAULT_ACCELERATOR
+from pipeline.accelerators import DEFAULT_ACCELERATOR, Scheduling
 from pipeline.images import DEFAULT_IMAGES, Images
 
 DEFAULT_OUTPUT = "pipeline.yaml"
 
 
 def compile_pipeline(
-    output: str = DEFAULT_OUTPUT, images: Images = DEFAULT_IMAGES, accelerator: str = DEFAULT_ACCELERATOR
+    output: str = DEFAULT_OUTPUT,
+    images: Images = DEFAULT_IMAGES,
+    accelerator: str = DEFAULT_ACCELERATOR,
+    scheduling: Scheduling | None = None,
 ) -> str:
-    """Compiles the pipeline for ``accelerator`` into ``output`` (written to a temporary name, then renamed)."""
+    """Compiles the pipeline for ``accelerator``, its machines obtained as ``scheduling`` says, into ``output``
+    (written to a temporary name, then renamed)."""
     from pipeline.accelerators import machine_spec
 
     machine_spec(accelerator)  # a one-line error before anything is written
@@ -29,7 +33,8 @@ def compile_pipeline(
     handle, temporary = tempfile.mkstemp(prefix=".pipeline-", suffix=".yaml", dir=directory)
     os.close(handle)
     try:
-        compiler.Compiler().compile(build_pipeline(images, accelerator), temporary)
+        pipeline = build_pipeline(images, accelerator, scheduling=scheduling or Scheduling())
+        compiler.Compiler().compile(pipeline, temporary)
         os.replace(temporary, output)
     except BaseException:
         os.unlink(temporary)

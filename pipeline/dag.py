@@ -13,6 +13,7 @@ from components.evaluate.component import make_not_blessed_component
 from components.export.component import make_component as export_component
 from components.register.component import make_components as registry_components
 from components.train.component import make_component as train_component
+from pipeline.accelerators import Scheduling
 from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
 
 PIPELINE_NAME = "tpu-image-classifier"
@@ -29,13 +30,15 @@ def build_pipeline(
     accelerator: Optional[str] = None,
     registry: Optional[str] = "vertex",
     train_image: str = PIPELINE_IMAGE,
+    scheduling: Optional[Scheduling] = None,
 ):
     """Returns the pipeline function, its steps running in ``images``.
 
     ``accelerator`` (a name in ``pipeline.accelerators.ACCELERATORS``): the training step becomes a Vertex AI custom
     job on that machine, in its image (Google Cloud Pipeline Components' ``create_custom_training_job_from_component``).
     None: every step is a plain container step, as ``kfp.local`` runs them; the training step in ``train_image``
-    (``run-local --runner docker`` trains in the image a compile target gives its training job).
+    (``run-local --runner docker`` trains in the image a compile target gives its training job). ``scheduling``: how
+    that job gets its machines (``pipeline.accelerators.Scheduling``; on demand when None).
 
     ``registry``: where the model in service is found before evaluate (the baseline) and where a blessed export
     becomes a new version: ``"vertex"``, the Vertex AI Model Registry (its versions stored under ``model_root``);
@@ -54,7 +57,7 @@ def build_pipeline(
     convert_op = convert_component(image)
     train_op, train_options = train_component(images.uri(train_image)), {}
     if accelerator is not None:
-        train_op, train_options = custom_training_job(images, accelerator)
+        train_op, train_options = custom_training_job(images, accelerator, scheduling or Scheduling())
     evaluate_op = evaluate_component(image)
     not_blessed_op = make_not_blessed_component(image)
     export_op = export_component(image)
@@ -229,8 +232,9 @@ def build_pipeline(
     )(image_classifier)
 
 
-def custom_training_job(images: Images, accelerator: str):
-    """The train component as a Vertex AI custom job on ``accelerator``'s machine, and the call arguments it needs."""
+def custom_training_job(images: Images, accelerator: str, scheduling: Scheduling):
+    """The train component as a Vertex AI custom job on ``accelerator``'s machine, obtained as ``scheduling`` says,
+    and the call arguments it needs."""
     import copy
 
     from google_cloud_pipeline_components._placeholders import (
@@ -254,10 +258,14 @@ def custom_training_job(images: Images, accelerator: str):
         service_account=SERVICE_ACCOUNT_PLACEHOLDER,
         network=NETWORK_PLACEHOLDER,
         encryption_spec_key_name=ENCRYPTION_SPEC_KMS_KEY_NAME_PLACEHOLDER,
+        # the hosts of a slice train in lockstep (jax.distributed): one restarted alone could not rejoin, so
+        # Vertex AI restarts them all, and they resume together from the last backup
+        **({"restart_job_on_worker_restart": True} if spec.hosts > 1 else {}),
+        **scheduling.job_arguments(),
     )
     options = {"hosts": spec.hosts}
     if spec.tpu_topology:  # not an argument of the GCPC helper: set it in the worker pool's machine spec
         worker_pools = copy.deepcopy(job_op.component_spec.inputs["worker_pool_specs"].default)
-        worker_pools[0]["machine_spec"] = spec.as_vertex()
+        worker_pools[0]["machine_spec"] = {**worker_pools[0]["machine_spec"], **spec.as_vertex()}
         options["worker_pool_specs"] = worker_pools
     return job_op, options

@@ -299,6 +299,9 @@ def test_each_target_compiles_to_its_machine_spec(tmp_path, target):
     assert job_inputs["service_account"]["defaultValue"] == "{{$.pipeline_service_account}}"
     assert job_inputs["network"]["defaultValue"] == "{{$.pipeline_network}}"
     assert job_inputs["encryption_spec_key_name"]["defaultValue"] == "{{$.pipeline_encryption_key_name}}"
+    # a slice's hosts train in lockstep: Vertex AI restarts them all when one restarts (one alone could not rejoin)
+    assert job_inputs["restart_job_on_worker_restart"]["defaultValue"] is (target in EXPECTED_HOSTS)
+    assert job_inputs["strategy"]["defaultValue"] == "STANDARD"  # on demand unless compiled otherwise
 
 
 @pytest.mark.parametrize("target", ["v2-8", "v3-8"])
@@ -343,3 +346,67 @@ def test_every_dockerfile_passes_hadolint():
             text = handle.read()
         assert "uv.lock" in text and "--locked" in text  # installs from the one lock file
         assert ":latest" not in text and "FROM " in text
+
+
+def job_inputs(spec: dict) -> dict:
+    return {name: p.get("defaultValue") for name, p in spec["components"]["comp-train"]["inputDefinitions"]
+            ["parameters"].items()}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "strategy", "max_wait", "affinity"),
+    [
+        (["--scheduling", "spot"], "SPOT", "86400s", None),
+        (["--scheduling", "flex-start", "--max-wait", "90m"], "FLEX_START", "5400s", None),
+        (["--scheduling", "flex-start", "--max-wait", "0"], "FLEX_START", "0s", None),
+        (["--reservation", "any"], "STANDARD", "86400s", {"reservation_affinity_type": "ANY_RESERVATION"}),
+        (["--reservation", "projects/p/zones/us-east5-b/reservations/tpus"], "STANDARD", "86400s",
+         {"reservation_affinity_type": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
+          "values": ["projects/p/zones/us-east5-b/reservations/tpus"]}),
+    ],
+)  # fmt: skip
+def test_how_the_training_job_gets_its_machines_is_compiled_into_the_ir(tmp_path, flags, strategy, max_wait, affinity):
+    from pipeline.__main__ import main
+
+    output = tmp_path / "p.yaml"
+    assert main(["compile", "--accelerator", "v6e-16", "--output", str(output), *flags]) == 0
+    spec = without_sdk_version(str(output))
+    inputs = job_inputs(spec)
+    assert (inputs["strategy"], inputs["max_wait_duration"]) == (strategy, max_wait)
+    machine, _ = train_machine(spec)
+    assert machine.get("reservation_affinity") == affinity
+    assert machine["tpu_topology"] == "4x4" and machine["machine_type"] == "ct6e-standard-4t"
+    assert inputs["restart_job_on_worker_restart"] is True
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--scheduling", "spot", "--max-wait", "2h"], "--max-wait 2h applies to --scheduling flex-start only"),
+        (["--scheduling", "flex-start", "--max-wait", "two hours"], "--max-wait 'two hours' is not a duration: use "
+         "e.g. 90m, 2h, 1800s, or 0 for no limit"),
+        (["--reservation", "my-tpus"], "--reservation 'my-tpus': use any, none, or a reservation's resource name "
+         "projects/P/zones/Z/reservations/NAME"),
+        (["--scheduling", "spot", "--reservation", "any"], "--reservation any takes --scheduling standard"),
+        (["--scheduling", "preemptible"], "argument --scheduling: invalid choice: 'preemptible'"),
+    ],
+)  # fmt: skip
+def test_a_scheduling_mistake_is_one_line_exit_2(tmp_path, flags, message, capsys):
+    from components.cli import UsageError
+    from pipeline.__main__ import main
+
+    output = tmp_path / "p.yaml"
+    try:
+        code = main(["compile", "--output", str(output), *flags])
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+    except UsageError as err:
+        code, line = 2, f"error: {err}"
+    except SystemExit as exit_:  # argparse's own
+        code, line = exit_.code, capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and message in line and not output.exists()
+
+
+def test_multi_host_targets_are_marked_experimental_in_the_help():
+    result = run_cli("pipeline", "compile", "--help")
+    text = " ".join(result.stdout.split())
+    assert "v5e-16 and v6e-16 are multi-host slices, experimental" in text
