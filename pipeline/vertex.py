@@ -386,9 +386,27 @@ def _message(err: Exception) -> str:
     return re.sub(r"^(GET|POST|PATCH|PUT|DELETE) \S+: ", "", message)
 
 
+# whom the pipeline's steps and its training job run as when no --service-account is given
+DEFAULT_RUN_AS = (
+    "the project's Compute Engine default service account (PROJECT_NUMBER-compute@developer.gserviceaccount.com)"
+)
+ACT_AS = "iam.serviceAccounts.actAs"
+
+
+def run_as(settings: VertexSettings) -> str:
+    """The account a submitted run's steps, and its training job, run as."""
+    return settings.service_account or DEFAULT_RUN_AS
+
+
 def _permission(err: Exception) -> str:
     message = _message(err)
     match = re.search(r"[Pp]ermission ['\"`]?([a-zA-Z]+\.[a-zA-Z]+\.[a-zA-Z]+)['\"`]?", message)
+    if match and match.group(1) == ACT_AS:  # the submitter may not run jobs as the run-as account
+        return (
+            f"the caller lacks {ACT_AS} ({message}); grant it the Service Account User role "
+            "(roles/iam.serviceAccountUser) on the account the run acts as: --service-account, else "
+            f"{DEFAULT_RUN_AS}"
+        )
     if match:
         return (
             f"the caller lacks {match.group(1)} ({message}); grant it, e.g. with the Vertex AI User role "
@@ -506,7 +524,7 @@ def submit(
         done=lambda: _adopt_created_job(job),
     )
     result = {"name": job.resource_name, "link": console_link(settings, job.resource_name), "state": _state(job)}
-    print(f"submitted {result['name']}\n  {result['link']}")
+    print(f"submitted {result['name']}\n  {result['link']}\n  its steps and its training job run as {run_as(settings)}")
     if found is not None:
         # the SDK's own steps of submit(experiment=...), apart so that each is retried and reported on its own:
         # the run's metadata context (which Vertex AI makes once the job runs) becomes a child of the experiment's
@@ -642,7 +660,8 @@ def create_schedule(
         settings,
         done=created_after_all,
     )
-    print(f"scheduled {schedule.resource_name} ({display_name}): {cron}")
+    print(f"scheduled {schedule.resource_name} ({display_name}): {cron}\n  its runs, steps and training jobs run as "
+          f"{run_as(settings)}")  # fmt: skip
     return {"name": schedule.resource_name, "display_name": display_name, "cron": cron}
 
 

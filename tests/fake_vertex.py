@@ -76,15 +76,15 @@ class FakeVertex:
             for fault in self.faults:
                 fault_method, fragment, codes, after = fault
                 if fault_method == method and fragment in path and codes:
-                    code, status = codes.pop(0), None
-                    if isinstance(code, tuple):
-                        code, status = code
+                    code, status, message = codes.pop(0), None, None
+                    if isinstance(code, tuple):  # (code, status) or (code, status, the server's message)
+                        code, status, message = (*code, None)[:3]
                     if after:
                         self.route(method, path, query, body or {})
-                    return code, self.error(code, path, status)
+                    return code, self.error(code, path, status, message)
             return self.route(method, path, query, body or {})
 
-    def error(self, code: int, path: str, status: str | None = None) -> dict:
+    def error(self, code: int, path: str, status: str | None = None, given: str | None = None) -> dict:
         collection = next((name for name in PERMISSIONS if f"/{name}" in path or f":{name}" in path), "pipelineJobs")
         message = {
             403: f"Permission '{PERMISSIONS[collection]}' denied on resource '{path}' (or it may not exist).",
@@ -94,6 +94,7 @@ class FakeVertex:
         }.get(code, "fault injected by the test")
         if status == "ABORTED":
             message = "The operation was aborted: a concurrent update to the same resource."
+        message = given or message
         return {"error": {"code": code, "message": message, "status": status or STATUS_NAMES.get(code, "UNKNOWN")}}
 
     def route(self, method: str, path: str, query: dict, body: dict) -> tuple[int, dict]:

@@ -45,6 +45,23 @@ def test_submit_sends_the_compiled_pipeline_with_its_settings(vertex, capsys):
     assert f"submitted {PARENT}/pipelineJobs/flowers-1" in out
     link = "console.cloud.google.com/vertex-ai/locations/europe-west4/pipelines/runs/flowers-1?project=demo-project"
     assert link in out
+    assert "its steps and its training job run as trainer@demo-project.iam.gserviceaccount.com" in out
+
+
+def test_submit_says_whom_the_run_acts_as_and_what_a_missing_act_as_grant_needs(vertex, capsys):
+    assert main(["submit", *vertex.job_args]) == 0
+    out = capsys.readouterr().out
+    assert "its steps and its training job run as the project's Compute Engine default service account" in out
+    account = "123456789-compute@developer.gserviceaccount.com"
+    refusal = f"Permission 'iam.serviceAccounts.actAs' denied on service account {account} (or it may not exist)."
+    vertex.fail("POST", "/pipelineJobs", [(403, "PERMISSION_DENIED", refusal)])
+    assert main(["submit", *vertex.job_args]) == 1
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert f"the caller lacks iam.serviceAccounts.actAs (Permission 'iam.serviceAccounts.actAs' denied on service " \
+           f"account {account}" in line  # fmt: skip
+    assert line.endswith("grant it the Service Account User role (roles/iam.serviceAccountUser) on the account the "
+                         "run acts as: --service-account, else the project's Compute Engine default service account "
+                         "(PROJECT_NUMBER-compute@developer.gserviceaccount.com)")  # fmt: skip
 
 
 def test_notify_emails_mails_the_outcome_and_a_wrong_address_is_refused_before_submitting(vertex, capsys):
@@ -184,6 +201,7 @@ def test_schedule_create_list_pause_resume_delete(vertex, capsys):
     assert job["runtimeConfig"]["parameterValues"] == {"source": SOURCE}
     assert job["serviceAccount"] == "sa@demo-project.iam.gserviceaccount.com"
     (name,) = vertex.schedules
+    assert "its runs, steps and training jobs run as sa@demo-project.iam.gserviceaccount.com" in capsys.readouterr().out
     assert main(["schedule", "list", *vertex.args]) == 0
     assert f"{name}  weekly-retrain  ACTIVE  {cron}" in capsys.readouterr().out
     assert main(["schedule", "pause", *vertex.args, "weekly-retrain"]) == 0  # by display name
