@@ -211,3 +211,37 @@ def test_batch_predict_over_jsonl_and_its_mistakes(vertex, gcs):
         main([*args, "--source", f"gs://{BUCKET}/empty"])
     with pytest.raises(UsageError, match=r"--model 42: expected projects/P/locations/L/models/ID"):
         main(["batch-predict", *vertex.args, "--model", "42", "--source", "gs://b/x.jsonl", "--output", "gs://b/o"])
+
+
+def test_online_requests_for_a_256_pixel_model_stay_under_vertex_ais_limit(in_pipeline, gcs, tmp_path, capsys):
+    """Lossless PNGs of grain, the largest files of their size a client sends: 16 a request would be 4 MB of base64
+    at 256 px. Each request is split by its encoded size; a photo over 1 MB goes as the conversion's 256 px square."""
+    import numpy as np
+    from PIL import Image
+
+    report = {"model_digest": "c" * 64, "class_names": ["daisy", "rose"], "image_size": 256, "decoding": {}}
+    gcs.blob("root/big/export/export.json").upload_from_string(json.dumps(report))
+    gcs.blob("root/big/export/saved_model/saved_model.pb").upload_from_string(b"graph")
+    decided, _ = register_step(gcs, f"gs://{BUCKET}/root/big/export", "big", pipeline_run="r1")
+    deploy_step(f"{decided['model']}@{decided['version']}", "big-online")
+    in_pipeline.predictor = lambda deployed, instances: [{"probabilities": [0.25, 0.75]} for _ in instances]
+    rng = np.random.default_rng(7)
+    images = []
+    for n in range(20):
+        side = 900 if n == 5 else 256  # one photo over 1 MB
+        path = tmp_path / f"grain-{n:02d}.png"
+        Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)).save(path)
+        images.append(str(path))
+    assert os.path.getsize(images[5]) > 1_000_000 and all(os.path.getsize(p) > 190_000 for p in images)
+    capsys.readouterr()  # (the register and deploy steps' lines)
+    assert main(["predict", "--endpoint", "big-online", *in_pipeline.args, "--json", *images]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [a["path"] for a in answers] == images and answers[0]["top"][0] == {"label": "rose", "probability": 0.75}
+    requests = [r for r in in_pipeline.requests if r.path.endswith(":predict")]
+    sizes = [len(json.dumps(r.body)) for r in requests]
+    assert max(sizes) < 1_500_000 and len(requests) >= 4, sizes  # Vertex AI's limit: 1.5 MB a request
+    sent = [base64.b64decode(i["image_bytes"]["b64"]) for r in requests for i in r.body["instances"]]
+    assert len(sent) == 20 and Image.open(io.BytesIO(sent[5])).size == (256, 256)
+    for path, content in zip(images[:5], sent[:5], strict=True):
+        with open(path, "rb") as handle:
+            assert content == handle.read()  # a file that fits goes as it is
