@@ -55,8 +55,8 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
         default="standard",
         choices=list(SCHEDULING_STRATEGIES),
         help="how Vertex AI gets the training job's machines: standard (on demand), spot (Spot VMs: cheaper, may be "
-        "preempted; training resumes from its last backup) or flex-start (Dynamic Workload Scheduler: queued until "
-        "the machines are free) (default %(default)s)",
+        "preempted; training resumes from its last backup; single-host targets) or flex-start (Dynamic Workload "
+        "Scheduler: queued until the machines are free; l4 and a100) (default %(default)s)",
     )
     compile_cmd.add_argument(
         "--max-wait",

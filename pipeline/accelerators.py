@@ -96,6 +96,10 @@ RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
 RESERVATION_NAME = re.compile(r"projects/[^/]+/zones/[^/]+/reservations/[^/]+")
 DURATION = re.compile(r"(\d+)([smhd]?)")
 SECONDS_PER = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# the GPUs whose training jobs Vertex AI's Dynamic Workload Scheduler queues (its "Schedule training jobs based on
+# resource availability" page names L4, A100, H100, H200 and B200; no TPU)
+FLEX_START_ACCELERATORS = ("NVIDIA_L4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_H100_80GB",
+                           "NVIDIA_H100_MEGA_80GB", "NVIDIA_H200_141GB", "NVIDIA_B200")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,23 @@ class Scheduling:
         if self.reservation and self.reservation != "none" and self.strategy != "standard":
             raise UsageError(f"--reservation {self.reservation} takes --scheduling standard: Vertex AI consumes "
                              f"reservations with on-demand machines, not {self.strategy} ones")  # fmt: skip
+
+    def check_target(self, accelerator: str) -> None:
+        """A one-line error where Vertex AI does not offer this choice on ``accelerator``'s machines: Spot VMs on a
+        TPU slice of several hosts ("Using Spot VMs with TPU Pods isn't supported"), flex-start on anything but the
+        GPUs its Dynamic Workload Scheduler queues."""
+        spec = machine_spec(accelerator)
+        if self.strategy == "spot" and spec.hosts > 1:
+            single = accelerator.split("-")[0] + "-8"
+            raise UsageError(f"--scheduling spot cannot obtain --accelerator {accelerator}: Vertex AI takes no Spot "
+                             f"VMs for a TPU slice of several hosts; use a single-host target ({single}) or "
+                             "--scheduling standard")  # fmt: skip
+        if self.strategy == "flex-start" and spec.accelerator_type not in FLEX_START_ACCELERATORS:
+            offered = [name for name, s in ACCELERATORS.items() if s.accelerator_type in FLEX_START_ACCELERATORS]
+            raise UsageError(f"--scheduling flex-start cannot obtain --accelerator {accelerator}: Vertex AI's "
+                             "Dynamic Workload Scheduler queues training jobs for L4, A100, H100, H200 and B200 GPUs "
+                             f"only; use --accelerator {' or '.join(offered)}, or --scheduling spot or "
+                             "standard")  # fmt: skip
 
     def job_arguments(self) -> dict:
         """The arguments of Google Cloud Pipeline Components' ``create_custom_training_job_from_component`` that

@@ -22,6 +22,8 @@ def compile_pipeline(
     from pipeline.accelerators import machine_spec
 
     machine_spec(accelerator)  # a one-line error before anything is written
+    scheduling = scheduling or Scheduling()
+    scheduling.check_target(accelerator)
     from kfp import compiler
 
     from components.storage import check_writable
@@ -33,7 +35,7 @@ def compile_pipeline(
     handle, temporary = tempfile.mkstemp(prefix=".pipeline-", suffix=".yaml", dir=directory)
     os.close(handle)
     try:
-        pipeline = build_pipeline(images, accelerator, scheduling=scheduling or Scheduling())
+        pipeline = build_pipeline(images, accelerator, scheduling=scheduling)
         compiler.Compiler().compile(pipeline, temporary)
         os.replace(temporary, output)
     except BaseException:

@@ -354,29 +354,33 @@ def job_inputs(spec: dict) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("flags", "strategy", "max_wait", "affinity"),
+    ("accelerator", "flags", "strategy", "max_wait", "affinity"),
     [
-        (["--scheduling", "spot"], "SPOT", "86400s", None),
-        (["--scheduling", "flex-start", "--max-wait", "90m"], "FLEX_START", "5400s", None),
-        (["--scheduling", "flex-start", "--max-wait", "0"], "FLEX_START", "0s", None),
-        (["--reservation", "any"], "STANDARD", "86400s", {"reservation_affinity_type": "ANY_RESERVATION"}),
-        (["--reservation", "projects/p/zones/us-east5-b/reservations/tpus"], "STANDARD", "86400s",
+        ("v6e-8", ["--scheduling", "spot"], "SPOT", "86400s", None),
+        ("a100", ["--scheduling", "flex-start", "--max-wait", "90m"], "FLEX_START", "5400s", None),
+        ("l4", ["--scheduling", "flex-start", "--max-wait", "0"], "FLEX_START", "0s", None),
+        ("v6e-16", ["--reservation", "any"], "STANDARD", "86400s", {"reservation_affinity_type": "ANY_RESERVATION"}),
+        ("v6e-16", ["--reservation", "projects/p/zones/us-east5-b/reservations/tpus"], "STANDARD", "86400s",
          {"reservation_affinity_type": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
           "values": ["projects/p/zones/us-east5-b/reservations/tpus"]}),
     ],
 )  # fmt: skip
-def test_how_the_training_job_gets_its_machines_is_compiled_into_the_ir(tmp_path, flags, strategy, max_wait, affinity):
+def test_how_the_training_job_gets_its_machines_is_compiled_into_the_ir(
+    tmp_path, accelerator, flags, strategy, max_wait, affinity
+):
     from pipeline.__main__ import main
 
     output = tmp_path / "p.yaml"
-    assert main(["compile", "--accelerator", "v6e-16", "--output", str(output), *flags]) == 0
+    assert main(["compile", "--accelerator", accelerator, "--output", str(output), *flags]) == 0
     spec = without_sdk_version(str(output))
     inputs = job_inputs(spec)
     assert (inputs["strategy"], inputs["max_wait_duration"]) == (strategy, max_wait)
     machine, _ = train_machine(spec)
     assert machine.get("reservation_affinity") == affinity
-    assert machine["tpu_topology"] == "4x4" and machine["machine_type"] == "ct6e-standard-4t"
-    assert inputs["restart_job_on_worker_restart"] is True
+    machines = {"v6e-8": "ct6e-standard-8t", "a100": "a2-highgpu-1g", "l4": "g2-standard-8",
+                "v6e-16": "ct6e-standard-4t"}  # fmt: skip
+    assert machine["machine_type"] == machines[accelerator]  # the machine kept beside the scheduling
+    assert inputs["restart_job_on_worker_restart"] is (accelerator == "v6e-16")
 
 
 @pytest.mark.parametrize(
@@ -389,6 +393,12 @@ def test_how_the_training_job_gets_its_machines_is_compiled_into_the_ir(tmp_path
          "projects/P/zones/Z/reservations/NAME"),
         (["--scheduling", "spot", "--reservation", "any"], "--reservation any takes --scheduling standard"),
         (["--scheduling", "preemptible"], "argument --scheduling: invalid choice: 'preemptible'"),
+        (["--accelerator", "v5e-16", "--scheduling", "spot"], "--scheduling spot cannot obtain --accelerator v5e-16: "
+         "Vertex AI takes no Spot VMs for a TPU slice of several hosts; use a single-host target (v5e-8)"),
+        (["--accelerator", "v6e-8", "--scheduling", "flex-start"], "--scheduling flex-start cannot obtain "
+         "--accelerator v6e-8: Vertex AI's Dynamic Workload Scheduler queues training jobs for L4, A100, H100, H200 "
+         "and B200 GPUs only; use --accelerator l4 or a100"),
+        (["--accelerator", "t4", "--scheduling", "flex-start"], "cannot obtain --accelerator t4"),
     ],
 )  # fmt: skip
 def test_a_scheduling_mistake_is_one_line_exit_2(tmp_path, flags, message, capsys):
