@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, Images
-from tests.conftest import CLASSES, DEMO_ACCURACY_BAR, REPO_ROOT, write_image_folder
+from tests.conftest import CLASSES, DEMO_ACCURACY_BAR, REPO_ROOT, demo_export_agreement_floor, write_image_folder
 
 pytestmark = pytest.mark.images
 
@@ -181,7 +181,7 @@ def test_the_whole_dag_runs_in_its_images_with_the_results_of_the_subprocess_run
     assert docker_run["test_accuracy"] >= DEMO_ACCURACY_BAR and subprocess_run["test_accuracy"] >= DEMO_ACCURACY_BAR
     assert sorted(docker_run["formats"]) == sorted(subprocess_run["formats"]) == ["saved_model", "tflite_float",
                                                                                  "tflite_int8"]  # fmt: skip
-    assert docker_run["export_agreement"] == 1.0
+    assert docker_run["export_agreement"] >= demo_export_agreement_floor(docker_run["training"]["precision"])
     # each step in the image pipeline.yaml gives it: the TPU trainer for train (v5e-4, which trains on the CPU here),
     # the pipeline image for the others (fingerprint, convert, evaluate, export)
     used = re.findall(r"Found image '([^']+)'", (work_dir / "run.log").read_text())

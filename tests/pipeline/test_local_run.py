@@ -14,7 +14,15 @@ import pytest
 
 from components.train.core import epochs_kept
 from tests.components.test_train_jax import jax_env
-from tests.conftest import DEMO_ACCURACY_BAR, FORMAT_GAP_BOUNDS, REPO_ROOT, TEXT_SEQUENCE_LENGTH, run_cli, write_reviews
+from tests.conftest import (
+    DEMO_ACCURACY_BAR,
+    FORMAT_GAP_BOUNDS,
+    REPO_ROOT,
+    TEXT_SEQUENCE_LENGTH,
+    demo_export_agreement_floor,
+    run_cli,
+    write_reviews,
+)
 
 
 def reviews_csv(path) -> str:
@@ -147,7 +155,9 @@ def test_summary_points_at_real_artifacts(demo_run):
     with open(summary["metrics_json"]) as handle:
         assert json.load(handle)["accuracy"] == summary["test_accuracy"]
     with open(summary["export_json"]) as handle:
-        assert json.load(handle)["parity"]["argmax_agreement"] == summary["export_agreement"] == 1.0
+        agreement = json.load(handle)["parity"]["argmax_agreement"]
+    assert agreement == summary["export_agreement"]
+    assert agreement >= demo_export_agreement_floor(summary["training"]["precision"])
     assert summary["examples_dir"].startswith(str(work_dir))
 
 
