@@ -72,7 +72,7 @@ def make_dataset(
     if training:
         files_ds = files_ds.shuffle(len(files), seed=seed)
     options = tf.data.Options()
-    options.deterministic = True  # the same seed gives the same batches whatever the threads do (README: seeds)
+    options.deterministic = True  # the same seed gives the same batches whatever the threads do (docs/training.md)
     dataset = files_ds.interleave(
         tf.data.TFRecordDataset, cycle_length=min(len(files), 16), num_parallel_calls=autotune
     ).with_options(options)
