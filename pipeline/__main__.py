@@ -469,7 +469,8 @@ def add_vertex_options(parser: argparse.ArgumentParser, for_jobs: bool = True) -
 
 
 def vertex_settings(args: argparse.Namespace):
-    from pipeline.vertex import SETTING_NAMES, load_settings, parse_pairs
+    from components.vertex_client import SETTING_NAMES, load_settings
+    from pipeline.vertex import parse_pairs
 
     flags = {name: getattr(args, name) for name in SETTING_NAMES if hasattr(args, name)}
     flags["labels"] = parse_pairs(getattr(args, "label_pairs", None), "--label")
@@ -491,12 +492,12 @@ def run_predict(args: argparse.Namespace) -> int:
 
         answers, errors = predict_texts(args.model, args.text, args.text_file, args.top)
     elif args.endpoint:
-        from pipeline import vertex
+        from components.vertex_client import VertexError
         from pipeline.deployment import predict_endpoint
 
         try:
             answers, errors = predict_endpoint(vertex_settings(args), args.endpoint, args.images, args.top)
-        except vertex.VertexError as err:
+        except VertexError as err:
             print(f"error: {err}", file=sys.stderr)
             return 1
     else:
@@ -515,17 +516,18 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def run_vertex(args: argparse.Namespace) -> int:
+    from components.vertex_client import VertexError
     from pipeline import vertex
 
     settings = vertex_settings(args)
     try:
         if args.command == "register":
-            from pipeline.registry import DEFAULT_SERVING_IMAGE, register
+            from components.register.vertex import DEFAULT_SERVING_IMAGE, register
 
             register(settings, args.model, args.display_name, args.parent_model, args.pipeline_run,
                      args.serving_image or DEFAULT_SERVING_IMAGE)  # fmt: skip
         elif args.command == "deploy":
-            from pipeline.deployment import DEFAULT_MACHINE_TYPE, deploy
+            from components.deploy.core import DEFAULT_MACHINE_TYPE, deploy
 
             deploy(settings, args.model, args.endpoint, args.machine_type or DEFAULT_MACHINE_TYPE, args.min_replicas,
                    args.max_replicas)  # fmt: skip
@@ -545,7 +547,7 @@ def run_vertex(args: argparse.Namespace) -> int:
             vertex.update_schedule(settings, args.schedule, args.cron, args.max_concurrent_runs, args.max_runs)
         else:
             vertex.change_schedule(settings, args.action, args.schedule, getattr(args, "catch_up", False))
-    except vertex.VertexError as err:
+    except VertexError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0
@@ -590,13 +592,16 @@ def main(argv: list[str] | None = None) -> int:
                          args.image_size)  # fmt: skip
     from components.evaluate.core import baseline_path, check_fraction
 
-    for name in ("min_accuracy", "max_accuracy_drop", "max_bad_fraction", "validation_fraction", "test_fraction"):
+    for name in ("min_accuracy", "max_accuracy_drop"):
         if getattr(args, name) is not None:
             check_fraction(f"--{name.replace('_', '-')}", getattr(args, name))
-    held_out = [0.1 if value is None else value for value in (args.validation_fraction, args.test_fraction)]
-    if sum(held_out) >= 1.0:
-        raise UsageError("--validation-fraction plus --test-fraction must leave some images for training (< 1)")
-    for name, flag, least in (("per_replica_batch_size", "--batch-size", 1), ("num_shards", "--num-shards", 0),
+    from components.convert.core import ConvertConfig, check_split_options
+
+    split_options = ("validation_fraction", "test_fraction", "max_bad_fraction", "num_shards")
+    given = {name: getattr(args, name) for name in split_options if getattr(args, name, None) is not None}
+    defaults = {name: getattr(ConvertConfig, name) for name in split_options}  # the conversion's own checks
+    check_split_options(argparse.Namespace(**{**defaults, **given}), "examples")
+    for name, flag, least in (("per_replica_batch_size", "--batch-size", 1),
                               ("steps_per_execution", "--steps-per-execution", 1)):  # fmt: skip
         if getattr(args, name, None) is not None and getattr(args, name) < least:
             raise UsageError(f"{flag} {getattr(args, name)} is too small: use {least} or more")

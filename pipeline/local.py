@@ -11,6 +11,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from components.artifacts.evaluation import metrics_path
+from components.artifacts.exported import EXPORT_FILE
 from components.imaging import AUTO_IMAGE_SIZE
 from pipeline.accelerators import DEFAULT_ACCELERATOR
 from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
@@ -208,11 +210,11 @@ def run_local(config: LocalRunConfig) -> dict:
     run_dir = os.path.join(pipeline_root, this_run[-1]) if this_run else ""
     examples_dir = outputs["examples"].path
     stats = read_stats(examples_dir)
-    metrics_json = os.path.join(outputs["evaluation"].path, "metrics.json")
+    metrics_json = metrics_path(outputs["evaluation"].path)
     metrics = read_json(metrics_json)
     blessing = metrics.get("blessing", {})
     exported_dir = outputs["exported_model_uri"]  # empty: not blessed, so not exported
-    export_json = os.path.join(exported_dir, "export.json") if exported_dir else None
+    export_json = os.path.join(exported_dir, EXPORT_FILE) if exported_dir else None
     export_report = read_json(export_json) if export_json else {}
     model_config = load_model_config(outputs["model"].path)
     produced = {"convert": examples_dir, "train": outputs["model"].path, "evaluate": outputs["evaluation"].path}

@@ -157,7 +157,7 @@ def _tflite_probabilities(path: str, contents: list[bytes]):
     from ai_edge_litert.interpreter import Interpreter
 
     from components.decoding import conversion_square
-    from components.export.core import tflite_predict
+    from components.export.image import tflite_predict
 
     with open(path, "rb") as handle:
         content = handle.read()

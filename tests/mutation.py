@@ -58,10 +58,10 @@ GROUPS = {
     ),
     "registry decisions": [
         "components.register.core.*",
-        *functions("pipeline.registry", "find_baseline", "register_version"),
+        *functions("components.register.vertex", "find_baseline", "register_version"),
     ],
     "resume keys": functions("pipeline.resume", "run_key", "decide") + functions("pipeline.local", "run_identity"),
-    "export's quantization set-up": functions("components.export.core", "unit_range_network", "tflite_models"),
+    "export's quantization set-up": functions("components.export.image", "unit_range_network", "tflite_models"),
 }
 # mutmut's exit codes of a mutant's test run: 1 a test failed (killed), 0 all passed (survived), 33 no test reaches
 # it, -24 (SIGXCPU) past its CPU time; another negative code is a crash (killed)

@@ -1,6 +1,6 @@
 """The deploy step of the DAG, as a lightweight KFP component: the blessed, registered model version (the register
 step's ``google.VertexModel``) deployed to the endpoint the ``endpoint`` parameter names, created if needed, with
-all of its traffic. The logic is in ``pipeline/deployment.py``; this is a thin wrapper."""
+all of its traffic. The logic is in ``components/deploy/core.py``; this is a thin wrapper."""
 
 from google_cloud_pipeline_components.types.artifact_types import VertexEndpoint, VertexModel
 from kfp import dsl
@@ -24,8 +24,8 @@ def deploy(
     import json
 
     from components.cli import configure_logging
-    from pipeline.deployment import deploy
-    from pipeline.registry import name_vertex_resource, vertex_settings_in_pipeline
+    from components.deploy.core import deploy
+    from components.vertex_client import name_vertex_resource, vertex_settings_in_pipeline
 
     configure_logging()
     settings = vertex_settings_in_pipeline(project, location)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from components.artifacts.evaluation import metrics_path
 from components.cli import config_from_args, configure_logging, run_main
 from components.evaluate.core import EvaluateConfig, run
 
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                 "num_examples": metrics["num_examples"],
                 "blessed": metrics["blessing"]["blessed"],
                 "reasons": metrics["blessing"]["reasons"],
-                "metrics_json": f"{args.output_dir}/metrics.json",
+                "metrics_json": metrics_path(args.output_dir),
                 **({"report_png": (metrics.get("report_screenshot") or {}).get("path")} if args.screenshot else {}),
             }
         )

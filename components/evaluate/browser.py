@@ -17,9 +17,10 @@ import shutil
 import subprocess
 import tempfile
 
+from components.artifacts.evaluation import SCREENSHOT_FILE
+
 log = logging.getLogger(__name__)
 
-SCREENSHOT_FILE = "report.png"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 WIDTH = 1200
 MAX_HEIGHT = 16000  # a report with a long misclassified grid is cut here rather than made a 100-MB picture

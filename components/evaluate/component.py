@@ -57,9 +57,10 @@ def not_blessed(evaluation: Input[Artifact]) -> str:
     """The branch of a run whose model is not blessed: says why; nothing is exported or registered, and the run
     still succeeds. Returns "" (no exported model)."""
     import json
-    import os
 
-    with open(os.path.join(evaluation.path, "metrics.json"), encoding="utf-8") as handle:
+    from components.artifacts.evaluation import metrics_path
+
+    with open(metrics_path(evaluation.path), encoding="utf-8") as handle:
         blessing = json.load(handle)["blessing"]
     print(
         "NOT blessed: " + "; ".join(blessing["reasons"]) + ". Nothing was exported or registered; the serving model "

@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from components.artifacts.evaluation import METRICS_FILE
 from components.artifacts.examples import input_size, make_dataset
 from components.artifacts.model import HISTORY_FILE, MODEL_FILE, article, check_examples_match, load_model_config
 from components.cli import UsageError
@@ -22,7 +23,6 @@ from components.storage import check_writable, gcs_fuse_path, write_json
 
 log = logging.getLogger(__name__)
 
-METRICS_FILE = "metrics.json"
 EVAL_BATCH_SIZE = 256
 # what the report says of the training, from the model's model_config.json
 TRAINING_FACTS = (
@@ -406,7 +406,8 @@ def write_report(config: EvaluateConfig, metrics: dict, wrong, history: dict | N
 
     from PIL import Image
 
-    from components.evaluate.report import REPORT_FILE, render
+    from components.artifacts.evaluation import REPORT_FILE
+    from components.evaluate.report import render
     from components.storage import write_atomically
 
     def jpeg(pixels) -> bytes | None:

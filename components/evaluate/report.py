@@ -14,7 +14,6 @@ import html
 import io
 from collections.abc import Sequence
 
-REPORT_FILE = "report.html"
 MAX_MISCLASSIFIED = 24
 MAX_TEXT_CHARACTERS = 600  # of a misclassified text shown in the report
 CURVE_WIDTH, CURVE_HEIGHT = 420, 220

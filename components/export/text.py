@@ -24,7 +24,7 @@ import tempfile
 from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, TFLITE_FILES
 from components.artifacts.model import MODEL_FILE, model_digest
 from components.cli import StepFailedError
-from components.export.core import (
+from components.export.common import (
     PARITY_BATCH_SIZE,
     REPRESENTATIVE_IMAGES,
     ExportConfig,

@@ -7,11 +7,11 @@ evaluate to compare against) and ``register`` (the blessed export as a new versi
   Cloud Pipeline Components' own steps have them);
 - in a folder (``run-local --registry DIR``): the numbered folders and their ``default`` pointer alone.
 
-The logic is in ``pipeline/registry.py``; these are thin wrappers. (``python -m pipeline register`` uploads a
-SavedModel folder by hand, as it is: no copy, no baseline check.) Both lookups take ``run_id`` (the run's own id,
-which the orchestrator fills in) so that they are never a cache hit, whatever the job's caching setting: the model
-in service changes between runs, not their other inputs. The placeholders stay out of the folder flavour's source:
-``kfp.local`` would try to resolve them there.
+The logic is in ``vertex.py`` (the Model Registry) and ``core.py`` (the folder registry); these are thin wrappers.
+(``python -m pipeline register`` uploads a SavedModel folder by hand, as it is: no copy, no baseline check.) Both
+lookups take ``run_id`` (the run's own id, which the orchestrator fills in) so that they are never a cache hit,
+whatever the job's caching setting: the model in service changes between runs, not their other inputs. The
+placeholders stay out of the folder flavour's source: ``kfp.local`` would try to resolve them there.
 """
 
 from google_cloud_pipeline_components.types.artifact_types import VertexModel
@@ -35,7 +35,8 @@ def find_baseline(
     """The baseline for the blessing: ``baseline`` when given; else the SavedModel of the default version of the
     Model Registry's model ``display_name`` (the last blessed one); else "" (judged on the value thresholds)."""
     from components.cli import configure_logging
-    from pipeline.registry import find_baseline, vertex_settings_in_pipeline
+    from components.register.vertex import find_baseline
+    from components.vertex_client import vertex_settings_in_pipeline
 
     configure_logging()
     return find_baseline(display_name, baseline, model_root, vertex_settings_in_pipeline(project, location))
@@ -62,7 +63,8 @@ def register(
     import json
 
     from components.cli import configure_logging
-    from pipeline.registry import name_vertex_resource, register_version, vertex_settings_in_pipeline
+    from components.register.vertex import register_version
+    from components.vertex_client import name_vertex_resource, vertex_settings_in_pipeline
 
     configure_logging()
     settings = vertex_settings_in_pipeline(project, location)
@@ -79,7 +81,7 @@ def find_baseline_in_folder(display_name: str, model_root: str, baseline: str = 
     """The baseline for the blessing: ``baseline`` when given; else the default version of the folder registry
     ``model_root``; else "" (judged on the value thresholds)."""
     from components.cli import configure_logging
-    from pipeline.registry import find_baseline
+    from components.register.vertex import find_baseline
 
     configure_logging()
     return find_baseline(display_name, baseline, model_root, None)
@@ -91,7 +93,7 @@ def register_in_folder(
     """Copies the blessed export to the next numbered version of the folder registry ``model_root`` and makes it
     the default; nothing when the candidate is the baseline itself. Returns the decision as a JSON line."""
     from components.cli import configure_logging
-    from pipeline.registry import register_version
+    from components.register.vertex import register_version
 
     configure_logging()
     return register_version(exported_model.uri, display_name, baseline, model_root, pipeline_run, None)

@@ -122,7 +122,8 @@ class TrainConfig:
         for name, minimum in (("epochs", 1), ("per_replica_batch_size", 1), ("cpu_replicas", 1), ("hosts", 1),
                               ("steps_per_execution", 1), ("rampup_epochs", 0)):  # fmt: skip
             if getattr(self, name) < minimum:
-                raise UsageError(f"--{name.replace('_', '-')} {getattr(self, name)} must be at least {minimum}")
+                flag = "--batch-size" if name == "per_replica_batch_size" else f"--{name.replace('_', '-')}"
+                raise UsageError(f"{flag} {getattr(self, name)} must be at least {minimum}")
         if self.backup_interval is not None and not self.backup_interval >= 0:
             raise UsageError(f"--backup-interval {self.backup_interval} must be auto or a number of seconds >= 0")
         if not self.learning_rate > 0:

@@ -107,7 +107,7 @@ def test_every_format_takes_uint8_pixels_and_answers_as_the_saved_model(exported
     from ai_edge_litert.interpreter import Interpreter
 
     from components.artifacts.examples import first_images
-    from components.export.core import tflite_predict
+    from components.export.image import tflite_predict
 
     output, report = exported
     examples_dir, stats = converted
@@ -133,7 +133,7 @@ def test_an_older_tflite_file_that_takes_floats_is_fed_pixels_in_the_unit_range(
     import keras
     import tensorflow as tf
 
-    from components.export.core import tflite_predict
+    from components.export.image import tflite_predict
 
     keras.utils.set_random_seed(3)
     old = keras.Sequential([keras.Input(shape=(4, 4, 3)), keras.layers.Flatten(),
@@ -198,7 +198,7 @@ def test_mediapipes_image_classifier_runs_the_tflite_files_as_they_are(exported,
     from mediapipe.tasks.python.vision import ImageClassifier, ImageClassifierOptions
 
     from components.artifacts.examples import first_images
-    from components.export.core import tflite_predict
+    from components.export.image import tflite_predict
 
     _, report = exported
     examples_dir, stats = converted

@@ -89,7 +89,8 @@ def test_a_serving_graph_that_decodes_otherwise_fails_the_export_in_one_line(bar
     import tensorflow as tf
 
     from components.cli import UsageError
-    from components.export.core import build_cpu_model, check_raw_file_accuracy, raw_file_accuracy, write_archive
+    from components.export.common import build_cpu_model, write_archive
+    from components.export.image import check_raw_file_accuracy, raw_file_accuracy
     from components.imaging import fill_square
 
     output, report = bars_exported
@@ -153,7 +154,7 @@ def test_phone_photos_score_as_their_upright_twins(bars_exported):
 def test_a_gap_fails_the_export_only_past_1_point_and_past_2_files():
     """The TFRecords hold re-encoded JPEGs: one borderline file of a small split is not a decoder's fault."""
     from components.cli import UsageError
-    from components.export.core import check_raw_file_accuracy
+    from components.export.image import check_raw_file_accuracy
 
     def raw(files: int, apart: int) -> dict:
         return {"num_files": files, "test_accuracy": (files - 10 - apart) / files,

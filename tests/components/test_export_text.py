@@ -40,7 +40,7 @@ def test_serving_default_takes_raw_strings_and_agrees_with_the_trained_model(tex
                                                                            exported_text):  # fmt: skip
     import tensorflow as tf
 
-    from components.export.core import build_cpu_model
+    from components.export.common import build_cpu_model
 
     output, report = exported_text
     serving = tf.saved_model.load(os.path.join(output, "saved_model")).signatures["serving_default"]

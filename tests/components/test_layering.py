@@ -1,6 +1,10 @@
 """The data flows convert -> train -> evaluate -> export -> register -> deploy, and the code the same way: a step
 reads what an earlier step wrote through the shared modules below the steps (``components.artifacts``,
-``components.schema``, ``components.storage``, ...), never by importing another step's code."""
+``components.schema``, ``components.storage``, ...), never by importing another step's code.
+
+Over the whole tree, the arrows point down: the command line and the DAG (``pipeline``) -> the steps
+(``components``) -> what they share; nothing in ``components`` imports ``pipeline``, and no modules import each
+other in a circle, whether at the top of a file or inside a function."""
 
 from __future__ import annotations
 
@@ -13,9 +17,9 @@ COMPONENTS = os.path.join(REPO_ROOT, "components")
 STEPS = ("convert", "train", "evaluate", "export", "register", "deploy")
 
 
-def imported_modules(path: str, root: str = REPO_ROOT) -> set[str]:
-    """The ``components`` modules (and packages) that the file at ``path`` (under ``root``) imports, anywhere in it,
-    with relative imports made absolute."""
+def imported_modules(path: str, root: str = REPO_ROOT, packages: tuple[str, ...] = ("components",)) -> set[str]:
+    """The modules (and packages) of ``packages`` that the file at ``path`` (under ``root``) imports, anywhere in
+    it, with relative imports made absolute."""
     with open(path, encoding="utf-8") as handle:
         tree = ast.parse(handle.read(), filename=path)
     package = os.path.relpath(os.path.dirname(path), root).replace(os.sep, ".")
@@ -30,7 +34,7 @@ def imported_modules(path: str, root: str = REPO_ROOT) -> set[str]:
                 base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)  # `from components import train`
-    return {name for name in found if name == "components" or name.startswith("components.")}
+    return {name for name in found if name.split(".")[0] in packages}
 
 
 def owner(module: str) -> str | None:
@@ -39,9 +43,63 @@ def owner(module: str) -> str | None:
     return parts[1] if len(parts) > 1 and parts[1] in STEPS else None
 
 
-def python_files() -> list[str]:
-    return [os.path.join(folder, name) for folder, _, names in os.walk(COMPONENTS) for name in names
+def python_files(top: str = COMPONENTS) -> list[str]:
+    return [os.path.join(folder, name) for folder, _, names in os.walk(top) for name in names
             if name.endswith(".py")]  # fmt: skip
+
+
+def module_of(path: str, root: str = REPO_ROOT) -> str:
+    """``components/train/core.py`` -> ``components.train.core``; a package's ``__init__.py`` -> the package."""
+    module = os.path.relpath(path, root)[: -len(".py")].replace(os.sep, ".")
+    return module.removesuffix(".__init__")
+
+
+def import_graph(root: str = REPO_ROOT, packages: tuple[str, ...] = ("components", "pipeline")) -> dict:
+    """Each module of ``packages`` under ``root`` -> the modules of the tree it imports (an imported name that is
+    not a module, ``from components.cli import UsageError``, counts as its module)."""
+    files = {module_of(path, root): path for top in packages for path in python_files(os.path.join(root, top))}
+    graph = {}
+    for module, path in files.items():
+        targets = set()
+        for name in imported_modules(path, root, packages):
+            while name not in files and "." in name:
+                name = name.rsplit(".", 1)[0]
+            if name in files and name != module:
+                targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def circles(graph: dict) -> list[list[str]]:
+    """The groups of modules that import each other, directly or round a loop (strongly connected components of
+    more than one module)."""
+    order, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph[module]):
+            if target not in order:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], order[target])
+        if low[module] == order[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return found
 
 
 def test_no_step_imports_another_step_and_no_shared_module_imports_a_step():
@@ -71,3 +129,30 @@ def test_the_import_reader_sees_every_form_of_import(tmp_path):
     )
     owners = {owner(name) for name in imported_modules(str(source), root=str(tmp_path))}
     assert owners >= {"train", "export", "register", "deploy"}
+
+
+def test_nothing_in_components_imports_pipeline_and_no_modules_import_each_other_in_a_circle():
+    graph = import_graph()
+    assert "pipeline.__main__" in graph and "components.register.vertex" in graph
+    assert "components.vertex_client" in graph["pipeline.vertex"]  # (the graph sees imports)
+    upward = [f"{module} imports {target}" for module, targets in graph.items() if module.startswith("components")
+              for target in targets if target.startswith("pipeline")]  # fmt: skip
+    assert not upward, "move what both use into components:\n" + "\n".join(upward)
+    assert not circles(graph), "modules that import each other: " + "; ".join(" <-> ".join(c) for c in circles(graph))
+
+
+def test_the_circle_finder_sees_a_loop_and_an_import_back_up(tmp_path):
+    """The check above can fail: a loop of three modules, one through an import inside a function, and an import
+    of pipeline from a step."""
+    (tmp_path / "components" / "export").mkdir(parents=True)
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / "components" / "export" / "image.py").write_text("from components.export.common import x\n")
+    (tmp_path / "components" / "export" / "common.py").write_text("from . import text\n")
+    (tmp_path / "components" / "export" / "text.py").write_text(
+        "def late():\n    from components.export.image import y\n    from pipeline.local import z\n"
+    )
+    (tmp_path / "pipeline" / "local.py").write_text("import components.export.text\n")
+    graph = import_graph(str(tmp_path))
+    assert graph["components.export.text"] == {"components.export.image", "pipeline.local"}
+    assert circles(graph) == [["components.export.common", "components.export.image", "components.export.text",
+                               "pipeline.local"]]  # fmt: skip

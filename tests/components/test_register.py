@@ -72,7 +72,7 @@ def test_the_candidate_is_the_baseline_when_its_trained_weights_are(tmp_path):
 
 
 def test_the_baseline_is_the_folder_registrys_default_version_unless_one_is_given(tmp_path):
-    from pipeline.registry import find_baseline
+    from components.register.vertex import find_baseline
 
     root = str(tmp_path / "registry")
     assert find_baseline("digits", "", root, None) == ""  # the first run: nothing in service yet

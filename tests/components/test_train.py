@@ -129,6 +129,19 @@ def test_a_host_profile_stands_in_for_the_cpus_own_flags(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("per_replica_batch_size", 0, "--batch-size 0 must be at least 1"),  # the flag users type, not the field
+        ("epochs", 0, "--epochs 0 must be at least 1"),
+        ("steps_per_execution", 0, "--steps-per-execution 0 must be at least 1"),
+    ],
+)
+def test_a_count_below_its_least_names_the_flag_users_type(tmp_path, field, value, message):
+    with pytest.raises(UsageError, match=f"^{message}$"):
+        TrainConfig(examples_dir=str(tmp_path), **{field: value})
+
+
 def test_per_replica_batch_is_rounded_up_to_a_multiple_of_8():
     assert [round_up_batch(n) for n in (1, 8, 9, 16, 100)] == [8, 8, 16, 16, 104]
 

@@ -138,7 +138,10 @@ def test_an_image_size_a_model_cannot_take_is_refused_naming_the_models_that_can
     [
         (["--batch-size", "0"], "--batch-size 0 is too small: use 1 or more"),
         (["--learning-rate", "-1"], r"--learning-rate -1.0 must be positive"),
-        (["--num-shards", "-1"], "--num-shards -1 is too small: use 0 or more"),
+        (["--num-shards", "-1"], r"--num-shards -1 is negative: use 0 \(automatic\) or a positive count"),
+        # the conversion's own bounds, [0, 1): a run-local check of [0, 1] let 1.0 through to fail in the convert step
+        (["--max-bad-fraction", "1"], r"--max-bad-fraction 1.0 is out of range: use a fraction in \[0, 1\)"),
+        (["--test-fraction", "1"], r"--test-fraction 1.0 is out of range: use a fraction in \[0, 1\)"),
         (["--baseline", "{tmp}"], "baseline {tmp} is not a trained or exported model"),
     ],
 )

@@ -67,7 +67,7 @@ def test_the_dag_deploys_each_registered_version_with_all_traffic_and_undeploys_
 
 
 def test_a_deploy_that_a_503_hid_is_not_repeated_and_a_refusal_is_one_line(in_pipeline, gcs):
-    from pipeline.vertex import VertexError
+    from components.vertex_client import VertexError
 
     first, _ = register_step(gcs, upload_export(gcs, "root/run-1/export", "a" * 64), "tulips")
     version = f"{first['model']}@{first['version']}"
@@ -165,7 +165,7 @@ def test_predict_through_an_endpoint_answers_as_the_export_does_here(vertex, ser
 def test_predict_through_an_endpoint_that_serves_nothing_is_one_line(vertex, image_folder):
     from google.cloud import aiplatform
 
-    from pipeline.vertex import connect, load_settings
+    from components.vertex_client import connect, load_settings
 
     connect(load_settings({"project": "demo-project", "region": "europe-west4", "api_endpoint": vertex.url,
                            "anonymous": True}))  # fmt: skip

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from components.cli import UsageError
+from components.vertex_client import load_settings
 from pipeline.__main__ import main
-from pipeline.vertex import load_settings
 from tests.conftest import BUCKET, REPO_ROOT, run_cli
 from tests.pipeline.conftest import SOURCE
 
@@ -368,7 +368,8 @@ def test_missing_or_wrong_settings_are_one_line_errors(monkeypatch, args, messag
 
 
 def test_the_example_config_file_loads_and_its_parameters_fit_the_pipeline():
-    from pipeline.vertex import check_settings, pipeline_parameters
+    from components.vertex_client import check_settings
+    from pipeline.vertex import pipeline_parameters
 
     settings = load_settings({}, {}, os.path.join(REPO_ROOT, "pipeline", "vertex.example.yaml"))
     check_settings(settings)
@@ -557,7 +558,7 @@ def test_a_503_after_the_upload_does_not_register_the_version_twice(in_pipeline,
 
 
 def test_the_dag_registration_step_reports_a_missing_permission(in_pipeline, gcs):
-    from pipeline.vertex import VertexError
+    from components.vertex_client import VertexError
 
     in_pipeline.fail("POST", "/models:upload", [403])
     with pytest.raises(VertexError, match=r"aiplatform\.models\.upload"):

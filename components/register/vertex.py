@@ -8,7 +8,7 @@ import re
 from components.artifacts.exported import SAVED_MODEL_DIR
 from components.cli import UsageError
 from components.imaging import SERVING_DESCRIPTION
-from pipeline.vertex import VertexSettings, call, check_settings, connect
+from components.vertex_client import VertexSettings, call, check_settings, connect
 
 # Vertex AI's prebuilt TensorFlow 2 CPU prediction image (serves the SavedModel's serving_default signature)
 DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
@@ -97,13 +97,6 @@ def register_blessed(
         version = f"{result['name']}@{result['version_id']}"
         result["evaluation"] = import_evaluation(settings, version, metrics, pipeline_run or f"{display_name} test")
     return result
-
-
-def name_vertex_resource(artifact, settings: VertexSettings, resource_name: str) -> None:
-    """Makes ``artifact`` (a ``google.VertexModel`` or ``VertexEndpoint`` output) name ``resource_name``, its URI
-    and ``resourceName`` as GCPC's steps write them."""
-    artifact.uri = f"https://{settings.region}-aiplatform.googleapis.com/v1/{resource_name}"
-    artifact.metadata["resourceName"] = resource_name
 
 
 def vertex_evaluation(metrics: dict) -> tuple[dict, list[dict]]:
@@ -224,7 +217,7 @@ def register_version(
     uploaded to the Vertex AI Model Registry as the new default version of ``display_name``, and evaluate's
     ``metrics.json`` in the ``evaluation`` folder (if given) is imported as that version's evaluation. The decision
     names the model version in service afterwards (``model``, ``version``) when the Model Registry holds it."""
-    from components.evaluate.core import METRICS_FILE
+    from components.artifacts.evaluation import metrics_path
     from components.register.core import FolderRegistry, decision, default_model_root, same_as_baseline
     from components.storage import read_json
 
@@ -246,16 +239,8 @@ def register_version(
     if settings is None:
         print(f"registered {export_uri} as version {version.number} of {root}")
         return decision("registered", version=version.number, uri=version.uri)
-    metrics = read_json(evaluation.rstrip("/") + "/" + METRICS_FILE) if evaluation else None
+    metrics = read_json(metrics_path(evaluation)) if evaluation else None
     result = register_blessed(settings, version.uri, display_name, pipeline_run, metrics)
     registry.set_default(version.number)  # once the Model Registry serves it: the two agree on the default
     return decision("registered", version=result["version_id"], model=result["name"], uri=version.uri,
                     stored_as=version.number)  # fmt: skip
-
-
-def vertex_settings_in_pipeline(project: str, location: str) -> VertexSettings:
-    """Settings for a step running on Vertex AI Pipelines: its project and location (Vertex AI fills them in), the
-    ``TPU_PIPELINE_*`` environment for the rest (an API endpoint, say)."""
-    from pipeline.vertex import load_settings
-
-    return load_settings({"project": project, "region": location})

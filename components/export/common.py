@@ -1,0 +1,174 @@
+"""What the image and text exports share: the config, the float32 CPU model rebuilt from the trained weights, the
+TFLite interpreter runs, the parity with the training backend, and the format entries of ``export.json``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+from components.artifacts.examples import input_size
+from components.artifacts.exported import TFLITE_FILES
+from components.artifacts.model import (
+    REFERENCE_FILE,
+    WEIGHTS_FILE,
+    load_model_config,
+)
+
+log = logging.getLogger(__name__)
+
+
+PARITY_BATCH_SIZE = 128
+REPRESENTATIVE_IMAGES = 200  # training images that calibrate the int8 ranges
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """Args: model_dir (the train output), examples_dir (for the parity check), output_dir (gets ``saved_model/``
+    and ``export.json``)."""
+
+    model_dir: str
+    examples_dir: str
+    output_dir: str
+    parity_split: str = "test"
+
+
+def build_cpu_model(model_dir: str):
+    """The trained network rebuilt on the CPU in float32, with the trained weights loaded."""
+    import keras
+    import tensorflow as tf
+
+    from components.models import build_model
+
+    config = load_model_config(model_dir)
+    size, _ = input_size(config)  # (model_config.json holds the keys stats.json does)
+    keras.mixed_precision.set_global_policy("float32")
+    with tf.device("/CPU:0"):
+        model = build_model(config["model_name"], size, config["num_classes"], config.get("vocabulary_size", 0))
+        model.load_weights(os.path.join(model_dir, WEIGHTS_FILE))
+    return model, config
+
+
+def predictions_of(model, class_names):
+    """The serving outputs of a batch of model inputs: ``probabilities``, ``class_id`` and ``label``."""
+    import tensorflow as tf
+
+    labels = tf.constant(list(class_names))
+
+    def predictions(inputs):
+        probabilities = tf.cast(model(inputs, training=False), tf.float32)
+        class_id = tf.argmax(probabilities, axis=-1)
+        return {"probabilities": probabilities, "class_id": class_id, "label": tf.gather(labels, class_id)}
+
+    return predictions
+
+
+def write_archive(archive, path: str) -> None:
+    """Writes a Keras ``ExportArchive`` to ``path`` through a temporary folder beside it (never half a SavedModel
+    where the last one was)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".saved_model-", dir=parent)
+    try:
+        archive.write_out(staging, verbose=False)
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        os.replace(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def shown_classes(names) -> str:
+    """The first 10 class names, and how many more, for a TFLite file's description."""
+    return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+
+
+def tflite_run(content: bytes, rows, prepare):
+    """A TFLite model's float outputs for each of ``rows``, one at a time: ``prepare(row, input details)`` gives the
+    input tensor; an integer output is dequantized."""
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    interpreter.allocate_tensors()
+    (source,), (target,) = interpreter.get_input_details(), interpreter.get_output_details()
+    outputs = []
+    for row in rows:
+        interpreter.set_tensor(source["index"], prepare(row, source))
+        interpreter.invoke()
+        result = interpreter.get_tensor(target["index"])[0]
+        if target["dtype"] != np.float32:
+            scale, zero_point = target["quantization"]
+            result = (result.astype(np.float32) - zero_point) * scale
+        outputs.append(result)
+    return np.stack(outputs)
+
+
+def count_correct(batches) -> tuple[dict[str, int], int]:
+    """(correct predictions of each format, examples) over ``batches`` of (one-hot labels, {format: probabilities})."""
+    import numpy as np
+
+    correct, total = {}, 0
+    for one_hot, predicted in batches:
+        truth = one_hot.argmax(-1)
+        for name, probabilities in predicted.items():
+            correct[name] = correct.get(name, 0) + int((np.argmax(probabilities, -1) == truth).sum())
+        total += len(truth)
+    return correct, total
+
+
+def format_entries(model, saved_model_path: str, tflite: dict[str, bytes], output_dir: str, correct: dict,
+                   total: int) -> dict:  # fmt: skip
+    """``export.json``'s figures of the formats: each one's path, bytes and test accuracy (the SavedModel's float32
+    weights too), and the int8 file against the float model (goals: at most 30% of the weights' bytes, at most 1
+    point of accuracy lost); logged on one line."""
+    weights_bytes = sum(int(weight.numpy().nbytes) for weight in model.weights)  # the float32 weights
+    formats = {"saved_model": {"path": saved_model_path, "bytes": tree_bytes(saved_model_path),
+                               "weights_bytes": weights_bytes}}  # fmt: skip
+    for name, content in tflite.items():
+        formats[name] = {"path": os.path.join(output_dir, TFLITE_FILES[name]), "bytes": len(content)}
+    for name, entry in formats.items():
+        entry["test_accuracy"] = correct.get(name, 0) / total if total else None
+    log.info("formats: %s", ", ".join(f"{name} {e['bytes'] / 1e6:.2f} MB, accuracy {e['test_accuracy']}"
+                                      for name, e in formats.items()))  # fmt: skip
+    return {
+        "formats": formats,
+        "int8_size_vs_float_weights": len(tflite["tflite_int8"]) / weights_bytes if weights_bytes else None,
+        "int8_accuracy_drop": (correct["saved_model"] - correct["tflite_int8"]) / total if total else None,
+        "saved_model": formats["saved_model"],
+    }
+
+
+def backend_parity(model, model_dir: str, model_config: dict, examples_dir: str) -> dict:
+    """The codelab's hand-off, across backends: the CPU model (TensorFlow, float32) against the probabilities the
+    training backend itself computed on the same validation images, in its own precision (``reference_predictions``
+    in the model artifact)."""
+    import numpy as np
+
+    from components.artifacts.examples import first_images
+
+    record = {"trained_backend": model_config.get("backend", "tensorflow"), "export_backend": "tensorflow"}
+    path = os.path.join(model_dir, REFERENCE_FILE)
+    if not os.path.exists(path):
+        return {**record, "num_examples": 0, "skipped": "the train step recorded no reference predictions"}
+    with np.load(path) as arrays:
+        reference = arrays["probabilities"]
+    count = len(reference)
+    size, length = input_size(model_config)
+    images = first_images(examples_dir, "validation", size, model_config["num_classes"], count,
+                          sequence_length=length)  # fmt: skip
+    exported = np.asarray(model(images, training=False), dtype=np.float32)
+    return {
+        **record,
+        "split": "validation",
+        "num_examples": count,
+        "argmax_agreement": float((exported.argmax(-1) == reference.argmax(-1)).mean()),
+        "max_probability_difference": float(np.abs(exported - reference).max()),
+    }
+
+
+def tree_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)

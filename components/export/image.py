@@ -1,0 +1,324 @@
+"""The image export: a SavedModel that takes encoded images, and its TFLite files (float, and int8 on uint8 pixels).
+
+Signatures: ``serving_default`` takes ``image_bytes`` (a batch of JPEG / PNG strings of any size, resized exactly as
+the conversion does) and returns ``probabilities``, ``class_id`` and ``label``; ``serving_images`` takes decoded uint8
+pixels ``[N, size, size, 3]``, as the TFLite files do (the model scales them itself). The exported model's
+predictions are checked against the trained model's on the test split, and against the probabilities the training
+backend computed itself (``backend_parity``); both agreements are recorded in ``export.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+
+from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, TFLITE_FILES
+from components.artifacts.model import MODEL_FILE, model_digest
+from components.export.common import (
+    PARITY_BATCH_SIZE,
+    REPRESENTATIVE_IMAGES,
+    ExportConfig,
+    backend_parity,
+    build_cpu_model,
+    count_correct,
+    format_entries,
+    predictions_of,
+    shown_classes,
+    tflite_run,
+    write_archive,
+)
+from components.export.tflite_metadata import classifier_files
+from components.imaging import DECODING, TFLITE_INPUT
+from components.models import INPUT_PIXELS
+from components.schema import parse_example, split_files
+from components.storage import write_atomically, write_json
+
+log = logging.getLogger(__name__)
+
+
+def write_saved_model(model, image_size: int, class_names, path: str) -> None:
+    """Writes the serving SavedModel to ``path`` through a temporary folder beside it."""
+    import tensorflow as tf
+    from keras.export import ExportArchive
+
+    from components.imaging import decode_rgb, decoded_at_least, fill_square
+
+    predictions = predictions_of(model, class_names)
+
+    def serve_bytes(image_bytes):
+        images = tf.map_fn(
+            lambda encoded: fill_square(decode_rgb(encoded, decoded_at_least(image_size)), image_size),
+            image_bytes,
+            fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.uint8),
+        )
+        return predictions(images)
+
+    archive = ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(
+        "serving_default", serve_bytes, input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")]
+    )
+    archive.add_endpoint(
+        "serving_images",
+        predictions,
+        input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.uint8, name="images")],
+    )
+    write_archive(archive, path)
+
+
+def check_parity(saved_model_path: str, trained_model, examples_dir: str, split: str, num_classes: int) -> dict:
+    """Compares the SavedModel (fed the split's JPEG bytes) with the trained model (fed the decoded images)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components.imaging import decode_rgb
+
+    serving = tf.saved_model.load(saved_model_path).signatures["serving_default"]
+    files = split_files(examples_dir, split)
+    dataset = tf.data.TFRecordDataset(files).map(lambda s: parse_example(s, num_classes)["image"])
+    agree, total, max_difference = 0, 0, 0.0
+    for image_bytes in dataset.batch(PARITY_BATCH_SIZE):
+        exported = serving(image_bytes=image_bytes)["probabilities"].numpy()
+        images = tf.map_fn(decode_rgb, image_bytes, fn_output_signature=tf.uint8)
+        trained = np.asarray(trained_model(images, training=False), dtype=np.float32)
+        agree += int((exported.argmax(-1) == trained.argmax(-1)).sum())
+        total += len(exported)
+        max_difference = max(max_difference, float(np.abs(exported - trained).max()))
+    return {
+        "split": split,
+        "num_examples": total,
+        "argmax_agreement": agree / total if total else None,
+        "max_probability_difference": max_difference,
+    }
+
+
+# a gap larger than this between the test accuracy on the raw files and on the TFRecords fails the export
+MAX_RAW_ACCURACY_GAP = 0.01
+
+
+def raw_file_accuracy(saved_model_path: str, examples_dir: str, model_config: dict) -> dict:
+    """The SavedModel's ``serving_default`` on what clients send: each test example's source file, read as it is
+    (local or ``gs://``), beside the same example's TFRecord JPEG; the accuracy of both, and the first file whose
+    answer differs. What is left out is counted (``components.artifacts.examples.client_files``). Scored a chunk at
+    a time."""
+    import tensorflow as tf
+
+    from components.artifacts.examples import client_files
+
+    serving = tf.saved_model.load(saved_model_path).signatures["serving_default"]
+    counts, total, raw_correct, tfrecord_correct, differs = {}, 0, 0, 0, []
+    for chunk in client_files(examples_dir, "test", model_config["num_classes"], counts, PARITY_BATCH_SIZE // 2):
+        sent = [content for _, content, _, _ in chunk] + [encoded for _, _, encoded, _ in chunk]
+        answers = serving(image_bytes=tf.constant(sent))["class_id"].numpy()
+        for (path, _, _, truth), raw, recorded in zip(chunk, answers[: len(chunk)], answers[len(chunk) :],
+                                                      strict=True):  # fmt: skip
+            total += 1
+            raw_correct += int(raw == truth)
+            tfrecord_correct += int(recorded == truth)
+            if raw != recorded:
+                differs.append(path)
+    if counts["missing_files"]:
+        log.warning("%d test files named by the examples are gone since the conversion: the check on the files "
+                    "clients send leaves them out", counts["missing_files"])  # fmt: skip
+    return {
+        "split": "test",
+        "num_files": total,
+        "test_accuracy": raw_correct / total if total else None,
+        "tfrecord_test_accuracy": tfrecord_correct / total if total else None,
+        "files_answered_otherwise": len(differs),
+        "first_disagreeing_file": differs[0] if differs else None,
+        **counts,
+    }
+
+
+# the TFRecords hold re-encoded JPEGs of the files: a borderline file may go either way on the two, so a gap fails
+# the export only past 1 point and past this many files
+MAX_RAW_FILES_APART = 2
+
+
+def check_raw_file_accuracy(raw: dict) -> None:
+    """A gap of more than ``MAX_RAW_ACCURACY_GAP`` (and more than ``MAX_RAW_FILES_APART`` files) between what clients
+    get and what was measured is an export error: one line naming the first file answered otherwise."""
+    from components.cli import UsageError
+
+    if not raw["num_files"]:
+        return
+    gap = raw["tfrecord_test_accuracy"] - raw["test_accuracy"]
+    if abs(gap) > MAX_RAW_ACCURACY_GAP and abs(gap) * raw["num_files"] > MAX_RAW_FILES_APART + 0.5:
+        raise UsageError(
+            f"the SavedModel scores {raw['test_accuracy']:.4f} on the {raw['num_files']} test files as clients send "
+            f"them, against {raw['tfrecord_test_accuracy']:.4f} on their TFRecords (re-encoded JPEGs of the same "
+            f"files): the first file answered otherwise is {raw['first_disagreeing_file']}; check how the serving "
+            "graph decodes it against the conversion (docs/serving.md), and report it with the file"
+        )
+
+
+def unit_range_network(model, image_size: int):
+    """The network without its pixel scaling: float input in [0, 1], the same weights (for int8 quantization,
+    which then maps uint8 pixels onto its input exactly, as the scaling would)."""
+    import keras
+
+    def without_scaling(layer):
+        fresh = keras.layers.Identity() if isinstance(layer, keras.layers.Rescaling) else None
+        return fresh or layer.__class__.from_config(layer.get_config())
+
+    bare = keras.models.clone_model(
+        model, input_tensors=keras.Input(shape=(image_size, image_size, 3), dtype="float32"),
+        clone_function=without_scaling,
+    )  # fmt: skip
+    bare.set_weights(model.get_weights())
+    return bare
+
+
+def tflite_models(model, image_size: int, examples_dir: str, num_classes: int) -> dict[str, bytes]:
+    """The network as TFLite flatbuffers: float32, taking uint8 pixels as the model does; and full-integer int8
+    (post-training quantization of weights and activations, the ranges calibrated on images from the training
+    split), uint8 in and out, the types MediaPipe's and LiteRT's task libraries feed and read (they refuse int8
+    inputs). The int8 file is converted from the network without its scaling, so that its input quantization
+    (scale 1/255, zero point 0) is the scaling, exactly: pixels go in as they are decoded. (Converted from the network
+    with its scaling inside, uint8 in, the demo digits lost 1.5 to 3.5 points of accuracy; this way, none: the same
+    answers as int8 in, on every test and validation image.)"""
+    import tensorflow as tf
+
+    from components.artifacts.examples import make_dataset
+
+    # TFLite converts from SavedModels of the bare networks (Keras 3's own export: images in, probabilities out)
+    staging = tempfile.mkdtemp(prefix=".tflite-source-")
+    model.export(os.path.join(staging, "pixels"), format="tf_saved_model", verbose=False)
+    unit_range_network(model, image_size).export(os.path.join(staging, "unit"), format="tf_saved_model",
+                                                 verbose=False)  # fmt: skip
+
+    def representative():
+        # a black and a white image first: the input's range is then the pixels' whole range, [0, 1], so its
+        # quantization is exactly scale 1/255 (zero point 0 in uint8), whatever the training images hold
+        for level in (0.0, 1.0):
+            yield [tf.fill([1, image_size, image_size, 3], level)]
+        train = make_dataset(examples_dir, "train", image_size, num_classes, 1, training=False)
+        for images, _ in train.take(REPRESENTATIVE_IMAGES):
+            yield [tf.cast(images, tf.float32) / 255.0]
+
+    float_converter = tf.lite.TFLiteConverter.from_saved_model(os.path.join(staging, "pixels"))
+    int8_converter = tf.lite.TFLiteConverter.from_saved_model(os.path.join(staging, "unit"))
+    int8_converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    int8_converter.representative_dataset = representative
+    int8_converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    int8_converter.inference_input_type = tf.uint8
+    int8_converter.inference_output_type = tf.uint8
+    try:
+        return {"tflite_float": float_converter.convert(), "tflite_int8": int8_converter.convert()}
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def describe(model_config: dict, fmt: str) -> str:
+    """The TFLite file's description in its metadata: what it classifies, and how it was made."""
+    kind = "float32" if fmt == "tflite_float" else "full-integer int8 (uint8 in and out)"
+    names = model_config["class_names"]
+    return (f"{model_config['model_name']}, {kind}: classifies an RGB image into {len(names)} classes "
+            f"({shown_classes(names)}); trained with {model_config['backend']} in "
+            f"{model_config['precision']}. Input: {TFLITE_INPUT}.")  # fmt: skip
+
+
+def tflite_predict(content: bytes, images):
+    """Class probabilities for uint8 pixels ``[N, size, size, 3]`` from a TFLite model, one image at a time: raw
+    pixels where it takes them (uint8, no quantization), else the pixels in [0, 1], quantized by its input's
+    parameters when it is integer (the int8 file: p itself; a float model exported before the scaling moved inside);
+    the output dequantized when it is integer."""
+    import numpy as np
+
+    def prepare(image, source):
+        value = image[np.newaxis]
+        scale, zero_point = source["quantization"]
+        if source["dtype"] == np.float32:  # an older export: [0, 1]
+            value = value.astype(np.float32) / 255.0
+        elif scale:  # a quantized input: [0, 1], quantized
+            info = np.iinfo(source["dtype"])
+            value = np.clip(np.round(value / 255.0 / scale + zero_point), info.min, info.max).astype(source["dtype"])
+        return value
+
+    return tflite_run(content, np.asarray(images, dtype=np.uint8), prepare)
+
+
+def format_accuracies(saved_model_path: str, tflite: dict[str, bytes], examples_dir: str, model_config: dict):
+    """Correct test predictions of each exported format (the SavedModel's ``serving_images`` and each TFLite
+    model), and the number of test images."""
+    import tensorflow as tf
+
+    from components.artifacts.examples import make_dataset
+
+    serving = tf.saved_model.load(saved_model_path).signatures["serving_images"]
+    test = make_dataset(examples_dir, "test", model_config["image_size"], model_config["num_classes"], 64,
+                        training=False)  # fmt: skip
+    return count_correct(
+        (labels.numpy(), {"saved_model": serving(images=images)["probabilities"].numpy(),
+                          **{name: tflite_predict(content, images.numpy()) for name, content in tflite.items()}})
+        for images, labels in test
+    )  # fmt: skip
+
+
+def export_image(config: ExportConfig) -> dict:
+    """Exports an image model (SavedModel on encoded images, TFLite on pixels), checks it, and writes
+    ``export.json``."""
+    import keras
+
+    model, model_config = build_cpu_model(config.model_dir)
+    saved_model_path = os.path.join(config.output_dir, SAVED_MODEL_DIR)
+    write_saved_model(model, model_config["image_size"], model_config["class_names"], saved_model_path)
+    trained = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
+    parity = check_parity(
+        saved_model_path, trained, config.examples_dir, config.parity_split, model_config["num_classes"]
+    )
+    raw = raw_file_accuracy(saved_model_path, config.examples_dir, model_config)
+    check_raw_file_accuracy(raw)
+    crossed = backend_parity(model, config.model_dir, model_config, config.examples_dir)
+    tflite = tflite_models(model, model_config["image_size"], config.examples_dir, model_config["num_classes"])
+    digest = model_digest(config.model_dir)
+    for name, content in tflite.items():  # labels, normalisation, size: so that task libraries run them as they are
+        tflite[name] = classifier_files(
+            content, name=model_config["model_name"], version=digest[:12], description=describe(model_config, name),
+            image_size=model_config["image_size"], class_names=model_config["class_names"],
+        )  # fmt: skip
+    for name, content in tflite.items():
+        write_atomically(os.path.join(config.output_dir, TFLITE_FILES[name]), content)
+    correct, total = format_accuracies(saved_model_path, tflite, config.examples_dir, model_config)
+    report = {
+        **format_entries(model, saved_model_path, tflite, config.output_dir, correct, total),
+        "signatures": {
+            "serving_default": {"inputs": ["image_bytes"], "outputs": ["probabilities", "class_id", "label"]},
+            "serving_images": {"inputs": ["images"], "outputs": ["probabilities", "class_id", "label"]},
+        },
+        "parity": parity,
+        "raw_files": raw,
+        "backend_parity": crossed,
+        # what the SavedModel does to the bytes it is sent, as the conversion did: what a client that decodes
+        # for itself (the TFLite files, serving_images) must do the same way
+        "decoding": DECODING,
+        "class_names": model_config["class_names"],
+        "image_size": model_config["image_size"],
+        "input_pixels": INPUT_PIXELS,  # serving_images and the TFLite files take uint8 pixels
+        "trained_precision": model_config["precision"],
+        "trained_backend": crossed["trained_backend"],
+        "model_digest": digest,  # the trained weights' sha256: the model's identity
+    }
+    write_json(os.path.join(config.output_dir, EXPORT_FILE), report)
+    log.info(
+        "exported %s; parity on %d %s images: %.4f argmax agreement, max probability difference %.2e",
+        saved_model_path,
+        parity["num_examples"],
+        parity["split"],
+        parity["argmax_agreement"] or 0.0,
+        parity["max_probability_difference"],
+    )
+    if raw["num_files"]:
+        log.info("test accuracy on the %d test files as clients send them: %.4f (on their TFRecords: %.4f)",
+                 raw["num_files"], raw["test_accuracy"], raw["tfrecord_test_accuracy"])  # fmt: skip
+    if crossed["num_examples"]:
+        log.info(
+            "trained on %s, exported on %s: %.4f argmax agreement on %d validation images, max probability "
+            "difference %.2e",
+            crossed["trained_backend"], crossed["export_backend"], crossed["argmax_agreement"],
+            crossed["num_examples"], crossed["max_probability_difference"],
+        )  # fmt: skip
+    return report
