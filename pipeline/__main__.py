@@ -28,9 +28,10 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
     DAG, about 2 s, so only when run-local is asked for)."""
     parser = argparse.ArgumentParser(
         prog="python -m pipeline",
-        description="Compile the image-classification DAG to pipeline.yaml, run it locally under kfp.local, submit "
-        "it to Vertex AI Pipelines, or schedule it to retrain. Vertex AI settings: flags over environment variables "
-        "(TPU_PIPELINE_PROJECT, TPU_PIPELINE_REGION, ...) over a YAML config file (--config) over defaults.",
+        description="Compile the classification DAG (images or texts) to pipeline.yaml, run it locally under "
+        "kfp.local, submit it to Vertex AI Pipelines, or schedule it to retrain. Vertex AI settings: flags over "
+        "environment variables (TPU_PIPELINE_PROJECT, TPU_PIPELINE_REGION, ...) over a YAML config file (--config) "
+        "over defaults.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")

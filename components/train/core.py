@@ -263,7 +263,8 @@ def training_callbacks(
     """The train step's callbacks: the backup on every process; the epoch log and TensorBoard's epoch scalars on
     process 0. None of them acts on a batch, and each says so (``async_safe``): Keras otherwise runs batch-end hooks
     on the training thread, which must first wait for the step's results, so the next step is not dispatched until
-    the last has finished (on JAX, where Keras can dispatch asynchronously: 0.53x a bare ``fit`` on an H100)."""
+    the last has finished (on JAX, where Keras can dispatch asynchronously: half a bare ``fit``'s rate on a GPU,
+    bench/RESULTS.md)."""
     import keras
 
     backup = _backup_callback(os.path.join(checkpoint_dir, BACKUP_DIR), placement, backup_interval)

@@ -36,22 +36,21 @@ GPU_DEVICE_FILES = ("/dev/nvidia0",)
 FASTER_BACKEND = {
     "cpu": (
         "tensorflow",
-        "bench/train.py on 2-core CPUs: TensorFlow trained the codelab convnet 2.1x to 16.7x faster than JAX in "
-        "the precision auto takes there (192x192, float32 without AVX512-BF16, bfloat16 with it, 1 and 2 devices)",
+        "bench/train.py measured TensorFlow faster than JAX for image models on CPUs, in the precision auto takes "
+        "there (bench/RESULTS.md)",
     ),
     "gpu": (
         "tensorflow",
-        "the GPU image carries TensorFlow's CUDA build and no JAX CUDA plugin (bench/train.py measured JAX alone on "
-        "an H100: TensorFlow's CUDA build could not be run beside it)",
+        "the GPU image carries TensorFlow's CUDA build and no JAX CUDA plugin (bench/train.py has measured JAX "
+        "alone on a GPU; bench/RESULTS.md)",
     ),
 }
 # text models measured apart (bench/train.py --model lstm): the recurrent loop turns the CPU's choice around
 FASTER_TEXT_BACKEND = {
     "cpu": (
         "jax",
-        "bench/train.py --model lstm on a 2-core CPU: JAX trained the article's LSTM 1.9x to 2.4x faster than "
-        "TensorFlow in float32 (250 tokens, 1 and 2 devices; in bfloat16, which this CPU emulates, TensorFlow was 9x "
-        "JAX, and trains text models in it)",
+        "bench/train.py --model lstm measured JAX faster than TensorFlow for text models on CPUs in float32 "
+        "(in bfloat16 TensorFlow was faster, and trains text models in it; bench/RESULTS.md)",
     ),
 }
 # the multi-process launch contract (JAX reads JAX_COORDINATOR_ADDRESS itself): one process per host
