@@ -114,3 +114,19 @@ def image_size_flag(text: str) -> int:
     if size < 8:
         raise argparse.ArgumentTypeError(f"{size} is too small: use 8 or more, or auto")
     return size
+
+
+def add_param(parser, params: dict, name: str, listed=(), **extra) -> None:
+    """Adds parameter ``name`` of a declaration table (``components.params``) to ``parser``: its flag, type, default
+    and help (``listed``: the choices, named in the help and checked by the step's config, whose one-line error
+    lists them); a boolean is a switch."""
+    from components.params import flag_of
+
+    param = params[name]
+    one_of = f"; one of {', '.join(listed)}" if listed else ""
+    options = {"dest": name, "help": param.help_with_default().replace(" (default", one_of + " (default", 1), **extra}
+    if isinstance(param.default, bool):
+        parser.add_argument(flag_of(name, params), action="store_true", **options)
+        return
+    kind = options.pop("type", type(param.default))
+    parser.add_argument(flag_of(name, params), type=kind, default=param.default, **options)

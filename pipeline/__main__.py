@@ -11,11 +11,13 @@ import sys
 
 from components.cli import UsageError, configure_logging, image_size_flag, run_main
 from components.models import DEFAULT_MODELS, MODELS, modality_of
+from components.params import CONVERT, DEPLOY, EVALUATE, TRAIN, defaults, flag_of
 from components.schema import MODALITIES
 from components.train.core import LR_SCHEDULES
 from components.train.placement import BACKENDS, PRECISIONS
 from pipeline.accelerators import ACCELERATORS, DEFAULT_ACCELERATOR, SCHEDULING_STRATEGIES, is_experimental
 from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, Images
+from pipeline.local import DEMO_EPOCHS
 
 # the DAG trains on images (issue 15 brings text to it)
 IMAGE_MODELS = sorted(name for name in MODELS if modality_of(name) == "image")
@@ -94,57 +96,25 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
         ".jsonl, or a .csv with --modality text; local or gs:// (default: the demo digits)",
     )
     local_cmd.add_argument(
-        "--image-size",
-        type=image_size_flag,
-        help="square side of the converted images, or auto (the default): the source images' typical shorter side, "
-        "at most 192 (32 for the demo digits)",
-    )
-    local_cmd.add_argument("--epochs", type=int, help="training epochs (default: 15 for the demo, 20 otherwise)")
-    local_cmd.add_argument(
-        "--model",
-        dest="model_name",
-        choices=("auto", *MODELS),
-        help=f"the architecture (default auto: {DEFAULT_MODELS['image']} for images, {DEFAULT_MODELS['text']} for "
-        "texts)",
+        "--image-size", type=image_size_flag, help=CONVERT["image_size"].help + " (default auto; 32 for the demo)"
     )
     local_cmd.add_argument(
-        "--modality",
-        choices=MODALITIES,
-        help="what --source holds (default auto: a .jsonl, or folders of .txt files, are texts; a .csv is an image "
-        "manifest unless --modality text)",
-    )
+        "--epochs", type=int, help=f"{TRAIN['epochs'].help} (default: {DEMO_EPOCHS} for the demo, "
+        f"{TRAIN['epochs'].default} otherwise)",
+    )  # fmt: skip
     local_cmd.add_argument(
-        "--batch-size", dest="per_replica_batch_size", type=int, help="per-replica batch size (default 32)"
+        "--model", dest="model_name", choices=("auto", *MODELS), help=TRAIN["model_name"].help_with_default()
     )
-    local_cmd.add_argument("--learning-rate", type=float, help="Adam learning rate (default 0.002)")
+    local_cmd.add_argument("--modality", choices=MODALITIES, help=CONVERT["modality"].help_with_default())
+    for name, choices in (("precision", PRECISIONS), ("backend", BACKENDS), ("lr_schedule", LR_SCHEDULES)):
+        local_cmd.add_argument(flag_of(name, TRAIN), choices=choices, help=TRAIN[name].help_with_default())
+    for name, kind in (("per_replica_batch_size", int), ("learning_rate", float)):
+        local_cmd.add_argument(flag_of(name, TRAIN), dest=name, type=kind, help=TRAIN[name].help_with_default())
+    for name in ("min_accuracy", "max_accuracy_drop"):
+        local_cmd.add_argument(flag_of(name, EVALUATE), type=float, metavar="FRACTION",
+                               help=EVALUATE[name].help_with_default())  # fmt: skip
     local_cmd.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        help="training precision (default auto: bfloat16 where the hardware has it)",
-    )
-    local_cmd.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        help="Keras backend of the train step (default auto: JAX on TPUs, elsewhere the faster one there)",
-    )
-    local_cmd.add_argument("--lr-schedule", choices=LR_SCHEDULES, help="learning-rate schedule (default constant)")
-    local_cmd.add_argument(
-        "--min-accuracy",
-        type=float,
-        metavar="FRACTION",
-        help="bless (and so export) only at this test accuracy or more (default 0.75)",
-    )
-    local_cmd.add_argument(
-        "--baseline",
-        dest="baseline_model",
-        metavar="MODEL",
-        help="the last blessed model (a train or export step output): bless only if not worse than it",
-    )
-    local_cmd.add_argument(
-        "--max-accuracy-drop",
-        type=float,
-        metavar="FRACTION",
-        help="how much less accurate than --baseline still blesses (default 0)",
+        "--baseline", dest="baseline_model", metavar="MODEL", help=EVALUATE["baseline"].help_with_default()
     )
     local_cmd.add_argument(
         "--demo-per-class",
@@ -201,19 +171,9 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
         help="start a new run even when the run interrupted in --work-dir (Ctrl-C, SIGTERM) had the same parameters "
         "and data; by default that run goes on: its finished steps reused, training from its last finished epoch",
     )
-    for split in ("validation", "test"):
-        local_cmd.add_argument(
-            f"--{split}-fraction",
-            type=float,
-            metavar="FRACTION",
-            help=f"share of the images held out for {split} (default 0.1)",
-        )
-    local_cmd.add_argument(
-        "--max-bad-fraction",
-        type=float,
-        metavar="FRACTION",
-        help="share of unreadable images quarantined before the conversion fails (default 0.01)",
-    )
+    for name in ("validation_fraction", "test_fraction", "max_bad_fraction"):
+        local_cmd.add_argument(flag_of(name, CONVERT), type=float, metavar="FRACTION",
+                               help=CONVERT[name].help_with_default())  # fmt: skip
     local_cmd.add_argument(
         "--beam-arg",
         action="append",
@@ -299,9 +259,9 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
     add_vertex_options(deploy_cmd, for_jobs=False)
     deploy_cmd.add_argument("--model", required=True, help="the model version, projects/P/locations/L/models/ID@V")
     deploy_cmd.add_argument("--endpoint", required=True, help="the endpoint's display name or resource name")
-    deploy_cmd.add_argument("--machine-type", default=None, help="serving machine (default n1-standard-2)")
-    deploy_cmd.add_argument("--min-replicas", type=int, default=1, help="default %(default)s")
-    deploy_cmd.add_argument("--max-replicas", type=int, default=1, help="default %(default)s")
+    for name, param in DEPLOY.items():
+        deploy_cmd.add_argument(flag_of(name, DEPLOY), type=type(param.default), default=param.default,
+                                help=param.help_with_default())  # fmt: skip
 
     batch_cmd = commands.add_parser(
         "batch-predict",
@@ -528,10 +488,9 @@ def run_vertex(args: argparse.Namespace) -> int:
             register(settings, args.model, args.display_name, args.parent_model, args.pipeline_run,
                      args.serving_image or DEFAULT_SERVING_IMAGE)  # fmt: skip
         elif args.command == "deploy":
-            from components.deploy.core import DEFAULT_MACHINE_TYPE, deploy
+            from components.deploy.core import deploy
 
-            deploy(settings, args.model, args.endpoint, args.machine_type or DEFAULT_MACHINE_TYPE, args.min_replicas,
-                   args.max_replicas)  # fmt: skip
+            deploy(settings, args.model, args.endpoint, args.machine_type, args.min_replicas, args.max_replicas)
         elif args.command == "batch-predict":
             from pipeline.deployment import BATCH_MACHINE_TYPE, batch_predict
 
@@ -591,23 +550,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.model_name in (None, "auto", *IMAGE_MODELS) and args.image_size:  # (auto takes what every model takes)
         check_image_size(DEFAULT_MODELS["image"] if args.model_name in (None, "auto") else args.model_name,
                          args.image_size)  # fmt: skip
-    from components.evaluate.core import baseline_path, check_fraction
+    # each step's own checks of the values given, before anything runs (its config checks them on creation)
+    from components.convert.core import check_split_options
+    from components.evaluate.core import EvaluateConfig, baseline_path
+    from components.train.core import TrainConfig
 
-    for name in ("min_accuracy", "max_accuracy_drop"):
-        if getattr(args, name) is not None:
-            check_fraction(f"--{name.replace('_', '-')}", getattr(args, name))
-    from components.convert.core import ConvertConfig, check_split_options
+    def given(params) -> dict:
+        return {name: getattr(args, name) for name in params if getattr(args, name, None) is not None}
 
-    split_options = ("validation_fraction", "test_fraction", "max_bad_fraction", "num_shards")
-    given = {name: getattr(args, name) for name in split_options if getattr(args, name, None) is not None}
-    defaults = {name: getattr(ConvertConfig, name) for name in split_options}  # the conversion's own checks
-    check_split_options(argparse.Namespace(**{**defaults, **given}), "examples")
-    for name, flag, least in (("per_replica_batch_size", "--batch-size", 1),
-                              ("steps_per_execution", "--steps-per-execution", 1)):  # fmt: skip
-        if getattr(args, name, None) is not None and getattr(args, name) < least:
-            raise UsageError(f"{flag} {getattr(args, name)} is too small: use {least} or more")
-    if args.learning_rate is not None and not args.learning_rate > 0:
-        raise UsageError(f"--learning-rate {args.learning_rate} must be positive, e.g. 0.002")
+    split_options = {name: CONVERT[name] for name in ("validation_fraction", "test_fraction", "max_bad_fraction",
+                                                      "num_shards")}  # fmt: skip
+    check_split_options(argparse.Namespace(**{**defaults(split_options), **given(split_options)}), "examples")
+    TrainConfig(examples_dir="", **given(TRAIN))
+    EvaluateConfig(examples_dir="", model_dir="", output_dir="", **given(EVALUATE))  # (--baseline: below)
     if args.baseline_model is not None:  # checked before anything is written, as evaluate will check it
         from components.evaluate.core import check_baseline
 

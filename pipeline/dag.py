@@ -7,10 +7,12 @@ from kfp import dsl
 
 from components.convert.component import make_component as convert_component
 from components.convert.component import make_fingerprint_component
+from components.decoding import DEFAULT_MAX_PIXELS
 from components.deploy.component import make_component as deploy_component
 from components.evaluate.component import make_component as evaluate_component
 from components.evaluate.component import make_not_blessed_component
 from components.export.component import make_component as export_component
+from components.params import CONVERT, DEPLOY, EVALUATE, TEXT, TRAIN, defaults
 from components.register.component import make_components as registry_components
 from components.train.component import make_component as train_component
 from pipeline.accelerators import Scheduling
@@ -55,7 +57,7 @@ def build_pipeline(
     image = images.uri(PIPELINE_IMAGE)
     fingerprint_op = make_fingerprint_component(image)
     convert_op = convert_component(image)
-    train_op, train_options = train_component(images.uri(train_image)), {}
+    train_op, train_options = train_component(images.uri(train_image)), {"hosts": 1}
     if accelerator is not None:
         train_op, train_options = custom_training_job(images, accelerator, scheduling or Scheduling())
     evaluate_op = evaluate_component(image)
@@ -99,6 +101,7 @@ def build_pipeline(
             num_shards=num_shards,
             max_bad_fraction=max_bad_fraction,
             beam_args=beam_args,
+            max_pixels=DEFAULT_MAX_PIXELS,
             vocabulary_size=vocabulary_size,
             sequence_length=sequence_length,
             **text_options,
@@ -159,7 +162,9 @@ def build_pipeline(
                 # each run's decision its own)
                 if registry == "vertex" and accelerator is not None:  # serve the version in service, if asked
                     with dsl.If(endpoint != "", name="deploy-to-endpoint"):
-                        deployed = deploy_op(vertex_model=registered.outputs["vertex_model"], endpoint=endpoint)
+                        deployed = deploy_op(
+                            vertex_model=registered.outputs["vertex_model"], endpoint=endpoint, **defaults(DEPLOY)
+                        )
                         deployed.set_display_name("deploy to the endpoint").set_caching_options(enable_caching=False)
         with dsl.Else(name="not-blessed"):
             skipped = not_blessed_op(evaluation=evaluated.outputs["evaluation"]).set_display_name("not blessed")
@@ -178,38 +183,38 @@ def build_pipeline(
 
     def image_classifier(
         source: str,
-        image_size: int = 0,  # components.imaging.AUTO_IMAGE_SIZE: the source images' typical size, at most 192
-        validation_fraction: float = 0.1,
-        test_fraction: float = 0.1,
-        num_shards: int = 0,
-        max_bad_fraction: float = 0.01,
-        classes: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
-        model_name: str = "auto",
-        epochs: int = 20,
-        per_replica_batch_size: int = 32,
-        learning_rate: float = 0.002,
-        lr_schedule: str = "constant",
-        precision: str = "auto",
-        backend: str = "auto",
-        jit_compile: bool = False,
-        steps_per_execution: int = 1,
-        augment: bool = False,
-        seed: int = 42,
+        image_size: int = CONVERT["image_size"].default,
+        validation_fraction: float = CONVERT["validation_fraction"].default,
+        test_fraction: float = CONVERT["test_fraction"].default,
+        num_shards: int = CONVERT["num_shards"].default,
+        max_bad_fraction: float = CONVERT["max_bad_fraction"].default,
+        classes: List[str] = list(CONVERT["classes"].default),  # noqa: B006 (KFP reads it; nothing mutates it)
+        model_name: str = TRAIN["model_name"].default,
+        epochs: int = TRAIN["epochs"].default,
+        per_replica_batch_size: int = TRAIN["per_replica_batch_size"].default,
+        learning_rate: float = TRAIN["learning_rate"].default,
+        lr_schedule: str = TRAIN["lr_schedule"].default,
+        precision: str = TRAIN["precision"].default,
+        backend: str = TRAIN["backend"].default,
+        jit_compile: bool = TRAIN["jit_compile"].default,
+        steps_per_execution: int = TRAIN["steps_per_execution"].default,
+        augment: bool = TRAIN["augment"].default,
+        seed: int = TRAIN["seed"].default,
         beam_args: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
-        min_accuracy: float = 0.75,
-        max_accuracy_drop: float = 0.0,
-        baseline_model: str = "",
+        min_accuracy: float = EVALUATE["min_accuracy"].default,
+        max_accuracy_drop: float = EVALUATE["max_accuracy_drop"].default,
+        baseline_model: str = EVALUATE["baseline"].default,
         model_display_name: str = PIPELINE_NAME,
         model_root: str = "",
         notify_emails: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
         tensorboard: str = "",
         base_output_directory: str = "",
         endpoint: str = "",
-        modality: str = "auto",
-        vocabulary_size: int = 15000,
-        sequence_length: int = 250,
-        text_column: str = "text",
-        label_column: str = "label",
+        modality: str = CONVERT["modality"].default,
+        vocabulary_size: int = TEXT["vocabulary_size"].default,
+        sequence_length: int = TEXT["sequence_length"].default,
+        text_column: str = TEXT["text_column"].default,
+        label_column: str = TEXT["label_column"].default,
     ):
         if accelerator is None:  # kfp.local: no Vertex AI to send mail (run-local has no flag for it)
             return steps(**locals())

@@ -254,3 +254,24 @@ def gcs():
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
         else:
             os.environ["STORAGE_EMULATOR_HOST"] = previous
+
+
+def convert_step(**given):
+    """The convert step's KFP function called as the DAG calls it: every input the DAG passes, at its default
+    unless ``given`` (the wrapper has no defaults of its own)."""
+    from components.convert.component import convert
+    from components.decoding import DEFAULT_MAX_PIXELS
+    from components.params import CONVERT, TEXT, defaults
+
+    inputs = {**defaults(CONVERT), **defaults(TEXT), "classes": [], "beam_args": [], "source_fingerprint": "",
+              "max_pixels": DEFAULT_MAX_PIXELS}  # fmt: skip
+    return convert(**{**inputs, **given})
+
+
+def fingerprint_step(source: str) -> str:
+    """The fingerprint step's KFP function called as the DAG calls it, its options at their defaults."""
+    from components.convert.component import fingerprint
+    from components.params import CONVERT, TEXT
+
+    return fingerprint(source, classes=[], run_id="", modality=CONVERT["modality"].default,
+                       text_column=TEXT["text_column"].default, label_column=TEXT["label_column"].default)  # fmt: skip

@@ -6,14 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import config_from_args, configure_logging, image_size_flag, run_main
+from components.cli import add_param, config_from_args, configure_logging, image_size_flag, run_main
 from components.convert.core import ConversionError, ConvertConfig, run
 from components.convert.text import TextConvertConfig, resolve_modality, run_text
+from components.params import CONVERT, TEXT
+from components.schema import MODALITIES
 
 
 def build_parser() -> argparse.ArgumentParser:
     defaults = ConvertConfig(source="", output_dir="")
-    text = TextConvertConfig(source="", output_dir="")
     parser = argparse.ArgumentParser(
         prog="python -m components.convert",
         description="Convert an image folder (<root>/<class_name>/*, local or gs://), a CSV manifest "
@@ -30,66 +31,28 @@ def build_parser() -> argparse.ArgumentParser:
         "TFRecords in the codelab schema (validated and used as they are); text: a folder <root>/<class_name>/*.txt "
         "(or aclImdb's <root>/train|test/<class_name>/*.txt), a .jsonl, or a .csv with --modality text",
     )
-    parser.add_argument(
-        "--modality",
-        choices=("auto", "image", "text"),
-        default="auto",
-        help="what the source holds; auto: text for a .jsonl or a folder of .txt files, else images "
-        "(default %(default)s)",
-    )
+    add_param(parser, CONVERT, "modality", choices=MODALITIES)
     parser.add_argument(
         "--output", dest="output_dir", required=True, help="examples dir: <split>/*.tfrec, stats.json, quarantine.jsonl"
     )
-    parser.add_argument(
-        "--image-size",
-        type=image_size_flag,
-        default=defaults.image_size,
-        help="side of the square images written, or auto: the source images' typical shorter side, at most 192 "
-        "(default auto)",
-    )
-    parser.add_argument(
-        "--validation-fraction",
-        type=float,
-        default=defaults.validation_fraction,
-        help="share of images in the validation split (default %(default)s)",
-    )
-    parser.add_argument(
-        "--test-fraction",
-        type=float,
-        default=defaults.test_fraction,
-        help="share of images in the test split (default %(default)s)",
-    )
-    parser.add_argument(
-        "--num-shards",
-        type=int,
-        default=defaults.num_shards,
-        help="shards per split; 0 picks ~150 MB shards (default %(default)s)",
-    )
+    add_param(parser, CONVERT, "image_size", type=image_size_flag)
+    for name in ("validation_fraction", "test_fraction", "num_shards"):
+        add_param(parser, CONVERT, name)
     parser.add_argument(
         "--jpeg-quality",
         type=int,
         default=defaults.jpeg_quality,
         help="quality of the re-encoded JPEGs (default %(default)s)",
     )
-    parser.add_argument(
-        "--max-bad-fraction",
-        type=float,
-        default=defaults.max_bad_fraction,
-        help="fail when more than this share of images cannot be read (default %(default)s)",
-    )
+    add_param(parser, CONVERT, "max_bad_fraction")
     parser.add_argument(
         "--max-pixels",
         type=int,
         default=defaults.max_pixels,
         help="quarantine images with more pixels, as decompression bombs (default %(default)s)",
     )
-    parser.add_argument(
-        "--classes",
-        type=lambda text: tuple(name.strip() for name in text.split(",") if name.strip()),
-        default=(),
-        help="comma-separated class names in index order (default: sorted folder names or manifest labels); "
-        "keeps class ids stable across retraining",
-    )
+    add_param(parser, CONVERT, "classes", metavar="A,B,C",
+              type=lambda text: tuple(name.strip() for name in text.split(",") if name.strip()))  # fmt: skip
     parser.add_argument(
         "--threads",
         type=int,
@@ -97,21 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="conversion threads per worker process; 0: one per core, four per core for gs:// (default %(default)s)",
     )
     texts = parser.add_argument_group("text sources")
-    texts.add_argument(
-        "--vocabulary-size",
-        type=int,
-        default=text.vocabulary_size,
-        help="ids in the vocabulary built from the training split, padding and out-of-vocabulary included "
-        "(default %(default)s)",
-    )
-    texts.add_argument(
-        "--sequence-length",
-        type=int,
-        default=text.sequence_length,
-        help="token ids per example, padded or truncated at the end (default %(default)s)",
-    )
-    texts.add_argument("--text-column", default=text.text_column, help="a CSV or JSONL's text (default %(default)s)")
-    texts.add_argument("--label-column", default=text.label_column, help="a CSV or JSONL's label (default %(default)s)")
+    for name in TEXT:
+        add_param(texts, TEXT, name)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 

@@ -9,20 +9,20 @@ from kfp.dsl import Dataset, Output
 def convert(
     source: str,
     examples: Output[Dataset],
-    image_size: int = 0,  # components.imaging.AUTO_IMAGE_SIZE: the source images' typical size, at most 192
-    validation_fraction: float = 0.1,
-    test_fraction: float = 0.1,
-    num_shards: int = 0,
-    max_bad_fraction: float = 0.01,
-    max_pixels: int = 178_956_970,  # components.decoding.DEFAULT_MAX_PIXELS: KFP runs this source alone
-    classes: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
-    source_fingerprint: str = "",
-    beam_args: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
-    modality: str = "auto",
-    vocabulary_size: int = 15_000,
-    sequence_length: int = 250,
-    text_column: str = "text",
-    label_column: str = "label",
+    image_size: int,
+    validation_fraction: float,
+    test_fraction: float,
+    num_shards: int,
+    max_bad_fraction: float,
+    max_pixels: int,
+    classes: List[str],
+    source_fingerprint: str,
+    beam_args: List[str],
+    modality: str,
+    vocabulary_size: int,
+    sequence_length: int,
+    text_column: str,
+    label_column: str,
 ) -> int:
     """Converts an image folder or manifest, or a text source (``modality`` auto: recognised; image; text), into
     sharded TFRecords; returns the number of examples written.
@@ -74,11 +74,11 @@ def make_component(base_image: str):
 
 def fingerprint(
     source: str,
-    classes: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
-    run_id: str = "",
-    modality: str = "auto",
-    text_column: str = "text",
-    label_column: str = "label",
+    classes: List[str],
+    run_id: str,
+    modality: str,
+    text_column: str,
+    label_column: str,
 ) -> str:
     """The source's fingerprint (paths, sizes, modification times): feeds convert's cache key. Never cached itself:
     the DAG passes the run's id as ``run_id``, an input that changes on every run whatever the caching setting."""

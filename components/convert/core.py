@@ -30,6 +30,7 @@ from components.convert.adopt import adopt, is_tfrecord_source, match_tfrecords
 from components.convert.staging import ReadRows, default_pipeline_args, staged_rows
 from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError
 from components.imaging import AUTO_IMAGE_SIZE, MAX_AUTO_IMAGE_SIZE
+from components.params import CONVERT
 from components.schema import (
     SHARD_SUFFIX,
     SMALL_CLASS_EXAMPLES,
@@ -76,14 +77,14 @@ class ConvertConfig:
 
     source: str
     output_dir: str
-    image_size: int = AUTO_IMAGE_SIZE
-    validation_fraction: float = 0.1
-    test_fraction: float = 0.1
-    num_shards: int = 0
+    image_size: int = CONVERT["image_size"].default
+    validation_fraction: float = CONVERT["validation_fraction"].default
+    test_fraction: float = CONVERT["test_fraction"].default
+    num_shards: int = CONVERT["num_shards"].default
     jpeg_quality: int = 95
-    max_bad_fraction: float = 0.01
+    max_bad_fraction: float = CONVERT["max_bad_fraction"].default
     max_pixels: int = DEFAULT_MAX_PIXELS
-    classes: tuple[str, ...] = ()
+    classes: tuple[str, ...] = CONVERT["classes"].default
     threads: int = 0
     pipeline_args: tuple[str, ...] = field(default_factory=tuple)
 
@@ -246,7 +247,7 @@ def list_image_folder(root: str) -> ImageListing:
 ML_USE_SPLITS = {"training": "train", "train": "train", "validation": "validation", "test": "test"}
 
 
-def list_manifest(manifest: str, classes: Sequence[str] = ()) -> ImageListing:
+def list_manifest(manifest: str, classes: Sequence[str] = CONVERT["classes"].default) -> ImageListing:
     """Reads a Vertex AI image-classification import file: rows ``[ML_USE,]IMAGE_URI,LABEL``.
 
     ``ML_USE`` (``training``, ``validation``, ``test``) becomes the example's split. Relative paths are resolved
@@ -295,7 +296,7 @@ def list_manifest(manifest: str, classes: Sequence[str] = ()) -> ImageListing:
 NPZ_EXPECTED = "arrays x (N,H,W[,C]) uint8 and y (N,) integer labels"
 
 
-def list_npz(path: str, classes: Sequence[str] = ()) -> ImageListing:
+def list_npz(path: str, classes: Sequence[str] = CONVERT["classes"].default) -> ImageListing:
     """A NumPy ``.npz`` with ``x`` (N,H,W[,C] uint8) and ``y`` (N,), as ``keras.datasets`` gives CIFAR-10.
 
     Class names: ``classes`` (names of ids 0..K-1), else a ``class_names`` array in the file, else the sorted label
@@ -363,7 +364,7 @@ def read_item(path: str) -> bytes:
         return handle.read()
 
 
-def list_source(source: str, classes: Sequence[str] = ()) -> ImageListing:
+def list_source(source: str, classes: Sequence[str] = CONVERT["classes"].default) -> ImageListing:
     """An image folder, a CSV manifest or a NumPy .npz, by the source's form."""
     if source.lower().endswith(".csv"):
         return list_manifest(source, classes)
@@ -384,7 +385,7 @@ def in_class_order(listing, classes: Sequence[str], source: str, found: str):
     return dataclasses.replace(listing, class_names=tuple(classes), items=items)
 
 
-def source_fingerprint(source: str, classes: Sequence[str] = ()) -> str:
+def source_fingerprint(source: str, classes: Sequence[str] = CONVERT["classes"].default) -> str:
     """The fingerprint of any source convert accepts, TFRecord globs included (the same as convert's ``stats.json``
     records); a one-line error for a source convert would refuse to list."""
     if is_tfrecord_source(source):

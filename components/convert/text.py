@@ -49,6 +49,7 @@ from components.convert.core import (
     write_records,
 )
 from components.convert.staging import ReadRows, default_pipeline_args, staged_rows
+from components.params import CONVERT, TEXT
 from components.schema import (
     MODALITIES,
     SPLITS,
@@ -97,15 +98,15 @@ class TextConvertConfig:
 
     source: str
     output_dir: str
-    vocabulary_size: int = 15_000
-    sequence_length: int = 250
-    validation_fraction: float = 0.1
-    test_fraction: float = 0.1
-    text_column: str = "text"
-    label_column: str = "label"
-    max_bad_fraction: float = 0.01
-    num_shards: int = 0
-    classes: tuple[str, ...] = ()
+    vocabulary_size: int = TEXT["vocabulary_size"].default
+    sequence_length: int = TEXT["sequence_length"].default
+    validation_fraction: float = CONVERT["validation_fraction"].default
+    test_fraction: float = CONVERT["test_fraction"].default
+    text_column: str = TEXT["text_column"].default
+    label_column: str = TEXT["label_column"].default
+    max_bad_fraction: float = CONVERT["max_bad_fraction"].default
+    num_shards: int = CONVERT["num_shards"].default
+    classes: tuple[str, ...] = CONVERT["classes"].default
     pipeline_args: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -168,16 +169,18 @@ def resolve_modality(modality: str, source: str) -> str:
     return modality
 
 
-def text_source_fingerprint(source: str, classes: Sequence[str] = (), text_column: str = "text",
-                            label_column: str = "label") -> str:  # fmt: skip
+def text_source_fingerprint(source: str, classes: Sequence[str] = CONVERT["classes"].default,
+                            text_column: str = TEXT["text_column"].default,
+                            label_column: str = TEXT["label_column"].default) -> str:  # fmt: skip
     """The fingerprint of a text source (the same as its conversion's ``stats.json`` records)."""
     config = TextConvertConfig(source=source, output_dir="", classes=tuple(classes), text_column=text_column,
                                label_column=label_column)  # fmt: skip
     return list_text_source(config).fingerprint
 
 
-def any_source_fingerprint(source: str, classes: Sequence[str] = (), modality: str = "auto",
-                           text_column: str = "text", label_column: str = "label") -> str:  # fmt: skip
+def any_source_fingerprint(source: str, classes: Sequence[str] = CONVERT["classes"].default,
+                           modality: str = CONVERT["modality"].default, text_column: str = TEXT["text_column"].default,
+                           label_column: str = TEXT["label_column"].default) -> str:  # fmt: skip
     """The fingerprint of any source convert takes, images or texts, as its conversion will record it."""
     from components.convert.core import source_fingerprint
 

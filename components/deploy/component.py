@@ -11,9 +11,9 @@ def deploy(
     vertex_model: Input[VertexModel],
     endpoint: str,
     vertex_endpoint: Output[VertexEndpoint],
-    machine_type: str = "n1-standard-2",
-    min_replicas: int = 1,
-    max_replicas: int = 1,
+    machine_type: str,
+    min_replicas: int,
+    max_replicas: int,
     project: str = "{{$.pipeline_google_cloud_project_id}}",
     location: str = "{{$.pipeline_google_cloud_location}}",
 ) -> str:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 
 from components.cli import UsageError
+from components.params import DEPLOY
 from components.vertex_client import VertexSettings, call, check_settings, connect
 
-# the smallest general-purpose machine Vertex AI serves a TensorFlow CPU model on
-DEFAULT_MACHINE_TYPE = "n1-standard-2"
+DEFAULT_MACHINE_TYPE = DEPLOY["machine_type"].default
 ENDPOINT_NAME = re.compile(r"projects/[^/]+/locations/([^/]+)/endpoints/[^/]+")
 MODEL_NAME = re.compile(r"projects/[^/]+/locations/([^/]+)/models/[^/@]+(@[^/]+)?")
 
@@ -61,9 +61,9 @@ def deploy(
     settings: VertexSettings,
     model_version: str,
     endpoint: str,
-    machine_type: str = DEFAULT_MACHINE_TYPE,
-    min_replicas: int = 1,
-    max_replicas: int = 1,
+    machine_type: str = DEPLOY["machine_type"].default,
+    min_replicas: int = DEPLOY["min_replicas"].default,
+    max_replicas: int = DEPLOY["max_replicas"].default,
 ) -> dict:
     """Deploys ``model_version`` (``projects/.../models/ID@VERSION``, a ``google.VertexModel``'s resource name) to
     ``endpoint`` with all of its traffic, then undeploys the model's other versions there (they no longer get

@@ -6,8 +6,9 @@ import argparse
 import json
 
 from components.artifacts.evaluation import metrics_path
-from components.cli import config_from_args, configure_logging, run_main
+from components.cli import add_param, config_from_args, configure_logging, run_main
 from components.evaluate.core import EvaluateConfig, run
+from components.params import EVALUATE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,24 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model-dir", required=True, help="the train step's output dir")
     parser.add_argument("--output", dest="output_dir", required=True, help="where metrics.json goes")
     parser.add_argument("--split", default="test", choices=("train", "validation", "test"), help="default %(default)s")
-    parser.add_argument(
-        "--min-accuracy",
-        type=float,
-        default=EvaluateConfig.min_accuracy,
-        help="bless only at this accuracy or more (default %(default)s, the codelab's transfer-learning baseline)",
-    )
-    parser.add_argument(
-        "--baseline",
-        default="",
-        help="the last blessed model, evaluated on the same split: a train or export step output, or the SavedModel "
-        "folder the Model Registry holds (gs:// read through /gcs/)",
-    )
-    parser.add_argument(
-        "--max-accuracy-drop",
-        type=float,
-        default=EvaluateConfig.max_accuracy_drop,
-        help="bless only if at most this much less accurate than the baseline (default %(default)s)",
-    )
+    for name in EVALUATE:
+        add_param(parser, EVALUATE, name)
     parser.add_argument(
         "--screenshot",
         action="store_true",

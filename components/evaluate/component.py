@@ -13,9 +13,9 @@ def evaluate(
     evaluation: Output[Artifact],
     report: Output[HTML],
     test_accuracy: OutputPath(float),
-    min_accuracy: float = 0.75,
-    max_accuracy_drop: float = 0.0,
-    baseline: str = "",
+    min_accuracy: float,
+    max_accuracy_drop: float,
+    baseline: str,
 ) -> bool:
     """Evaluates on the test split (and the baseline, if any); logs KFP Metrics and ClassificationMetrics, publishes
     the HTML report (shown by the Vertex AI console); returns the blessing, which gates export and registration."""

@@ -18,6 +18,7 @@ from components.artifacts.examples import input_size, make_dataset
 from components.artifacts.model import HISTORY_FILE, MODEL_FILE, article, check_examples_match, load_model_config
 from components.cli import UsageError
 from components.models import INPUT_PIXELS
+from components.params import EVALUATE
 from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, write_json
 
@@ -38,8 +39,6 @@ TRAINING_FACTS = (
     "vocabulary_size",
 )
 TOP_K = 3
-# the codelab's transfer-learning baseline on the flowers: a model below it is not worth serving
-DEFAULT_MIN_ACCURACY = 0.75
 
 
 @dataclass(frozen=True)
@@ -54,9 +53,9 @@ class EvaluateConfig:
     model_dir: str
     output_dir: str
     split: str = "test"
-    min_accuracy: float = DEFAULT_MIN_ACCURACY
-    baseline: str = ""
-    max_accuracy_drop: float = 0.0
+    min_accuracy: float = EVALUATE["min_accuracy"].default
+    baseline: str = EVALUATE["baseline"].default
+    max_accuracy_drop: float = EVALUATE["max_accuracy_drop"].default
     screenshot: bool = False  # also save report.png, as a headless browser draws the report (a few seconds)
 
     def __post_init__(self) -> None:

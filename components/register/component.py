@@ -26,9 +26,9 @@ LOCATION_PLACEHOLDER = "{{$.pipeline_google_cloud_location}}"
 
 def find_baseline(
     display_name: str,
-    baseline: str = "",
-    model_root: str = "",
-    run_id: str = "",
+    baseline: str,
+    model_root: str,
+    run_id: str,
     project: str = "{{$.pipeline_google_cloud_project_id}}",
     location: str = "{{$.pipeline_google_cloud_location}}",
 ) -> str:
@@ -47,9 +47,9 @@ def register(
     evaluation: Input[Artifact],
     vertex_model: Output[VertexModel],
     display_name: str,
-    baseline: str = "",
-    model_root: str = "",
-    pipeline_run: str = "",
+    baseline: str,
+    model_root: str,
+    pipeline_run: str,
     project: str = "{{$.pipeline_google_cloud_project_id}}",
     location: str = "{{$.pipeline_google_cloud_location}}",
 ) -> str:
@@ -77,7 +77,7 @@ def register(
     return decided
 
 
-def find_baseline_in_folder(display_name: str, model_root: str, baseline: str = "", run_id: str = "") -> str:
+def find_baseline_in_folder(display_name: str, model_root: str, baseline: str, run_id: str) -> str:
     """The baseline for the blessing: ``baseline`` when given; else the default version of the folder registry
     ``model_root``; else "" (judged on the value thresholds)."""
     from components.cli import configure_logging
@@ -88,7 +88,7 @@ def find_baseline_in_folder(display_name: str, model_root: str, baseline: str = 
 
 
 def register_in_folder(
-    exported_model: Input[Model], display_name: str, model_root: str, baseline: str = "", pipeline_run: str = ""
+    exported_model: Input[Model], display_name: str, model_root: str, baseline: str, pipeline_run: str
 ) -> str:
     """Copies the blessed export to the next numbered version of the folder registry ``model_root`` and makes it
     the default; nothing when the candidate is the baseline itself. Returns the decision as a JSON line."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import UsageError, config_from_args, configure_logging, run_main
-from components.models import DEFAULT_MODELS, MODELS
+from components.cli import UsageError, add_param, config_from_args, configure_logging, run_main
+from components.models import AUTO_MODEL, MODELS
+from components.params import TRAIN
 from components.train.core import LR_SCHEDULES, TrainConfig, run
 from components.train.placement import BACKENDS, PRECISIONS
 
@@ -23,31 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--examples", dest="examples_dir", required=True, help="the convert step's output dir")
     parser.add_argument("--model-dir", default="", help="where the model, weights and history.json go "
                         "(default: $AIP_MODEL_DIR)")  # fmt: skip
-    parser.add_argument(
-        "--model",
-        dest="model_name",
-        default=defaults.model_name,
-        help=f"one of {', '.join(sorted(MODELS))}, or auto: {DEFAULT_MODELS['image']} for images, "
-        f"{DEFAULT_MODELS['text']} for texts (default %(default)s)",
-    )
-    parser.add_argument("--epochs", type=int, default=defaults.epochs, help="default %(default)s")
-    parser.add_argument(
-        "--batch-size",
-        dest="per_replica_batch_size",
-        type=int,
-        default=defaults.per_replica_batch_size,
-        help="per-replica batch size, rounded up to a multiple of 8; the global batch is this times "
-        "the replicas (default %(default)s)",
-    )
-    parser.add_argument(
-        "--learning-rate",
-        type=float,
-        default=defaults.learning_rate,
-        help="Adam's learning rate, the peak with a schedule (default %(default)s)",
-    )
-    parser.add_argument(
-        "--lr-schedule", default=defaults.lr_schedule, help=f"one of {', '.join(LR_SCHEDULES)} (default %(default)s)"
-    )
+    add_param(parser, TRAIN, "model_name", listed=(AUTO_MODEL, *MODELS))
+    for name in ("epochs", "per_replica_batch_size", "learning_rate"):
+        add_param(parser, TRAIN, name)
+    add_param(parser, TRAIN, "lr_schedule", listed=LR_SCHEDULES)
     parser.add_argument(
         "--rampup-epochs",
         type=int,
@@ -60,19 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.lr_decay,
         help="rampup_exponential: decay per epoch after the ramp (default %(default)s)",
     )
-    parser.add_argument(
-        "--precision",
-        default=defaults.precision,
-        help=f"one of {', '.join(PRECISIONS)}; auto picks bfloat16 on TPUs, recent GPUs and CPUs "
-        "with AMX or AVX512-BF16 (default %(default)s)",
-    )
-    parser.add_argument(
-        "--backend",
-        default=defaults.backend,
-        help=f"Keras backend, one of {', '.join(BACKENDS)}: auto takes JAX on TPUs (TensorFlow cannot reach them), "
-        "elsewhere $KERAS_BACKEND if set, else the backend bench/train.py measured faster there, and logs why "
-        "(default %(default)s)",
-    )
+    add_param(parser, TRAIN, "precision", listed=PRECISIONS)
+    add_param(parser, TRAIN, "backend", listed=BACKENDS)
     parser.add_argument(
         "--cpu-replicas",
         type=int,
@@ -88,16 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
         "share of the files; several local processes: set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and "
         "JAX_PROCESS_ID in each (default %(default)s)",
     )
-    parser.add_argument(
-        "--jit-compile", action="store_true", help="compile TensorFlow's training step with XLA (JAX always does)"
-    )
-    parser.add_argument(
-        "--steps-per-execution",
-        type=int,
-        default=defaults.steps_per_execution,
-        help="training steps per compiled call (default %(default)s)",
-    )
-    parser.add_argument("--augment", action="store_true", help="random flips, brightness and saturation")
+    for name in ("jit_compile", "steps_per_execution", "augment"):
+        add_param(parser, TRAIN, name)
     parser.add_argument(
         "--checkpoint-dir",
         default="",
@@ -115,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="TensorBoard logs (default: $AIP_TENSORBOARD_LOG_DIR, else <model-dir>/logs)",
     )
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="default %(default)s")
+    add_param(parser, TRAIN, "seed")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 

@@ -42,6 +42,7 @@ from components.models import (
     check_image_size,
     modality_of,
 )
+from components.params import TRAIN
 from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, read_json, write_atomically, write_json
 from components.tokenizing import VOCABULARY_FILE, read_vocabulary, vocabulary_bytes, vocabulary_digest
@@ -92,24 +93,24 @@ class TrainConfig:
 
     examples_dir: str
     model_dir: str = ""
-    model_name: str = AUTO_MODEL
-    epochs: int = 20
-    per_replica_batch_size: int = 32
-    learning_rate: float = 0.002
-    lr_schedule: str = "constant"
+    model_name: str = TRAIN["model_name"].default
+    epochs: int = TRAIN["epochs"].default
+    per_replica_batch_size: int = TRAIN["per_replica_batch_size"].default
+    learning_rate: float = TRAIN["learning_rate"].default
+    lr_schedule: str = TRAIN["lr_schedule"].default
     rampup_epochs: int = 3
     lr_decay: float = 0.8
-    precision: str = "auto"
-    backend: str = "auto"
+    precision: str = TRAIN["precision"].default
+    backend: str = TRAIN["backend"].default
     cpu_replicas: int = 1
     hosts: int = 1
-    jit_compile: bool = False
-    steps_per_execution: int = 1
-    augment: bool = False
+    jit_compile: bool = TRAIN["jit_compile"].default
+    steps_per_execution: int = TRAIN["steps_per_execution"].default
+    augment: bool = TRAIN["augment"].default
     checkpoint_dir: str = ""
     backup_interval: float | None = None
     tensorboard_dir: str = ""
-    seed: int = 42
+    seed: int = TRAIN["seed"].default
 
     def __post_init__(self) -> None:
         choices = {"model_name": ("--model", (AUTO_MODEL, *MODELS)), "precision": ("--precision", PRECISIONS),

@@ -48,7 +48,7 @@ def blob_names(gcs, prefix: str) -> set[str]:
 def test_the_kfp_step_on_a_remote_runner_writes_to_the_artifacts_gcs_uri(gcs, modality):
     from kfp import dsl
 
-    from components.convert.component import convert
+    from tests.conftest import convert_step as convert
 
     if modality == "image":
         for name in ("cat", "dog"):
@@ -80,7 +80,7 @@ def test_the_kfp_step_on_a_remote_runner_writes_to_the_artifacts_gcs_uri(gcs, mo
 def test_the_local_engine_still_writes_through_the_artifacts_path(tmp_path):
     from kfp import dsl
 
-    from components.convert.component import convert
+    from tests.conftest import convert_step as convert
 
     for name in ("cat", "dog"):
         os.makedirs(tmp_path / "src" / name)

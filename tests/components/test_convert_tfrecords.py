@@ -143,8 +143,8 @@ def test_a_glob_that_matches_nothing_is_one_line_exit_2(tmp_path):
 def test_a_tfrecord_glob_is_a_source_for_the_dags_fingerprint_step_and_run_local(tmp_path):
     """The DAG's fingerprint step and run-local's source check accept the globs convert accepts, and the fingerprint
     is convert's own: a new file changes it."""
-    from components.convert.component import fingerprint
     from pipeline.local import LocalRunConfig, resolve_source
+    from tests.conftest import fingerprint_step as fingerprint
 
     glob = f"{write_tfrecords(tmp_path / 'flowers', files=4, per_file=3)}/*.tfrec"
     stats = run(ConvertConfig(source=glob, output_dir=str(tmp_path / "out")))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import io
 import json
 import os
@@ -13,7 +12,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from components.convert.component import convert as convert_component
 from components.convert.core import ConvertConfig, run
 from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError, decode_rgb_array
 from tests.conftest import IN_MEMORY
@@ -118,5 +116,9 @@ def test_every_kind_of_bad_file_lands_in_quarantine_with_its_reason(tmp_path):
     assert reasons["garbage.png"].startswith("corrupt image")
 
 
-def test_component_default_pixel_limit_is_the_library_one():
-    assert inspect.signature(convert_component).parameters["max_pixels"].default == DEFAULT_MAX_PIXELS
+def test_the_dag_passes_the_library_pixel_limit_to_the_convert_step():
+    from pipeline.dag import build_pipeline
+
+    spec = build_pipeline().pipeline_spec
+    (task,) = [t for name, t in spec.root.dag.tasks.items() if name == "convert"]
+    assert task.inputs.parameters["max_pixels"].runtime_value.constant.number_value == DEFAULT_MAX_PIXELS

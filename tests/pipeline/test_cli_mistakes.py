@@ -136,7 +136,7 @@ def test_an_image_size_a_model_cannot_take_is_refused_naming_the_models_that_can
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--batch-size", "0"], "--batch-size 0 is too small: use 1 or more"),
+        (["--batch-size", "0"], "--batch-size 0 must be at least 1"),
         (["--learning-rate", "-1"], r"--learning-rate -1.0 must be positive"),
         (["--num-shards", "-1"], r"--num-shards -1 is negative: use 0 \(automatic\) or a positive count"),
         # the conversion's own bounds, [0, 1): a run-local check of [0, 1] let 1.0 through to fail in the convert step

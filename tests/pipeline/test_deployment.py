@@ -33,7 +33,9 @@ def deploy_step(model_version: str, endpoint: str) -> tuple[dict, object]:
 
     model = VertexModel(name="vertex_model", uri="https://x", metadata={"resourceName": model_version})
     output = VertexEndpoint(name="vertex_endpoint", uri="gs://x/vertex_endpoint", metadata={})
-    return json.loads(deploy(model, endpoint, output, **WHERE)), output
+    from components.params import DEPLOY, defaults
+
+    return json.loads(deploy(model, endpoint, output, **defaults(DEPLOY), **WHERE)), output
 
 
 def test_the_dag_deploys_each_registered_version_with_all_traffic_and_undeploys_the_last(in_pipeline, gcs):

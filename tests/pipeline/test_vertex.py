@@ -470,6 +470,7 @@ def register_step(bucket, export: str, display_name: str, **options) -> tuple[di
     evaluation = Artifact(uri=upload_evaluation(bucket, export.split(f"gs://{BUCKET}/", 1)[1] + "-evaluation"))
     output = VertexModel(name="vertex_model", uri="gs://x/vertex_model", metadata={})
     where = {"project": "demo-project", "location": "europe-west4"}
+    options = {"baseline": "", "model_root": "", "pipeline_run": "", **options}  # the DAG passes each (none: "")
     decided = register(Model(uri=export), evaluation, output, display_name, **where, **options)
     return json.loads(decided), output
 
@@ -477,9 +478,13 @@ def register_step(bucket, export: str, display_name: str, **options) -> tuple[di
 def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(in_pipeline, gcs, capsys):
     """find-baseline and register, as the cloud DAG runs them (Vertex AI fills in project and location): each
     blessed export is copied whole to a numbered folder outside the pipeline root, and that copy is registered."""
-    from components.register.component import find_baseline
+    from components.register import component
 
     where = {"project": "demo-project", "location": "europe-west4"}
+
+    def find_baseline(display_name: str, baseline: str = "", **where) -> str:  # as the DAG passes the rest
+        return component.find_baseline(display_name, baseline, model_root="", run_id="", **where)
+
     # the first run: no model of that name yet, so no baseline, and the upload makes the model
     assert find_baseline("flowers", **where) == ""
     export_1 = upload_export(gcs, "root/flowers-1/export/exported_model", "a" * 64)

@@ -1,0 +1,116 @@
+"""Every pipeline parameter, declared once: its default and what it means.
+
+The step configs (``ConvertConfig``, ``TextConvertConfig``, ``TrainConfig``, ``EvaluateConfig``) take their defaults
+from here, and check the values (one place per rule); the DAG's signature (``pipeline/dag.py``) takes its defaults
+from here, and passes every value to its steps, whose KFP wrappers have no defaults of their own; the command lines
+(each step's and ``run-local``'s) take their help from here. ``tests/test_parameters.py`` fails when a default literal
+of a parameter named here appears anywhere else.
+
+The choices of a parameter live beside the code that acts on them (``components.models.MODELS``,
+``components.train.placement.PRECISIONS`` ...), and are read from there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from components.imaging import AUTO_IMAGE_SIZE
+
+
+@dataclass(frozen=True)
+class Param:
+    """A parameter's default, what it means (``help``, without the default), and the flag users type when it is
+    not the parameter's name with dashes."""
+
+    default: Any
+    help: str
+    flag: str = ""
+    shown: str = ""  # the default as users write it, where that is not the value (image_size 0: auto)
+
+    def help_with_default(self) -> str:
+        shown = self.shown or (self.default if self.default not in ("", [], ()) else "none")
+        return f"{self.help} (default {shown})"
+
+
+def flag_of(name: str, params: dict[str, Param]) -> str:
+    """The command-line flag of parameter ``name``: ``per_replica_batch_size`` -> ``--batch-size``."""
+    param = params.get(name)
+    return param.flag if param is not None and param.flag else "--" + name.replace("_", "-")
+
+
+def defaults(params: dict[str, Param]) -> dict[str, Any]:
+    return {name: param.default for name, param in params.items()}
+
+
+# the convert step, images and texts
+CONVERT = {
+    "image_size": Param(
+        AUTO_IMAGE_SIZE,
+        "square side of the converted images; auto (0 in the DAG): the source images' median shorter side, "
+        "at most 192 and at least 16",
+        shown="auto",
+    ),
+    "validation_fraction": Param(0.1, "share of the examples hashed into the validation split"),
+    "test_fraction": Param(0.1, "share of the examples hashed into the test split"),
+    "num_shards": Param(0, "TFRecord shards per split; 0: a count for shards of about 150 MB"),
+    "max_bad_fraction": Param(0.01, "share of unreadable files quarantined before the conversion fails"),
+    "classes": Param(
+        (), "the class names in index order (keep it across retraining); empty: the sorted folder names or labels"
+    ),
+    "modality": Param(
+        "auto",
+        "what the source holds: auto (a .jsonl, or folders of .txt files, are texts; a .csv "
+        "is an image manifest unless text), image or text",
+    ),
+}
+# the convert step, texts only
+TEXT = {
+    "vocabulary_size": Param(15_000, "ids in the vocabulary, padding and out-of-vocabulary included"),
+    "sequence_length": Param(250, "token ids per text, cut or padded at the end"),
+    "text_column": Param("text", "the text's column of a CSV or JSONL source"),
+    "label_column": Param("label", "the label's column of a CSV or JSONL source"),
+}
+TRAIN = {
+    "model_name": Param(
+        "auto",
+        "the architecture; auto: the codelab convnet with batch norm for images, the article's LSTM for texts",
+        flag="--model",
+    ),
+    "epochs": Param(20, "training epochs"),
+    "per_replica_batch_size": Param(
+        32,
+        "per-device batch size, rounded up to a multiple of 8; the global batch is this times the devices",
+        flag="--batch-size",
+    ),
+    "learning_rate": Param(0.002, "Adam's learning rate, the peak with a schedule"),
+    "lr_schedule": Param("constant", "the learning-rate schedule"),
+    "precision": Param(
+        "auto",
+        "training precision; auto: bfloat16 where the hardware has it (TPUs, GPUs from "
+        "compute capability 8.0, CPUs with AMX or AVX512-BF16), float32 elsewhere",
+    ),
+    "backend": Param(
+        "auto", "Keras backend; auto: JAX on TPUs, elsewhere the one bench/train.py measured faster there"
+    ),
+    "jit_compile": Param(False, "compile TensorFlow's training step with XLA (JAX always does)"),
+    "steps_per_execution": Param(1, "training steps per compiled call"),
+    "augment": Param(False, "random flips, brightness and saturation"),
+    "seed": Param(42, "the seed of the weights, the shuffles and the augmentation"),
+}
+DEPLOY = {
+    # the smallest general-purpose machine Vertex AI serves a TensorFlow CPU model on
+    "machine_type": Param("n1-standard-2", "the serving machine"),
+    "min_replicas": Param(1, "serving replicas at least"),
+    "max_replicas": Param(1, "serving replicas at most (autoscaling between the two)"),
+}
+EVALUATE = {
+    # the codelab's transfer-learning baseline on the flowers: a model below it is not worth serving
+    "min_accuracy": Param(0.75, "bless (and so export) only at this test accuracy or more"),
+    "max_accuracy_drop": Param(0.0, "how much less accurate than the baseline still blesses"),
+    "baseline": Param(
+        "",
+        "the model in service, evaluated on the same examples (a train or export step output, or the SavedModel "
+        "folder the Model Registry holds; gs:// read through /gcs/): bless only if not worse than it",
+    ),
+}
