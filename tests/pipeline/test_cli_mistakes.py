@@ -161,7 +161,8 @@ def test_a_mistyped_model_is_refused_with_the_choices(capsys):
 def test_run_local_has_a_flag_for_every_pipeline_parameter():
     """One declaration: the DAG's signature. Each parameter is a run-local flag, under its own name or (for a few)
     a shorter one, or is set by run-local itself."""
-    from pipeline.__main__ import CLOUD_ONLY, LOCAL_OWN, dag_parameters, local_parameters, parse
+    from pipeline.__main__ import parse
+    from pipeline.cli.local import CLOUD_ONLY, LOCAL_OWN, dag_parameters, local_parameters
 
     args, _ = parse(["run-local", "--seed", "7", "--augment", "--classes", "b, a", "--num-shards", "2",
                      "--jit-compile", "--batch-size", "16", "--model", "squeezenet"])  # fmt: skip
