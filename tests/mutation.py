@@ -38,10 +38,13 @@ GROUPS = {
         "list_npz",
         "_npz_arrays",
         "list_source",
-        "in_class_order",
-        "_is_hidden",
-        "content_digest",
         "assign_split",
+    )
+    + functions(
+        "components.convert.common",
+        "in_class_order",
+        "is_hidden",
+        "content_digest",
         "split_for_digest",
         "check_split_options",
     ),

@@ -29,21 +29,21 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from components.cli import UsageError, one_line
-from components.convert.core import (
+from components.convert.common import (
     DUPLICATE_TAG,
     QUARANTINE_FILE,
     QUARANTINE_TAG,
     ConversionError,
     KeepFirstCopy,
     WriteSplit,
-    _count_key,
-    _is_hidden,
     check_beam_args,
     check_output_is_empty,
     check_split_options,
     content_digest,
+    count_key,
     fingerprint_of,
     in_class_order,
+    is_hidden,
     summarize_counts,
     warn_small_classes,
     write_records,
@@ -191,7 +191,7 @@ def any_source_fingerprint(source: str, classes: Sequence[str] = CONVERT["classe
 
 def _match(pattern: str) -> list:
     (result,) = FileSystems.match([pattern])
-    return [meta for meta in result.metadata_list if not _is_hidden(meta.path)]
+    return [meta for meta in result.metadata_list if not is_hidden(meta.path)]
 
 
 def list_text_folder(root: str) -> TextListing:
@@ -458,7 +458,7 @@ def text_graph(pipeline, config: TextConvertConfig, listing: TextListing, staged
             Tokenize(listing.class_names, config.sequence_length), beam.pvalue.AsSingleton(vocabulary), split
         ).with_outputs("tally", main="examples")
         _ = tokenized["examples"] | f"Write{split.title()}" >> WriteSplit(output_dir, split, shards[split])
-        written.append(tokenized["examples"] | f"Key{split.title()}" >> beam.Map(_count_key, split))
+        written.append(tokenized["examples"] | f"Key{split.title()}" >> beam.Map(count_key, split))
         tallies.append(tokenized["tally"])
     counts = (written | "AllCounts" >> beam.Flatten() | "CountPerClass" >> beam.combiners.Count.PerElement()
               | "GatherCounts" >> beam.combiners.ToList())  # fmt: skip
