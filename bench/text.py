@@ -92,8 +92,11 @@ def beam_conversion(root: str, output: str, vocabulary_size: int, sequence_lengt
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--texts", type=int, default=4000)
-    parser.add_argument("--vocabulary-size", type=int, default=15_000)
-    parser.add_argument("--sequence-length", type=int, default=250)
+    from components.params import TEXT
+
+    for name in ("vocabulary_size", "sequence_length"):  # the pipeline's own (the article's) defaults
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=TEXT[name].default,
+                            help=TEXT[name].help_with_default())  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-text-") as work:
         root = os.path.join(work, "aclImdb")

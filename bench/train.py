@@ -272,6 +272,7 @@ def gpu_models() -> list[str]:
 
 def main() -> None:
     from components.models import MODELS, modality_of
+    from components.params import TEXT
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=256, help="synthetic JPEGs (or texts) to write (default 256)")
@@ -281,8 +282,9 @@ def main() -> None:
         choices=sorted(MODELS),
         help="the model to train (default %(default)s); a text model trains on synthetic token ids",
     )
-    parser.add_argument("--sequence-length", type=int, default=250, help="text models: ids a text (default 250)")
-    parser.add_argument("--vocabulary-size", type=int, default=15_000, help="text models (default 15000)")
+    for name in ("sequence_length", "vocabulary_size"):  # the pipeline's own (the article's) defaults
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=TEXT[name].default,
+                            help=f"text models: {TEXT[name].help_with_default()}")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=16, help="per-device batch (default 16)")
     parser.add_argument("--image-size", type=int, default=192, help="default 192 (the codelab's)")
     parser.add_argument("--only", choices=BACKENDS, help="measure one backend")
