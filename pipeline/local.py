@@ -539,7 +539,7 @@ def resolve_source(config: LocalRunConfig) -> tuple[str, str]:
     """The source the DAG reads, and its fingerprint: the user's (absolute), checked as the fingerprint step will
     check it, so that a wrong path fails in one line before anything is written; or the demo digits, written under
     the work dir."""
-    from components.convert.text import any_source_fingerprint
+    from components.convert.dispatch import fingerprint_source
     from components.demo_data import write_digits
 
     if not config.source:
@@ -549,7 +549,7 @@ def resolve_source(config: LocalRunConfig) -> tuple[str, str]:
         source = os.path.abspath(config.source) if "://" not in config.source else config.source
     text = {name: config.parameters[name] for name in ("modality", "text_column", "label_column")
             if name in config.parameters}  # fmt: skip
-    return source, any_source_fingerprint(source, config.parameters.get("classes") or (), **text)
+    return source, fingerprint_source(source, config.parameters.get("classes") or (), **text)
 
 
 def export_parity(summary: dict, crossed: dict) -> str:

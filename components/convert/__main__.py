@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import add_param, config_from_args, configure_logging, image_size_flag, run_main
-from components.convert.core import ConversionError, ConvertConfig, run
-from components.convert.text import TextConvertConfig, resolve_modality, run_text
+from components.cli import add_param, configure_logging, image_size_flag, run_main
+from components.convert.core import ConversionError, ConvertConfig
+from components.convert.dispatch import convert_source
 from components.params import CONVERT, TEXT
 from components.schema import MODALITIES
 
@@ -69,12 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = build_parser().parse_known_args(argv)
     configure_logging(args.verbose)
-    modality = resolve_modality(args.modality, args.source)
     try:
-        if modality == "text":
-            stats = run_text(config_from_args(TextConvertConfig, args, pipeline_args=tuple(beam_args)))
-        else:
-            stats = run(config_from_args(ConvertConfig, args, pipeline_args=tuple(beam_args)))
+        stats = convert_source(args.modality, {**vars(args), "pipeline_args": tuple(beam_args)})
     except ConversionError as err:
         print(f"error: {err}")
         return 1

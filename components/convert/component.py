@@ -33,23 +33,23 @@ def convert(
     import logging
 
     from components.cli import configure_logging
-    from components.convert.core import ConvertConfig, run
+    from components.convert.dispatch import convert_source
     from components.convert.staging import runs_locally
-    from components.convert.text import TextConvertConfig, resolve_modality, run_text
 
     configure_logging()
     # the local engine writes through KFP's /gcs mount (examples.path); a remote runner's workers (Dataflow) have
     # no such mount, so Beam gets the artifact's gs:// URI, and the stats are read back from there
     output_dir = examples.path if runs_locally(beam_args or ()) else examples.uri
-    common = dict(source=source, output_dir=output_dir, validation_fraction=validation_fraction,
-                  test_fraction=test_fraction, num_shards=num_shards, max_bad_fraction=max_bad_fraction,
-                  classes=tuple(classes), pipeline_args=tuple(beam_args or ()))  # fmt: skip
-    if resolve_modality(modality, source) == "text":
-        stats = run_text(TextConvertConfig(**common, vocabulary_size=vocabulary_size, sequence_length=sequence_length,
-                                           text_column=text_column, label_column=label_column))  # fmt: skip
+    stats = convert_source(modality, dict(
+        source=source, output_dir=output_dir, validation_fraction=validation_fraction, test_fraction=test_fraction,
+        num_shards=num_shards, max_bad_fraction=max_bad_fraction, classes=tuple(classes),
+        pipeline_args=tuple(beam_args or ()), image_size=image_size, max_pixels=max_pixels,
+        vocabulary_size=vocabulary_size, sequence_length=sequence_length, text_column=text_column,
+        label_column=label_column,
+    ))  # fmt: skip
+    if stats.get("modality") == "text":
         shape = {"sequence_length": stats["sequence_length"], "vocabulary_size": stats["vocabulary_size"]}
     else:
-        stats = run(ConvertConfig(**common, image_size=image_size, max_pixels=max_pixels))
         shape = {"image_size": stats["image_size"], "image_size_auto": stats.get("image_size_auto") or ""}
     examples.metadata.update(
         {
@@ -83,10 +83,10 @@ def fingerprint(
     """The source's fingerprint (paths, sizes, modification times): feeds convert's cache key. Never cached itself:
     the DAG passes the run's id as ``run_id``, an input that changes on every run whatever the caching setting."""
     from components.cli import configure_logging
-    from components.convert.text import any_source_fingerprint
+    from components.convert.dispatch import fingerprint_source
 
     configure_logging()
-    return any_source_fingerprint(source, tuple(classes), modality, text_column, label_column)
+    return fingerprint_source(source, tuple(classes), modality, text_column, label_column)
 
 
 def make_fingerprint_component(base_image: str):

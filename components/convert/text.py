@@ -178,17 +178,6 @@ def text_source_fingerprint(source: str, classes: Sequence[str] = CONVERT["class
     return list_text_source(config).fingerprint
 
 
-def any_source_fingerprint(source: str, classes: Sequence[str] = CONVERT["classes"].default,
-                           modality: str = CONVERT["modality"].default, text_column: str = TEXT["text_column"].default,
-                           label_column: str = TEXT["label_column"].default) -> str:  # fmt: skip
-    """The fingerprint of any source convert takes, images or texts, as its conversion will record it."""
-    from components.convert.core import source_fingerprint
-
-    if resolve_modality(modality, source) == "text":
-        return text_source_fingerprint(source, classes, text_column, label_column)
-    return source_fingerprint(source, classes)
-
-
 def _match(pattern: str) -> list:
     (result,) = FileSystems.match([pattern])
     return [meta for meta in result.metadata_list if not is_hidden(meta.path)]
