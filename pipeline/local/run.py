@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
 import os
 import re
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -16,6 +13,9 @@ from components.artifacts.exported import EXPORT_FILE
 from components.imaging import AUTO_IMAGE_SIZE
 from pipeline.accelerators import DEFAULT_ACCELERATOR
 from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
+from pipeline.local.docker import check_docker, docker_runner
+from pipeline.local.progress import RUN_LOG, quiet
+from pipeline.local.summary import TRAINING_FACTS, epochs_done, registry_outcome, step_outcome, training_run
 
 log = logging.getLogger(__name__)
 
@@ -270,97 +270,11 @@ def run_local(config: LocalRunConfig) -> dict:
     return summary
 
 
-RUN_LOG = "run.log"
-# what the terminal shows without -v: each step starting and ending (or served from the cache), our own steps'
-# progress lines, and any warning or error; the rest (KFP's executor input dumps, framework start-up lines, the
-# orchestrator's tables) is in run.log
-STEP_STARTED = re.compile(r"Executing task '([^']+)'")
-STEP_ENDED = re.compile(r"Task '([^']+)' finished with status (\w+)")
-STEP_CACHED = re.compile(r"Task '?([\w-]+)'? cache hit")
-STEP_LOG = re.compile(r"^\s*\[KFP Executor \S+ \S+ (INFO|WARNING|ERROR)\]: (.+)$")  # a step's logging line
-KFP_OWN = ("Looking for component", "Loading KFP component", "Got executor_input", "Wrote executor output")
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class _Progress(io.TextIOBase):
-    """A stream that keeps everything in the run log and echoes the progress lines to the terminal."""
-
-    def __init__(self, log_file, terminal, verbose: bool = False, resumed: bool = False):
-        self.log_file, self.terminal, self.pending, self.started = log_file, terminal, "", {}
-        self.verbose = verbose  # everything to the terminal too
-        self.resumed = resumed  # cache hits are the steps the interrupted run finished
-        self.running: list[str] = []  # the steps started and not ended, latest last
-
-    def write(self, text: str) -> int:
-        self.log_file.write(text)
-        if self.verbose:
-            self.terminal.write(text)
-            return len(text)
-        self.pending += text
-        *lines, self.pending = self.pending.split("\n")
-        for line in lines:
-            self.echo(ANSI.sub("", line))
-        return len(text)
-
-    def flush(self) -> None:
-        self.log_file.flush()
-        self.terminal.flush()
-
-    def echo(self, line: str) -> None:
-        now = time.monotonic()
-        if match := STEP_STARTED.search(line):
-            self.started[match.group(1)] = now
-            self.running.append(match.group(1))
-            print(f"  {match.group(1)}: running", file=self.terminal, flush=True)
-        elif match := STEP_ENDED.search(line):
-            took = now - self.started.get(match.group(1), now)
-            if match.group(1) in self.running:
-                self.running.remove(match.group(1))
-            print(f"  {match.group(1)}: {match.group(2).lower()} ({took:.1f}s)", file=self.terminal, flush=True)
-        elif match := STEP_CACHED.search(line):
-            whose = "done before the interruption, or in an earlier run" if self.resumed else "an earlier run's outputs"
-            print(f"  {match.group(1)}: cached ({whose})", file=self.terminal, flush=True)
-        elif (match := STEP_LOG.match(line)) and not match.group(2).startswith(KFP_OWN):
-            level = "" if match.group(1) == "INFO" else f"{match.group(1)}: "
-            print(f"    {level}{match.group(2)}", file=self.terminal, flush=True)
-
-
-@contextlib.contextmanager
-def quiet(log_path: str, verbose: bool, resumed: bool = False):
-    """The orchestrator's and the steps' output, all of it into ``log_path``; on the terminal, only the progress
-    (or everything with ``verbose``). Yields the progress stream (``running``: the steps running now)."""
-    import warnings
-
-    with open(log_path, "w", encoding="utf-8") as log_file:
-        terminal = sys.stdout
-        progress = _Progress(log_file, terminal, verbose, resumed)
-        # kfp.local logs some lines (a task's cache hit) through the root logger's handlers, set up before
-        handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
-        streams = [h.setStream(progress) for h in handlers]
-        previous = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
-        if not verbose:  # the steps' TensorFlow start-up lines (they are subprocesses)
-            os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
-        try:
-            with warnings.catch_warnings(), contextlib.redirect_stdout(progress), contextlib.redirect_stderr(progress):
-                if not verbose:
-                    warnings.filterwarnings("ignore", message=".*non-Python base image.*")
-                yield progress
-        finally:
-            for handler, stream in zip(handlers, streams, strict=True):
-                handler.setStream(stream)
-            if previous is None:
-                os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
-            else:
-                os.environ["TF_CPP_MIN_LOG_LEVEL"] = previous
-            print(f"  the steps' full output: {log_path}", file=terminal, flush=True)
-
-
 def run_dag(spec: dict, parameters: dict, failures: str, environment: dict[str, str]):
     """Runs the compiled DAG under kfp.local, the steps (subprocesses) seeing ``environment`` too; returns its
     outputs. A failed step raises ``StepFailedError`` with the step's name and its own one-line error (which the step
     leaves in ``failures``), not kfp.local's traceback."""
     import json
-    import re
 
     import yaml
     from kfp import components
@@ -393,101 +307,6 @@ def run_dag(spec: dict, parameters: dict, failures: str, environment: dict[str, 
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-
-
-# what the train step recorded in model_config.json that the summary repeats
-TRAINING_FACTS = ("model_name", "backend", "backend_reason", "strategy", "replicas", "accelerator", "precision",
-                  "per_replica_batch_size", "global_batch_size")  # fmt: skip
-
-
-def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
-    """The epochs, learning rate and schedule the run used (given, or the pipeline's defaults), and where training
-    ended: the final epoch's validation accuracy; after how many epochs it resumed from a checkpoint (0: it did not)."""
-    from components.artifacts.model import HISTORY_FILE
-    from components.storage import exists, read_json
-
-    used = {name: parameter_used(name, spec, parameters) for name in ("epochs", "learning_rate", "lr_schedule")}
-    used["epochs"] = int(used["epochs"])
-    path = os.path.join(model_dir, HISTORY_FILE)
-    recorded = read_json(path) if exists(path) else {}
-    accuracies = recorded.get("history", {}).get("val_accuracy") or [None]
-    return {**used, "final_validation_accuracy": accuracies[-1],
-            "resumed_after_epoch": recorded.get("resumed_after_epoch", 0)}  # fmt: skip
-
-
-def parameter_used(name: str, spec: dict, parameters: dict):
-    """A pipeline parameter's value in this run: as given, or the DAG's default."""
-    return parameters.get(name, spec["root"]["inputDefinitions"]["parameters"][name].get("defaultValue"))
-
-
-def check_docker(images: Images, train_image: str) -> None:
-    """Before anything runs: a Docker engine answers, and the images the local DAG's steps run in are here."""
-    import docker
-
-    from components.cli import UsageError
-
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as err:  # no engine, no socket, no permission on it
-        raise UsageError(f"--runner docker: no Docker engine answers ({type(err).__name__}): start one, or leave "
-                         "--runner out to run the steps in this Python") from None  # fmt: skip
-    for image in (images.uri(PIPELINE_IMAGE), images.uri(train_image)):
-        if not client.images.list(name=image):
-            raise UsageError(f"--runner docker: image {image} is not here: build it with `make images` (REGISTRY=... "
-                             "TAG=... to match --image-registry and --image-tag)")  # fmt: skip
-
-
-def docker_runner(shared: list[str], environment: dict[str, str]):
-    """kfp.local's DockerRunner (``check_docker`` first). The steps run as the invoking user (so that what they write
-    is the user's, and they can write what the user can), with ``shared`` folders (the work dir, the source, ...)
-    bound at their own paths and ``environment`` set (kfp.local binds only the pipeline root)."""
-    import docker
-    from kfp import local
-
-    folders = sorted({folder_of(path) for path in shared if path})
-    folders = [f for f in folders if not any(f.startswith(other + os.sep) for other in folders)]  # once, at the top
-    mounts = [docker.types.Mount(target=path, source=path, type="bind") for path in folders]
-    return local.DockerRunner(user=f"{os.getuid()}:{os.getgid()}", mounts=mounts, environment=environment)
-
-
-def folder_of(path: str) -> str:
-    """The folder to bind for a path a step reads: itself, or the folder of a file (a manifest, an .npz) or of a glob's
-    first wildcard."""
-    import glob
-
-    path = os.path.abspath(path)
-    while glob.has_magic(path) or (os.path.exists(path) and not os.path.isdir(path)):
-        path = os.path.dirname(path)
-    return path
-
-
-def step_outcome(path: str, run_dir: str, interrupted_dirs: tuple[str, ...]) -> str:
-    """How a step's output came to be: ``ran`` in this run, ``reused`` from the attempt that was interrupted, or
-    ``cached`` from an earlier run."""
-    if run_dir and path.startswith(run_dir + os.sep):
-        return "ran"
-    return "reused" if any(path.startswith(folder + os.sep) for folder in interrupted_dirs) else "cached"
-
-
-def epochs_done(checkpoints: str, parameters: dict, spec: dict) -> str:
-    """ " (after epoch N of M)" when training was interrupted with N epochs kept in its checkpoints, else ""."""
-    from components.train.core import epochs_kept
-
-    done = epochs_kept(checkpoints)
-    return f" (after epoch {done} of {int(parameter_used('epochs', spec, parameters))})" if done else ""
-
-
-def registry_outcome(registry: str, outputs) -> dict:
-    """What became of the model in the registry: registered as a version, or skipped and why."""
-    import json
-
-    if not registry:
-        return {"action": "skipped", "reason": "a local run without --registry (the cloud DAG registers on Vertex AI)"}
-    decided = outputs["registration"]
-    if not decided:
-        return {"action": "skipped", "reason": "not blessed", "registry": registry}
-    return {**json.loads(decided), "registry": registry}
 
 
 def check_registry(registry: str) -> str:
@@ -550,99 +369,3 @@ def resolve_source(config: LocalRunConfig) -> tuple[str, str]:
     text = {name: config.parameters[name] for name in ("modality", "text_column", "label_column")
             if name in config.parameters}  # fmt: skip
     return source, fingerprint_source(source, config.parameters.get("classes") or (), **text)
-
-
-def export_parity(summary: dict, crossed: dict) -> str:
-    """The export's agreement with the trained model, and with the training backend's own predictions."""
-    text = f"{summary['export_agreement']:.4f} argmax agreement with the trained model"
-    if crossed.get("num_examples"):
-        text += (
-            f"; {crossed['argmax_agreement']:.4f} with {crossed['trained_backend']}'s own predictions on "
-            f"{crossed['num_examples']} validation examples (largest probability difference "
-            f"{crossed['max_probability_difference']:.1e})"
-        )
-    return text
-
-
-def registry_line(outcome: dict) -> str:
-    if outcome["action"] == "registered":
-        return f"version {outcome['version']} is the default  {outcome['uri']}"
-    if "registry" not in outcome:
-        return "skipped (local run; --registry DIR keeps each blessed export as a version)"
-    return f"unchanged: {outcome['reason']}  ({outcome['registry']})"
-
-
-def model_line(training: dict) -> str:
-    """What was trained and how: the architecture, epochs, learning rate, batch, and where validation ended."""
-    line = (
-        f"{training.get('model_name')}, {training.get('epochs')} epochs, learning rate {training.get('learning_rate')} "
-        f"({training.get('lr_schedule')}), batch {training.get('global_batch_size')}"
-    )
-    final = training.get("final_validation_accuracy")
-    line = line if final is None else f"{line}, final validation accuracy {final:.4f}"
-    resumed = training.get("resumed_after_epoch")
-    return f"{line} (resumed after epoch {resumed})" if resumed else line
-
-
-def screenshot_line(drawn: dict | None) -> str:
-    if not drawn:
-        return "the browser could not draw the report (see the log)"
-    blank = ", BLANK" if drawn["blank"] else ""
-    return f"{drawn['path']} ({drawn['loaded']} of {drawn['images']} pictures loaded{blank})"
-
-
-def image_size_line(summary: dict) -> str:
-    size = summary["image_size"]
-    return f"{size}x{size}" + (f" (auto: {summary['image_size_auto']})" if summary.get("image_size_auto") else "")
-
-
-def client_files_line(raw: dict) -> str:
-    """The SavedModel on the test files as clients send them, beside their TFRecords (export.json's raw_files)."""
-    left = [f"{raw['without_file']} without a file"] if raw.get("without_file") else []
-    left += [f"{count} {kind} refused" for kind, count in (raw.get("refused_formats") or {}).items()]
-    line = (f"test accuracy {raw['test_accuracy']:.4f} on the {raw['num_files']} test files as sent, "
-            f"{raw['tfrecord_test_accuracy']:.4f} on their TFRecords")  # fmt: skip
-    return line + (f" ({', '.join(left)})" if left else "")
-
-
-def format_summary(summary: dict, summary_path: str) -> str:
-    """The readable summary printed at the end of a local run."""
-    counts = " / ".join(f"{split} {count}" for split, count in summary["counts"].items())
-    exported = summary.get("export_json") is not None
-    not_exported = "- (not blessed: nothing exported)"
-    training = summary["training"]
-    crossed = summary.get("backend_parity") or {}
-    raw = summary.get("raw_files") or {}
-    rows = [
-        ("examples", f"{counts}  ({len(summary['class_names'])} classes, {summary['quarantined']} quarantined)"),
-        *([("image size", image_size_line(summary))] if summary.get("image_size") else []),
-        ("model", model_line(training)),
-        (
-            "training",
-            f"{training['backend']}, {training['strategy']} over {training['replicas']} "
-            f"{training['accelerator']} device(s), {training['precision']} ({training['backend_reason']})",
-        ),
-        ("steps", ", ".join(f"{step} {how}" for step, how in summary.get("steps", {}).items())),
-        ("test accuracy", f"{summary['test_accuracy']:.4f}"),
-        ("baseline", summary.get("baseline") or "none"),
-        ("blessed", f"{'yes' if summary.get('blessed') else 'NO'}: {'; '.join(summary.get('reasons', []))}"),
-        ("export parity", export_parity(summary, crossed) if exported else not_exported),
-        *([("client files", client_files_line(raw))] if raw.get("num_files") else []),
-        ("TFRecords", summary["examples_dir"]),
-        ("SavedModel", summary["saved_model_dir"] or not_exported),
-        *(
-            (name, f"{entry['bytes'] / 1e6:.2f} MB, test accuracy {entry['test_accuracy']:.4f}  {entry['path']}")
-            for name, entry in summary.get("formats", {}).items()
-            if name != "saved_model"
-        ),
-        ("registry", registry_line(summary["registry"])),
-        ("metrics", summary["metrics_json"]),
-        ("report", summary.get("report_html") or "-"),
-        *([("screenshot", screenshot_line(summary["report_screenshot"]))] if "report_screenshot" in summary else []),
-        ("summary", summary_path),
-    ]
-    width = max(len(name) for name, _ in rows)
-    steps = "convert -> train -> evaluate -> " + ("export" if exported else "not blessed, so no export")
-    lines = [f"{summary['pipeline']}: {steps}: finished in {summary['wall_seconds']}s"]
-    lines += [f"  {name.ljust(width)}  {value}" for name, value in rows]
-    return "\n".join(lines)

@@ -1,0 +1,25 @@
+"""``run-local``: the whole DAG on this machine under ``kfp.local``. ``run.py`` runs it (and resumes an interrupted
+run, with ``pipeline/resume.py``), ``progress.py`` shows it, ``summary.py`` reports it, ``docker.py`` runs the steps
+in their images."""
+
+from pipeline.local.run import (
+    DEFAULT_WORK_DIR,
+    DEMO_EPOCHS,
+    SUMMARY_FILE,
+    LocalRunConfig,
+    resolve_source,
+    run_identity,
+    run_local,
+)
+from pipeline.local.summary import format_summary
+
+__all__ = [
+    "DEFAULT_WORK_DIR",
+    "DEMO_EPOCHS",
+    "SUMMARY_FILE",
+    "LocalRunConfig",
+    "format_summary",
+    "resolve_source",
+    "run_identity",
+    "run_local",
+]

@@ -1,0 +1,104 @@
+"""What run-local shows while the DAG runs: each step as it starts and ends, the steps' own progress lines and
+warnings; everything else the orchestrator and the steps print goes to ``run.log``."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import re
+import sys
+import time
+
+log = logging.getLogger(__name__)
+
+RUN_LOG = "run.log"
+
+# what the terminal shows without -v: each step starting and ending (or served from the cache), our own steps'
+# progress lines, and any warning or error; the rest (KFP's executor input dumps, framework start-up lines, the
+# orchestrator's tables) is in run.log
+STEP_STARTED = re.compile(r"Executing task '([^']+)'")
+
+STEP_ENDED = re.compile(r"Task '([^']+)' finished with status (\w+)")
+
+STEP_CACHED = re.compile(r"Task '?([\w-]+)'? cache hit")
+
+STEP_LOG = re.compile(r"^\s*\[KFP Executor \S+ \S+ (INFO|WARNING|ERROR)\]: (.+)$")  # a step's logging line
+
+KFP_OWN = ("Looking for component", "Loading KFP component", "Got executor_input", "Wrote executor output")
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class _Progress(io.TextIOBase):
+    """A stream that keeps everything in the run log and echoes the progress lines to the terminal."""
+
+    def __init__(self, log_file, terminal, verbose: bool = False, resumed: bool = False):
+        self.log_file, self.terminal, self.pending, self.started = log_file, terminal, "", {}
+        self.verbose = verbose  # everything to the terminal too
+        self.resumed = resumed  # cache hits are the steps the interrupted run finished
+        self.running: list[str] = []  # the steps started and not ended, latest last
+
+    def write(self, text: str) -> int:
+        self.log_file.write(text)
+        if self.verbose:
+            self.terminal.write(text)
+            return len(text)
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            self.echo(ANSI.sub("", line))
+        return len(text)
+
+    def flush(self) -> None:
+        self.log_file.flush()
+        self.terminal.flush()
+
+    def echo(self, line: str) -> None:
+        now = time.monotonic()
+        if match := STEP_STARTED.search(line):
+            self.started[match.group(1)] = now
+            self.running.append(match.group(1))
+            print(f"  {match.group(1)}: running", file=self.terminal, flush=True)
+        elif match := STEP_ENDED.search(line):
+            took = now - self.started.get(match.group(1), now)
+            if match.group(1) in self.running:
+                self.running.remove(match.group(1))
+            print(f"  {match.group(1)}: {match.group(2).lower()} ({took:.1f}s)", file=self.terminal, flush=True)
+        elif match := STEP_CACHED.search(line):
+            whose = "done before the interruption, or in an earlier run" if self.resumed else "an earlier run's outputs"
+            print(f"  {match.group(1)}: cached ({whose})", file=self.terminal, flush=True)
+        elif (match := STEP_LOG.match(line)) and not match.group(2).startswith(KFP_OWN):
+            level = "" if match.group(1) == "INFO" else f"{match.group(1)}: "
+            print(f"    {level}{match.group(2)}", file=self.terminal, flush=True)
+
+
+@contextlib.contextmanager
+def quiet(log_path: str, verbose: bool, resumed: bool = False):
+    """The orchestrator's and the steps' output, all of it into ``log_path``; on the terminal, only the progress
+    (or everything with ``verbose``). Yields the progress stream (``running``: the steps running now)."""
+    import warnings
+
+    with open(log_path, "w", encoding="utf-8") as log_file:
+        terminal = sys.stdout
+        progress = _Progress(log_file, terminal, verbose, resumed)
+        # kfp.local logs some lines (a task's cache hit) through the root logger's handlers, set up before
+        handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+        streams = [h.setStream(progress) for h in handlers]
+        previous = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+        if not verbose:  # the steps' TensorFlow start-up lines (they are subprocesses)
+            os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(progress), contextlib.redirect_stderr(progress):
+                if not verbose:
+                    warnings.filterwarnings("ignore", message=".*non-Python base image.*")
+                yield progress
+        finally:
+            for handler, stream in zip(handlers, streams, strict=True):
+                handler.setStream(stream)
+            if previous is None:
+                os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+            else:
+                os.environ["TF_CPP_MIN_LOG_LEVEL"] = previous
+            print(f"  the steps' full output: {log_path}", file=terminal, flush=True)

@@ -1,0 +1,157 @@
+"""What run-local reports when the DAG is done: the facts of each step's outcome, and the summary printed on the
+terminal (``summary.json`` holds the same)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+# what the train step recorded in model_config.json that the summary repeats
+TRAINING_FACTS = ("model_name", "backend", "backend_reason", "strategy", "replicas", "accelerator", "precision",
+                  "per_replica_batch_size", "global_batch_size")  # fmt: skip
+
+
+def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
+    """The epochs, learning rate and schedule the run used (given, or the pipeline's defaults), and where training
+    ended: the final epoch's validation accuracy; after how many epochs it resumed from a checkpoint (0: it did not)."""
+    from components.artifacts.model import HISTORY_FILE
+    from components.storage import exists, read_json
+
+    used = {name: parameter_used(name, spec, parameters) for name in ("epochs", "learning_rate", "lr_schedule")}
+    used["epochs"] = int(used["epochs"])
+    path = os.path.join(model_dir, HISTORY_FILE)
+    recorded = read_json(path) if exists(path) else {}
+    accuracies = recorded.get("history", {}).get("val_accuracy") or [None]
+    return {**used, "final_validation_accuracy": accuracies[-1],
+            "resumed_after_epoch": recorded.get("resumed_after_epoch", 0)}  # fmt: skip
+
+
+def parameter_used(name: str, spec: dict, parameters: dict):
+    """A pipeline parameter's value in this run: as given, or the DAG's default."""
+    return parameters.get(name, spec["root"]["inputDefinitions"]["parameters"][name].get("defaultValue"))
+
+
+def step_outcome(path: str, run_dir: str, interrupted_dirs: tuple[str, ...]) -> str:
+    """How a step's output came to be: ``ran`` in this run, ``reused`` from the attempt that was interrupted, or
+    ``cached`` from an earlier run."""
+    if run_dir and path.startswith(run_dir + os.sep):
+        return "ran"
+    return "reused" if any(path.startswith(folder + os.sep) for folder in interrupted_dirs) else "cached"
+
+
+def epochs_done(checkpoints: str, parameters: dict, spec: dict) -> str:
+    """ " (after epoch N of M)" when training was interrupted with N epochs kept in its checkpoints, else ""."""
+    from components.train.core import epochs_kept
+
+    done = epochs_kept(checkpoints)
+    return f" (after epoch {done} of {int(parameter_used('epochs', spec, parameters))})" if done else ""
+
+
+def registry_outcome(registry: str, outputs) -> dict:
+    """What became of the model in the registry: registered as a version, or skipped and why."""
+    import json
+
+    if not registry:
+        return {"action": "skipped", "reason": "a local run without --registry (the cloud DAG registers on Vertex AI)"}
+    decided = outputs["registration"]
+    if not decided:
+        return {"action": "skipped", "reason": "not blessed", "registry": registry}
+    return {**json.loads(decided), "registry": registry}
+
+
+def export_parity(summary: dict, crossed: dict) -> str:
+    """The export's agreement with the trained model, and with the training backend's own predictions."""
+    text = f"{summary['export_agreement']:.4f} argmax agreement with the trained model"
+    if crossed.get("num_examples"):
+        text += (
+            f"; {crossed['argmax_agreement']:.4f} with {crossed['trained_backend']}'s own predictions on "
+            f"{crossed['num_examples']} validation examples (largest probability difference "
+            f"{crossed['max_probability_difference']:.1e})"
+        )
+    return text
+
+
+def registry_line(outcome: dict) -> str:
+    if outcome["action"] == "registered":
+        return f"version {outcome['version']} is the default  {outcome['uri']}"
+    if "registry" not in outcome:
+        return "skipped (local run; --registry DIR keeps each blessed export as a version)"
+    return f"unchanged: {outcome['reason']}  ({outcome['registry']})"
+
+
+def model_line(training: dict) -> str:
+    """What was trained and how: the architecture, epochs, learning rate, batch, and where validation ended."""
+    line = (
+        f"{training.get('model_name')}, {training.get('epochs')} epochs, learning rate {training.get('learning_rate')} "
+        f"({training.get('lr_schedule')}), batch {training.get('global_batch_size')}"
+    )
+    final = training.get("final_validation_accuracy")
+    line = line if final is None else f"{line}, final validation accuracy {final:.4f}"
+    resumed = training.get("resumed_after_epoch")
+    return f"{line} (resumed after epoch {resumed})" if resumed else line
+
+
+def screenshot_line(drawn: dict | None) -> str:
+    if not drawn:
+        return "the browser could not draw the report (see the log)"
+    blank = ", BLANK" if drawn["blank"] else ""
+    return f"{drawn['path']} ({drawn['loaded']} of {drawn['images']} pictures loaded{blank})"
+
+
+def image_size_line(summary: dict) -> str:
+    size = summary["image_size"]
+    return f"{size}x{size}" + (f" (auto: {summary['image_size_auto']})" if summary.get("image_size_auto") else "")
+
+
+def client_files_line(raw: dict) -> str:
+    """The SavedModel on the test files as clients send them, beside their TFRecords (export.json's raw_files)."""
+    left = [f"{raw['without_file']} without a file"] if raw.get("without_file") else []
+    left += [f"{count} {kind} refused" for kind, count in (raw.get("refused_formats") or {}).items()]
+    line = (f"test accuracy {raw['test_accuracy']:.4f} on the {raw['num_files']} test files as sent, "
+            f"{raw['tfrecord_test_accuracy']:.4f} on their TFRecords")  # fmt: skip
+    return line + (f" ({', '.join(left)})" if left else "")
+
+
+def format_summary(summary: dict, summary_path: str) -> str:
+    """The readable summary printed at the end of a local run."""
+    counts = " / ".join(f"{split} {count}" for split, count in summary["counts"].items())
+    exported = summary.get("export_json") is not None
+    not_exported = "- (not blessed: nothing exported)"
+    training = summary["training"]
+    crossed = summary.get("backend_parity") or {}
+    raw = summary.get("raw_files") or {}
+    rows = [
+        ("examples", f"{counts}  ({len(summary['class_names'])} classes, {summary['quarantined']} quarantined)"),
+        *([("image size", image_size_line(summary))] if summary.get("image_size") else []),
+        ("model", model_line(training)),
+        (
+            "training",
+            f"{training['backend']}, {training['strategy']} over {training['replicas']} "
+            f"{training['accelerator']} device(s), {training['precision']} ({training['backend_reason']})",
+        ),
+        ("steps", ", ".join(f"{step} {how}" for step, how in summary.get("steps", {}).items())),
+        ("test accuracy", f"{summary['test_accuracy']:.4f}"),
+        ("baseline", summary.get("baseline") or "none"),
+        ("blessed", f"{'yes' if summary.get('blessed') else 'NO'}: {'; '.join(summary.get('reasons', []))}"),
+        ("export parity", export_parity(summary, crossed) if exported else not_exported),
+        *([("client files", client_files_line(raw))] if raw.get("num_files") else []),
+        ("TFRecords", summary["examples_dir"]),
+        ("SavedModel", summary["saved_model_dir"] or not_exported),
+        *(
+            (name, f"{entry['bytes'] / 1e6:.2f} MB, test accuracy {entry['test_accuracy']:.4f}  {entry['path']}")
+            for name, entry in summary.get("formats", {}).items()
+            if name != "saved_model"
+        ),
+        ("registry", registry_line(summary["registry"])),
+        ("metrics", summary["metrics_json"]),
+        ("report", summary.get("report_html") or "-"),
+        *([("screenshot", screenshot_line(summary["report_screenshot"]))] if "report_screenshot" in summary else []),
+        ("summary", summary_path),
+    ]
+    width = max(len(name) for name, _ in rows)
+    steps = "convert -> train -> evaluate -> " + ("export" if exported else "not blessed, so no export")
+    lines = [f"{summary['pipeline']}: {steps}: finished in {summary['wall_seconds']}s"]
+    lines += [f"  {name.ljust(width)}  {value}" for name, value in rows]
+    return "\n".join(lines)
