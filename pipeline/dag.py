@@ -1,7 +1,8 @@
 """The KFP v2 DAG: convert -> train -> evaluate -> (blessed) export -> register. Knows the steps only through their
 KFP wrappers."""
 
-from typing import List, NamedTuple, Optional
+from dataclasses import dataclass
+from typing import Any, List, NamedTuple, Optional
 
 from kfp import dsl
 
@@ -54,132 +55,15 @@ def build_pipeline(
     Export (and registration) run only when evaluate blesses the model (``dsl.If``); otherwise the ``not-blessed``
     branch says why and the run still succeeds.
     """
-    image = images.uri(PIPELINE_IMAGE)
-    fingerprint_op = make_fingerprint_component(image)
-    convert_op = convert_component(image)
-    train_op, train_options = train_component(images.uri(train_image)), {"hosts": 1}
-    if accelerator is not None:
-        train_op, train_options = custom_training_job(images, accelerator, scheduling or Scheduling())
-    evaluate_op = evaluate_component(image)
-    not_blessed_op = make_not_blessed_component(image)
-    export_op = export_component(image)
     if registry not in (None, *REGISTRIES):
         raise ValueError(f"registry {registry!r} is not one of {REGISTRIES} or None")
-    find_baseline_op, register_op = registry_components(image, vertex=registry == "vertex")
-    deploy_op = deploy_component(image)
-    outputs = [
-        ("test_accuracy", float),
-        ("blessed", bool),
-        ("exported_model_uri", str),  # empty when the model was not blessed
-        ("examples", dsl.Dataset),
-        ("model", dsl.Model),
-        ("evaluation", dsl.Artifact),
-    ]
-    if registry:  # the model in service that evaluate compared against ("" for none), and the register decision
-        outputs += [("baseline", str), ("registration", str)]  # (JSON; "" when not blessed)
-    Outputs = NamedTuple("Outputs", outputs)  # its fields depend on the registry
+    ops = step_ops(images, accelerator, registry, train_image, scheduling or Scheduling())
+    outputs = outputs_type(registry)
 
-    def steps(source, image_size, validation_fraction, test_fraction, num_shards, max_bad_fraction, classes,
-              model_name, epochs, per_replica_batch_size, learning_rate, lr_schedule, precision, backend,
-              jit_compile, steps_per_execution, augment, seed, beam_args, min_accuracy, max_accuracy_drop,
-              baseline_model, model_display_name, model_root, modality, vocabulary_size, sequence_length,
-              text_column, label_column, tensorboard="", base_output_directory="", endpoint="",
-              **_):  # fmt: skip
-        """The steps, as the pipeline's parameters' channels flow into them."""
-        # always recomputed (the run's id is an input); an unchanged fingerprint makes convert (and all after it) a
-        # cache hit on reruns
-        text_options = {"modality": modality, "text_column": text_column, "label_column": label_column}
-        fingerprinted = fingerprint_op(source=source, classes=classes, run_id=RUN_ID, **text_options)
-        fingerprinted.set_display_name("fingerprint the source").set_caching_options(enable_caching=False)
-        converted = convert_op(
-            source=source,
-            classes=classes,
-            source_fingerprint=fingerprinted.output,
-            image_size=image_size,
-            validation_fraction=validation_fraction,
-            test_fraction=test_fraction,
-            num_shards=num_shards,
-            max_bad_fraction=max_bad_fraction,
-            beam_args=beam_args,
-            max_pixels=DEFAULT_MAX_PIXELS,
-            vocabulary_size=vocabulary_size,
-            sequence_length=sequence_length,
-            **text_options,
-        ).set_display_name("convert to TFRecords")
-        job_options = {}
-        if accelerator is not None:  # the training job's logs to a Vertex AI TensorBoard (submit --tensorboard)
-            job_options = {"tensorboard": tensorboard, "base_output_directory": base_output_directory}
-        trained = train_op(
-            **train_options,
-            **job_options,
-            examples=converted.outputs["examples"],
-            model_name=model_name,
-            epochs=epochs,
-            per_replica_batch_size=per_replica_batch_size,
-            learning_rate=learning_rate,
-            lr_schedule=lr_schedule,
-            precision=precision,
-            backend=backend,
-            jit_compile=jit_compile,
-            steps_per_execution=steps_per_execution,
-            augment=augment,
-            seed=seed,
-        ).set_display_name("train")
-        baseline = baseline_model
-        if registry:  # the registry's model in service is the baseline unless one is given; looked up on every run
-            found = find_baseline_op(
-                display_name=model_display_name, baseline=baseline_model, model_root=model_root, run_id=RUN_ID
-            )
-            found.set_display_name("find the baseline").set_caching_options(enable_caching=False)
-            baseline = found.output
-        evaluated = evaluate_op(
-            examples=converted.outputs["examples"],
-            model=trained.outputs["model"],
-            min_accuracy=min_accuracy,
-            max_accuracy_drop=max_accuracy_drop,
-            baseline=baseline,
-        ).set_display_name("evaluate and bless")
-        with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712 (a KFP condition)
-            exported = export_op(
-                model=trained.outputs["model"], examples=converted.outputs["examples"]
-            ).set_display_name("export for CPU serving")
-            if registry:
-                # on Vertex AI, the evaluation goes with the new version (the Evaluate tab) and the step outputs a
-                # google.VertexModel for GCPC's operators to chain after
-                evaluation = {"evaluation": evaluated.outputs["evaluation"]} if registry == "vertex" else {}
-                registered = register_op(
-                    exported_model=exported.outputs["exported_model"],
-                    **evaluation,
-                    display_name=model_display_name,
-                    baseline=baseline,
-                    model_root=model_root,
-                    pipeline_run=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-                )
-                registered.set_display_name(
-                    "register in the Model Registry" if registry == "vertex" else "register in the model folder"
-                ).set_caching_options(enable_caching=False)
-                # (off in pipeline.yaml; with the job's caching forced on, pipeline_run, the run's name, still keeps
-                # each run's decision its own)
-                if registry == "vertex" and accelerator is not None:  # serve the version in service, if asked
-                    with dsl.If(endpoint != "", name="deploy-to-endpoint"):
-                        deployed = deploy_op(
-                            vertex_model=registered.outputs["vertex_model"], endpoint=endpoint, **defaults(DEPLOY)
-                        )
-                        deployed.set_display_name("deploy to the endpoint").set_caching_options(enable_caching=False)
-        with dsl.Else(name="not-blessed"):
-            skipped = not_blessed_op(evaluation=evaluated.outputs["evaluation"]).set_display_name("not blessed")
-        results = {
-            "test_accuracy": evaluated.outputs["test_accuracy"],
-            "blessed": evaluated.outputs["Output"],
-            "exported_model_uri": dsl.OneOf(exported.outputs["Output"], skipped.output),
-            "examples": converted.outputs["examples"],
-            "model": trained.outputs["model"],
-            "evaluation": evaluated.outputs["evaluation"],
-        }
-        if registry:
-            results["baseline"] = found.output
-            results["registration"] = dsl.OneOf(registered.outputs["Output"], skipped.output)
-        return Outputs(**results)
+    def steps(**p):
+        """The steps, as the pipeline's parameters' channels (``p``, by name) flow into them."""
+        converted, trained = convert_and_train(ops, p, accelerator)
+        return outputs(**evaluate_and_gate(ops, p, converted, trained, registry, accelerator))
 
     def image_classifier(
         source: str,
@@ -229,12 +113,162 @@ def build_pipeline(
         return None
 
     if accelerator is None:  # the outputs run-local reports
-        image_classifier.__annotations__["return"] = Outputs
+        image_classifier.__annotations__["return"] = outputs
     return dsl.pipeline(
         name=PIPELINE_NAME,
         description="Image folder or texts -> TFRecords (Beam) -> Keras training (JAX on TPUs; GPU, CPU) -> "
         "evaluation, blessing -> CPU SavedModel and TFLite export -> Vertex AI Model Registry.",
     )(image_classifier)
+
+
+@dataclass(frozen=True)
+class StepOps:
+    """The DAG's step components, in their images, and the training job's own call arguments."""
+
+    fingerprint: Any
+    convert: Any
+    train: Any
+    train_options: dict
+    evaluate: Any
+    not_blessed: Any
+    export: Any
+    find_baseline: Any
+    register: Any
+    deploy: Any
+
+
+def step_ops(images: Images, accelerator: Optional[str], registry: Optional[str], train_image: str,
+             scheduling: Scheduling) -> StepOps:  # fmt: skip
+    """Each step's component: the training step a Vertex AI custom job on ``accelerator``'s machine, or (None) a
+    container step in ``train_image``; the registry steps of ``registry``'s flavour."""
+    image = images.uri(PIPELINE_IMAGE)
+    train_op, train_options = train_component(images.uri(train_image)), {"hosts": 1}
+    if accelerator is not None:
+        train_op, train_options = custom_training_job(images, accelerator, scheduling)
+    find_baseline_op, register_op = registry_components(image, vertex=registry == "vertex")
+    return StepOps(
+        fingerprint=make_fingerprint_component(image),
+        convert=convert_component(image),
+        train=train_op,
+        train_options=train_options,
+        evaluate=evaluate_component(image),
+        not_blessed=make_not_blessed_component(image),
+        export=export_component(image),
+        find_baseline=find_baseline_op,
+        register=register_op,
+        deploy=deploy_component(image),
+    )
+
+
+def outputs_type(registry: Optional[str]):
+    """The pipeline's outputs, whose fields depend on the registry."""
+    outputs = [
+        ("test_accuracy", float),
+        ("blessed", bool),
+        ("exported_model_uri", str),  # empty when the model was not blessed
+        ("examples", dsl.Dataset),
+        ("model", dsl.Model),
+        ("evaluation", dsl.Artifact),
+    ]
+    if registry:  # the model in service that evaluate compared against ("" for none), and the register decision
+        outputs += [("baseline", str), ("registration", str)]  # (JSON; "" when not blessed)
+    return NamedTuple("Outputs", outputs)
+
+
+# the pipeline parameters each step takes under the same name
+TEXT_INPUTS = ("modality", "text_column", "label_column")
+CONVERT_INPUTS = ("image_size", "validation_fraction", "test_fraction", "num_shards", "max_bad_fraction",
+                  "beam_args", "vocabulary_size", "sequence_length")  # fmt: skip
+
+
+def convert_and_train(ops: StepOps, p: dict, accelerator: Optional[str]):
+    """fingerprint -> convert -> train, fed the pipeline parameters' channels ``p``. The fingerprint is always
+    recomputed (the run's id is an input); an unchanged one makes convert, and all after it, a cache hit on reruns."""
+    text_options = {name: p[name] for name in TEXT_INPUTS}
+    fingerprinted = ops.fingerprint(source=p["source"], classes=p["classes"], run_id=RUN_ID, **text_options)
+    fingerprinted.set_display_name("fingerprint the source").set_caching_options(enable_caching=False)
+    converted = ops.convert(
+        source=p["source"],
+        classes=p["classes"],
+        source_fingerprint=fingerprinted.output,
+        max_pixels=DEFAULT_MAX_PIXELS,
+        **{name: p[name] for name in CONVERT_INPUTS},
+        **text_options,
+    ).set_display_name("convert to TFRecords")
+    job_options = {}
+    if accelerator is not None:  # the training job's logs to a Vertex AI TensorBoard (submit --tensorboard)
+        job_options = {"tensorboard": p["tensorboard"], "base_output_directory": p["base_output_directory"]}
+    trained = ops.train(
+        **ops.train_options, **job_options, examples=converted.outputs["examples"], **{name: p[name] for name in TRAIN}
+    ).set_display_name("train")
+    return converted, trained
+
+
+def evaluate_and_gate(ops: StepOps, p: dict, converted, trained, registry: Optional[str],
+                      accelerator: Optional[str]) -> dict:  # fmt: skip
+    """find the baseline -> evaluate and bless -> (blessed) export -> register -> deploy, or (not blessed) the step
+    that says why; returns the pipeline's outputs."""
+    baseline = p["baseline_model"]
+    if registry:  # the registry's model in service is the baseline unless one is given; looked up on every run
+        found = ops.find_baseline(display_name=p["model_display_name"], baseline=p["baseline_model"],
+                                  model_root=p["model_root"], run_id=RUN_ID)  # fmt: skip
+        found.set_display_name("find the baseline").set_caching_options(enable_caching=False)
+        baseline = found.output
+    evaluated = ops.evaluate(
+        examples=converted.outputs["examples"],
+        model=trained.outputs["model"],
+        min_accuracy=p["min_accuracy"],
+        max_accuracy_drop=p["max_accuracy_drop"],
+        baseline=baseline,
+    ).set_display_name("evaluate and bless")
+    with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712 (a KFP condition)
+        exported = ops.export(model=trained.outputs["model"], examples=converted.outputs["examples"]).set_display_name(
+            "export for CPU serving"
+        )
+        if registry:
+            registered = register_and_deploy(ops, p, evaluated, exported, baseline, registry, accelerator)
+    with dsl.Else(name="not-blessed"):
+        skipped = ops.not_blessed(evaluation=evaluated.outputs["evaluation"]).set_display_name("not blessed")
+    results = {
+        "test_accuracy": evaluated.outputs["test_accuracy"],
+        "blessed": evaluated.outputs["Output"],
+        "exported_model_uri": dsl.OneOf(exported.outputs["Output"], skipped.output),
+        "examples": converted.outputs["examples"],
+        "model": trained.outputs["model"],
+        "evaluation": evaluated.outputs["evaluation"],
+    }
+    if registry:
+        results["baseline"] = found.output
+        results["registration"] = dsl.OneOf(registered.outputs["Output"], skipped.output)
+    return results
+
+
+def register_and_deploy(ops: StepOps, p: dict, evaluated, exported, baseline, registry: str,
+                        accelerator: Optional[str]):  # fmt: skip
+    """The blessed export as the registry's next version; on Vertex AI, with the run's evaluation imported into it,
+    and deployed to ``endpoint`` when one is given. Returns the register task."""
+    # on Vertex AI, the evaluation goes with the new version (the Evaluate tab) and the step outputs a
+    # google.VertexModel for GCPC's operators to chain after
+    evaluation = {"evaluation": evaluated.outputs["evaluation"]} if registry == "vertex" else {}
+    registered = ops.register(
+        exported_model=exported.outputs["exported_model"],
+        **evaluation,
+        display_name=p["model_display_name"],
+        baseline=baseline,
+        model_root=p["model_root"],
+        pipeline_run=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+    )
+    registered.set_display_name(
+        "register in the Model Registry" if registry == "vertex" else "register in the model folder"
+    ).set_caching_options(enable_caching=False)
+    # (off in pipeline.yaml; with the job's caching forced on, pipeline_run, the run's name, still keeps each run's
+    # decision its own)
+    if registry == "vertex" and accelerator is not None:  # serve the version in service, if asked
+        with dsl.If(p["endpoint"] != "", name="deploy-to-endpoint"):
+            deployed = ops.deploy(vertex_model=registered.outputs["vertex_model"], endpoint=p["endpoint"],
+                                  **defaults(DEPLOY))  # fmt: skip
+            deployed.set_display_name("deploy to the endpoint").set_caching_options(enable_caching=False)
+    return registered
 
 
 def custom_training_job(images: Images, accelerator: str, scheduling: Scheduling):
