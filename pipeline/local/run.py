@@ -7,6 +7,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from components.artifacts.evaluation import metrics_path
 from components.artifacts.exported import EXPORT_FILE
@@ -123,6 +124,25 @@ def local_pipeline_spec(
     return spec
 
 
+@dataclass
+class LocalRun:
+    """A run-local run under way: where it writes, what it runs, and the resume state it goes on from."""
+
+    work_dir: str
+    source: str
+    registry: str
+    parameters: dict
+    pipeline_root: str
+    state: Any
+    previous: Any
+    spec: dict
+    checkpoints: str
+    failures: str
+    environment: dict
+    summary_path: str
+    earlier_runs: set
+
+
 def run_local(config: LocalRunConfig) -> dict:
     """Runs the DAG under ``kfp.local`` and writes ``<work_dir>/summary.json``; returns the summary.
 
@@ -131,16 +151,31 @@ def run_local(config: LocalRunConfig) -> dict:
         Interrupted: Ctrl-C or SIGTERM stopped the run (the summary and ``run-state.json`` say so; the same call
             resumes it).
     """
+    from components.storage import write_json
+    from pipeline import resume
+
+    started = time.monotonic()
+    run = start_run(config)
+    outputs = run_steps(run, config.verbose)
+    resume.finished(run.work_dir, run.state)
+    summary = {**succeeded_summary(run, outputs), "wall_seconds": round(time.monotonic() - started, 1)}
+    if config.screenshot and summary["report_html"]:
+        from components.evaluate.core import draw_report
+
+        summary["report_screenshot"] = draw_report(summary["report_html"])
+    write_json(run.summary_path, summary)
+    return summary
+
+
+def start_run(config: LocalRunConfig) -> LocalRun:
+    """Checks the work dir (and Docker), settles which run this is (a new one, or the interrupted one it resumes),
+    and sets kfp.local up for it."""
     from kfp import local
 
-    from components.artifacts.model import load_model_config
-    from components.cli import Interrupted, StepFailedError
-    from components.schema import read_stats
-    from components.storage import check_writable, read_json, write_json
+    from components.storage import check_writable
     from pipeline import resume
     from pipeline.dag import PIPELINE_NAME
 
-    started = time.monotonic()
     work_dir = os.path.abspath(config.work_dir)
     check_writable(work_dir, "--work-dir")
     train_image = PIPELINE_IMAGE
@@ -157,8 +192,8 @@ def run_local(config: LocalRunConfig) -> dict:
     os.makedirs(pipeline_root, exist_ok=True)
     state, previous = resume.begin(work_dir, identity.key, f"{PIPELINE_NAME}-{time.strftime('%Y%m%d%H%M%S')}",
                                    config.resume)  # fmt: skip
-    run_id, kept = state.run_id, resume.resume_dir(work_dir, state)
-    spec = local_pipeline_spec(bool(registry), config.cache, state.run_name, run_id, config.images, train_image)
+    kept = resume.resume_dir(work_dir, state)
+    spec = local_pipeline_spec(bool(registry), config.cache, state.run_name, state.run_id, config.images, train_image)
     checkpoints = os.path.join(kept, "checkpoints")  # as a Vertex AI custom job's: training resumes from it
     failures = os.path.join(work_dir, ".step-failures.jsonl")
     environment = {"AIP_CHECKPOINT_DIR": checkpoints}
@@ -179,40 +214,60 @@ def run_local(config: LocalRunConfig) -> dict:
         cache_root=os.path.join(work_dir, "cache") if config.cache else os.path.join(kept, "cache"),
     )
     log.info("running %s under kfp.local (%s) with %s", PIPELINE_NAME, type(runner).__name__, parameters)
-    earlier_runs = set(os.listdir(pipeline_root))
     summary_path = os.path.join(work_dir, SUMMARY_FILE)
     if os.path.exists(summary_path):  # never left looking current after a failure
         os.remove(summary_path)
+    return LocalRun(work_dir, source, registry, parameters, pipeline_root, state, previous, spec, checkpoints,
+                    failures, environment, summary_path, set(os.listdir(pipeline_root)))  # fmt: skip
+
+
+def run_steps(run: LocalRun, verbose: bool) -> dict:
+    """The DAG's outputs; a failed step or an interruption is written to the summary (and, interrupted, to the
+    resume state) before it is raised."""
+    from components.cli import Interrupted, StepFailedError
+    from components.storage import write_json
+    from pipeline import resume
+    from pipeline.dag import PIPELINE_NAME
+
+    facts = {"pipeline": PIPELINE_NAME, "run_id": run.state.run_id}
     progress = None
     try:
         with (
-            quiet(os.path.join(work_dir, RUN_LOG), config.verbose, resumed=previous is not None) as progress,
+            quiet(os.path.join(run.work_dir, RUN_LOG), verbose, resumed=run.previous is not None) as progress,
             resume.steps_stop_on_interrupt(),
         ):
-            outputs = run_dag(spec, parameters, failures, environment)
+            return run_dag(run.spec, run.parameters, run.failures, run.environment)
     except StepFailedError as err:
-        resume.finished(work_dir, state)  # a failed run starts over
-        write_json(summary_path, {"pipeline": PIPELINE_NAME, "run_id": run_id, "status": "failed",
-                                  "error": str(err), "source": source, "parameters": parameters})  # fmt: skip
+        resume.finished(run.work_dir, run.state)  # a failed run starts over
+        write_json(run.summary_path, {**facts, "status": "failed", "error": str(err), "source": run.source,
+                                      "parameters": run.parameters})  # fmt: skip
         raise
     except KeyboardInterrupt:
         step = progress.running[-1] if progress and progress.running else ""
-        attempt_dirs = [os.path.join(pipeline_root, name) for name in set(os.listdir(pipeline_root)) - earlier_runs]
-        state = resume.interrupted(work_dir, state, step, attempt_dirs)
-        where = f" during {step}" + epochs_done(checkpoints, parameters, spec) if step else ""
-        write_json(summary_path, {"pipeline": PIPELINE_NAME, "run_id": run_id, "status": "interrupted",
-                                  "step": step, "source": source, "parameters": parameters,
-                                  "resume": "run the same command again"})  # fmt: skip
+        attempt_dirs = [os.path.join(run.pipeline_root, name)
+                        for name in set(os.listdir(run.pipeline_root)) - run.earlier_runs]  # fmt: skip
+        run.state = resume.interrupted(run.work_dir, run.state, step, attempt_dirs)
+        where = f" during {step}" + epochs_done(run.checkpoints, run.parameters, run.spec) if step else ""
+        write_json(run.summary_path, {**facts, "status": "interrupted", "step": step, "source": run.source,
+                                      "parameters": run.parameters,
+                                      "resume": "run the same command again"})  # fmt: skip
         raise Interrupted(f"interrupted{where}: run the same command again to resume it, or add --no-resume to "
                           "start over") from None  # fmt: skip
-    resume.finished(work_dir, state)
-    this_run = sorted(set(os.listdir(pipeline_root)) - earlier_runs)
-    run_dir = os.path.join(pipeline_root, this_run[-1]) if this_run else ""
+
+
+def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
+    """The summary of a run that finished: what each step made, the verdict, the formats, the registry."""
+    from components.artifacts.model import load_model_config
+    from components.schema import read_stats
+    from components.storage import read_json
+    from pipeline.dag import PIPELINE_NAME
+
+    this_run = sorted(set(os.listdir(run.pipeline_root)) - run.earlier_runs)
+    run_dir = os.path.join(run.pipeline_root, this_run[-1]) if this_run else ""
     examples_dir = outputs["examples"].path
     stats = read_stats(examples_dir)
     metrics_json = metrics_path(outputs["evaluation"].path)
     metrics = read_json(metrics_json)
-    blessing = metrics.get("blessing", {})
     exported_dir = outputs["exported_model_uri"]  # empty: not blessed, so not exported
     export_json = os.path.join(exported_dir, EXPORT_FILE) if exported_dir else None
     export_report = read_json(export_json) if export_json else {}
@@ -220,15 +275,16 @@ def run_local(config: LocalRunConfig) -> dict:
     produced = {"convert": examples_dir, "train": outputs["model"].path, "evaluate": outputs["evaluation"].path}
     if exported_dir:
         produced["export"] = exported_dir
-    summary = {
+    previous = run.previous
+    return {
         "pipeline": PIPELINE_NAME,
-        "run_id": run_id,
+        "run_id": run.state.run_id,
         "status": "succeeded",
-        "resumed": {"attempt": state.attempts, "interrupted_during": previous.step, "started": previous.started}
+        "resumed": {"attempt": run.state.attempts, "interrupted_during": previous.step, "started": previous.started}
         if previous
         else None,
-        "source": source,
-        "parameters": parameters,
+        "source": run.source,
+        "parameters": run.parameters,
         "counts": stats["counts"],
         "class_names": stats["class_names"],
         "quarantined": stats["quarantined"],
@@ -236,17 +292,17 @@ def run_local(config: LocalRunConfig) -> dict:
         "image_size": stats.get("image_size"),
         "image_size_auto": stats.get("image_size_auto"),
         "fingerprint": stats["fingerprint"],
-        "steps": {step: step_outcome(path, run_dir, state.artifact_dirs) for step, path in produced.items()},
+        "steps": {step: step_outcome(path, run_dir, run.state.artifact_dirs) for step, path in produced.items()},
         "test_accuracy": outputs["test_accuracy"],
         "blessed": outputs["blessed"],
-        "reasons": blessing.get("reasons", []),
-        "baseline": (outputs["baseline"] if registry else parameters.get("baseline_model")) or None,
+        "reasons": metrics.get("blessing", {}).get("reasons", []),
+        "baseline": (outputs["baseline"] if run.registry else run.parameters.get("baseline_model")) or None,
         "report_html": metrics.get("report_html"),
         "export_agreement": export_report.get("parity", {}).get("argmax_agreement"),
         "raw_files": export_report.get("raw_files"),
         "training": {
             **{name: model_config.get(name) for name in TRAINING_FACTS},
-            **training_run(outputs["model"].path, spec, parameters),
+            **training_run(outputs["model"].path, run.spec, run.parameters),
         },
         "backend_parity": export_report.get("backend_parity"),
         "examples_dir": examples_dir,
@@ -258,16 +314,9 @@ def run_local(config: LocalRunConfig) -> dict:
             for name, entry in export_report.get("formats", {}).items()
         },
         "export_json": export_json,
-        "registry": registry_outcome(registry, outputs),
-        "pipeline_root": pipeline_root,
-        "wall_seconds": round(time.monotonic() - started, 1),
+        "registry": registry_outcome(run.registry, outputs),
+        "pipeline_root": run.pipeline_root,
     }
-    if config.screenshot and summary["report_html"]:
-        from components.evaluate.core import draw_report
-
-        summary["report_screenshot"] = draw_report(summary["report_html"])
-    write_json(summary_path, summary)
-    return summary
 
 
 def run_dag(spec: dict, parameters: dict, failures: str, environment: dict[str, str]):
