@@ -504,113 +504,50 @@ def check_model_takes(model_name: str, modality: str, examples_dir: str) -> None
                          f"are {modality}s: choose one of {', '.join(fits)}")  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Examples:
+    """What training needs to know of the examples, read before the slow framework imports."""
+
+    stats: dict
+    modality: str
+    num_classes: int
+    image_size: int | None
+    sequence_length: int | None
+    shape: tuple
+    vocabulary: list | None  # a text model's tokens, which its ids index
+
+
 def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     """Trains and saves the model; returns the final epoch's metrics and where things were written."""
-    from components.keras_backend import activate_backend
-    from components.train.placement import (
-        activate_jax_cpu_devices,
-        choose_backend,
-        choose_precision,
-        detect_hardware,
-        place,
-        read_cpu_flags,
-    )
-
     env = os.environ if env is None else env
-    stats = read_stats(config.examples_dir)  # checks the input before the slow framework imports
-    dirs = resolve_output_dirs(config, env)
-    for what, path in (("model dir", dirs.model_dir), ("checkpoint dir", dirs.checkpoint_dir),
-                       ("TensorBoard dir", dirs.tensorboard_dir)):  # fmt: skip
-        check_writable(path, what)
-    modality, num_classes = stats.get("modality", "image"), stats["num_classes"]
-    image_size, sequence_length = input_size(stats)
-    shape = example_shape(stats)
-    if config.model_name == AUTO_MODEL:
-        config = dataclasses.replace(config, model_name=DEFAULT_MODELS[modality])
-        log.info("--model auto: %s for %ss", config.model_name, modality)
-    check_model_takes(config.model_name, modality, config.examples_dir)
-    vocabulary = None
-    if modality == "image":
-        check_image_size(config.model_name, image_size, f"the examples' image size ({config.examples_dir})")
-    else:  # the ids mean this vocabulary's tokens: it goes into the model artifact, for export to tokenise with
-        vocabulary = read_vocabulary(f"{config.examples_dir.rstrip('/')}/{VOCABULARY_FILE}")
-    train_count, validation_count = stats["counts"]["train"], stats["counts"]["validation"]
-    hardware = detect_hardware()
-    bfloat16 = hardware == "cpu" and choose_precision(config.precision, "cpu", cpu_flags=read_cpu_flags()) != "float32"
-    backend, why = choose_backend(config.backend, hardware, env, config.hosts, modality, bfloat16)
-    if backend == "tensorflow":
-        check_tensorflow_xla(config)
-    activate_backend(backend)
-    if backend == "jax":
-        activate_jax_cpu_devices(config.cpu_replicas)
+    config, examples, dirs = check_inputs(config, env)
+    placement, backend = placed(config, env, examples.modality)
     import keras
 
     keras.utils.set_random_seed(config.seed)
-    placement = place(backend, why, hardware, config.cpu_replicas, config.hosts, env)
     precision = _precision(config, placement)
     per_device = round_up_batch(config.per_replica_batch_size)
     if per_device != config.per_replica_batch_size:
         log.info("per-device batch %d rounded up to %d (a multiple of %d)",
                  config.per_replica_batch_size, per_device, BATCH_MULTIPLE)  # fmt: skip
     global_batch = per_device * placement.devices
+    train_count = examples.stats["counts"]["train"]
     steps_per_epoch = train_count // global_batch
     if steps_per_epoch < 1:
         raise UsageError(
             f"the train split of {config.examples_dir} has {train_count} examples, fewer than one global batch of "
             f"{global_batch}: lower --batch-size or add data"
         )
-    cache = (train_count + validation_count) * math.prod(shape) * 4 < CACHE_LIMIT_BYTES
-    shard = (placement.processes, placement.process_index)
-    train_ds = make_dataset(config.examples_dir, "train", image_size, num_classes, global_batch // placement.processes,
-                            training=True, cache=cache, augment=config.augment, seed=config.seed,
-                            shard=shard, sequence_length=sequence_length)  # fmt: skip
-    validation_ds, validation_steps = validation_dataset(config.examples_dir, stats, placement, global_batch, cache)
+    train_ds, validation_ds, validation_steps = datasets(config, examples, placement, global_batch)
     jit_compile = backend == "jax" or config.jit_compile  # JAX steps are always XLA programs
-    keras.mixed_precision.set_global_policy(precision)
-    try:
-        with placement.scope():
-            model = build_model(config.model_name, image_size, num_classes, stats.get("vocabulary_size", 0))
-            model.compile(
-                optimizer=keras.optimizers.Adam(learning_rate(config, steps_per_epoch)),
-                loss="categorical_crossentropy",
-                metrics=["accuracy"],
-                jit_compile=jit_compile,
-                steps_per_execution=config.steps_per_execution,
-            )
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-    if placement.is_chief:
-        model.summary(print_fn=lambda line, **_: log.info(line))
-
-    epoch_log = os.path.join(dirs.checkpoint_dir, EPOCH_LOG_FILE)
-    backup_dir = os.path.join(dirs.checkpoint_dir, BACKUP_DIR)
-    finished_before = epochs_kept(dirs.checkpoint_dir)
-    # hosts that resumed from different epochs would run different numbers of steps and wait on each other forever
-    placement.check_agreement(
-        finished_before,
-        "the epochs already finished",
-        f"give every host the same checkpoint "
-        f"dir (a gs:// path, as AIP_CHECKPOINT_DIR is), not {dirs.checkpoint_dir} on each",
-    )
-    if placement.is_chief:
-        os.makedirs(dirs.checkpoint_dir, exist_ok=True)
-        if not os.path.isdir(backup_dir) and os.path.exists(epoch_log):
-            os.remove(epoch_log)  # a log without its backup belongs to a finished run
-    callbacks = training_callbacks(dirs.checkpoint_dir, dirs.tensorboard_dir, placement, config.backup_interval)
-    class_counts = list(stats.get("per_class", {}).get("train", {}).values())
-    advice = what_to_try(config.learning_rate, image_size if modality == "image" else None, config.model_name,
-                         stats.get("source_image_size"))  # fmt: skip
-    if placement.is_chief:
-        earlier = [record["loss"] for record in read_epoch_log(epoch_log)] if finished_before else []
-        callbacks.append(_learning_watch(num_classes, advice, earlier, class_counts))
-    if finished_before:
-        log.info("resuming from the checkpoint in %s after epoch %d", backup_dir, finished_before)
+    model = compiled_model(config, examples, placement, precision, steps_per_epoch, jit_compile)
+    finished_before, callbacks, advice = resume_and_watch(config, examples, dirs, placement)
     log.info(
         "training %s on %d %s (%s, %d classes): %d epochs of %d steps, global batch %d (%d x %d devices), "
         "%s, %s on %s, XLA %s, %d steps per execution",
-        config.model_name, train_count, f"{modality}s", "x".join(map(str, shape)), num_classes, config.epochs,
-        steps_per_epoch, global_batch, per_device, placement.devices, precision, placement.strategy, backend,
-        "on" if jit_compile else "off", config.steps_per_execution,
+        config.model_name, train_count, f"{examples.modality}s", "x".join(map(str, examples.shape)),
+        examples.num_classes, config.epochs, steps_per_epoch, global_batch, per_device, placement.devices, precision,
+        placement.strategy, backend, "on" if jit_compile else "off", config.steps_per_execution,
     )  # fmt: skip
     started = time.monotonic()
     with placement.scope():
@@ -629,25 +566,8 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     log.info("%d preemption backup(s) over %d epoch(s), %.0f ms each on average (--backup-interval %s)",
              len(backups), trained_epochs, 1000 * sum(backups) / max(len(backups), 1),
              "auto" if config.backup_interval is None else config.backup_interval)  # fmt: skip
-    epochs = read_epoch_log(epoch_log) if placement.is_chief else []  # process 0 alone keeps the log
     model_config = {
-        "model_name": config.model_name,
-        "modality": modality,
-        # images: uint8 pixels, scaled inside the model; texts: int32 token ids of the conversion's vocabulary
-        **(
-            {"image_size": image_size, "input_pixels": INPUT_PIXELS}
-            if modality == "image"
-            else {
-                "sequence_length": sequence_length,
-                "vocabulary_size": stats["vocabulary_size"],
-                "vocabulary_sha256": vocabulary_digest(vocabulary),
-            }
-        ),
-        "num_classes": num_classes,
-        "class_names": stats["class_names"],
-        "backend": backend,
-        "backend_reason": why,
-        "precision": precision,
+        **model_facts(config, examples, backend, placement.why, precision),
         "per_replica_batch_size": per_device,
         "global_batch_size": global_batch,
         "replicas": placement.devices,
@@ -656,32 +576,15 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         "accelerator": placement.accelerator,
         "jit_compile": jit_compile,
         "steps_per_execution": config.steps_per_execution,
-        "distribution": distribution_facts(model, placement, (global_batch, *shape)),
+        "distribution": distribution_facts(model, placement, (global_batch, *examples.shape)),
     }
-    reference = reference_predictions(model, config.examples_dir, stats, placement)
-    curves = {name: [record[name] for record in epochs] for name in epochs[-1] if name != "epoch"} if epochs else {}
-    not_learned = None  # why the curves show no learning, with what to try: process 0 decides, every host reports
-    if placement.is_chief:
-        diagnosis = not_learning(curves.get("loss", []), num_classes, class_counts=class_counts)
-        not_learned = diagnosis and f"{diagnosis}; {advice}"
-        save_model_artifact(model, dirs.model_dir, model_config, curves, finished_before, reference, seconds,
-                            not_learned)  # fmt: skip
-        if vocabulary is not None:
-            write_atomically(os.path.join(dirs.model_dir, VOCABULARY_FILE), vocabulary_bytes(vocabulary))
-        shutil.rmtree(backup_dir, ignore_errors=True)  # the run is complete: a rerun starts afresh
-        os.remove(epoch_log)
-        if not os.listdir(dirs.checkpoint_dir):
-            os.rmdir(dirs.checkpoint_dir)
-    placement.barrier("model saved")
-    history_path = os.path.join(dirs.model_dir, HISTORY_FILE)
-    if not placement.is_chief and os.path.exists(history_path):  # every host reports what process 0 wrote
-        history = read_json(history_path)
-        curves, not_learned = history["history"], history.get("not_learning")
+    curves, not_learned = save_results(model, config, examples, dirs, placement, model_config, finished_before,
+                                       seconds, advice)  # fmt: skip
     final = {name: values[-1] for name, values in curves.items()}
     if not_learned:
         log.warning("training did not learn: %s", not_learned)
     images_per_second = trained_epochs * steps_per_epoch * global_batch / max(seconds, 1e-9)
-    log.info("trained in %.1fs (%.0f %ss/s): %s", seconds, images_per_second, modality, json.dumps(final))
+    log.info("trained in %.1fs (%.0f %ss/s): %s", seconds, images_per_second, examples.modality, json.dumps(final))
     return {
         "final": final,
         "train_seconds": seconds,
@@ -693,6 +596,176 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         "process_index": placement.process_index,
         **model_config,
     }
+
+
+def check_inputs(config: TrainConfig, env: Mapping[str, str]):
+    """The examples read and checked against the model, and the output folders checked, before the slow framework
+    imports: (the config with ``auto`` resolved, the examples, the output dirs)."""
+    stats = read_stats(config.examples_dir)
+    dirs = resolve_output_dirs(config, env)
+    for what, path in (("model dir", dirs.model_dir), ("checkpoint dir", dirs.checkpoint_dir),
+                       ("TensorBoard dir", dirs.tensorboard_dir)):  # fmt: skip
+        check_writable(path, what)
+    modality = stats.get("modality", "image")
+    image_size, sequence_length = input_size(stats)
+    if config.model_name == AUTO_MODEL:
+        config = dataclasses.replace(config, model_name=DEFAULT_MODELS[modality])
+        log.info("--model auto: %s for %ss", config.model_name, modality)
+    check_model_takes(config.model_name, modality, config.examples_dir)
+    vocabulary = None
+    if modality == "image":
+        check_image_size(config.model_name, image_size, f"the examples' image size ({config.examples_dir})")
+    else:  # the ids mean this vocabulary's tokens: it goes into the model artifact, for export to tokenise with
+        vocabulary = read_vocabulary(f"{config.examples_dir.rstrip('/')}/{VOCABULARY_FILE}")
+    examples = Examples(stats, modality, stats["num_classes"], image_size, sequence_length, example_shape(stats),
+                        vocabulary)  # fmt: skip
+    return config, examples, dirs
+
+
+def placed(config: TrainConfig, env: Mapping[str, str], modality: str):
+    """The backend activated (the hardware's, or the one asked for) and the devices placed: (placement, backend)."""
+    from components.keras_backend import activate_backend
+    from components.train.placement import (
+        activate_jax_cpu_devices,
+        choose_backend,
+        choose_precision,
+        detect_hardware,
+        place,
+        read_cpu_flags,
+    )
+
+    hardware = detect_hardware()
+    bfloat16 = hardware == "cpu" and choose_precision(config.precision, "cpu", cpu_flags=read_cpu_flags()) != "float32"
+    backend, why = choose_backend(config.backend, hardware, env, config.hosts, modality, bfloat16)
+    if backend == "tensorflow":
+        check_tensorflow_xla(config)
+    activate_backend(backend)
+    if backend == "jax":
+        activate_jax_cpu_devices(config.cpu_replicas)
+    return place(backend, why, hardware, config.cpu_replicas, config.hosts, env), backend
+
+
+def datasets(config: TrainConfig, examples: Examples, placement, global_batch: int):
+    """(the training dataset, each process's share of the global batch; the validation dataset and its steps)."""
+    counts = examples.stats["counts"]
+    cache = (counts["train"] + counts["validation"]) * math.prod(examples.shape) * 4 < CACHE_LIMIT_BYTES
+    shard = (placement.processes, placement.process_index)
+    train_ds = make_dataset(config.examples_dir, "train", examples.image_size, examples.num_classes,
+                            global_batch // placement.processes, training=True, cache=cache, augment=config.augment,
+                            seed=config.seed, shard=shard, sequence_length=examples.sequence_length)  # fmt: skip
+    validation_ds, validation_steps = validation_dataset(config.examples_dir, examples.stats, placement, global_batch,
+                                                         cache)  # fmt: skip
+    return train_ds, validation_ds, validation_steps
+
+
+def compiled_model(config: TrainConfig, examples: Examples, placement, precision: str, steps_per_epoch: int,
+                   jit_compile: bool):  # fmt: skip
+    """The model built in ``precision`` under the placement's scope and compiled; its summary goes to the log."""
+    import keras
+
+    keras.mixed_precision.set_global_policy(precision)
+    try:
+        with placement.scope():
+            model = build_model(config.model_name, examples.image_size, examples.num_classes,
+                                examples.stats.get("vocabulary_size", 0))  # fmt: skip
+            model.compile(
+                optimizer=keras.optimizers.Adam(learning_rate(config, steps_per_epoch)),
+                loss="categorical_crossentropy",
+                metrics=["accuracy"],
+                jit_compile=jit_compile,
+                steps_per_execution=config.steps_per_execution,
+            )
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    if placement.is_chief:
+        model.summary(print_fn=lambda line, **_: log.info(line))
+    return model
+
+
+def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement):
+    """The epochs a backup already holds (the same on every host), the callbacks (the backup, the epoch log,
+    TensorBoard, and on process 0 the watch that warns when training does not learn), and what to try if it does
+    not: (finished_before, callbacks, advice)."""
+    epoch_log = os.path.join(dirs.checkpoint_dir, EPOCH_LOG_FILE)
+    backup_dir = os.path.join(dirs.checkpoint_dir, BACKUP_DIR)
+    finished_before = epochs_kept(dirs.checkpoint_dir)
+    # hosts that resumed from different epochs would run different numbers of steps and wait on each other forever
+    placement.check_agreement(
+        finished_before,
+        "the epochs already finished",
+        f"give every host the same checkpoint "
+        f"dir (a gs:// path, as AIP_CHECKPOINT_DIR is), not {dirs.checkpoint_dir} on each",
+    )
+    if placement.is_chief:
+        os.makedirs(dirs.checkpoint_dir, exist_ok=True)
+        if not os.path.isdir(backup_dir) and os.path.exists(epoch_log):
+            os.remove(epoch_log)  # a log without its backup belongs to a finished run
+    callbacks = training_callbacks(dirs.checkpoint_dir, dirs.tensorboard_dir, placement, config.backup_interval)
+    image_size = examples.image_size if examples.modality == "image" else None
+    advice = what_to_try(config.learning_rate, image_size, config.model_name, examples.stats.get("source_image_size"))
+    if placement.is_chief:
+        earlier = [record["loss"] for record in read_epoch_log(epoch_log)] if finished_before else []
+        callbacks.append(_learning_watch(examples.num_classes, advice, earlier, class_counts(examples)))
+    if finished_before:
+        log.info("resuming from the checkpoint in %s after epoch %d", backup_dir, finished_before)
+    return finished_before, callbacks, advice
+
+
+def class_counts(examples: Examples) -> list:
+    """The training examples of each class."""
+    return list(examples.stats.get("per_class", {}).get("train", {}).values())
+
+
+def model_facts(config: TrainConfig, examples: Examples, backend: str, why: str, precision: str) -> dict:
+    """What ``model_config.json`` says of the model and its inputs."""
+    stats = examples.stats
+    return {
+        "model_name": config.model_name,
+        "modality": examples.modality,
+        # images: uint8 pixels, scaled inside the model; texts: int32 token ids of the conversion's vocabulary
+        **(
+            {"image_size": examples.image_size, "input_pixels": INPUT_PIXELS}
+            if examples.modality == "image"
+            else {
+                "sequence_length": examples.sequence_length,
+                "vocabulary_size": stats["vocabulary_size"],
+                "vocabulary_sha256": vocabulary_digest(examples.vocabulary),
+            }
+        ),
+        "num_classes": examples.num_classes,
+        "class_names": stats["class_names"],
+        "backend": backend,
+        "backend_reason": why,
+        "precision": precision,
+    }
+
+
+def save_results(model, config: TrainConfig, examples: Examples, dirs, placement, model_config: dict,
+                 finished_before: int, seconds: float, advice: str):  # fmt: skip
+    """Process 0 writes the model artifact and removes the finished run's backup; every host then reports what it
+    wrote: (the curves, why they show no learning or None)."""
+    epoch_log = os.path.join(dirs.checkpoint_dir, EPOCH_LOG_FILE)
+    epochs = read_epoch_log(epoch_log) if placement.is_chief else []  # process 0 alone keeps the log
+    reference = reference_predictions(model, config.examples_dir, examples.stats, placement)
+    curves = {name: [record[name] for record in epochs] for name in epochs[-1] if name != "epoch"} if epochs else {}
+    not_learned = None  # why the curves show no learning, with what to try: process 0 decides, every host reports
+    if placement.is_chief:
+        diagnosis = not_learning(curves.get("loss", []), examples.num_classes, class_counts=class_counts(examples))
+        not_learned = diagnosis and f"{diagnosis}; {advice}"
+        save_model_artifact(model, dirs.model_dir, model_config, curves, finished_before, reference, seconds,
+                            not_learned)  # fmt: skip
+        if examples.vocabulary is not None:
+            write_atomically(os.path.join(dirs.model_dir, VOCABULARY_FILE), vocabulary_bytes(examples.vocabulary))
+        shutil.rmtree(os.path.join(dirs.checkpoint_dir, BACKUP_DIR), ignore_errors=True)  # a rerun starts afresh
+        os.remove(epoch_log)
+        if not os.listdir(dirs.checkpoint_dir):
+            os.rmdir(dirs.checkpoint_dir)
+    placement.barrier("model saved")
+    history_path = os.path.join(dirs.model_dir, HISTORY_FILE)
+    if not placement.is_chief and os.path.exists(history_path):  # every host reports what process 0 wrote
+        history = read_json(history_path)
+        curves, not_learned = history["history"], history.get("not_learning")
+    return curves, not_learned
 
 
 def save_model_artifact(model, model_dir: str, model_config: dict, curves: dict, resumed_after: int, reference,
