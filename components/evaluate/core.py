@@ -337,25 +337,8 @@ def run(config: EvaluateConfig) -> dict:
     metrics["training"] = {key: model_config.get(key) for key in TRAINING_FACTS}
     baseline_accuracy = None
     if baseline is not None and not not_comparable:
-        _, baseline_probabilities, _ = predict_split(
-            load_baseline(baseline),
-            config.examples_dir,
-            config.split,
-            size,
-            model_config["num_classes"],
-            sequence_length=sequence_length,
-        )
-        # the same classes, perhaps in another order: the baseline's columns in this model's order
-        order = [baseline.class_names.index(name) for name in model_config["class_names"]]
-        baseline_probabilities = baseline_probabilities[:, order]
-        baseline_accuracy = float((baseline_probabilities.argmax(axis=-1) == y_true).mean())
-        # the baseline's figures on the same examples, for the report to set beside the candidate's
-        judged = classification_metrics(y_true, baseline_probabilities.argmax(axis=-1), model_config["class_names"])
-        metrics["baseline_metrics"] = {
-            "accuracy": judged["accuracy"],
-            "per_class": judged["per_class"],
-            "top_k_accuracy": {"k": k, "accuracy": top_k_accuracy(y_true, baseline_probabilities, k)},
-        }
+        baseline_accuracy, metrics["baseline_metrics"] = baseline_figures(baseline, config, model_config, y_true, k,
+                                                                          size, sequence_length)  # fmt: skip
     metrics["blessing"] = bless(
         metrics["accuracy"],
         config.min_accuracy,
@@ -387,6 +370,27 @@ def run(config: EvaluateConfig) -> dict:
     blessing = metrics["blessing"]
     log.info("%s: %s", "blessed" if blessing["blessed"] else "NOT blessed", "; ".join(blessing["reasons"]))
     return metrics
+
+
+def baseline_figures(baseline, config: EvaluateConfig, model_config: dict, y_true, k: int, size, sequence_length):
+    """The baseline on the same examples, its columns in this model's class order (the same classes, perhaps in
+    another order): (its accuracy, for the blessing; its figures, for the report to set beside the candidate's)."""
+    _, probabilities, _ = predict_split(
+        load_baseline(baseline),
+        config.examples_dir,
+        config.split,
+        size,
+        model_config["num_classes"],
+        sequence_length=sequence_length,
+    )
+    order = [baseline.class_names.index(name) for name in model_config["class_names"]]
+    probabilities = probabilities[:, order]
+    judged = classification_metrics(y_true, probabilities.argmax(axis=-1), model_config["class_names"])
+    return float((probabilities.argmax(axis=-1) == y_true).mean()), {
+        "accuracy": judged["accuracy"],
+        "per_class": judged["per_class"],
+        "top_k_accuracy": {"k": k, "accuracy": top_k_accuracy(y_true, probabilities, k)},
+    }
 
 
 def read_history(model_dir: str) -> dict | None:
