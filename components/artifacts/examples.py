@@ -49,7 +49,7 @@ def make_dataset(
     """
     import tensorflow as tf
 
-    from components.schema import SOURCE_FEATURE, feature_spec, source_feature_spec, text_feature_spec
+    from components.schema import feature_spec, source_feature_spec, text_feature_spec
 
     autotune = tf.data.AUTOTUNE
     files = split_files(examples_dir, split)
@@ -60,6 +60,24 @@ def make_dataset(
     spec = text_feature_spec(sequence_length, num_classes) if text else feature_spec(num_classes)
     check_schema(files[0], spec)
     parsed = {**spec, **source_feature_spec()} if sources and not text else spec
+    decode = decoder(parsed, image_size, text, sources)
+    dataset = records(files, split, training, seed, shard, take).map(decode, num_parallel_calls=autotune)
+    if cache:
+        dataset = dataset.cache()
+    if training:
+        dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True).repeat()
+        if augment and not text:
+            dataset = dataset.map(augment_image, num_parallel_calls=autotune)
+    drop_remainder = training if drop_remainder is None else drop_remainder
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=autotune)
+    return dataset.prefetch(autotune)
+
+
+def records(files: list[str], split: str, training: bool, seed: int | None, shard: tuple[int, int], take: int | None):
+    """The serialized records of a split's ``files``: this process's share of them (``make_dataset``'s ``shard``),
+    read interleaved in a fixed order, shuffled by file when ``training``."""
+    import tensorflow as tf
+
     processes, index = shard
     by_file = processes > 1 and take is None and len(files) >= processes
     if by_file:
@@ -74,12 +92,20 @@ def make_dataset(
     options = tf.data.Options()
     options.deterministic = True  # the same seed gives the same batches whatever the threads do (docs/training.md)
     dataset = files_ds.interleave(
-        tf.data.TFRecordDataset, cycle_length=min(len(files), 16), num_parallel_calls=autotune
+        tf.data.TFRecordDataset, cycle_length=min(len(files), 16), num_parallel_calls=tf.data.AUTOTUNE
     ).with_options(options)
     if take is not None:
         dataset = dataset.take(take)
     if processes > 1 and not by_file:
         dataset = dataset.shard(processes, index)
+    return dataset
+
+
+def decoder(parsed: dict, image_size: int, text: bool, sources: bool):
+    """The function that turns one serialized example into ``make_dataset``'s element."""
+    import tensorflow as tf
+
+    from components.schema import SOURCE_FEATURE
 
     def decode(serialized):
         example = tf.io.parse_single_example(serialized, parsed)
@@ -93,16 +119,7 @@ def make_dataset(
             return image, example["one_hot_class"], example[SOURCE_FEATURE]
         return image, example["one_hot_class"]
 
-    dataset = dataset.map(decode, num_parallel_calls=autotune)
-    if cache:
-        dataset = dataset.cache()
-    if training:
-        dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True).repeat()
-        if augment and not text:
-            dataset = dataset.map(augment_image, num_parallel_calls=autotune)
-    drop_remainder = training if drop_remainder is None else drop_remainder
-    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=autotune)
-    return dataset.prefetch(autotune)
+    return decode
 
 
 def input_size(stats: dict) -> tuple[int, int | None]:

@@ -181,18 +181,21 @@ def match_tfrecords(source: str) -> list:
     return metadata
 
 
-def adopt(config, fingerprint_of, threads: int) -> dict:
-    """Validates the TFRecords that ``config.source`` matches and writes ``stats.json`` pointing at them."""
-    started = time.monotonic()
-    metadata = match_tfrecords(config.source)
+def validate_files(metadata: list, threads: int, source: str) -> dict:
+    """Each matched file's ``check_file`` summary, by path, with a progress line per file."""
     paths = [m.path for m in metadata]
     log.info("validating %d TFRecord files (%.0f MB) of %s", len(paths), sum(m.size_in_bytes for m in metadata) / 1e6,
-             config.source)  # fmt: skip
+             source)  # fmt: skip
     summaries = {}
     with ThreadPoolExecutor(max_workers=threads) as pool:
         for done, summary in enumerate(pool.map(check_file, paths), start=1):
             summaries[summary.path] = summary
             log.info("validated %d/%d files (%s: %d records)", done, len(paths), summary.path, summary.records)
+    return summaries
+
+
+def shared_facts(summaries: dict, config) -> tuple[int, int, list[str]]:
+    """The image size, class count and class names that every file agrees on; a one-line error where they differ."""
     sizes = set().union(*(s.sizes for s in summaries.values()))
     widths = set().union(*(s.num_classes for s in summaries.values()))
     if len(sizes) != 1 or len(widths) != 1:
@@ -216,14 +219,12 @@ def adopt(config, fingerprint_of, threads: int) -> dict:
             f"TFRecord source {config.source} has classes {', '.join(class_names)}, not --classes "
             f"{', '.join(config.classes)}: drop --classes, or {FIX}"
         )
-    files = assign_file_splits(paths, config.validation_fraction, config.test_fraction)
-    per_class = {split: {name: 0 for name in class_names} for split in SPLITS}
-    split_of, seen, duplicates = {}, {}, []
-    for split in SPLITS:
-        for path in files[split]:
-            split_of[path] = split
-            for class_id, count in summaries[path].per_class.items():
-                per_class[split][class_names[class_id]] += count
+    return image_size, num_classes, class_names
+
+
+def duplicate_records(paths: list[str], summaries: dict, split_of: dict) -> list[dict]:
+    """A record for each image whose bytes appeared earlier, marked ``cross_split`` when the two are in two splits."""
+    seen, duplicates = {}, []
     for path in paths:
         for index, digest in enumerate(summaries[path].digests):
             where = f"{path}#{index}"
@@ -235,6 +236,23 @@ def adopt(config, fingerprint_of, threads: int) -> dict:
                 duplicates.append(record)
             else:
                 seen[digest] = where
+    return duplicates
+
+
+def adopt(config, fingerprint_of, threads: int) -> dict:
+    """Validates the TFRecords that ``config.source`` matches and writes ``stats.json`` pointing at them."""
+    started = time.monotonic()
+    metadata = match_tfrecords(config.source)
+    paths = [m.path for m in metadata]
+    summaries = validate_files(metadata, threads, config.source)
+    image_size, num_classes, class_names = shared_facts(summaries, config)
+    files = assign_file_splits(paths, config.validation_fraction, config.test_fraction)
+    split_of = {path: split for split in SPLITS for path in files[split]}
+    per_class = {split: {name: 0 for name in class_names} for split in SPLITS}
+    for path, split in split_of.items():
+        for class_id, count in summaries[path].per_class.items():
+            per_class[split][class_names[class_id]] += count
+    duplicates = duplicate_records(paths, summaries, split_of)
     leaks = sum(1 for record in duplicates if record.get("cross_split"))
     if leaks:
         log.warning("%d images are in two splits of %s (see duplicates.jsonl); %s to drop them", leaks, config.source,

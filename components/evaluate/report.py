@@ -105,20 +105,6 @@ def render(metrics: dict, history: dict | None,
     source file or "" when its records do not say); for a text, (None, ..., the text)."""
     blessing = metrics.get("blessing", {})
     verdict = "Blessed" if blessing.get("blessed") else "Not blessed"
-    base = metrics.get("baseline_metrics")
-    figures = ("precision", "recall", "f1")
-
-    def per_class_row(name: str, c: dict) -> str:
-        cells = "".join(f"<td>{c.get(f, 0.0):.3f}</td>" for f in figures)
-        if base:
-            b = base["per_class"].get(name, {})
-            cells += "".join(f"<td class=base>{b.get(f, 0.0):.3f}</td>" for f in figures)
-        return f"<tr><td>{html.escape(name)}</td>{cells}<td>{c['support']}</td></tr>"
-
-    rows = "".join(per_class_row(name, c) for name, c in metrics["per_class"].items())
-    header = "".join(f"<th>{f if f != 'f1' else 'F1'}</th>" for f in figures)
-    if base:
-        header += "".join(f"<th class=base>baseline {f if f != 'f1' else 'F1'}</th>" for f in figures)
     reasons = "".join(f"<li>{html.escape(reason)}</li>" for reason in blessing.get("reasons", []))
     few = "; ".join(
         f"{html.escape(split)}: " + ", ".join(f"{html.escape(name)} ({count})" for name, count in names.items())
@@ -130,22 +116,45 @@ def render(metrics: dict, history: dict | None,
         per_epoch = history.get("history", history)
         curves = curve_svg("loss", {k: per_epoch[k] for k in ("loss", "val_loss") if k in per_epoch})
         curves += curve_svg("accuracy", {k: per_epoch[k] for k in ("accuracy", "val_accuracy") if k in per_epoch})
-    grid = "".join(
-        f'<figure><img src="{data_uri(jpeg, "image/jpeg")}" width="96" height="96" alt="misclassified">'
-        f"<figcaption>true <b>{html.escape(truth)}</b><br>predicted {html.escape(predicted)} ({probability:.2f})"
-        f"{f'<br><span class=source>{html.escape(source)}</span>' if source else ''}</figcaption></figure>"
-        for jpeg, truth, predicted, probability, source in misclassified
-        if jpeg is not None
-    )
-    # texts: each misclassified one as a quote, its first MAX_TEXT_CHARACTERS characters
-    grid += "".join(
-        f"<blockquote class=text><p>{html.escape(shorten(source))}</p>"
-        f"<footer>true <b>{html.escape(truth)}</b>, predicted {html.escape(predicted)} ({probability:.2f})</footer>"
-        "</blockquote>"
-        for jpeg, truth, predicted, probability, source in misclassified
-        if jpeg is None
-    )
     items = "texts" if metrics.get("training", {}).get("modality") == "text" else "images"
+    split = html.escape(str(metrics.get("split", "test")))
+    matrix = data_uri(confusion_png(metrics["confusion_matrix"], metrics["class_names"]), "image/png")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Evaluation: {verdict}</title>
+<style>{STYLE}.verdict{{font-size:22px;font-weight:bold;color:{"#2a7d2a" if blessing.get("blessed") else "#b22222"}}}
+</style>
+</head>
+<body>
+<h1>Evaluation of {html.escape(str(metrics.get("model_name", "the model")))} on the
+{split} split</h1>
+<table class=facts>{run_facts(metrics, history)}</table>
+<p class="verdict">{verdict}</p><ul>{reasons}</ul>{small}
+<p>On {metrics["num_examples"]} {split} {items}{baseline_note(metrics)}:</p>
+<table>{scores_table(metrics)}</table>
+<h2>Training curves</h2>{curves or "<p>No training history.</p>"}
+<h2>Confusion matrix</h2><p>Rows: true class; columns: predicted class.</p>
+<img src="{matrix}" alt="confusion matrix">
+<h2>Per class</h2>
+<table>{per_class_table(metrics)}</table>
+<h2>Misclassified test {items}</h2>{misclassified_grid(misclassified) or "<p>None.</p>"}
+</body></html>
+"""
+
+
+STYLE = """body{font-family:sans-serif;margin:24px;max-width:1100px} table{border-collapse:collapse}
+td,th{border:1px solid #ddd;padding:4px 10px;text-align:right} td:first-child{text-align:left}
+figure{display:inline-block;margin:6px;text-align:center;font-size:12px;vertical-align:top}
+.source{display:inline-block;max-width:160px;word-break:break-all;color:#555;font-size:10px}
+.base{color:#555;background:#f6f6f6}
+blockquote.text{border-left:4px solid #b22222;margin:8px 0;padding:4px 12px;background:#fafafa;white-space:pre-wrap}
+blockquote.text footer{font-size:12px;color:#333}
+.facts td{text-align:left} .facts td:first-child{font-weight:bold}
+"""
+
+
+def scores_table(metrics: dict) -> str:
+    """The rows of accuracy, accuracy on the client files, and top-k accuracy; the baseline's beside them."""
+    base = metrics.get("baseline_metrics")
     top_k = metrics.get("top_k_accuracy", {})
     k = top_k.get("k", "k")
     scores = f"<tr><td>accuracy</td><td><b>{metrics['accuracy']:.4f}</b></td>"
@@ -156,35 +165,45 @@ def render(metrics: dict, history: dict | None,
                    f"<td>{client['accuracy']:.4f}</td></tr>")  # fmt: skip
     scores += f"<tr><td>top-{k} accuracy</td><td>{top_k.get('accuracy', 0.0):.4f}</td>"
     scores += f"<td class=base>{base['top_k_accuracy']['accuracy']:.4f}</td></tr>" if base else "</tr>"
-    scores_header = "<tr><th></th><th>candidate</th>" + ("<th class=base>baseline</th></tr>" if base else "</tr>")
-    matrix = data_uri(confusion_png(metrics["confusion_matrix"], metrics["class_names"]), "image/png")
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Evaluation: {verdict}</title>
-<style>body{{font-family:sans-serif;margin:24px;max-width:1100px}} table{{border-collapse:collapse}}
-td,th{{border:1px solid #ddd;padding:4px 10px;text-align:right}} td:first-child{{text-align:left}}
-.verdict{{font-size:22px;font-weight:bold;color:{"#2a7d2a" if blessing.get("blessed") else "#b22222"}}}
-figure{{display:inline-block;margin:6px;text-align:center;font-size:12px;vertical-align:top}}
-.source{{display:inline-block;max-width:160px;word-break:break-all;color:#555;font-size:10px}}
-.base{{color:#555;background:#f6f6f6}}
-blockquote.text{{border-left:4px solid #b22222;margin:8px 0;padding:4px 12px;background:#fafafa;white-space:pre-wrap}}
-blockquote.text footer{{font-size:12px;color:#333}}
-.facts td{{text-align:left}} .facts td:first-child{{font-weight:bold}}</style>
-</head>
-<body>
-<h1>Evaluation of {html.escape(str(metrics.get("model_name", "the model")))} on the
-{html.escape(str(metrics.get("split", "test")))} split</h1>
-<table class=facts>{run_facts(metrics, history)}</table>
-<p class="verdict">{verdict}</p><ul>{reasons}</ul>{small}
-<p>On {metrics["num_examples"]} {html.escape(str(metrics.get("split", "test")))} {items}{baseline_note(metrics)}:</p>
-<table>{scores_header}{scores}</table>
-<h2>Training curves</h2>{curves or "<p>No training history.</p>"}
-<h2>Confusion matrix</h2><p>Rows: true class; columns: predicted class.</p>
-<img src="{matrix}" alt="confusion matrix">
-<h2>Per class</h2>
-<table><tr><th>class</th>{header}<th>support</th></tr>{rows}</table>
-<h2>Misclassified test {items}</h2>{grid or "<p>None.</p>"}
-</body></html>
-"""
+    return "<tr><th></th><th>candidate</th>" + ("<th class=base>baseline</th></tr>" if base else "</tr>") + scores
+
+
+def per_class_table(metrics: dict) -> str:
+    """The rows of precision, recall and F1 by class; the baseline's beside them."""
+    base = metrics.get("baseline_metrics")
+    figures = ("precision", "recall", "f1")
+
+    def per_class_row(name: str, c: dict) -> str:
+        cells = "".join(f"<td>{c.get(f, 0.0):.3f}</td>" for f in figures)
+        if base:
+            b = base["per_class"].get(name, {})
+            cells += "".join(f"<td class=base>{b.get(f, 0.0):.3f}</td>" for f in figures)
+        return f"<tr><td>{html.escape(name)}</td>{cells}<td>{c['support']}</td></tr>"
+
+    header = "".join(f"<th>{f if f != 'f1' else 'F1'}</th>" for f in figures)
+    if base:
+        header += "".join(f"<th class=base>baseline {f if f != 'f1' else 'F1'}</th>" for f in figures)
+    rows = "".join(per_class_row(name, c) for name, c in metrics["per_class"].items())
+    return f"<tr><th>class</th>{header}<th>support</th></tr>{rows}"
+
+
+def misclassified_grid(misclassified: Sequence[tuple[bytes | None, str, str, float, str]]) -> str:
+    """Each misclassified image with its labels and source; each misclassified text as a quote, its first
+    ``MAX_TEXT_CHARACTERS`` characters."""
+    grid = "".join(
+        f'<figure><img src="{data_uri(jpeg, "image/jpeg")}" width="96" height="96" alt="misclassified">'
+        f"<figcaption>true <b>{html.escape(truth)}</b><br>predicted {html.escape(predicted)} ({probability:.2f})"
+        f"{f'<br><span class=source>{html.escape(source)}</span>' if source else ''}</figcaption></figure>"
+        for jpeg, truth, predicted, probability, source in misclassified
+        if jpeg is not None
+    )
+    return grid + "".join(
+        f"<blockquote class=text><p>{html.escape(shorten(source))}</p>"
+        f"<footer>true <b>{html.escape(truth)}</b>, predicted {html.escape(predicted)} ({probability:.2f})</footer>"
+        "</blockquote>"
+        for jpeg, truth, predicted, probability, source in misclassified
+        if jpeg is None
+    )
 
 
 def shorten(text: str) -> str:
