@@ -270,8 +270,8 @@ def gpu_models() -> list[str]:
     return models
 
 
-def main() -> None:
-    from components.models import MODELS, modality_of
+def parse_args() -> argparse.Namespace:
+    from components.models import MODELS
     from components.params import TEXT
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -297,7 +297,40 @@ def main() -> None:
                         help="device counts to measure (default 1,2)")  # fmt: skip
     parser.add_argument("--worker", nargs=5, metavar=("MODE", "BACKEND", "PRECISION", "DEVICES", "EXAMPLES"),
                         help=argparse.SUPPRESS)  # fmt: skip
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def measure_configuration(examples: str, args, backend: str, precision: str, devices: int, unit: str) -> dict:
+    """One configuration's row: our step against a bare ``fit``, ``args.repeats`` processes a side in turns."""
+    runs = {"ours": [], "bare": []}
+    for mode in alternating(args.repeats):
+        runs[mode].append(run_one(examples, args.model, mode, backend, precision, devices, args.batch_size,
+                                  args.epochs))  # fmt: skip
+    rates = {mode: [run["rate"] for run in measured] for mode, measured in runs.items()}
+    ours, bare = max(rates["ours"]), max(rates["bare"])
+    # the callbacks' epoch ends, as a share of an epoch: what our step adds to the steps, free of the noise
+    # between processes that the rates carry
+    after = {mode: sum(r["after_steps_seconds"] for r in measured) / len(measured)
+             for mode, measured in runs.items()}  # fmt: skip
+    share = (after["ours"] - after["bare"]) / min(run["epoch_seconds"] for run in runs["ours"])
+    each = f" (each: ours {listed(rates['ours'])}; bare {listed(rates['bare'])})" if args.repeats > 1 else ""
+    print(f"{backend:10s} {precision:15s} {devices} device(s): ours {ours:7.1f} {unit}/s, bare fit "
+          f"{bare:7.1f} ({ours / bare:.2f}x; goal 0.95){each}; our epoch ends {1000 * after['ours']:.0f} ms "
+          f"(bare {1000 * after['bare']:.0f} ms), {100 * share:.1f}% of an epoch", flush=True)  # fmt: skip
+    return {
+        "ours": round(ours, 1), "bare_fit": round(bare, 1), "ours_vs_bare": round(ours / bare, 3),
+        "ours_runs": [round(r, 1) for r in rates["ours"]],
+        "bare_fit_runs": [round(r, 1) for r in rates["bare"]],
+        "ours_after_steps_ms": round(1000 * after["ours"], 1),
+        "bare_fit_after_steps_ms": round(1000 * after["bare"], 1),
+        "ours_epoch_work_share": round(share, 4),
+    }  # fmt: skip
+
+
+def main() -> None:
+    from components.models import modality_of
+
+    args = parse_args()
     if args.worker:
         mode, backend, precision, devices, examples = args.worker
         measure = measure_ours if mode == "ours" else measure_bare
@@ -318,28 +351,8 @@ def main() -> None:
         print(f"input pipeline alone: {feed:.1f} {unit}/s")
         backends = (args.only,) if args.only else BACKENDS
         for backend, precision, devices in itertools.product(backends, PRECISIONS, args.devices):
-            runs = {"ours": [], "bare": []}
-            for mode in alternating(args.repeats):
-                runs[mode].append(run_one(examples, args.model, mode, backend, precision, devices, batch, args.epochs))
-            rates = {mode: [run["rate"] for run in measured] for mode, measured in runs.items()}
-            ours, bare = max(rates["ours"]), max(rates["bare"])
-            # the callbacks' epoch ends, as a share of an epoch: what our step adds to the steps, free of the noise
-            # between processes that the rates carry
-            after = {mode: sum(r["after_steps_seconds"] for r in measured) / len(measured)
-                     for mode, measured in runs.items()}  # fmt: skip
-            share = (after["ours"] - after["bare"]) / min(run["epoch_seconds"] for run in runs["ours"])
-            rows[f"{backend}/{precision}/x{devices}"] = {
-                "ours": round(ours, 1), "bare_fit": round(bare, 1), "ours_vs_bare": round(ours / bare, 3),
-                "ours_runs": [round(r, 1) for r in rates["ours"]],
-                "bare_fit_runs": [round(r, 1) for r in rates["bare"]],
-                "ours_after_steps_ms": round(1000 * after["ours"], 1),
-                "bare_fit_after_steps_ms": round(1000 * after["bare"], 1),
-                "ours_epoch_work_share": round(share, 4),
-            }  # fmt: skip
-            each = f" (each: ours {listed(rates['ours'])}; bare {listed(rates['bare'])})" if args.repeats > 1 else ""
-            print(f"{backend:10s} {precision:15s} {devices} device(s): ours {ours:7.1f} {unit}/s, bare fit "
-                  f"{bare:7.1f} ({ours / bare:.2f}x; goal 0.95){each}; our epoch ends {1000 * after['ours']:.0f} ms "
-                  f"(bare {1000 * after['bare']:.0f} ms), {100 * share:.1f}% of an epoch", flush=True)  # fmt: skip
+            rows[f"{backend}/{precision}/x{devices}"] = measure_configuration(examples, args, backend, precision,
+                                                                              devices, unit)  # fmt: skip
     summary = {}
     if not args.only:
         for precision, devices in itertools.product(PRECISIONS, args.devices):
