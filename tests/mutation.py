@@ -63,7 +63,8 @@ GROUPS = {
         "components.register.core.*",
         *functions("components.register.vertex", "find_baseline", "register_version"),
     ],
-    "resume keys": functions("pipeline.resume", "run_key", "decide") + functions("pipeline.local.run", "run_identity"),
+    "resume keys": functions("pipeline.local.resume", "run_key", "decide")
+    + functions("pipeline.local.run", "run_identity"),
     "export's quantization set-up": functions("components.export.image", "unit_range_network", "tflite_models"),
 }
 # mutmut's exit codes of a mutant's test run: 1 a test failed (killed), 0 all passed (survived), 33 no test reaches

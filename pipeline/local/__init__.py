@@ -1,5 +1,5 @@
 """``run-local``: the whole DAG on this machine under ``kfp.local``. ``run.py`` runs it (and resumes an interrupted
-run, with ``pipeline/resume.py``), ``progress.py`` shows it, ``summary.py`` reports it, ``docker.py`` runs the steps
+run, with ``resume.py``'s keys), ``progress.py`` shows it, ``summary.py`` reports it, ``docker.py`` runs the steps
 in their images."""
 
 from pipeline.local.run import (

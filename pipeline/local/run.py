@@ -48,7 +48,7 @@ class LocalRunConfig:
             ``<work_dir>/run.log`` (which always has it).
         resume: continue the run interrupted in ``work_dir`` (Ctrl-C, SIGTERM) when it had the same parameters and
             data: the same run id, its finished steps reused, training from its last finished epoch
-            (``pipeline.resume``); False starts over.
+            (``pipeline.local.resume``); False starts over.
         runner: ``subprocess`` (kfp.local's SubprocessRunner: the steps in this Python) or ``docker``
             (DockerRunner: each step in the image the DAG gives it, ``images``, as the invoking user).
         images: where the step images are, for ``docker`` (``make images`` builds them under the defaults).
@@ -151,8 +151,8 @@ def run_local(config: LocalRunConfig) -> dict:
         Interrupted: Ctrl-C or SIGTERM stopped the run (the summary and ``run-state.json`` say so; the same call
             resumes it).
     """
+    import pipeline.local.resume as resume
     from components.storage import write_json
-    from pipeline import resume
 
     started = time.monotonic()
     run = start_run(config)
@@ -172,8 +172,8 @@ def start_run(config: LocalRunConfig) -> LocalRun:
     and sets kfp.local up for it."""
     from kfp import local
 
+    import pipeline.local.resume as resume
     from components.storage import check_writable
-    from pipeline import resume
     from pipeline.dag import PIPELINE_NAME
 
     work_dir = os.path.abspath(config.work_dir)
@@ -224,9 +224,9 @@ def start_run(config: LocalRunConfig) -> LocalRun:
 def run_steps(run: LocalRun, verbose: bool) -> dict:
     """The DAG's outputs; a failed step or an interruption is written to the summary (and, interrupted, to the
     resume state) before it is raised."""
+    import pipeline.local.resume as resume
     from components.cli import Interrupted, StepFailedError
     from components.storage import write_json
-    from pipeline import resume
     from pipeline.dag import PIPELINE_NAME
 
     facts = {"pipeline": PIPELINE_NAME, "run_id": run.state.run_id}
@@ -375,7 +375,7 @@ def check_registry(registry: str) -> str:
 @dataclass(frozen=True)
 class RunIdentity:
     """What makes a local run the run it is: the source it reads, the data's fingerprint, the folder registry, the
-    DAG's parameters, and their ``key`` (``pipeline.resume.run_key``): an interrupted run resumes only under the same
+    DAG's parameters, and their ``key`` (``resume.run_key``): an interrupted run resumes only under the same
     key, so new or changed images start over."""
 
     source: str
@@ -387,7 +387,7 @@ class RunIdentity:
 
 def run_identity(config: LocalRunConfig) -> RunIdentity:
     """The run's source (checked), fingerprint, registry and DAG parameters, and the key they make."""
-    from pipeline import resume
+    import pipeline.local.resume as resume
 
     source, fingerprint = resolve_source(config)
     registry = check_registry(config.registry) if config.registry else ""

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pipeline.resume import (
+from pipeline.local.resume import (
     INTERRUPTED,
     RUNNING,
     Decision,
@@ -96,7 +96,7 @@ def test_another_key_discards_the_interrupted_runs_checkpoints(tmp_path):
 
 def test_a_live_run_in_the_work_dir_is_a_one_line_usage_error(tmp_path):
     from components.cli import UsageError
-    from pipeline.resume import write_state
+    from pipeline.local.resume import write_state
 
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
