@@ -101,6 +101,15 @@ def records(files: list[str], split: str, training: bool, seed: int | None, shar
     return dataset
 
 
+def decode_image(encoded, image_size: int):
+    """An example's ``image`` (a JPEG the conversion wrote) as the model trains on it: ``[size, size, 3]`` uint8."""
+    import tensorflow as tf
+
+    # the accurate IDCT, as the conversion and the serving graph decode (TensorFlow's default differs)
+    image = tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_ACCURATE")
+    return tf.reshape(image, [image_size, image_size, 3])  # static shape: fails loudly on a wrong size
+
+
 def decoder(parsed: dict, image_size: int, text: bool, sources: bool):
     """The function that turns one serialized example into ``make_dataset``'s element."""
     import tensorflow as tf
@@ -112,9 +121,7 @@ def decoder(parsed: dict, image_size: int, text: bool, sources: bool):
         if text:
             tokens = tf.cast(example["tokens"], tf.int32)
             return (tokens, example["one_hot_class"], *([example["text"]] if sources else []))
-        # the accurate IDCT, as the conversion and the serving graph decode (TensorFlow's default differs)
-        image = tf.io.decode_jpeg(example["image"], channels=3, dct_method="INTEGER_ACCURATE")
-        image = tf.reshape(image, [image_size, image_size, 3])  # static shape: fails loudly on a wrong size
+        image = decode_image(example["image"], image_size)
         if sources:
             return image, example["one_hot_class"], example[SOURCE_FEATURE]
         return image, example["one_hot_class"]

@@ -68,20 +68,24 @@ def write_saved_model(model, image_size: int, class_names, path: str) -> None:
     write_archive(archive, path)
 
 
-def check_parity(saved_model_path: str, trained_model, examples_dir: str, split: str, num_classes: int) -> dict:
-    """Compares the SavedModel (fed the split's JPEG bytes) with the trained model (fed the decoded images)."""
+def check_parity(saved_model_path: str, trained_model, examples_dir: str, split: str, model_config: dict) -> dict:
+    """Compares the SavedModel (fed the split's JPEG bytes) with the trained model (fed the pixels it trained on)."""
     import numpy as np
     import tensorflow as tf
 
-    from components.imaging import decode_rgb
+    from components.artifacts.examples import decode_image
 
     serving = tf.saved_model.load(saved_model_path).signatures["serving_default"]
     files = split_files(examples_dir, split)
-    dataset = tf.data.TFRecordDataset(files).map(lambda s: parse_example(s, num_classes)["image"])
+
+    def bytes_and_pixels(serialized):
+        image_bytes = parse_example(serialized, model_config["num_classes"])["image"]
+        return image_bytes, decode_image(image_bytes, model_config["image_size"])
+
+    dataset = tf.data.TFRecordDataset(files).map(bytes_and_pixels, num_parallel_calls=tf.data.AUTOTUNE)
     agree, total, max_difference = 0, 0, 0.0
-    for image_bytes in dataset.batch(PARITY_BATCH_SIZE):
+    for image_bytes, images in dataset.batch(PARITY_BATCH_SIZE):
         exported = serving(image_bytes=image_bytes)["probabilities"].numpy()
-        images = tf.map_fn(decode_rgb, image_bytes, fn_output_signature=tf.uint8)
         trained = np.asarray(trained_model(images, training=False), dtype=np.float32)
         agree += int((exported.argmax(-1) == trained.argmax(-1)).sum())
         total += len(exported)
@@ -267,9 +271,7 @@ def export_image(config: ExportConfig) -> dict:
     saved_model_path = os.path.join(config.output_dir, SAVED_MODEL_DIR)
     write_saved_model(model, model_config["image_size"], model_config["class_names"], saved_model_path)
     trained = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
-    parity = check_parity(
-        saved_model_path, trained, config.examples_dir, config.parity_split, model_config["num_classes"]
-    )
+    parity = check_parity(saved_model_path, trained, config.examples_dir, config.parity_split, model_config)
     raw = raw_file_accuracy(saved_model_path, config.examples_dir, model_config)
     check_raw_file_accuracy(raw)
     crossed = backend_parity(model, config.model_dir, model_config, config.examples_dir)
