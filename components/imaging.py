@@ -191,6 +191,30 @@ def decode_rgb(encoded, at_least: int = 0):
     return image
 
 
+def serving_pixels(image_bytes, image_size: int):
+    """A batch of encoded images (``[N]`` strings) as the SavedModel's ``serving_default`` feeds its model: each
+    decoded by ``decode_rgb`` and filled into the ``image_size`` square, ``[N, size, size, 3]`` uint8. Trace it as
+    the SavedModel does, in one ``tf.function`` with autograph off (``serving_decoder``)."""
+    import tensorflow as tf
+
+    return tf.map_fn(
+        lambda encoded: fill_square(decode_rgb(encoded, decoded_at_least(image_size)), image_size),
+        image_bytes,
+        fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.uint8),
+    )
+
+
+def serving_decoder(image_size: int):
+    """``serving_pixels`` traced once, as the SavedModel traces it (autograph off): call it a batch at a time."""
+    import tensorflow as tf
+
+    return tf.function(
+        lambda image_bytes: serving_pixels(image_bytes, image_size),
+        input_signature=[tf.TensorSpec([None], tf.string)],
+        autograph=False,
+    )
+
+
 def composite_pillow(rgba):
     """RGBA (int32, 0..255) composited on opaque white with Pillow's ``alpha_composite`` integer arithmetic
     (``AlphaComposite.c``, 7 bits of precision), so that the serving graph gives the conversion's pixels exactly;

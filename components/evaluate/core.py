@@ -262,19 +262,18 @@ def predict_split(model, examples_dir: str, split: str, image_size: int, num_cla
 
 def client_file_accuracy(model, examples_dir: str, split: str, image_size: int, num_classes: int) -> dict:
     """The model's accuracy on the split's own source files, decoded as the exported SavedModel will decode what
-    clients send (``components.imaging.decode_rgb`` and ``fill_square``), beside the TFRecords' figure; what is left
+    clients send (``components.imaging.serving_pixels``), beside the TFRecords' figure; what is left
     out is counted (``components.artifacts.examples.client_files``)."""
     import numpy as np
     import tensorflow as tf
 
     from components.artifacts.examples import client_files
-    from components.imaging import decode_rgb, decoded_at_least, fill_square
+    from components.imaging import serving_decoder
 
-    decode = tf.function(lambda content: fill_square(decode_rgb(content, decoded_at_least(image_size)), image_size),
-                         input_signature=[tf.TensorSpec([], tf.string)])  # fmt: skip
+    decode = serving_decoder(image_size)
     counts, correct, total = {}, 0, 0
     for rows in client_files(examples_dir, split, num_classes, counts, EVAL_BATCH_SIZE):
-        pixels = np.stack([decode(tf.constant(content)).numpy() for _, content, _, _ in rows])
+        pixels = decode(tf.constant([content for _, content, _, _ in rows])).numpy()
         predicted = np.asarray(model(pixels, training=False)).argmax(axis=-1)
         correct += int((predicted == np.array([truth for _, _, _, truth in rows])).sum())
         total += len(rows)

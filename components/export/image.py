@@ -43,17 +43,12 @@ def write_saved_model(model, image_size: int, class_names, path: str) -> None:
     import tensorflow as tf
     from keras.export import ExportArchive
 
-    from components.imaging import decode_rgb, decoded_at_least, fill_square
+    from components.imaging import serving_pixels
 
     predictions = predictions_of(model, class_names)
 
     def serve_bytes(image_bytes):
-        images = tf.map_fn(
-            lambda encoded: fill_square(decode_rgb(encoded, decoded_at_least(image_size)), image_size),
-            image_bytes,
-            fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.uint8),
-        )
-        return predictions(images)
+        return predictions(serving_pixels(image_bytes, image_size))
 
     archive = ExportArchive()
     archive.track(model)

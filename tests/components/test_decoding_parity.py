@@ -151,18 +151,11 @@ CORPUS = corpus()
 
 @pytest.fixture(scope="module")
 def serving_decode():
-    """The serving graph's decode and resize, traced once per size as the SavedModel traces it."""
-    import tensorflow as tf
+    """The serving graph's decode and resize, traced once per size as the SavedModel traces it; one file at a time."""
+    from components.imaging import serving_decoder
 
-    from components.imaging import decode_rgb, decoded_at_least, fill_square
-
-    return {
-        size: tf.function(
-            lambda content, size=size: fill_square(decode_rgb(content, decoded_at_least(size)), size),
-            input_signature=[tf.TensorSpec([], tf.string)],
-        )
-        for size in SIZES
-    }
+    decoders = {size: serving_decoder(size) for size in SIZES}
+    return {size: (lambda content, size=size: decoders[size]([content])[0]) for size in SIZES}
 
 
 @pytest.mark.parametrize("name", list(CORPUS))
