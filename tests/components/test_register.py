@@ -71,24 +71,55 @@ def test_the_candidate_is_the_baseline_when_its_trained_weights_are(tmp_path):
     assert same_as_baseline(candidate, "") == ""
 
 
-def test_the_baseline_is_the_folder_registrys_default_version_unless_one_is_given(tmp_path):
+def test_the_baseline_is_the_folder_registrys_default_version_unless_one_is_given(tmp_path, capsys):
     from components.register.vertex import find_baseline
 
     root = str(tmp_path / "registry")
     assert find_baseline("digits", "", root, None) == ""  # the first run: nothing in service yet
+    assert capsys.readouterr().out == f"no model in {root} yet: the first run is judged on its value thresholds alone\n"
     registry = FolderRegistry(root)
     registry.push(fake_export(tmp_path / "a", "1" * 64), {})
     registry.push(fake_export(tmp_path / "b", "2" * 64), {})
     registry.set_default(1)
     assert find_baseline("digits", "", root, None) == f"{root}/1"
+    assert capsys.readouterr().out == f"baseline: version 1 of {root} ({root}/1)\n"
     assert find_baseline("digits", "/given/model", root, None) == "/given/model"
+    assert capsys.readouterr().out == "baseline: /given/model (as given)\n"
     assert find_baseline("", "", root, None) == ""  # registration off: no baseline looked up
+    assert capsys.readouterr().out == "baseline: none (as given)\n"
+
+
+def test_registering_in_a_folder_decides_in_one_json_line_and_says_what_it_did(tmp_path, capsys):
+    """The register step of a local run: the decision's every field, the line it prints, what the version records
+    and which version is in service afterwards, for each of its three outcomes."""
+    from components.register.vertex import register_version
+
+    root = str(tmp_path / "registry")
+    first = fake_export(tmp_path / "a", "1" * 64)
+    decided = json.loads(register_version(first, "digits", "", root, "run-1", None))
+    assert decided == {"action": "registered", "version": 1, "uri": f"{root}/1"}
+    assert capsys.readouterr().out == f"registered {first} as version 1 of {root}\n"
+    record = json.loads((tmp_path / "registry" / "1" / "version.json").read_text())
+    assert (record["display_name"], record["pipeline_run"], record["source"]) == ("digits", "run-1", first)
+    assert FolderRegistry(root).default().number == 1
+    # the same trained weights again (a cached train step): skipped, nothing copied, the default unchanged
+    again = json.loads(register_version(fake_export(tmp_path / "b", "1" * 64), "digits", f"{root}/1", root, "run-2",
+                                        None))  # fmt: skip
+    reason = "the candidate is the baseline itself (the same trained weights, sha256 111111111111)"
+    assert again == {"action": "skipped", "reason": reason, "baseline": f"{root}/1"}
+    assert capsys.readouterr().out == f"{reason}: not registered again\n"
+    assert [v.number for v in FolderRegistry(root).versions()] == [1]
+    # registration off: no copy
+    off = json.loads(register_version(first, "", "", root, "run-3", None))
+    assert off == {"action": "skipped", "reason": "registration is off (model_display_name is empty)"}
+    assert capsys.readouterr().out == "model_display_name is empty: the blessed export is not registered\n"
+    assert [v.number for v in FolderRegistry(root).versions()] == [1]
 
 
 def test_an_export_record_is_read_through_its_saved_model_folder_and_empty_when_missing(tmp_path):
     from components.register.core import default_model_root, export_record
 
-    export = fake_export(tmp_path / "a", "3" * 64)
+    export = fake_export(tmp_path / "exportX", "3" * 64)  # a name's last letters are not stripped with the slash
     assert export_record(export)["model_digest"] == "3" * 64
     assert export_record(export + "/saved_model/")["model_digest"] == "3" * 64
     assert export_record(str(tmp_path)) == {}

@@ -479,6 +479,7 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     """find-baseline and register, as the cloud DAG runs them (Vertex AI fills in project and location): each
     blessed export is copied whole to a numbered folder outside the pipeline root, and that copy is registered."""
     from components.register import component
+    from components.register.core import FolderRegistry
 
     where = {"project": "demo-project", "location": "europe-west4"}
 
@@ -521,9 +522,12 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     baseline = find_baseline("flowers", **where)
     assert baseline == f"{stored}/saved_model"
     # unchanged data (cached train and export): the candidate is the baseline itself, so nothing is uploaded
-    skipped, in_service = register_step(gcs, export_1, "flowers", baseline=baseline, pipeline_run="flowers-2")
-    assert skipped["action"] == "skipped" and skipped["reason"].startswith("the candidate is the baseline itself")
+    # (the baseline as a user may type it, with a trailing slash)
+    skipped, in_service = register_step(gcs, export_1, "flowers", baseline=baseline + "/", pipeline_run="flowers-2")
+    same = "the candidate is the baseline itself (the same trained weights, sha256 aaaaaaaaaaaa)"
+    assert skipped == {"action": "skipped", "reason": same, "baseline": baseline + "/", "model": name, "version": "1"}
     assert len(in_pipeline.bodies("POST", "/models:upload")) == 1
+    assert FolderRegistry(f"gs://{BUCKET}/models/flowers").default().number == 1
     assert in_service.metadata == vertex_model.metadata  # the version in service is still the first
     # a retrained model becomes version 2 of the same model, stored under the model_root given
     export_3 = upload_export(gcs, "root/flowers-3/export/exported_model", "b" * 64)
@@ -536,6 +540,11 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     second_upload = in_pipeline.bodies("POST", "/models:upload")[1]
     assert second_upload["parentModel"] == name and second_upload["model"]["labels"] == {"pipeline-run": "flowers-3"}
     assert find_baseline("flowers", **where) == f"{root}/1/saved_model"
+    assert FolderRegistry(root).default().number == 1  # the folder's default follows the Model Registry's
+    # the first export again, with its own folder given as the baseline while version 2 serves: skipped, and no
+    # version named as the one in service, since the version in service is another model
+    again, untouched = register_step(gcs, export_1, "flowers", baseline=baseline)
+    assert again == {"action": "skipped", "reason": same, "baseline": baseline} and untouched.metadata == {}
     # a baseline given as a parameter wins over the registry, which is then not asked
     requests = len(in_pipeline.requests)
     assert find_baseline("flowers", baseline="gs://b/last-good", **where) == "gs://b/last-good"
