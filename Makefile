@@ -58,7 +58,7 @@ PROFILE_ENV_amx := TPU_PIPELINE_CPU_FLAGS="avx2 avx512f avx512bw avx512_bf16 amx
 
 test: setup lint ## lint, then run the tests (all but the heavy ones and the images'); PROFILE=noavx512|avx512bf16|amx
 	@$(CHECK_PROFILE)
-	$(PROFILE_ENV_$(PROFILE)) $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile \
+	$(PROFILE_ENV_$(PROFILE)) $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		-m "not heavy and not images and not browser"
 
 test-profiles: setup lint ## make test under every host profile in turn (about four times make test's time)

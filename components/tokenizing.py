@@ -56,14 +56,12 @@ def parse_vocabulary(content: bytes) -> list[str]:
 
 def read_vocabulary(path: str) -> list[str]:
     """Reads ``vocabulary.txt`` (local or ``gs://``); ``UsageError`` when it is missing or not a vocabulary."""
-    from apache_beam.io.filesystems import FileSystems
-
     from components.cli import UsageError
-    from components.storage import exists
+    from components.storage import exists, open_read
 
     if not exists(path):
         raise UsageError(f"{path} does not exist: a text model needs the vocabulary its examples were converted with")
-    with FileSystems.open(path) as handle:
+    with open_read(path) as handle:
         tokens = parse_vocabulary(handle.read())
     if tokens[:2] != [PADDING, OUT_OF_VOCABULARY]:
         raise UsageError(f"{path} is not a vocabulary of this pipeline: its first lines must be padding (empty) and "

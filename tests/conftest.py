@@ -125,13 +125,20 @@ def exported(converted, trained, tmp_path_factory) -> tuple[str, dict]:
     return output, run(ExportConfig(model_dir=model_dir, examples_dir=examples_dir, output_dir=output))
 
 
-# the test files that take longest (whole-DAG runs, multi-process training), run first: with make test's workers
-# (pytest-xdist, --dist loadfile) one worker starts on them while the others share the rest
+# the test files that take longest (whole-DAG runs, multi-process training, trained models), run first, longest
+# first (their summed test times in a make test on 2 cores): with make test's workers (pytest-xdist, --dist loadfile
+# --no-loadscope-reorder, which keeps this order; by default xdist starts with the files of the most tests) one
+# worker starts on the whole-DAG runs while the other takes the next files, and the short files even out the end
 LONGEST_FIRST = (
     "tests/pipeline/test_local_run.py",
     "tests/components/test_train_jax.py",
     "tests/components/test_train.py",
-    "tests/components/test_train_text.py",
+    "tests/components/test_evaluate.py",
+    "tests/components/test_export.py",
+    "tests/components/test_export_raw_files.py",
+    "tests/components/test_serving.py",
+    "tests/pipeline/test_vertex.py",
+    "tests/components/test_convert_dataflow.py",
 )
 
 

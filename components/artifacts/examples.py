@@ -191,10 +191,10 @@ def client_files(examples_dir: str, split: str, num_classes: int, counts: dict, 
 
     import numpy as np
     import tensorflow as tf
-    from apache_beam.io.filesystems import FileSystems
 
     from components.imaging import unserved_reason
     from components.schema import SOURCE_FEATURE, feature_spec, source_feature_spec
+    from components.storage import exists, open_read
 
     counts.update(without_file=0, missing_files=0, refused_formats={})
     spec = {**feature_spec(num_classes), **source_feature_spec()}
@@ -207,10 +207,10 @@ def client_files(examples_dir: str, split: str, num_classes: int, counts: dict, 
         if not path or re.search(r"\.npz#\d+$", path):
             counts["without_file"] += 1
             continue
-        if not FileSystems.exists(path):
+        if not exists(path):
             counts["missing_files"] += 1
             continue
-        with FileSystems.open(path) as handle:
+        with open_read(path) as handle:
             content = handle.read()
         reason = unserved_reason(content)
         if reason:

@@ -83,10 +83,10 @@ def model_digest(model_dir: str) -> str:
     file, so the same digest; any retraining gives another)."""
     import hashlib
 
-    from apache_beam.io.filesystems import FileSystems
+    from components.storage import open_read
 
     digest = hashlib.sha256()
-    with FileSystems.open(os.path.join(model_dir, WEIGHTS_FILE)) as handle:
+    with open_read(os.path.join(model_dir, WEIGHTS_FILE)) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass
 
@@ -48,8 +49,6 @@ class FolderRegistry:
 
     def _numbers(self, complete_only: bool) -> list[int]:
         """The numbered folders (only those with their ``version.json`` when ``complete_only``)."""
-        from apache_beam.io.filesystems import FileSystems
-
         if "://" not in self.root:  # folders, empty ones included (a claimed number)
             names = os.listdir(self.root) if os.path.isdir(self.root) else []
             return sorted(
@@ -57,6 +56,8 @@ class FolderRegistry:
                 for name in names
                 if name.isdigit() and (not complete_only or os.path.isfile(os.path.join(self.root, name, VERSION_FILE)))
             )
+        from apache_beam.io.filesystems import FileSystems
+
         (result,) = FileSystems.match([f"{self.root}/*/{VERSION_FILE}" if complete_only else f"{self.root}/**"])
         numbers = set()
         for metadata in result.metadata_list:
@@ -128,21 +129,29 @@ def _now() -> str:
 
 
 def copy_tree(source: str, destination: str) -> int:
-    """Copies every file under ``source`` to the same relative path under ``destination`` (any Beam filesystem);
-    returns the number of files."""
-    from apache_beam.io.filesystems import FileSystems
-
+    """Copies every file under ``source`` to the same relative path under ``destination`` (any Beam filesystem;
+    local to local without Beam); returns the number of files."""
     source = source.rstrip("/")
-    (result,) = FileSystems.match([f"{source}/**"])
-    # (folder placeholder objects, "dir/", which the /gcs/ mount may leave, would copy their whole subtree again)
-    paths = sorted(m.path for m in result.metadata_list if not m.path.endswith("/"))
+    local = "://" not in source + destination
+    if local:
+        paths = sorted(os.path.join(folder, name) for folder, _, names in os.walk(source) for name in names)
+    else:
+        from apache_beam.io.filesystems import FileSystems
+
+        (result,) = FileSystems.match([f"{source}/**"])
+        # (folder placeholder objects, "dir/", which the /gcs/ mount may leave, would copy their whole subtree again)
+        paths = sorted(m.path for m in result.metadata_list if not m.path.endswith("/"))
     if not paths:
         raise UsageError(f"export {source} holds no files: pass the export step's output")
     targets = [f"{destination}/{path[len(source) + 1 :]}" for path in paths]
     if "://" not in destination:
         for target in targets:
             os.makedirs(os.path.dirname(target), exist_ok=True)
-    FileSystems.copy(paths, targets)
+    if local:
+        for path, target in zip(paths, targets, strict=True):
+            shutil.copyfile(path, target)
+    else:
+        FileSystems.copy(paths, targets)
     return len(paths)
 
 

@@ -156,3 +156,33 @@ def test_the_circle_finder_sees_a_loop_and_an_import_back_up(tmp_path):
     assert graph["components.export.text"] == {"components.export.image", "pipeline.local"}
     assert circles(graph) == [["components.export.common", "components.export.image", "components.export.text",
                                "pipeline.local"]]  # fmt: skip
+
+
+def test_local_files_are_read_written_and_copied_without_beam(tmp_path):
+    """Beam's filesystems are for ``gs://``: a step that reads and writes only local files (train, evaluate,
+    export and register under run-local) does not import Beam, 1 to 2 s of every such process. The files are still
+    written whole, read back, and an export copied into a folder registry file by file."""
+    import subprocess
+    import sys
+
+    script = f"""
+import json, os, sys
+from components import storage
+from components.register.core import copy_tree
+folder = {str(tmp_path)!r}
+storage.write_json(os.path.join(folder, "export", "saved_model", "export.json"), {{"accuracy": 0.5}})
+storage.write_atomically(os.path.join(folder, "export", "saved_model", "variables", "v.data"), b"\\x00weights")
+assert storage.read_json(os.path.join(folder, "export", "saved_model", "export.json")) == {{"accuracy": 0.5}}
+assert storage.exists(os.path.join(folder, "export")) and not storage.exists(os.path.join(folder, "nothing"))
+with storage.open_read(os.path.join(folder, "export", "saved_model", "variables", "v.data")) as handle:
+    assert handle.read() == b"\\x00weights"
+print(copy_tree(os.path.join(folder, "export"), os.path.join(folder, "registry", "1")))
+print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] == "apache_beam")))
+"""
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    copied, beam = result.stdout.strip().splitlines()
+    assert (int(copied), beam) == (2, "[]")
+    assert (tmp_path / "registry" / "1" / "saved_model" / "variables" / "v.data").read_bytes() == b"\x00weights"
+    leftovers = [name for _, _, names in os.walk(tmp_path) for name in names if ".tmp-" in name]
+    assert not leftovers
