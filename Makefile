@@ -23,7 +23,8 @@ export UV_PYTHON_DOWNLOADS := never
 .PHONY: help setup run test test-profiles profile-env test-heavy test-browser lint format compile lock mutants images test-images clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}' \
+		| sed -e 's|$$(REGISTRY)|$(REGISTRY)|g' -e 's|$$(TAG)|$(TAG)|g'
 
 $(UV):
 	$(PYTHON) -m venv .tools

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from collections.abc import Callable
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """Every command line of the project: a flag is spelt whole (``--epoch 3`` is an error, not ``--epochs 3``, as in
+    Beam's strict options); a subcommand's parser is of the same kind."""
+
+    def __init__(self, *args, allow_abbrev: bool = False, **kwargs):
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
 
 
 class UsageError(ValueError):
@@ -47,6 +56,10 @@ def configure_logging(verbose: bool = False) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    if not verbose:  # TensorFlow's C++ start-up lines (CPU features, absl, graph optimizers): -v shows them
+        import os
+
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # Beam's local job service relays every worker's INFO lines: keep the user's view to our progress lines
     for noisy in ("apache_beam", "absl", "tensorflow"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)

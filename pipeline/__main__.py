@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.cli import configure_logging, run_main
+from components.cli import ArgumentParser, configure_logging, run_main
 from pipeline.cli import compile as compile_command
 from pipeline.cli import local, predict, vertex
 
@@ -14,7 +14,7 @@ from pipeline.cli import local, predict, vertex
 def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
     """The CLI. ``dag_parameters``: give run-local a flag for every other pipeline parameter too (that imports the
     DAG, about 2 s, so only when run-local is asked for)."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m pipeline",
         description="Compile the classification DAG (images or texts) to pipeline.yaml, run it locally under "
         "kfp.local, submit it to Vertex AI Pipelines, or schedule it to retrain. Vertex AI settings: flags over "

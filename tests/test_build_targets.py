@@ -101,3 +101,10 @@ def test_every_dockerfile_takes_its_base_image_as_an_argument_pinned_by_digest_w
             assert default.endswith("/pipeline:0.1.0"), name
         elif name != "beam-worker":  # (Beam's digest could not be read here: README, Images)
             assert "@sha256:" in default and len(default.split("@sha256:")[1]) == 64, name
+
+
+def test_make_help_shows_the_values_the_targets_will_use():
+    result = subprocess.run(["make", "-s", "help", "REGISTRY=reg.example/ml", "TAG=t1"], cwd=REPO_ROOT,
+                            capture_output=True, text=True, check=True)  # fmt: skip
+    assert "$(" not in result.stdout
+    assert "as reg.example/ml/<name>:t1 " in result.stdout

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import add_param, configure_logging, image_size_flag, run_main
+from components.cli import ArgumentParser, add_param, configure_logging, image_size_flag, run_main
 from components.convert.core import ConversionError, ConvertConfig
 from components.convert.dispatch import convert_source
 from components.params import CONVERT, TEXT
@@ -15,7 +15,7 @@ from components.schema import MODALITIES
 
 def build_parser() -> argparse.ArgumentParser:
     defaults = ConvertConfig(source="", output_dir="")
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m components.convert",
         description="Convert an image folder (<root>/<class_name>/*, local or gs://), a CSV manifest "
         "([ML_USE,]IMAGE_URI,LABEL rows, Vertex AI's import format) or a .npz into sharded TFRecords "

@@ -6,13 +6,13 @@ import argparse
 import json
 
 from components.artifacts.evaluation import metrics_path
-from components.cli import add_param, config_from_args, configure_logging, run_main
+from components.cli import ArgumentParser, add_param, config_from_args, configure_logging, run_main
 from components.evaluate.core import EvaluateConfig, run
 from components.params import EVALUATE
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m components.evaluate",
         description="Accuracy, per-class precision and recall and the confusion matrix of a trained model on a "
         "split of the converted TFRecords; writes <output>/metrics.json.",

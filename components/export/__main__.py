@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import config_from_args, configure_logging, run_main
+from components.cli import ArgumentParser, config_from_args, configure_logging, run_main
 from components.export.core import ExportConfig, run
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m components.export",
         description="Rebuild the trained model on the CPU, load its weights and write a SavedModel whose "
         "serving_default signature takes image_bytes (encoded JPEG/PNG; a text model's: text, raw strings, tokenised "

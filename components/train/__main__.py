@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import UsageError, add_param, config_from_args, configure_logging, run_main
+from components.cli import ArgumentParser, UsageError, add_param, config_from_args, configure_logging, run_main
 from components.models import AUTO_MODEL, MODELS
 from components.params import TRAIN
 from components.train.core import LR_SCHEDULES, TrainConfig, run
@@ -14,7 +14,7 @@ from components.train.placement import BACKENDS, PRECISIONS
 
 def build_parser() -> argparse.ArgumentParser:
     defaults = TrainConfig(examples_dir="")
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m components.train",
         description="Train a Keras model on the convert step's TFRecords on the backend that reaches the hardware "
         "(Keras on JAX on TPUs; TensorFlow or JAX on GPUs and the CPU) over every device. Vertex AI's "

@@ -66,4 +66,27 @@ def run(args: argparse.Namespace) -> int:
             "the step images are named in the placeholder registry %s: pass --registry (your Artifact Registry "
             "repository, where make images PUSH=1 pushed them) before submitting this pipeline", DEFAULT_REGISTRY
         )  # fmt: skip
+    if log.isEnabledFor(logging.DEBUG):
+        for line in step_images(path):
+            log.debug(line)
     return 0
+
+
+def step_images(path: str) -> list[str]:
+    """What each step of a compiled pipeline runs in: its container image, and the image of the custom jobs it
+    launches (the train step's, on the accelerator's machines)."""
+    import yaml
+
+    with open(path, encoding="utf-8") as handle:
+        spec = next(yaml.safe_load_all(handle))
+    lines = [f"step {name.removeprefix('exec-')} runs in {executor['container']['image']}"
+             for name, executor in sorted(spec["deploymentSpec"]["executors"].items())]  # fmt: skip
+    launched, stack = set(), [spec["root"], spec["components"]]
+    while stack:  # the custom jobs' worker pools sit in the DAG's constant inputs
+        node = stack.pop()
+        if isinstance(node, dict):
+            launched.update(str(value) for key, value in node.items() if key == "image_uri")
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return lines + [f"a custom job of the train step runs in {image}" for image in sorted(launched)]

@@ -94,7 +94,7 @@ def add_batch_predict(commands) -> None:
 
 def add_schedule(commands) -> None:
     schedule_cmd = commands.add_parser(
-        "schedule", help="create, list, pause, resume or delete retraining schedules on Vertex AI"
+        "schedule", help="create, list, update, pause, resume or delete retraining schedules on Vertex AI"
     )
     schedule_actions = schedule_cmd.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = schedule_actions.add_parser(

@@ -115,6 +115,8 @@ def test_predict_prints_the_top_labels_of_texts(exported_text, tmp_path):
         done = run_cli("pipeline", "predict", "--model", model, "--text", "awful, dull and boring",
                        "--text-file", str(review), "--top", "1", "--json")  # fmt: skip
         assert done.returncode == 0, done.stderr
+        # an answer without TensorFlow's start-up lines (-v shows them); LiteRT says it made its CPU delegate
+        assert [line for line in done.stderr.splitlines() if "XNNPACK delegate for CPU" not in line] == []
         answers = [json.loads(line) for line in done.stdout.splitlines()]
         assert [answer["top"][0]["label"] for answer in answers] == ["neg", "pos"], answers
         assert answers[0]["text"] == "awful, dull and boring" and answers[1]["path"] == str(review)

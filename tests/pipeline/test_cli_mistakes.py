@@ -76,6 +76,31 @@ def test_an_unknown_flag_gets_its_subcommands_usage(capsys, argv, usage):
     assert err.strip().endswith(f"{usage}: error: unrecognized arguments: --bogus")
 
 
+@pytest.mark.parametrize(
+    "module, argv, mistake, usage",
+    [
+        ("pipeline", ["run-local"], ["--epoch", "3"], "python -m pipeline run-local"),
+        ("pipeline", ["schedule", "create", "--cron", "0 3 * * 1"], ["--max-run", "2"],
+         "python -m pipeline schedule create"),
+        ("components.train", ["--examples", "e"], ["--epoch", "3"], "python -m components.train"),
+        ("components.evaluate", ["--model-dir", "m", "--examples", "e", "--output", "o"], ["--min-acc", "0.5"],
+         "python -m components.evaluate"),
+        ("components.export", ["--model-dir", "m", "--examples", "e", "--output", "o"], ["--verb"],
+         "python -m components.export"),
+    ],
+)  # fmt: skip
+def test_a_flag_is_spelt_whole_never_taken_for_the_flag_it_begins(capsys, module, argv, mistake, usage):
+    """``--epoch 3`` would otherwise run as ``--epochs 3``: argparse takes any unambiguous beginning of a flag."""
+    import importlib
+
+    with pytest.raises(SystemExit) as exited:
+        importlib.import_module(f"{module}.__main__").main([*argv, *mistake])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"usage: {usage} ")
+    assert err.splitlines()[-1] == f"{usage}: error: unrecognized arguments: {' '.join(mistake)}"
+
+
 def test_version_and_verbose_after_the_subcommand(tmp_path, capsys, caplog):
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
@@ -83,6 +108,15 @@ def test_version_and_verbose_after_the_subcommand(tmp_path, capsys, caplog):
     assert main(["compile", "--output", str(tmp_path / "p.yaml"), "-v"]) == 0  # -v after the subcommand
     # the placeholder registry is named, with how to choose the real one
     assert any("placeholder registry" in r.getMessage() and "--registry" in r.getMessage() for r in caplog.records)
+
+
+def test_compile_verbose_says_what_each_step_runs_in(tmp_path):
+    quiet = run_cli("pipeline", "compile", "--output", str(tmp_path / "p.yaml"), "--registry", "reg.example/ml")
+    loud = run_cli("pipeline", "compile", "--output", str(tmp_path / "p.yaml"), "--registry", "reg.example/ml", "-v")
+    assert quiet.returncode == loud.returncode == 0, quiet.stderr + loud.stderr
+    assert "runs in" not in quiet.stderr
+    assert "DEBUG pipeline.cli.compile: step fingerprint runs in reg.example/ml/pipeline:" in loud.stderr
+    assert "DEBUG pipeline.cli.compile: a custom job of the train step runs in reg.example/ml/train-tpu:" in loud.stderr
 
 
 def test_run_local_help_lists_every_source_form_and_model(capsys):
@@ -94,6 +128,18 @@ def test_run_local_help_lists_every_source_form_and_model(capsys):
     from components.models import MODELS
 
     assert "{" + ",".join(["auto", *MODELS]) + "}" in out
+
+
+def test_the_top_level_help_names_every_schedule_action(capsys):
+    from pipeline.__main__ import build_parser, subcommands
+
+    actions = [name.split()[1] for name in subcommands(build_parser()) if name.startswith("schedule ")]
+    assert {"create", "update", "delete"} <= set(actions)
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())  # as wrapped at any terminal width
+    schedule = text[text.index(" schedule ") : text.index("options:")]
+    assert [action for action in actions if action not in schedule] == []
 
 
 def test_predict_names_a_model_that_does_not_exist(tmp_path):
