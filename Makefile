@@ -73,10 +73,11 @@ test-heavy: setup ## the heavy tests: the simulated year of scheduled retraining
 	$(VENV)/bin/python -m pytest -m heavy
 
 # mutation testing, outside make test and CI (tests/mutation.py; mutmut from the lock's `mutants` group): GROUPS=a,b
-# runs only those groups; mutmut keeps its results under mutants/ and resumes a stopped run
+# runs only those groups; ONLY=untried goes on with what a stopped run left, ONLY=survivors tries the survivors again
 GROUPS ?=
+ONLY ?= all
 mutants: setup ## mutation testing of the code whose wrong answer is silent: the score of each group, the survivors
-	$(UV) run --locked --group mutants python -m tests.mutation --groups "$(GROUPS)"
+	$(UV) run --locked --group mutants python -m tests.mutation --groups "$(GROUPS)" --only $(ONLY)
 
 lint: setup ## ruff lint and format check, hadolint on every Dockerfile
 	$(VENV)/bin/ruff check .

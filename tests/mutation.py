@@ -5,8 +5,13 @@ function, and counts the change killed when one fails. Prints each group's score
 show NAME`` shows its diff); the last line is a JSON object. bench/RESULTS.md keeps the latest run, each survivor
 killed by a test since or explained there.
 
-    make mutants                   # all groups; mutmut resumes where a stopped run left off
-    make mutants GROUPS=tokenizing  # one group (comma-separated names)
+    make mutants                          # every mutant of every group, tried again
+    make mutants GROUPS=tokenizing         # one group (comma-separated names)
+    make mutants ONLY=untried              # only those a stopped run left untried
+    make mutants ONLY=survivors            # only those not killed last time (after adding tests)
+
+mutmut tries again every mutant it is named, so ``untried`` and ``survivors`` name the mutants themselves, from the
+last run's results; a mutant of code changed since then is only tried by a whole run.
 """
 
 from __future__ import annotations
@@ -86,6 +91,25 @@ def in_group(name: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
+ONLY = ("all", "untried", "survivors")
+
+
+def is_killed(code: int | None) -> bool:
+    return code == KILLED or (code is not None and code < 0 and code != TIMEOUT)
+
+
+def to_try(groups: dict[str, list[str]], only: str, codes: dict[str, int | None]) -> list[str]:
+    """What to name to mutmut: the groups' patterns (``all``: every mutant, tried again), or the mutants themselves
+    that the last run left untried or did not kill."""
+    if only == "all":
+        return [pattern for patterns in groups.values() for pattern in patterns]
+    wanted = (
+        (lambda code: code is None) if only == "untried" else (lambda code: code is not None and not is_killed(code))
+    )
+    return sorted(name for name, code in codes.items()
+                  if wanted(code) and any(in_group(name, patterns) for patterns in groups.values()))  # fmt: skip
+
+
 def report(codes: dict[str, int | None], groups: dict[str, list[str]]) -> dict:
     """Each group's score over the mutants tried (a stopped run leaves some untried: counted apart), and the names of
     those not killed."""
@@ -93,7 +117,7 @@ def report(codes: dict[str, int | None], groups: dict[str, list[str]]) -> dict:
     for group, patterns in groups.items():
         mine = {name: code for name, code in codes.items() if in_group(name, patterns)}
         tried = {name: code for name, code in mine.items() if code is not None}
-        killed = {name for name, code in tried.items() if code == KILLED or (code < 0 and code != TIMEOUT)}
+        killed = {name for name, code in tried.items() if is_killed(code)}
         not_killed = {name: code for name, code in sorted(tried.items()) if name not in killed}
         score = len(killed) / len(tried) if tried else 0.0
         summary[group] = {"mutants": len(mine), "tried": len(tried), "killed": len(killed), "score": round(score, 4),
@@ -112,6 +136,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--groups", default="", help="comma-separated group names (default: all)")
     parser.add_argument("--report-only", action="store_true", help="print the last run's results, run nothing")
+    parser.add_argument("--only", choices=ONLY, default="all", help="which mutants of the groups to try (default all)")
     args = parser.parse_args()
     wanted = [name.strip() for name in args.groups.split(",") if name.strip()]
     unknown = [name for name in wanted if name not in GROUPS]
@@ -120,10 +145,14 @@ def main() -> None:
         raise SystemExit(2)
     groups = {name: GROUPS[name] for name in wanted} if wanted else GROUPS
     if not args.report_only:
-        patterns = [pattern for group in groups.values() for pattern in group]
-        run = subprocess.run([os.path.join(os.path.dirname(sys.executable), "mutmut"), "run", *patterns], cwd=REPO_ROOT)
-        if run.returncode:
-            raise SystemExit(run.returncode)
+        names = to_try(groups, args.only, results())
+        if names:
+            mutmut = os.path.join(os.path.dirname(sys.executable), "mutmut")
+            run = subprocess.run([mutmut, "run", *names], cwd=REPO_ROOT)
+            if run.returncode:
+                raise SystemExit(run.returncode)
+        else:
+            print(f"no mutant of these groups is {args.only}: the last run's results follow")
     print(json.dumps(report(results(), groups)))
 
 

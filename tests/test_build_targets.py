@@ -108,3 +108,20 @@ def test_make_help_shows_the_values_the_targets_will_use():
                             capture_output=True, text=True, check=True)  # fmt: skip
     assert "$(" not in result.stdout
     assert "as reg.example/ml/<name>:t1 " in result.stdout
+
+
+def test_make_mutants_names_what_a_stopped_run_left_or_what_survived_and_scores_the_rest(capsys):
+    from tests.mutation import report, to_try
+
+    groups = {"one": ["m.x_f__mutmut_*"], "two": ["m.x_g__mutmut_*"]}
+    codes = {"m.x_f__mutmut_1": 1, "m.x_f__mutmut_2": 0, "m.x_f__mutmut_3": None, "m.x_f__mutmut_4": -24,
+             "m.x_f__mutmut_5": -11, "m.x_g__mutmut_1": 0, "m.x_g__mutmut_2": None, "m.x_h__mutmut_1": 0}  # fmt: skip
+    assert to_try(groups, "all", codes) == ["m.x_f__mutmut_*", "m.x_g__mutmut_*"]
+    assert to_try(groups, "untried", codes) == ["m.x_f__mutmut_3", "m.x_g__mutmut_2"]
+    # a timeout is not a kill; a crash (another signal) is
+    assert to_try(groups, "survivors", codes) == ["m.x_f__mutmut_2", "m.x_f__mutmut_4", "m.x_g__mutmut_1"]
+    summary = report(codes, groups)
+    assert (summary["groups"]["one"]["tried"], summary["groups"]["one"]["killed"]) == (4, 2)
+    assert summary["groups"]["one"]["not_killed"] == ["m.x_f__mutmut_2", "m.x_f__mutmut_4"]
+    assert (summary["tried"], summary["killed"], summary["score"]) == (5, 2, 0.4)
+    assert "one: 2 of 4 killed (50.0%), 1 not tried yet" in capsys.readouterr().out

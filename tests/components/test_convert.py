@@ -24,7 +24,7 @@ from components.convert.core import (
     summarize_counts,
 )
 from components.schema import SPLITS, split_pattern
-from tests.conftest import CLASSES, COLORS, IN_MEMORY, TINY_SIZE, image_bytes, run_cli, write_image_folder
+from tests.conftest import BUCKET, CLASSES, COLORS, IN_MEMORY, TINY_SIZE, image_bytes, run_cli, write_image_folder
 
 
 def read_examples(examples_dir: str, split: str) -> list[dict]:
@@ -388,6 +388,119 @@ def test_csv_manifest_honours_ml_use_and_quarantines_bad_rows(tmp_path):
     assert reasons[2] == "unknown ML_USE 'sometimes': use training, validation or test"
     assert reasons[3] == "unknown label 'hamster': not one of --classes"
     assert reasons[4] == "unknown label: the label column is empty"
+
+
+def test_a_manifest_lists_each_row_where_it_points_and_records_each_unusable_row_by_line(tmp_path, monkeypatch):
+    """The manifest read alone (no conversion): each usable row's path (relative ones against the manifest's folder,
+    "." for a manifest named without one), class index and split; each unusable row's record naming its line (or
+    its file); the classes sorted unless given; the files' total size; a fingerprint of the files and the manifest."""
+    from components.convert.core import list_manifest
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bucket").mkdir()
+    sizes = {}
+    for name, size in (("b.png", 11), ("a.png", 7), ("c.png", 5)):
+        (tmp_path / "bucket" / name).write_bytes(b"x" * size)
+        sizes[name] = size
+    text = "\ufeff" + "\n".join([
+        "TEST,bucket/b.png,dog",  # line 1, behind a byte-order mark; ML_USE in capitals
+        "",  # line 2: blank lines are skipped, not the end
+        "a,b,c,d",  # line 3
+        "sometimes,bucket/a.png,cat",  # line 4
+        "training,bucket/a.png,",  # line 5: the file is named, not the line
+        "training,,",  # line 6: no file either: the line
+        f"validation,{tmp_path}/bucket/a.png,cat",  # line 7: an absolute path as it is
+        "bucket/c.png,ant",  # line 8: no ML_USE, the bytes decide the split
+    ]) + "\n"  # fmt: skip
+    (tmp_path / "import.csv").write_text(text, encoding="utf-8")
+    listing = list_manifest("import.csv")
+    assert listing.class_names == ("ant", "cat", "dog")
+    assert listing.items == (("./bucket/b.png", 2, "test"), (f"{tmp_path}/bucket/a.png", 1, "validation"),
+                             ("./bucket/c.png", 0, ""))  # fmt: skip
+    assert listing.rejected == (
+        {"path": "import.csv:3", "reason": "malformed row: 4 columns, expected [ML_USE,]URI,LABEL"},
+        {"path": "import.csv:4", "reason": "unknown ML_USE 'sometimes': use training, validation or test"},
+        {"path": "bucket/a.png", "reason": "unknown label: the label column is empty"},
+        {"path": "import.csv:6", "reason": "unknown label: the label column is empty"},
+    )
+    assert listing.total_bytes == 11 + 7 + 5
+    assert re.fullmatch("[0-9a-f]{64}", listing.fingerprint)
+    # given classes fix the order and refuse the others; another manifest over the same files is another source
+    given = list_manifest(str(tmp_path / "import.csv"), classes=("dog", "cat"))
+    assert given.class_names == ("dog", "cat")
+    assert [(os.path.basename(path), index) for path, index, _ in given.items] == [("b.png", 0), ("a.png", 1)]
+    assert given.rejected[-1] == {"path": "bucket/c.png", "reason": "unknown label 'ant': not one of --classes"}
+    (tmp_path / "again.csv").write_text(text.replace("TEST,", "test,"), encoding="utf-8")
+    assert list_manifest("again.csv").items == listing.items
+    assert list_manifest("again.csv").fingerprint != listing.fingerprint
+    for manifest, message in (
+        ("nope.csv", "manifest nope.csv does not exist: pass a CSV file of [ML_USE,]IMAGE_URI,LABEL rows"),
+        ("again.csv.empty", "manifest again.csv.empty has no usable rows: expected [ML_USE,]IMAGE_URI,LABEL lines"),
+    ):
+        if manifest.endswith(".empty"):
+            (tmp_path / manifest).write_text("\n,,\nx,y,\n", encoding="utf-8")
+        with pytest.raises(UsageError) as raised:
+            list_manifest(manifest)
+        assert str(raised.value) == message
+
+
+def test_a_manifest_and_an_array_file_on_gcs_are_listed_where_they_point(gcs):
+    """A manifest on Cloud Storage (the emulator): gs:// URIs as they are, relative ones against its folder;
+    neither it nor an array file there is looked for on the local disk. (Here, beside the local listing, rather than
+    in test_convert_gcs.py: make mutants runs this file.)"""
+    import io
+
+    import numpy as np
+
+    from components.convert.core import list_manifest, list_npz
+
+    for path in ("photos/a.png", "lists/b.png"):
+        gcs.blob(path).upload_from_string(b"x" * 9)
+    gcs.blob("lists/import.csv").upload_from_string(f"training,gs://{BUCKET}/photos/a.png,cat\ntest,b.png,dog\n")
+    listing = list_manifest(f"gs://{BUCKET}/lists/import.csv")
+    assert listing.items == ((f"gs://{BUCKET}/photos/a.png", 0, "train"), (f"gs://{BUCKET}/lists/b.png", 1, "test"))
+    assert listing.total_bytes == 18
+    buffer = io.BytesIO()
+    np.savez(buffer, x=np.zeros((2, 4, 4), np.uint8), y=np.array([1, 0]))
+    gcs.blob("arrays/digits.npz").upload_from_string(buffer.getvalue())
+    arrays = list_npz(f"gs://{BUCKET}/arrays/digits.npz")
+    assert arrays.class_names == ("0", "1")
+    assert arrays.items == (
+        (f"gs://{BUCKET}/arrays/digits.npz#0", 1, ""),
+        (f"gs://{BUCKET}/arrays/digits.npz#1", 0, ""),
+    )
+
+
+NPZ = "expected arrays x (N,H,W[,C]) uint8 and y (N,) integer labels"
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        (None, "does not exist: pass a .npz with arrays x (N,H,W[,C]) uint8 and y (N,) integer labels"),
+        (b"PK\x03\x04 cut short", "cannot be read as .npz (BadZipFile: File is not a zip file): " + NPZ),
+        ({"y": np.zeros(2, np.int64)}, "has no x array: " + NPZ),
+        ({"z": np.zeros(2, np.int64)}, "has no x or y array: " + NPZ),
+        ({"x": np.zeros((2, 4, 4, 3), np.float32), "y": np.zeros(2, np.int64)}, "x is float32 (2, 4, 4, 3), " + NPZ),
+        ({"x": np.zeros((2, 4, 4, 2), np.uint8), "y": np.zeros(2, np.int64)}, "x is uint8 (2, 4, 4, 2), " + NPZ),
+        ({"x": np.zeros((2, 4, 4, 3, 1), np.uint8), "y": np.zeros(2, np.int64)},
+         "x is uint8 (2, 4, 4, 3, 1), " + NPZ),
+        ({"x": np.zeros((2, 4), np.uint8), "y": np.zeros(2, np.int64)}, "x is uint8 (2, 4), " + NPZ),
+        ({"x": np.zeros((2, 4, 4), np.uint8), "y": np.zeros((3, 1), np.int64)}, "y is int64 (3,) for 2 images, " + NPZ),
+        ({"x": np.zeros((2, 4, 4), np.uint8), "y": np.zeros(2, np.float32)}, "y is float32 (2,) for 2 images, " + NPZ),
+    ],
+)  # fmt: skip
+def test_each_way_an_array_file_is_wrong_is_named_in_one_line(tmp_path, arrays, message):
+    from components.convert.core import list_npz
+
+    source = tmp_path / "data.npz"
+    if isinstance(arrays, dict):
+        np.savez(source, **arrays)
+    elif arrays is not None:
+        source.write_bytes(arrays)
+    with pytest.raises(UsageError) as raised:
+        list_npz(str(source))
+    assert str(raised.value) == f"array file {source}" + (": " if message.startswith(("x ", "y ")) else " ") + message
 
 
 def test_classes_fix_the_index_order_and_refuse_unknown_folders(tmp_path):
