@@ -46,6 +46,10 @@ def evaluate(
         for figure in ("precision", "recall", "f1"):
             metrics.log_metric(f"{figure}_{name}", figures[figure])
     confusion.log_confusion_matrix(result["class_names"], result["confusion_matrix"])
+    # the ROC curve over every class at once (one-vs-rest, micro average), at Vertex AI's confidence thresholds
+    curve = result["ranking"]["thresholds"]
+    confusion.log_roc_curve([row["fpr"] for row in curve], [row["recall"] for row in curve],
+                            [row["threshold"] for row in curve])  # fmt: skip
     evaluation.metadata.update({"blessed": blessing["blessed"], "reasons": blessing["reasons"]})
     shutil.copyfile(result["report_html"], report.path)
     with open(test_accuracy, "w", encoding="utf-8") as handle:

@@ -138,28 +138,25 @@ def bless(
 
 def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int], class_names: Sequence[str]) -> dict:
     """Accuracy, per-class precision / recall / F1 / support and the confusion matrix (rows: true, columns:
-    predicted).
+    predicted), scikit-learn's over every class of the model.
 
     A class never predicted has precision 0; a class absent from ``y_true`` has recall 0 (and support 0).
     """
     import numpy as np
+    from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
 
-    num_classes = len(class_names)
-    matrix = np.zeros((num_classes, num_classes), dtype=np.int64)
-    np.add.at(matrix, (np.asarray(y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64)), 1)
-    correct = np.diag(matrix)
-    predicted = matrix.sum(axis=0)
-    actual = matrix.sum(axis=1)
-    total = int(matrix.sum())
-    per_class = {}
-    for i, name in enumerate(class_names):
-        precision = float(correct[i] / predicted[i]) if predicted[i] else 0.0
-        recall = float(correct[i] / actual[i]) if actual[i] else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        per_class[name] = {"precision": precision, "recall": recall, "f1": f1, "support": int(actual[i])}
+    labels = list(range(len(class_names)))
+    if not len(y_true):
+        return {"accuracy": 0.0, "num_examples": 0, "class_names": list(class_names),
+                "per_class": {name: {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0} for name in class_names},
+                "confusion_matrix": np.zeros((len(labels), len(labels)), dtype=int).tolist()}  # fmt: skip
+    matrix = confusion_matrix(y_true, y_pred, labels=labels)
+    precision, recall, f1, support = precision_recall_fscore_support(y_true, y_pred, labels=labels, zero_division=0)
+    per_class = {name: {"precision": float(precision[i]), "recall": float(recall[i]), "f1": float(f1[i]),
+                        "support": int(support[i])} for i, name in enumerate(class_names)}  # fmt: skip
     return {
-        "accuracy": float(correct.sum() / total) if total else 0.0,
-        "num_examples": total,
+        "accuracy": float(np.trace(matrix) / matrix.sum()),
+        "num_examples": int(matrix.sum()),
         "class_names": list(class_names),
         "per_class": per_class,
         "confusion_matrix": matrix.tolist(),
@@ -177,23 +174,27 @@ def ranking_metrics(y_true: Sequence[int], probabilities, class_names: Sequence[
     example counts as a positive for every class whose probability reaches the threshold; ``...At1``, for its most
     probable class only). This is what Vertex AI's classification evaluation schema holds."""
     import numpy as np
+    from sklearn.metrics import log_loss
 
     probabilities = np.asarray(probabilities, dtype=np.float64)
     truth = np.zeros_like(probabilities, dtype=bool)
     truth[np.arange(len(probabilities)), np.asarray(y_true, dtype=np.int64)] = True
     top = np.zeros_like(truth)
     top[np.arange(len(probabilities)), probabilities.argmax(axis=-1)] = True
-    picked = np.clip(probabilities[truth], 1e-15, 1.0)
-    overall = {"log_loss": float(-np.log(picked).mean()) if len(picked) else 0.0,
-               **curve_metrics(truth, probabilities, top)}  # fmt: skip
+    # each row summed to one in float64 (a model's float32 or bfloat16 softmax is off by rounding)
+    rows = probabilities / np.maximum(probabilities.sum(axis=-1, keepdims=True), np.finfo(np.float64).tiny)
+    loss = log_loss(y_true, y_proba=rows, labels=range(len(class_names))) if len(rows) else 0.0
+    overall = {"log_loss": float(loss), **curve_metrics(truth, probabilities, top)}
     per_class = {name: curve_metrics(truth[:, i], probabilities[:, i], top[:, i]) for i, name in enumerate(class_names)}
     return {**overall, "per_class": per_class}
 
 
 def curve_metrics(truth, scores, top) -> dict:
-    """Area under the precision-recall and ROC curves and the figures at each confidence threshold for one set of
-    yes/no answers (``truth``) and their ``scores``; ``top``: where the score is the example's highest."""
+    """Area under the precision-recall curve (average precision) and the ROC curve, scikit-learn's (0 where a
+    curve has no positives, or for ROC no negatives), and Vertex AI's figures at each confidence threshold, for one
+    set of yes/no answers (``truth``) and their ``scores``; ``top``: where the score is the example's highest."""
     import numpy as np
+    from sklearn.metrics import average_precision_score, roc_auc_score
 
     truth, scores, top = (np.asarray(a).ravel() for a in (truth, scores, top))
     positives, negatives = int(truth.sum()), int((~truth).sum())
@@ -214,23 +215,8 @@ def curve_metrics(truth, scores, top) -> dict:
                            "tp": every["tp"], "fp": every["fp"], "fn": positives - every["tp"],
                            "tn": negatives - every["fp"],
                            **{f"{k}_at_1": first[k] for k in ("precision", "recall", "f1", "fpr")}})  # fmt: skip
-    # average precision: precision at each positive's rank, averaged over the positives (ties share a rank)
-    order = np.argsort(-scores, kind="stable")
-    ranked_scores, ranked_truth = scores[order], truth[order]
-    last_of_tie = np.r_[ranked_scores[1:] != ranked_scores[:-1], True]
-    hits = np.cumsum(ranked_truth)[last_of_tie]
-    seen = (np.flatnonzero(last_of_tie) + 1).astype(np.float64)
-    new_hits = np.diff(np.r_[0, hits])
-    au_prc = ratio(float((new_hits * hits / seen).sum()), positives)
-    # ROC: the chance that a positive scores above a negative (ties count half), by ranks
-    ranks = np.empty(len(scores), dtype=np.float64)
-    sorted_scores = np.sort(scores, kind="stable")
-    ranks[np.argsort(scores, kind="stable")] = (
-        np.searchsorted(sorted_scores, sorted_scores, "left")
-        + np.searchsorted(sorted_scores, sorted_scores, "right")
-        + 1
-    ) / 2.0
-    au_roc = ratio(ranks[truth].sum() - positives * (positives + 1) / 2.0, positives * negatives)
+    au_prc = float(average_precision_score(truth, scores)) if positives else 0.0
+    au_roc = float(roc_auc_score(truth, scores)) if positives and negatives else 0.0
     return {"au_prc": au_prc, "au_roc": au_roc, "thresholds": thresholds}
 
 
@@ -281,13 +267,20 @@ def client_file_accuracy(model, examples_dir: str, split: str, image_size: int, 
 
 
 def top_k_accuracy(y_true, probabilities, k: int) -> float:
-    """Share of examples whose true class is among the ``k`` most probable."""
+    """Share of examples whose true class is among the ``k`` most probable (scikit-learn's; 1 when ``k`` covers
+    every class)."""
     import numpy as np
+    from sklearn.metrics import top_k_accuracy_score
 
+    probabilities = np.asarray(probabilities, dtype=np.float64)
     if not len(y_true):
         return 0.0
-    best = np.argsort(probabilities, axis=-1)[:, ::-1][:, :k]
-    return float((best == np.asarray(y_true)[:, None]).any(axis=1).mean())
+    classes = probabilities.shape[-1]
+    if k >= classes:
+        return 1.0
+    # two classes: scikit-learn takes the second one's scores
+    scores = probabilities[:, 1] if classes == 2 else probabilities
+    return float(top_k_accuracy_score(y_true, scores, k=k, labels=range(classes)))
 
 
 def run(config: EvaluateConfig) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -17,7 +18,7 @@ from components.evaluate.core import (
     run,
     top_k_accuracy,
 )
-from tests.conftest import CLASSES
+from tests.conftest import CLASSES, TINY_SIZE
 
 
 def test_metrics_from_known_predictions():
@@ -45,6 +46,71 @@ def test_evaluates_the_test_split_and_writes_metrics_json(converted, trained, tm
     assert metrics["accuracy"] >= 0.8
     with open(os.path.join(tmp_path, "metrics.json")) as handle:
         assert json.load(handle) == metrics
+    # every figure is scikit-learn's on the model's answers, gathered here from the test split's records
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    from sklearn import metrics as sk
+
+    from components.artifacts.examples import decode_image
+    from components.schema import parse_example, split_files
+
+    model = keras.models.load_model(os.path.join(model_dir, "model.keras"), compile=False)
+    truth, probabilities = [], []
+
+    def pixels_and_truth(serialized):
+        example = parse_example(serialized, len(CLASSES))
+        return decode_image(example["image"], TINY_SIZE), example["one_hot_class"]
+
+    for images, one_hot in tf.data.TFRecordDataset(split_files(examples_dir, "test")).map(pixels_and_truth).batch(64):
+        probabilities.append(model(images, training=False).numpy())
+        truth.append(one_hot.numpy().argmax(axis=-1))
+    truth, probabilities = np.concatenate(truth), np.concatenate(probabilities).astype(np.float64)
+    predicted, labels = probabilities.argmax(axis=-1), list(range(len(CLASSES)))
+    assert metrics["accuracy"] == pytest.approx(sk.accuracy_score(truth, predicted))
+    assert metrics["confusion_matrix"] == sk.confusion_matrix(truth, predicted, labels=labels).tolist()
+    precision, recall, f1, support = sk.precision_recall_fscore_support(truth, predicted, labels=labels,
+                                                                        zero_division=0)  # fmt: skip
+    for i, name in enumerate(CLASSES):
+        assert metrics["per_class"][name] == pytest.approx(
+            {"precision": precision[i], "recall": recall[i], "f1": f1[i], "support": support[i]})  # fmt: skip
+        one_vs_rest = metrics["ranking"]["per_class"][name]
+        assert one_vs_rest["au_roc"] == pytest.approx(sk.roc_auc_score(truth == i, probabilities[:, i]))
+        assert one_vs_rest["au_prc"] == pytest.approx(sk.average_precision_score(truth == i, probabilities[:, i]))
+    rows = probabilities / probabilities.sum(axis=-1, keepdims=True)
+    assert metrics["ranking"]["log_loss"] == pytest.approx(sk.log_loss(truth, y_proba=rows, labels=labels))
+    micro = np.eye(len(CLASSES), dtype=bool)[truth].ravel(), probabilities.ravel()
+    assert metrics["ranking"]["au_prc"] == pytest.approx(sk.average_precision_score(*micro))
+    assert metrics["ranking"]["au_roc"] == pytest.approx(sk.roc_auc_score(*micro))
+    assert metrics["top_k_accuracy"] == {"k": 3, "accuracy": 1.0}  # three classes: every one is among the top 3
+
+
+def test_the_kfp_step_logs_the_confusion_matrix_and_the_roc_curve(converted, trained, tmp_path):
+    """The evaluate step as the DAG runs it: KFP's ClassificationMetrics gets the confusion matrix and the ROC curve
+    (every class one-vs-rest, at Vertex AI's confidence thresholds), which the Vertex AI console draws."""
+    from kfp.dsl import HTML, Artifact, ClassificationMetrics, Metrics
+
+    from components.evaluate.component import evaluate
+
+    examples_dir, stats = converted
+    model_dir, _ = trained
+    kinds = {"metrics": Metrics, "confusion": ClassificationMetrics, "evaluation": Artifact, "report": HTML}
+    outputs = {name: kind(name=name, uri=str(tmp_path / name)) for name, kind in kinds.items()}
+    examples, model = Artifact(uri=examples_dir), Artifact(uri=model_dir)
+    blessed = evaluate(examples, model, **outputs, test_accuracy=str(tmp_path / "accuracy"), min_accuracy=0.5,
+                       max_accuracy_drop=0.0, baseline="")  # fmt: skip
+    assert blessed is True
+    logged = outputs["confusion"].metadata
+    assert [spec["displayName"] for spec in logged["confusionMatrix"]["annotationSpecs"]] == list(CLASSES)
+    rows = [row["row"] for row in logged["confusionMatrix"]["rows"]]
+    assert sum(map(sum, rows)) == stats["counts"]["test"]
+    curve = logged["confidenceMetrics"]
+    assert [point["confidenceThreshold"] for point in curve] == [round(0.05 * step, 2) for step in range(21)]
+    # at threshold 0 every (example, class) answer is a yes; raising the threshold only takes yeses away
+    assert (curve[0]["recall"], curve[0]["falsePositiveRate"]) == (1.0, 1.0)
+    for lower, higher in itertools.pairwise(curve):
+        assert higher["recall"] <= lower["recall"] and higher["falsePositiveRate"] <= lower["falsePositiveRate"]
+    assert outputs["metrics"].metadata["accuracy"] == float((tmp_path / "accuracy").read_text())
 
 
 def test_ranking_metrics_from_known_probabilities():
