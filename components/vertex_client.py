@@ -1,9 +1,11 @@
 """The Vertex AI client the steps and the command line share: settings, credentials, and calls with retries.
 
 Every call goes through the real ``google-cloud-aiplatform`` client. Settings come from, in this order of precedence:
-command-line flags, then environment variables (``TPU_PIPELINE_PROJECT`` ...; ``GOOGLE_CLOUD_PROJECT`` and
-``GOOGLE_CLOUD_REGION`` also count), then a YAML config file (``--config``, or ``TPU_PIPELINE_CONFIG``; see
-``pipeline/vertex.example.yaml``), then the defaults. A missing or wrong value is a one-line error that names it.
+command-line flags, then environment variables (``TPU_PIPELINE_PROJECT`` ...; ``GOOGLE_CLOUD_PROJECT``,
+``GOOGLE_CLOUD_REGION`` and ``GOOGLE_CLOUD_LOCATION`` also count), then a YAML config file (``--config``, or
+``TPU_PIPELINE_CONFIG``; see ``pipeline/vertex.example.yaml``), then the defaults; the project last of all from the
+user's credentials (``gcloud config set project``, a service-account key's project). A missing or wrong value is a
+one-line error that names it; a command says in one line where its project and region came from.
 
 Calls answered 429 (quota) or 503 (unavailable) are retried with exponential backoff up to ``--retry-timeout``
 seconds; 403 names the permission that is missing; 409 says which name is taken.
@@ -27,7 +29,7 @@ ENV_PREFIX = "TPU_PIPELINE_"
 # setting -> environment variables, first found wins
 ENVIRONMENT = {
     "project": (f"{ENV_PREFIX}PROJECT", "GOOGLE_CLOUD_PROJECT"),
-    "region": (f"{ENV_PREFIX}REGION", "GOOGLE_CLOUD_REGION"),
+    "region": (f"{ENV_PREFIX}REGION", "GOOGLE_CLOUD_REGION", "GOOGLE_CLOUD_LOCATION"),
     "pipeline_root": (f"{ENV_PREFIX}PIPELINE_ROOT",),
     "service_account": (f"{ENV_PREFIX}SERVICE_ACCOUNT",),
     "network": (f"{ENV_PREFIX}NETWORK",),
@@ -63,9 +65,14 @@ class VertexSettings:
     anonymous: bool = False  # send no credentials (local endpoints and tests)
     retry_timeout: float = 120.0
     retry_initial: float = 1.0
+    # where each setting given came from: "--project", "TPU_PIPELINE_REGION", "config file vertex.yaml", ... (not a
+    # setting itself)
+    sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
 
-SETTING_NAMES = tuple(f.name for f in fields(VertexSettings))
+SETTING_NAMES = tuple(f.name for f in fields(VertexSettings) if f.name != "sources")
+# where the project came from when nothing named it: the credentials (gcloud's, or a key file's own project)
+CREDENTIALS_SOURCE = "your Google Cloud credentials (gcloud config set project, or the key file's project)"
 
 
 def load_settings(
@@ -75,10 +82,13 @@ def load_settings(
     environ = os.environ if environ is None else environ
     config_path = config_path or environ.get(CONFIG_ENV, "")
     values: dict[str, Any] = dict(read_config(config_path)) if config_path else {}
+    sources = {name: f"config file {config_path}" for name in values}
     for name, variables in ENVIRONMENT.items():
-        found = next((environ[v] for v in variables if environ.get(v)), None)
-        if found is not None:
+        variable = next((v for v in variables if environ.get(v)), None)
+        if variable is not None:
+            found = environ[variable]
             values[name] = found.strip().lower() in ("1", "true", "yes") if name == "anonymous" else found
+            sources[name] = variable
     for name, value in flags.items():
         if value is None:
             continue
@@ -86,7 +96,25 @@ def load_settings(
             values[name] = {**values.get(name, {}), **value}
         else:
             values[name] = value
-    return VertexSettings(**values)
+        sources[name] = "--" + name.replace("_", "-")
+    return VertexSettings(**values, sources=sources)
+
+
+def project_from_credentials(settings: VertexSettings) -> str:
+    """The project that Application Default Credentials name (gcloud's configured project, a service-account key's
+    own), "" when they name none or there are none (local endpoints: never looked for)."""
+    if settings.anonymous:
+        return ""
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    if not log.isEnabledFor(logging.DEBUG):
+        logging.getLogger("google.auth").setLevel(logging.ERROR)
+    try:
+        _, project = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    except DefaultCredentialsError:
+        return ""
+    return project or ""
 
 
 def read_config(path: str) -> dict[str, Any]:
@@ -114,7 +142,8 @@ def read_config(path: str) -> dict[str, Any]:
 
 
 def check_settings(settings: VertexSettings, need_root: bool = True) -> None:
-    """One-line errors for what is missing or malformed, saying how to provide it."""
+    """One-line errors for what is missing or malformed, saying how to provide it. A project that nothing named is
+    taken from the credentials (filled in)."""
 
     def how(name: str, example: str) -> str:
         flag = name.replace("_", "-")
@@ -122,7 +151,11 @@ def check_settings(settings: VertexSettings, need_root: bool = True) -> None:
         return f"pass --{flag} {example}, set {variables}, or put {name}: in the config file (--config)"
 
     if not settings.project:
-        raise UsageError(f"no Google Cloud project: {how('project', 'my-project')}")
+        settings.project = project_from_credentials(settings)
+        settings.sources["project"] = CREDENTIALS_SOURCE
+    if not settings.project:
+        raise UsageError(f"no Google Cloud project: {how('project', 'my-project')}, or run "
+                         "`gcloud config set project my-project`")  # fmt: skip
     if not settings.region:
         raise UsageError(f"no region: {how('region', 'europe-west4')}")
     if not REGION_PATTERN.match(settings.region):
@@ -139,6 +172,12 @@ def check_settings(settings: VertexSettings, need_root: bool = True) -> None:
             )
     if settings.retry_timeout <= 0:
         raise UsageError(f"--retry-timeout {settings.retry_timeout} must be positive")
+
+
+def where_from(settings: VertexSettings) -> str:
+    """The line a command logs on connecting: its project and region, and where each came from."""
+    return (f"project {settings.project} (from {settings.sources.get('project', 'the caller')}), region "
+            f"{settings.region} (from {settings.sources.get('region', 'the caller')})")  # fmt: skip
 
 
 def credentials_for(settings: VertexSettings):
@@ -183,6 +222,7 @@ def connect(settings: VertexSettings):
             logger.addFilter(_OneLineExceptions())
 
     credentials = credentials_for(settings)
+    log.info(where_from(settings))
     check_reachable(settings)
     aiplatform.init(
         project=settings.project,
@@ -357,4 +397,7 @@ def name_vertex_resource(artifact, settings: VertexSettings, resource_name: str)
 def vertex_settings_in_pipeline(project: str, location: str) -> VertexSettings:
     """Settings for a step running on Vertex AI Pipelines: its project and location (Vertex AI fills them in), the
     ``TPU_PIPELINE_*`` environment for the rest (an API endpoint, say)."""
-    return load_settings({"project": project, "region": location})
+    settings = load_settings({"project": project, "region": location})
+    settings.sources.update({name: "the pipeline run" for name, value in (("project", project), ("region", location))
+                             if value})  # fmt: skip
+    return settings

@@ -143,8 +143,10 @@ def add_vertex_options(parser: argparse.ArgumentParser, for_jobs: bool = True) -
     """The Vertex AI settings; each defaults to None so that environment variables and the config file can fill it."""
     group = parser.add_argument_group("Vertex AI (flags over TPU_PIPELINE_* variables over --config over defaults)")
     group.add_argument("--config", help="YAML config file of settings (see pipeline/vertex.example.yaml)")
-    group.add_argument("--project", help="Google Cloud project (TPU_PIPELINE_PROJECT, GOOGLE_CLOUD_PROJECT)")
-    group.add_argument("--region", help="Vertex AI region, e.g. europe-west4 (TPU_PIPELINE_REGION)")
+    group.add_argument("--project", help="Google Cloud project (TPU_PIPELINE_PROJECT, GOOGLE_CLOUD_PROJECT; else the "
+                       "one your credentials name: gcloud config set project)")  # fmt: skip
+    group.add_argument("--region", help="Vertex AI region, e.g. europe-west4 (TPU_PIPELINE_REGION, "
+                       "GOOGLE_CLOUD_REGION, GOOGLE_CLOUD_LOCATION)")  # fmt: skip
     group.add_argument("--api-endpoint", help="API endpoint, e.g. a private one (default: <region>-aiplatform...)")
     group.add_argument("--anonymous", action="store_true", default=None, help="send no credentials (local endpoints)")
     group.add_argument(

@@ -25,7 +25,8 @@ def compiled() -> dict:
         return yaml.safe_load(handle)
 
 
-def test_submit_sends_the_compiled_pipeline_with_its_settings(vertex, capsys):
+def test_submit_sends_the_compiled_pipeline_with_its_settings(vertex, capsys, caplog):
+    caplog.set_level("INFO", logger="components.vertex_client")  # as the command line logs
     code = main([
         "submit", *vertex.job_args, "--param", "epochs=3", "--param", "learning_rate=0.01",
         "--service-account", "trainer@demo-project.iam.gserviceaccount.com", "--label", "team=vision",
@@ -46,6 +47,8 @@ def test_submit_sends_the_compiled_pipeline_with_its_settings(vertex, capsys):
     link = "console.cloud.google.com/vertex-ai/locations/europe-west4/pipelines/runs/flowers-1?project=demo-project"
     assert link in out
     assert "its steps and its training job run as trainer@demo-project.iam.gserviceaccount.com" in out
+    said = [r.getMessage() for r in caplog.records if r.name == "components.vertex_client"]
+    assert "project demo-project (from --project), region europe-west4 (from --region)" in said
 
 
 def test_submit_says_whom_the_run_acts_as_and_what_a_missing_act_as_grant_needs(vertex, capsys):
@@ -339,6 +342,53 @@ def test_settings_precedence_flags_over_environment_over_config_over_defaults(tm
     assert settings.labels == {"team": "vision", "env": "prod"}  # merged key by key
     assert settings.template == "pipeline.yaml" and settings.enable_caching is None  # defaults
     assert load_settings({}, {"GOOGLE_CLOUD_PROJECT": "adc-project"}).project == "adc-project"
+    # the region also from GOOGLE_CLOUD_LOCATION, the newer name, after GOOGLE_CLOUD_REGION
+    assert load_settings({}, {"GOOGLE_CLOUD_LOCATION": "asia-east1"}).region == "asia-east1"
+    both = load_settings({}, {"GOOGLE_CLOUD_LOCATION": "asia-east1", "GOOGLE_CLOUD_REGION": "us-east1"})
+    assert both.region == "us-east1" and both.sources["region"] == "GOOGLE_CLOUD_REGION"
+    assert settings.sources == {"project": "--project", "region": f"config file {config}",
+                                "pipeline_root": "TPU_PIPELINE_PIPELINE_ROOT", "labels": "--labels"}  # fmt: skip
+
+
+def test_gcloud_s_project_is_the_last_fallback_and_each_command_says_where_its_settings_came_from(
+    tmp_path, monkeypatch
+):
+    """A user who ran `gcloud auth application-default login` and `gcloud config set project` names no project:
+    the credentials' project is taken (google.auth asks gcloud; a stand-in gcloud answers here), and one line says
+    so. Anything that names a project wins over it."""
+    from components.vertex_client import CREDENTIALS_SOURCE, check_settings, where_from
+
+    for name in list(os.environ):
+        if name.startswith(("TPU_PIPELINE_", "GOOGLE_")):
+            monkeypatch.delenv(name)
+    gcloud_config = tmp_path / "gcloud"
+    gcloud_config.mkdir()
+    user = {"type": "authorized_user", "client_id": "id", "client_secret": "secret", "refresh_token": "token"}
+    (gcloud_config / "application_default_credentials.json").write_text(json.dumps(user))
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "gcloud").write_text('#!/bin/sh\n[ "$*" = "config get project" ] && echo gcloud-project\n')
+    (tools / "gcloud").chmod(0o755)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(gcloud_config))
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("NO_GCE_CHECK", "true")
+    settings = load_settings({"region": "europe-west4"}, {"GOOGLE_CLOUD_LOCATION": "asia-east1"})
+    check_settings(settings, need_root=False)
+    assert settings.project == "gcloud-project"
+    assert (
+        where_from(settings)
+        == f"project gcloud-project (from {CREDENTIALS_SOURCE}), region europe-west4 (from --region)"
+    )
+    named = load_settings({"region": "europe-west4"}, {"GOOGLE_CLOUD_PROJECT": "env-project"})
+    check_settings(named, need_root=False)
+    assert named.project == "env-project" and where_from(named).startswith(
+        "project env-project (from GOOGLE_CLOUD_PROJECT)"
+    )
+    # local endpoints (anonymous) never look for credentials
+    with pytest.raises(
+        UsageError, match=r"no Google Cloud project: .*, or run `gcloud config set project my-project`$"
+    ):
+        check_settings(load_settings({"region": "europe-west4", "anonymous": True}, {}), need_root=False)
 
 
 @pytest.mark.parametrize(
@@ -358,10 +408,13 @@ def test_settings_precedence_flags_over_environment_over_config_over_defaults(tm
           "--param", "source=x", "--param", "epochs=many"], "--param epochs=many is not a number integer"),
     ],
 )  # fmt: skip
-def test_missing_or_wrong_settings_are_one_line_errors(monkeypatch, args, message):
+def test_missing_or_wrong_settings_are_one_line_errors(monkeypatch, tmp_path, args, message):
     for name in list(os.environ):
-        if name.startswith("TPU_PIPELINE_") or name in ("GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_REGION"):
+        if name.startswith(("TPU_PIPELINE_", "GOOGLE_")):
             monkeypatch.delenv(name)
+    # no credentials either: none of the user's, no gcloud project, no metadata server
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setenv("NO_GCE_CHECK", "true")
     with pytest.raises(UsageError) as raised:
         main(["submit", *args])
     assert message in str(raised.value) and "\n" not in str(raised.value)
