@@ -60,8 +60,8 @@ CONVERT = {
     ),
     "modality": Param(
         "auto",
-        "what the source holds: auto (a .jsonl, or folders of .txt files, are texts; a .csv "
-        "is an image manifest unless text), image or text",
+        "what the source holds: auto (a .jsonl, folders of .txt files, or a .csv whose header names the text and "
+        "label columns are texts; another .csv is an image manifest), image or text",
     ),
 }
 # the convert step, texts only

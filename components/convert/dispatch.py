@@ -15,7 +15,8 @@ def convert_source(modality: str, options: dict) -> dict:
     from components.convert.core import ConvertConfig, run
     from components.convert.text import TextConvertConfig, resolve_modality, run_text
 
-    text = resolve_modality(modality, options["source"]) == "text"
+    columns = {name: options[name] for name in ("text_column", "label_column") if name in options}
+    text = resolve_modality(modality, options["source"], **columns) == "text"
     config_class, convert = (TextConvertConfig, run_text) if text else (ConvertConfig, run)
     fields = {field.name for field in dataclasses.fields(config_class)}
     return convert(config_class(**{name: value for name, value in options.items() if name in fields}))
@@ -28,6 +29,6 @@ def fingerprint_source(source: str, classes: Sequence[str] = CONVERT["classes"].
     from components.convert.core import source_fingerprint
     from components.convert.text import resolve_modality, text_source_fingerprint
 
-    if resolve_modality(modality, source) == "text":
+    if resolve_modality(modality, source, text_column, label_column) == "text":
         return text_source_fingerprint(source, classes, text_column, label_column)
     return source_fingerprint(source, classes)

@@ -132,16 +132,17 @@ class TextListing:
     splits_from_source: tuple[str, ...] = ()
 
 
-def is_text_source(source: str) -> bool:
-    """Whether ``source`` is a text source: a .jsonl (a .csv is an image manifest unless ``--modality text`` says
-    otherwise), or a folder whose class folders (directly or under aclImdb's split folders) hold more .txt files than
-    images, among the first ``SAMPLED_FILES`` of each level (an image folder with a notes or LICENSE.txt per class
-    stays an image folder)."""
+def is_text_source(source: str, text_column: str = TEXT["text_column"].default,
+                   label_column: str = TEXT["label_column"].default) -> bool:  # fmt: skip
+    """Whether ``source`` is a text source: a .jsonl; a .csv whose header names the text and label columns (an
+    image manifest, ``[ML_USE,]IMAGE_URI,LABEL`` rows, has no header); or a folder whose class folders (directly or
+    under aclImdb's split folders) hold more .txt files than images, among the first ``SAMPLED_FILES`` of each
+    level (an image folder with a notes or LICENSE.txt per class stays an image folder)."""
     lowered = source.lower()
     if lowered.endswith(".jsonl"):
         return True
     if lowered.endswith(".csv"):
-        return False
+        return {text_column, label_column} <= set(csv_header(source))
     root = source.rstrip("/")
     texts = images = 0
     for pattern in (f"{root}/*/*", f"{root}/*/*/*"):
@@ -156,16 +157,28 @@ def is_text_source(source: str) -> bool:
     return texts > images
 
 
+def csv_header(path: str) -> list[str]:
+    """The cells of a CSV file's first line, stripped ([] when it cannot be read: the conversion says why)."""
+    try:
+        with FileSystems.open(path) as handle:
+            first = handle.read(1 << 16).decode("utf-8-sig", errors="replace").splitlines()[:1]
+    except Exception:
+        return []
+    return [cell.strip() for row in csv.reader(first) for cell in row]
+
+
 SAMPLED_FILES = 1000
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
 
-def resolve_modality(modality: str, source: str) -> str:
-    """``image`` or ``text``: as given, or (``auto``) what the source holds (``is_text_source``)."""
+def resolve_modality(modality: str, source: str, text_column: str = TEXT["text_column"].default,
+                     label_column: str = TEXT["label_column"].default) -> str:  # fmt: skip
+    """``image`` or ``text``: as given, or (``auto``) what the source holds (``is_text_source``, a CSV by the
+    columns named)."""
     if modality not in MODALITIES:
         raise UsageError(f"--modality {modality!r} does not exist: choose one of {', '.join(MODALITIES)}")
     if modality == "auto":
-        return "text" if is_text_source(source) else "image"
+        return "text" if is_text_source(source, text_column, label_column) else "image"
     return modality
 
 

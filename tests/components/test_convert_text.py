@@ -156,8 +156,9 @@ def test_a_csv_with_modality_text_and_a_jsonl_found_by_its_suffix(tmp_path):
     with open(tmp_path / "reviews.jsonl", "w", encoding="utf-8") as handle:
         for text, label in rows:
             handle.write(json.dumps({"review": text, "sentiment": label}) + "\n")
-    for source, extra in (("reviews.csv", ["--modality", "text"]), ("reviews.jsonl", [])):
-        output = tmp_path / f"out-{source}"
+    # the CSV is found to be texts by its header naming the columns given, as with --modality text
+    for source, extra in (("reviews.csv", ["--modality", "text"]), ("reviews.csv", []), ("reviews.jsonl", [])):
+        output = tmp_path / f"out-{source}-{len(extra)}"
         columns = ["--text-column", "review", "--label-column", "sentiment", "--max-bad-fraction", "0.2"]
         assert convert(["--source", str(tmp_path / source), "--output", str(output), *columns, *extra, *IN_MEMORY]) == 0
         with open(output / "stats.json") as handle:
@@ -227,7 +228,7 @@ def test_classes_fix_the_class_ids_and_a_label_outside_them_is_one_line(tmp_path
 
 def test_auto_tells_texts_from_images_by_what_the_class_folders_mostly_hold(tmp_path):
     """A .jsonl and a folder of .txt files are texts; an image folder with a LICENSE.txt per class stays images; a
-    CSV is an image manifest unless told."""
+    CSV is texts when its header names the text and label columns, else an image manifest (which has no header)."""
     from components.convert.text import resolve_modality
     from tests.conftest import image_bytes
 
@@ -245,8 +246,14 @@ def test_auto_tells_texts_from_images_by_what_the_class_folders_mostly_hold(tmp_
     assert resolve_modality("auto", str(photos)) == "image"
     assert resolve_modality("auto", str(reviews)) == "text"
     assert resolve_modality("auto", str(tmp_path / "rows.jsonl")) == "text"
-    assert resolve_modality("auto", str(tmp_path / "manifest.csv")) == "image"
+    assert resolve_modality("auto", str(tmp_path / "manifest.csv")) == "image"  # (not there: convert says so)
     assert resolve_modality("text", str(tmp_path / "manifest.csv")) == "text"
+    (tmp_path / "manifest.csv").write_text(f"training,{photos}/cat/0.jpg,cat\ntest,{photos}/dog/0.jpg,dog\n")
+    (tmp_path / "reviews.csv").write_text("\ufeffid, review ,stars\n1,good,5\n")
+    assert resolve_modality("auto", str(tmp_path / "manifest.csv")) == "image"
+    assert resolve_modality("auto", str(tmp_path / "reviews.csv")) == "image"  # no "text" and "label" columns
+    assert resolve_modality("auto", str(tmp_path / "reviews.csv"), text_column="review", label_column="stars") == "text"
+    assert resolve_modality("auto", str(tmp_path / "reviews.csv"), text_column="review") == "image"
     with pytest.raises(UsageError, match=r"^--modality 'sound' does not exist: choose one of auto, image, text$"):
         resolve_modality("sound", str(photos))
 
