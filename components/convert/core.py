@@ -391,13 +391,14 @@ def run(config: ConvertConfig) -> dict:
         size, auto = auto_image_size(source_side)
         log.info("--image-size auto: %d (%s)", size, auto)
         config = dataclasses.replace(config, image_size=size)
-    log.info(
-        "found %d images in %d classes under %s: %s",
-        len(listing.items),
-        len(listing.class_names),
-        config.source,
-        ", ".join(listing.class_names),
+    # a manifest's rows that name no usable image are counted beside its images, in every line below
+    rows = (
+        f" ({len(listing.items) + len(listing.rejected)} rows, {len(listing.rejected)} unusable)"
+        if listing.rejected
+        else ""
     )
+    log.info("found %d images in %d classes under %s%s: %s", len(listing.items), len(listing.class_names),
+             config.source, rows, ", ".join(listing.class_names))  # fmt: skip
     output_dir = config.output_dir.rstrip("/")
     fractions = {
         "train": 1.0 - config.validation_fraction - config.test_fraction,
@@ -409,29 +410,24 @@ def run(config: ConvertConfig) -> dict:
         for split in SPLITS
     }
     started = time.monotonic()
-    rows = {"items": listing.items, "rejected": listing.rejected}
     with (
-        staged_rows(rows, config.pipeline_args) as staged,
+        staged_rows({"items": listing.items, "rejected": listing.rejected}, config.pipeline_args) as staged,
         beam.Pipeline(options=pipeline_options(config)) as pipeline,
     ):
         conversion_graph(pipeline, config, listing, staged, shards, source_side, auto)
     stats = read_stats(output_dir)
     seconds = time.monotonic() - started
-    log.info(
-        "converted %d images in %.1fs (%.0f images/s): %s; quarantined %d, duplicates dropped %d",
-        stats["num_examples"],
-        seconds,
-        len(listing.items) / max(seconds, 1e-9),
-        ", ".join(f"{split} {stats['counts'][split]}" for split in SPLITS),
-        stats["quarantined"],
-        stats["duplicates"],
-    )
+    unusable = f" ({len(listing.rejected)} of them unusable rows)" if listing.rejected else ""
+    log.info("converted %d images in %.1fs (%.0f images/s): %s; quarantined %d%s, duplicates dropped %d",
+             stats["num_examples"], seconds, len(listing.items) / max(seconds, 1e-9),
+             ", ".join(f"{split} {stats['counts'][split]}" for split in SPLITS), stats["quarantined"], unusable,
+             stats["duplicates"])  # fmt: skip
     warn_small_classes(stats)
     total = len(listing.items) + len(listing.rejected)
     bad_fraction = stats["quarantined"] / max(1, total)
     if bad_fraction > config.max_bad_fraction:
         raise ConversionError(
-            f"{stats['quarantined']} of {total} images could not be converted "
+            f"{stats['quarantined']} of {total} {'rows' if listing.rejected else 'images'} could not be converted "
             f"({bad_fraction:.1%} > --max-bad-fraction {config.max_bad_fraction:.1%}): "
             f"see {output_dir}/{QUARANTINE_FILE}"
         )
@@ -524,7 +520,7 @@ class Progress:
         if os.getpid() == driver_pid:
             left = (self.total - done) / rate if rate else float("inf")
             log.info(
-                "converted %d/%d images (%.0f%%), %.0f images/s, %s left",
+                "processed %d/%d images (%.0f%%), %.0f images/s, %s left",
                 done,
                 self.total,
                 100.0 * done / max(self.total, 1),
@@ -532,7 +528,7 @@ class Progress:
                 f"{left:.0f}s" if math.isfinite(left) else "?",
             )
         else:
-            log.info("worker %d: converted %d images, %.0f images/s (of %d)", os.getpid(), done, rate, self.total)
+            log.info("worker %d: processed %d images, %.0f images/s (of %d)", os.getpid(), done, rate, self.total)
 
 
 _progress: dict[int, Progress] = {}

@@ -236,8 +236,8 @@ def test_too_many_bad_files_fail_the_job_with_one_line(tmp_path):
     assert result.returncode == 1
     assert "1 of 7 images could not be converted" in result.stdout
     assert "Traceback" not in result.stderr
-    # progress: the job's images done / total and the rate
-    assert re.search(r"converted 7/7 images \(100%\), \d+ images/s", result.stderr), result.stderr
+    # progress: the job's images done (converted or quarantined) / total and the rate
+    assert re.search(r"processed 7/7 images \(100%\), \d+ images/s", result.stderr), result.stderr
 
 
 def test_listing_orders_classes_skips_hidden_files_and_keeps_every_other_file(tmp_path):
@@ -352,7 +352,7 @@ def test_dataflow_options_reach_beam_without_launching_a_job():
     assert not any("direct" in arg for arg in options.get_all_options(drop_default=True))
 
 
-def test_csv_manifest_honours_ml_use_and_quarantines_bad_rows(tmp_path):
+def test_csv_manifest_honours_ml_use_and_quarantines_bad_rows(tmp_path, caplog):
     images = tmp_path / "bucket"
     images.mkdir()
     rows = []
@@ -372,12 +372,20 @@ def test_csv_manifest_honours_ml_use_and_quarantines_bad_rows(tmp_path):
     manifest = tmp_path / "import.csv"
     manifest.write_text("\n".join(rows) + "\n")
     output = tmp_path / "out"
+    caplog.set_level("INFO", logger="components.convert.core")
     stats = run(
         ConvertConfig(
             source=str(manifest), output_dir=str(output), image_size=8, classes=CLASSES, max_bad_fraction=0.5,
             pipeline_args=IN_MEMORY,
         )
     )  # fmt: skip
+    # the lines agree: 14 rows, 10 of them images (one file missing), 9 converted, 4 + 1 quarantined
+    said = [r.getMessage() for r in caplog.records if r.name == "components.convert.core"]
+    assert f"found 10 images in 3 classes under {manifest} (14 rows, 4 unusable): cat, dog, fish" in said
+    assert any(line.startswith("processed 10/10 images (100%)") for line in said), said
+    assert any(line.startswith("converted 9 images in ") and line.endswith(
+        ": train 3, validation 3, test 3; quarantined 5 (4 of them unusable rows), duplicates dropped 0")
+        for line in said), said  # fmt: skip
     assert stats["counts"] == {"train": 3, "validation": 3, "test": 3}
     assert stats["class_names"] == list(CLASSES)
     assert stats["quarantined"] == 5
