@@ -11,7 +11,7 @@ from components.demo_data import write_digits
 from tests.conftest import run_cli
 
 
-@pytest.mark.parametrize("step", ["convert", "train", "evaluate", "export"])
+@pytest.mark.parametrize("step", ["convert", "train", "evaluate", "export", "convert.fingerprint", "register"])
 def test_each_component_has_a_help(step):
     result = run_cli(f"components.{step}", "--help")
     assert result.returncode == 0, result.stderr
@@ -57,3 +57,37 @@ def test_rewriting_the_same_digits_keeps_the_files_and_so_their_fingerprint(tmp_
     write_digits(str(root), per_class_limit=4)
     assert len(os.listdir(root / "0")) == 4 and source_fingerprint(str(root)) != kept
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".digits-")]
+
+
+def test_the_fingerprint_and_registry_steps_run_on_their_own(tmp_path):
+    """The fingerprint step prints what convert's cache keys on, changed by a new file; the folder registry's
+    steps find no baseline, register an export as version 1, find it, and skip it when it is the baseline."""
+    import json
+
+    source = tmp_path / "digits"
+    write_digits(str(source), per_class_limit=2)
+    first = run_cli("components.convert.fingerprint", "--source", str(source))
+    assert first.returncode == 0, first.stderr
+    Image.new("RGB", (8, 8)).save(source / "3" / "new.jpg")
+    again = run_cli("components.convert.fingerprint", "--source", str(source))
+    found = [json.loads(result.stdout.strip().splitlines()[-1]) for result in (first, again)]
+    assert found[0]["source"] == str(source) and len(found[0]["fingerprint"]) == 64
+    assert found[0]["fingerprint"] != found[1]["fingerprint"]
+
+    export, registry = tmp_path / "export", tmp_path / "registry"
+    (export / "saved_model").mkdir(parents=True)
+    (export / "saved_model" / "saved_model.pb").write_bytes(b"graph")
+    (export / "export.json").write_text(json.dumps({"model_digest": "ab" * 32}))
+
+    def last_line(*args: str) -> dict:
+        result = run_cli("components.register", *args)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    assert last_line("baseline", "--registry", str(registry)) == {"baseline": ""}
+    added = last_line("add", "--export", str(export), "--registry", str(registry), "--run", "r1")
+    assert (added["action"], added["version"], added["uri"]) == ("registered", 1, f"{registry}/1")
+    assert (registry / "1" / "saved_model" / "saved_model.pb").read_bytes() == b"graph"
+    assert last_line("baseline", "--registry", str(registry)) == {"baseline": f"{registry}/1"}
+    again = last_line("add", "--export", str(export), "--registry", str(registry), "--baseline", f"{registry}/1")
+    assert again["action"] == "skipped" and not (registry / "2").exists()

@@ -1,0 +1,42 @@
+"""``python -m components.convert.fingerprint``: the fingerprint of a source, as the DAG's fingerprint step
+computes it (the conversion records the same one in ``stats.json``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from components.cli import ArgumentParser, add_param, configure_logging, run_main
+from components.params import CONVERT, TEXT
+from components.schema import MODALITIES
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(
+        prog="python -m components.convert.fingerprint",
+        description="Print the fingerprint of a source (sha256 over its files' paths, sizes and modification times, "
+        "and a manifest's bytes): the DAG reruns the conversion, cached or not, only when it changes.",
+    )
+    parser.add_argument("--source", required=True, help="what convert takes: an image folder, a CSV manifest, an "
+                        ".npz, TFRecords, texts; local or gs://")  # fmt: skip
+    add_param(parser, CONVERT, "classes", metavar="A,B,C",
+              type=lambda text: tuple(name.strip() for name in text.split(",") if name.strip()))  # fmt: skip
+    add_param(parser, CONVERT, "modality", choices=MODALITIES)
+    add_param(parser, TEXT, "text_column")
+    add_param(parser, TEXT, "label_column")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from components.convert.dispatch import fingerprint_source
+
+    args = build_parser().parse_args(argv)
+    configure_logging(args.verbose)
+    found = fingerprint_source(args.source, tuple(args.classes), args.modality, args.text_column, args.label_column)
+    print(json.dumps({"source": args.source, "fingerprint": found}))
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

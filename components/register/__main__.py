@@ -1,0 +1,50 @@
+"""``python -m components.register``: the DAG's registry steps on their own, on a folder registry (numbered
+versions and a ``default`` pointer, local or ``gs://``): ``baseline`` finds the model in service, ``add`` registers
+a blessed export as its next version. (``python -m pipeline register`` uploads a SavedModel to the Vertex AI Model
+Registry.)"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from components.cli import ArgumentParser, configure_logging, run_main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(
+        prog="python -m components.register",
+        description="The registry steps of the DAG on a folder registry: find the model in service (the baseline "
+        "evaluate compares against), or register a blessed export as the next numbered version and make it the "
+        "default, unless it is the baseline itself.",
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    baseline = actions.add_parser("baseline", help="print the baseline: the one given, else the registry's default")
+    add = actions.add_parser("add", help="register an export as the next version and make it the default")
+    add.add_argument("--export", required=True, help="the export step's output folder")
+    add.add_argument("--run", default="", help="the run that made it, recorded with the version")
+    for action in (baseline, add):
+        action.add_argument("--registry", required=True, help="the registry folder (local or gs://)")
+        action.add_argument("--baseline", default="", help="the model in service, when known (default: the "
+                            "registry's default version)")  # fmt: skip
+        action.add_argument("--display-name", default="", help="the model's name (default: the registry folder's)")
+        action.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from components.register.vertex import find_baseline, register_version
+
+    args = build_parser().parse_args(argv)
+    configure_logging(args.verbose)
+    name = args.display_name or os.path.basename(args.registry.rstrip("/"))
+    if args.action == "baseline":
+        print(json.dumps({"baseline": find_baseline(name, args.baseline, args.registry, None)}))
+    else:
+        print(register_version(args.export, name, args.baseline, args.registry, args.run, None))
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
