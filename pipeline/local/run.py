@@ -231,9 +231,18 @@ def run_steps(run: LocalRun, verbose: bool) -> dict:
 
     facts = {"pipeline": PIPELINE_NAME, "run_id": run.state.run_id}
     progress = None
+
+    def attempt_dirs() -> list[str]:  # this attempt's kfp.local run folders
+        return [os.path.join(run.pipeline_root, name)
+                for name in sorted(set(os.listdir(run.pipeline_root)) - run.earlier_runs)]  # fmt: skip
+
+    def note(running: list[str]) -> None:  # what a killed attempt leaves for the next one to read
+        run.state = resume.progressed(run.work_dir, run.state, running[-1] if running else run.state.step,
+                                      attempt_dirs())  # fmt: skip
+
     try:
         with (
-            quiet(os.path.join(run.work_dir, RUN_LOG), verbose, resumed=run.previous is not None) as progress,
+            quiet(os.path.join(run.work_dir, RUN_LOG), verbose, run.previous is not None, note) as progress,
             resume.steps_stop_on_interrupt(),
         ):
             return run_dag(run.spec, run.parameters, run.failures, run.environment)
@@ -244,9 +253,7 @@ def run_steps(run: LocalRun, verbose: bool) -> dict:
         raise
     except KeyboardInterrupt:
         step = progress.running[-1] if progress and progress.running else ""
-        attempt_dirs = [os.path.join(run.pipeline_root, name)
-                        for name in set(os.listdir(run.pipeline_root)) - run.earlier_runs]  # fmt: skip
-        run.state = resume.interrupted(run.work_dir, run.state, step, attempt_dirs)
+        run.state = resume.interrupted(run.work_dir, run.state, step, attempt_dirs())
         where = f" during {step}" + epochs_done(run.checkpoints, run.parameters, run.spec) if step else ""
         write_json(run.summary_path, {**facts, "status": "interrupted", "step": step, "source": run.source,
                                       "parameters": run.parameters,

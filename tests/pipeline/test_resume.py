@@ -3,6 +3,9 @@ interrupted and resumed are in test_local_run.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import subprocess
 import sys
@@ -174,3 +177,43 @@ def test_the_run_identity_names_each_flag_that_makes_another_run(tmp_path):
     keys = {run_identity(LocalRunConfig(work_dir=work_dir, source=source, **change)).key for change in changes}
     assert len(keys) == 7
     assert run_identity(LocalRunConfig(work_dir=work_dir, source=source)).key == plain.key
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_run_killed_outright_is_resumed_knowing_its_step_and_reusing_its_outputs(tmp_path, monkeypatch, verbose):
+    """SIGKILL (or a lost machine) gives run-local no chance to say what it was doing: as each step starts and ends,
+    it writes down the step it is in and its attempt's output folders, so that the next attempt says "interrupted
+    during train" and counts the killed attempt's steps as reused, not cached. The run's own ``run_steps``, with
+    kfp.local's DAG run stood in by its log lines (-v shows every line; the steps are followed all the same)."""
+    import pipeline.local.run as local_run
+    from pipeline.local.summary import step_outcome
+
+    work_dir = str(tmp_path / "work")
+    pipeline_root = os.path.join(work_dir, "artifacts")
+    os.makedirs(os.path.join(pipeline_root, "an-earlier-run"))
+    first, _ = begin(work_dir, KEY, "run-1", resume=True)
+    attempt = os.path.join(pipeline_root, "tpu-image-classifier-1")
+
+    def dag_until_killed(*_):
+        os.makedirs(attempt)  # kfp.local's folder of this run, then its log lines
+        print("12:00:00.1 - INFO - Executing task \x1b[96m'convert'\x1b[0m\nnoise from a step")
+        print("12:00:09.2 - INFO - Task \x1b[96m'convert'\x1b[0m finished with status \x1b[92mSUCCESS\x1b[0m")
+        print("12:00:09.3 - INFO - Executing task 'train'")
+        with open(os.path.join(work_dir, "run-state.json")) as handle:
+            return json.load(handle)  # as the kill found it
+
+    monkeypatch.setattr(local_run, "run_dag", dag_until_killed)
+    run = local_run.LocalRun(work_dir, "/data", "", {}, pipeline_root, first, None, {}, "", "", {},
+                             os.path.join(work_dir, "summary.json"), {"an-earlier-run"})  # fmt: skip
+    with contextlib.redirect_stdout(io.StringIO()):
+        recorded = local_run.run_steps(run, verbose)
+    assert (recorded["status"], recorded["step"], recorded["artifact_dirs"]) == (RUNNING, "train", [attempt])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])  # killed: its state says running, its process is gone
+    dead.wait()
+    with open(os.path.join(work_dir, "run-state.json"), "w") as handle:
+        json.dump({**recorded, "pid": dead.pid}, handle)
+    second, previous = begin(work_dir, KEY, "run-2", resume=True)
+    assert previous is not None and previous.step == "train"
+    assert second.run_id == first.run_id and second.artifact_dirs == (attempt,)
+    later = os.path.join(pipeline_root, "tpu-image-classifier-2")
+    assert step_outcome(os.path.join(attempt, "convert", "examples"), later, second.artifact_dirs) == "reused"
