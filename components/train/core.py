@@ -219,22 +219,42 @@ def learning_rate(config: TrainConfig, steps_per_epoch: int):
     )
 
 
+def epoch_line(epoch: int, epochs: int, logs: dict, seconds: float, left: float | None) -> str:
+    """The progress line of a finished epoch (1-based): its metrics, its seconds and the time left."""
+    shown = ("loss", "accuracy", "val_loss", "val_accuracy")
+    figures = ", ".join(f"{name} {logs[name]:.4f}" for name in shown if name in logs)
+    remaining = f"; about {left:.0f}s left" if left else ""
+    return f"epoch {epoch} of {epochs}: {figures} ({seconds:.1f}s{remaining})"
+
+
 def _epoch_log_callback(path: str):
-    """A callback that appends each finished epoch's metrics and wall time to ``path`` (kept across preemptions)."""
+    """A callback that appends each finished epoch's metrics and wall time to ``path`` (kept across preemptions),
+    and logs its progress line (``epoch_line``): on the terminal under run-local, in Cloud Logging on Vertex AI."""
     import keras
 
     class EpochLog(keras.callbacks.Callback):
+        async_safe = True  # epoch ends only
+
+        def on_train_begin(self, logs=None):
+            self.took: list[float] = []  # this attempt's epochs, for the time left
+
         def on_epoch_begin(self, epoch, logs=None):
             self.started = time.monotonic()
 
         def on_epoch_end(self, epoch, logs=None):
-            record = {"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()},
-                      "epoch_seconds": time.monotonic() - self.started}  # fmt: skip
+            seconds = time.monotonic() - self.started
+            record = {"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()}, "epoch_seconds": seconds}
             os.makedirs(os.path.dirname(path), exist_ok=True)  # (it now writes before the backup, which made it)
             with open(path, "a") as handle:
                 handle.write(json.dumps(record) + "\n")
                 handle.flush()
                 os.fsync(handle.fileno())
+            self.took.append(seconds)
+            epochs = int(self.params.get("epochs") or epoch + 1)
+            # the first epoch traces and compiles: the time left goes by the later ones once there are some
+            typical = self.took[1:] or self.took
+            left = sum(typical) / len(typical) * (epochs - epoch - 1)
+            log.info(epoch_line(epoch + 1, epochs, record, seconds, left))
 
     return EpochLog()
 
@@ -558,7 +578,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
             epochs=config.epochs,
             steps_per_epoch=steps_per_epoch,
             callbacks=callbacks,
-            verbose=2 if placement.is_chief else 0,
+            verbose=0,  # the epoch log's own line instead (on process 0), through logging
         )
     seconds = time.monotonic() - started
     trained_epochs = len(fitted.epoch)  # as Keras ran them, after the epoch its backup restored

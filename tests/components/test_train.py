@@ -308,8 +308,8 @@ def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_pa
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert (summary["resumed_after_epoch"], summary["epochs_trained"]) == (kept, 30 - kept)
-    assert f"Epoch {summary['resumed_after_epoch'] + 1}/30" in resumed.stdout + resumed.stderr
-    assert "Epoch 1/30" not in resumed.stdout + resumed.stderr
+    assert f"epoch {summary['resumed_after_epoch'] + 1} of 30: loss " in resumed.stderr
+    assert "epoch 1 of 30" not in resumed.stdout + resumed.stderr
     with open(model_dir / "history.json") as handle:
         history = json.load(handle)
     assert history["epochs"] == 30 and len(history["history"]["loss"]) == 30
@@ -460,6 +460,16 @@ def test_the_same_seed_trains_the_same_model_on_the_cpu(converted, tmp_path):
         run(TrainConfig(examples_dir=examples_dir, model_dir=str(model_dir), epochs=3, per_replica_batch_size=4))
         histories.append(json.loads((model_dir / "history.json").read_text())["history"]["loss"])
     assert histories[0] == histories[1]
+
+
+def test_an_epochs_progress_line_gives_its_figures_its_seconds_and_the_time_left():
+    from components.train.core import epoch_line
+
+    logs = {"loss": 0.123456, "accuracy": 0.9, "val_loss": 1.5, "val_accuracy": 0.875, "learning_rate": 0.002}
+    assert epoch_line(3, 15, logs, 4.94, 61.2) == (
+        "epoch 3 of 15: loss 0.1235, accuracy 0.9000, val_loss 1.5000, val_accuracy 0.8750 (4.9s; about 61s left)"
+    )
+    assert epoch_line(15, 15, {"loss": 0.5}, 2.0, 0.0) == "epoch 15 of 15: loss 0.5000 (2.0s)"
 
 
 class Clock:

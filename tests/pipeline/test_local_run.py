@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -181,10 +182,17 @@ def test_the_terminal_shows_progress_and_results_and_the_run_log_everything(inte
     executor dumps and the frameworks' start-up lines are only in run.log."""
     work_dir, _, stopped, result = interrupted_demo_run
     shown = result.stdout + result.stderr
-    assert len(shown.splitlines()) < 80, shown[-3000:]
+    assert len(shown.splitlines()) < 100, shown[-3000:]  # (an epoch's line each among them)
     for step in ("fingerprint", "train", "evaluate", "export"):
         assert f"  {step}: running" in shown and f"  {step}: success (" in shown
     assert "  convert: success (" in stopped.stdout and "converted 1797 images" in stopped.stdout
+    # training's progress: each epoch's line as it ends, with the time left
+    assert re.search(
+        r"\n    epoch 1 of 15: loss \d\.\d{4}, accuracy \d\.\d{4}, val_loss \d+\.\d{4}, "
+        r"val_accuracy \d\.\d{4} \(\d+\.\ds; about \d+s left\)\n",
+        stopped.stdout,
+    ), stopped.stdout[-3000:]
+    assert re.search(r"\n    epoch 15 of 15: loss .*\(\d+\.\ds\)\n", shown), shown[-3000:]
     assert "test accuracy 0." in shown
     assert "Got executor_input" not in shown and "non-Python base image" not in shown
     log = (work_dir / "run.log").read_text()
