@@ -17,6 +17,9 @@ SPLITS = ("train", "validation", "test")
 MODALITIES = ("auto", "image", "text")
 SHARD_SUFFIX = ".tfrec"
 STATS_FILE = "stats.json"
+# what a failed conversion leaves in its output folder beside what it wrote: no step reads that folder, and the next
+# conversion into it takes it over
+FAILED_FILE = "conversion-failed.json"
 
 
 def split_pattern(examples_dir: str, split: str) -> str:
@@ -140,6 +143,10 @@ def read_stats(examples_dir: str) -> dict:
     from components.storage import exists, read_json
 
     path = f"{examples_dir.rstrip('/')}/{STATS_FILE}"
+    failed = f"{examples_dir.rstrip('/')}/{FAILED_FILE}"
+    if exists(failed):
+        raise UsageError(f"examples dir {examples_dir} holds a conversion that failed ({read_json(failed)['reason']}): "
+                         "convert again into it")  # fmt: skip
     if not exists(path):
         raise UsageError(f"examples dir {examples_dir} has no {STATS_FILE}: run the convert step into it first")
     return read_json(path)

@@ -4,11 +4,13 @@ options and the output folder."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable, Sequence
 
 import apache_beam as beam
@@ -17,6 +19,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from components.cli import UsageError
 from components.schema import (
+    FAILED_FILE,
     SHARD_SUFFIX,
     SMALL_CLASS_EXAMPLES,
     SPLITS,
@@ -111,8 +114,13 @@ def split_for_digest(digest: bytes, validation_fraction: float, test_fraction: f
 
 def check_output_is_empty(output_dir: str) -> None:
     """The output must hold exactly what this conversion writes: a folder that already holds files (an earlier
-    conversion's shards, say) is refused in one line, before anything is read or written."""
+    conversion's shards, say) is refused in one line, before anything is read or written. A failed conversion's
+    folder (``FAILED_FILE``) is taken over: emptied first."""
+    from components.storage import exists
 
+    if exists(f"{output_dir.rstrip('/')}/{FAILED_FILE}"):
+        log.info("--output %s holds a conversion that failed: removing what it wrote, to convert again", output_dir)
+        remove_tree(output_dir)
     if "://" not in output_dir:
         if os.path.isfile(output_dir):
             raise UsageError(f"--output {output_dir} is a file: pass a new or empty folder")
@@ -124,6 +132,36 @@ def check_output_is_empty(output_dir: str) -> None:
             f"--output {output_dir} already holds files (an earlier conversion?): pass a new or empty folder, or "
             "remove it first; its shards would otherwise mix with this conversion's"
         )
+
+
+def remove_tree(folder: str) -> None:
+    """Everything under ``folder`` (local or any Beam filesystem)."""
+    import shutil
+
+    if "://" not in folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    (result,) = FileSystems.match([folder.rstrip("/") + "/**"])
+    if result.metadata_list:
+        FileSystems.delete([meta.path for meta in result.metadata_list])
+
+
+@contextlib.contextmanager
+def marked_if_it_fails(output_dir: str):
+    """A conversion that fails (a crash, too many bad files, an interruption) once it has written into
+    ``output_dir`` leaves ``FAILED_FILE`` there with its reason: the later steps refuse that folder, and the next
+    conversion into it takes it over."""
+    from components.cli import one_line
+    from components.storage import write_json
+
+    try:
+        yield
+    except BaseException as err:
+        written = (os.path.isdir(output_dir) and any(os.scandir(output_dir))) if "://" not in output_dir else True
+        if written:
+            failure = {"reason": one_line(err, with_type=True), "failed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            write_json(f"{output_dir.rstrip('/')}/{FAILED_FILE}", failure)
+        raise
 
 
 class KeepFirstCopy(beam.DoFn):

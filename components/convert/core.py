@@ -40,6 +40,7 @@ from components.convert.common import (
     fingerprint_of,
     in_class_order,
     is_hidden,
+    marked_if_it_fails,
     split_for_digest,
     summarize_counts,
     warn_small_classes,
@@ -409,28 +410,29 @@ def run(config: ConvertConfig) -> dict:
         split: config.num_shards or auto_num_shards(len(listing.items) * fractions[split], config.image_size)
         for split in SPLITS
     }
-    started = time.monotonic()
-    with (
-        staged_rows({"items": listing.items, "rejected": listing.rejected}, config.pipeline_args) as staged,
-        beam.Pipeline(options=pipeline_options(config)) as pipeline,
-    ):
-        conversion_graph(pipeline, config, listing, staged, shards, source_side, auto)
-    stats = read_stats(output_dir)
-    seconds = time.monotonic() - started
-    unusable = f" ({len(listing.rejected)} of them unusable rows)" if listing.rejected else ""
-    log.info("converted %d images in %.1fs (%.0f images/s): %s; quarantined %d%s, duplicates dropped %d",
-             stats["num_examples"], seconds, len(listing.items) / max(seconds, 1e-9),
-             ", ".join(f"{split} {stats['counts'][split]}" for split in SPLITS), stats["quarantined"], unusable,
-             stats["duplicates"])  # fmt: skip
-    warn_small_classes(stats)
-    total = len(listing.items) + len(listing.rejected)
-    bad_fraction = stats["quarantined"] / max(1, total)
-    if bad_fraction > config.max_bad_fraction:
-        raise ConversionError(
-            f"{stats['quarantined']} of {total} {'rows' if listing.rejected else 'images'} could not be converted "
-            f"({bad_fraction:.1%} > --max-bad-fraction {config.max_bad_fraction:.1%}): "
-            f"see {output_dir}/{QUARANTINE_FILE}"
-        )
+    with marked_if_it_fails(output_dir):
+        started = time.monotonic()
+        with (
+            staged_rows({"items": listing.items, "rejected": listing.rejected}, config.pipeline_args) as staged,
+            beam.Pipeline(options=pipeline_options(config)) as pipeline,
+        ):
+            conversion_graph(pipeline, config, listing, staged, shards, source_side, auto)
+        stats = read_stats(output_dir)
+        seconds = time.monotonic() - started
+        unusable = f" ({len(listing.rejected)} of them unusable rows)" if listing.rejected else ""
+        log.info("converted %d images in %.1fs (%.0f images/s): %s; quarantined %d%s, duplicates dropped %d",
+                 stats["num_examples"], seconds, len(listing.items) / max(seconds, 1e-9),
+                 ", ".join(f"{split} {stats['counts'][split]}" for split in SPLITS), stats["quarantined"], unusable,
+                 stats["duplicates"])  # fmt: skip
+        warn_small_classes(stats)
+        total = len(listing.items) + len(listing.rejected)
+        bad_fraction = stats["quarantined"] / max(1, total)
+        if bad_fraction > config.max_bad_fraction:
+            raise ConversionError(
+                f"{stats['quarantined']} of {total} {'rows' if listing.rejected else 'images'} could not be converted "
+                f"({bad_fraction:.1%} > --max-bad-fraction {config.max_bad_fraction:.1%}): "
+                f"see {output_dir}/{QUARANTINE_FILE}"
+            )
     return stats
 
 

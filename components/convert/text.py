@@ -44,6 +44,7 @@ from components.convert.common import (
     fingerprint_of,
     in_class_order,
     is_hidden,
+    marked_if_it_fails,
     summarize_counts,
     warn_small_classes,
     write_records,
@@ -492,23 +493,24 @@ def run_text(config: TextConvertConfig) -> dict:
     test_fraction = 0.0 if "test" in listing.splits_from_source else config.test_fraction
     validation_fraction = 0.0 if "validation" in listing.splits_from_source else config.validation_fraction
     shards = {split: config.num_shards or max(1, -(-len(listing.items) // TEXTS_PER_SHARD)) for split in SPLITS}
-    started = time.monotonic()
-    rows = {"items": listing.items, "rejected": listing.rejected}
-    with (
-        staged_rows(rows, config.pipeline_args) as staged,
-        beam.Pipeline(options=PipelineOptions(default_pipeline_args(config.pipeline_args))) as pipeline,
-    ):
-        text_graph(pipeline, config, listing, staged, shards, validation_fraction, test_fraction)
-    stats = read_stats(output_dir)
-    seconds = time.monotonic() - started
-    log.info("converted %d texts in %.1fs (%.0f texts/s): %s; vocabulary %d ids; quarantined %d, duplicates "
-             "dropped %d", stats["num_examples"], seconds, len(listing.items) / max(seconds, 1e-9),
-             ", ".join(f"{split} {stats['counts'][split]}" for split in SPLITS), stats["vocabulary_size"],
-             stats["quarantined"], stats["duplicates"])  # fmt: skip
-    warn_small_classes(stats)
-    total = len(listing.items) + len(listing.rejected)
-    if stats["quarantined"] / max(1, total) > config.max_bad_fraction:
-        raise ConversionError(f"{stats['quarantined']} of {total} texts could not be converted "
-                              f"({stats['quarantined'] / max(1, total):.1%} > --max-bad-fraction "
-                              f"{config.max_bad_fraction:.1%}): see {output_dir}/{QUARANTINE_FILE}")  # fmt: skip
+    with marked_if_it_fails(output_dir):
+        started = time.monotonic()
+        rows = {"items": listing.items, "rejected": listing.rejected}
+        with (
+            staged_rows(rows, config.pipeline_args) as staged,
+            beam.Pipeline(options=PipelineOptions(default_pipeline_args(config.pipeline_args))) as pipeline,
+        ):
+            text_graph(pipeline, config, listing, staged, shards, validation_fraction, test_fraction)
+        stats = read_stats(output_dir)
+        seconds = time.monotonic() - started
+        log.info("converted %d texts in %.1fs (%.0f texts/s): %s; vocabulary %d ids; quarantined %d, duplicates "
+                 "dropped %d", stats["num_examples"], seconds, len(listing.items) / max(seconds, 1e-9),
+                 ", ".join(f"{split} {stats['counts'][split]}" for split in SPLITS), stats["vocabulary_size"],
+                 stats["quarantined"], stats["duplicates"])  # fmt: skip
+        warn_small_classes(stats)
+        total = len(listing.items) + len(listing.rejected)
+        if stats["quarantined"] / max(1, total) > config.max_bad_fraction:
+            raise ConversionError(f"{stats['quarantined']} of {total} texts could not be converted "
+                                  f"({stats['quarantined'] / max(1, total):.1%} > --max-bad-fraction "
+                                  f"{config.max_bad_fraction:.1%}): see {output_dir}/{QUARANTINE_FILE}")  # fmt: skip
     return stats

@@ -238,6 +238,17 @@ def test_too_many_bad_files_fail_the_job_with_one_line(tmp_path):
     assert "Traceback" not in result.stderr
     # progress: the job's images done (converted or quarantined) / total and the rate
     assert re.search(r"processed 7/7 images \(100%\), \d+ images/s", result.stderr), result.stderr
+    # what it wrote is marked failed: no step reads it, and the corrected command takes the folder over
+    from components.schema import read_stats
+
+    with open(tmp_path / "out" / "conversion-failed.json") as handle:
+        assert json.load(handle)["reason"].startswith("ConversionError: 1 of 7 images could not be converted")
+    with pytest.raises(UsageError, match=r"holds a conversion that failed \(ConversionError: 1 of 7 images"):
+        read_stats(str(tmp_path / "out"))
+    stats = run(ConvertConfig(source=source, output_dir=str(tmp_path / "out"), image_size=8, max_bad_fraction=0.5,
+                              pipeline_args=IN_MEMORY))  # fmt: skip
+    assert stats["num_examples"] == 6 and read_stats(str(tmp_path / "out")) == stats
+    assert not (tmp_path / "out" / "conversion-failed.json").exists()
 
 
 def test_listing_orders_classes_skips_hidden_files_and_keeps_every_other_file(tmp_path):
