@@ -229,9 +229,10 @@ def summarize_counts(counts: Iterable[tuple[tuple[str, int], int]], class_names:
 
 
 def warn_small_classes(stats: dict) -> None:
+    items = "texts" if stats.get("modality") == "text" else "images"
     for split, names in stats.get("small_classes", {}).items():
         log.warning(
-            "few %s examples (under %d) for class %s: its %s figures will say little; add images or change the split "
+            "few %s examples (under %d) for class %s: its %s figures will say little; add %s or change the split "
             "fractions", split, SMALL_CLASS_EXAMPLES, ", ".join(f"{name} ({count})" for name, count in names.items()),
-            split,
+            split, items,
         )  # fmt: skip

@@ -267,3 +267,18 @@ def test_a_jsonl_text_may_hold_line_separators_inside_its_strings(tmp_path):
     path.write_text("\n".join(json.dumps(row, ensure_ascii=False) for row in rows), encoding="utf-8")
     listing = list_text_table(str(path), "text", "label")
     assert sorted(item[3] for item in listing.items) == sorted(row["text"] for row in rows) and not listing.rejected
+
+
+def test_a_text_conversion_speaks_of_texts(caplog):
+    """(It told users of a text source to add images.)"""
+    from components.convert.common import warn_small_classes
+
+    caplog.set_level("WARNING", logger="components.convert.common")
+    warn_small_classes({"modality": "text", "small_classes": {"test": {"neg": 2}}})
+    warn_small_classes({"small_classes": {"validation": {"cat": 1, "dog": 3}}})
+    assert [record.getMessage() for record in caplog.records] == [
+        "few test examples (under 5) for class neg (2): its test figures will say little; add texts or change the "
+        "split fractions",
+        "few validation examples (under 5) for class cat (1), dog (3): its validation figures will say little; add "
+        "images or change the split fractions",
+    ]
