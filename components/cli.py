@@ -104,6 +104,14 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
     sys.exit(code)
 
 
+def console_script(main: Callable[[list[str] | None], int]) -> Callable[[], None]:
+    """A command's console-script entry point (pyproject.toml's ``[project.scripts]``): ``main`` run as
+    ``run_main`` runs it, one-line errors and exit codes included."""
+    import functools
+
+    return functools.partial(run_main, main)
+
+
 def config_from_args(config_class, args, **overrides):
     """Builds a config dataclass from parsed arguments whose ``dest`` names are the config's field names."""
     from dataclasses import fields

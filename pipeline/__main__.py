@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.cli import ArgumentParser, configure_logging, run_main
+from components.cli import ArgumentParser, configure_logging, console_script
 from pipeline.cli import compile as compile_command
 from pipeline.cli import local, predict, vertex
 
@@ -78,5 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     return local.run(args, chosen)
 
 
+cli = console_script(main)  # the console script (pyproject.toml)
+
+
 if __name__ == "__main__":
-    run_main(main)
+    cli()

@@ -91,3 +91,26 @@ def test_the_fingerprint_and_registry_steps_run_on_their_own(tmp_path):
     assert last_line("baseline", "--registry", str(registry)) == {"baseline": f"{registry}/1"}
     again = last_line("add", "--export", str(export), "--registry", str(registry), "--baseline", f"{registry}/1")
     assert again["action"] == "skipped" and not (registry / "2").exists()
+
+
+def console_scripts() -> dict[str, str]:
+    import tomllib
+
+    from tests.conftest import REPO_ROOT
+
+    with open(os.path.join(REPO_ROOT, "pyproject.toml"), "rb") as handle:
+        return tomllib.load(handle)["project"]["scripts"]
+
+
+@pytest.mark.parametrize("name", sorted(console_scripts()))
+def test_each_console_script_is_installed_and_runs_its_command(name):
+    """pyproject.toml's [project.scripts], as the environment's install made them: each runs its module's command
+    (its help names the python -m form, which keeps working)."""
+    import subprocess
+    import sys
+
+    module = console_scripts()[name].split(":")[0].removesuffix(".__main__")
+    script = os.path.join(os.path.dirname(sys.executable), name)
+    result = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: python -m {module} ")

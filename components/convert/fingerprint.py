@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import ArgumentParser, add_param, configure_logging, run_main
+from components.cli import ArgumentParser, add_param, configure_logging, console_script
 from components.params import CONVERT, TEXT
 from components.schema import MODALITIES
 
@@ -38,5 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+cli = console_script(main)  # the console script (pyproject.toml)
+
+
 if __name__ == "__main__":
-    run_main(main)
+    cli()

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from components.artifacts.evaluation import metrics_path
-from components.cli import ArgumentParser, add_param, config_from_args, configure_logging, run_main
+from components.cli import ArgumentParser, add_param, config_from_args, configure_logging, console_script
 from components.evaluate.core import EvaluateConfig, run
 from components.params import EVALUATE
 
@@ -52,5 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+cli = console_script(main)  # the console script (pyproject.toml)
+
+
 if __name__ == "__main__":
-    run_main(main)
+    cli()

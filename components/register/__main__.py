@@ -9,7 +9,7 @@ import argparse
 import json
 import os
 
-from components.cli import ArgumentParser, configure_logging, run_main
+from components.cli import ArgumentParser, configure_logging, console_script
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,5 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+cli = console_script(main)  # the console script (pyproject.toml)
+
+
 if __name__ == "__main__":
-    run_main(main)
+    cli()

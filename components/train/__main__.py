@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import ArgumentParser, UsageError, add_param, config_from_args, configure_logging, run_main
+from components.cli import ArgumentParser, UsageError, add_param, config_from_args, configure_logging, console_script
 from components.models import AUTO_MODEL, MODELS
 from components.params import TRAIN
 from components.train.core import LR_SCHEDULES, TrainConfig, run
@@ -115,5 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+cli = console_script(main)  # the console script (pyproject.toml)
+
+
 if __name__ == "__main__":
-    run_main(main)
+    cli()
