@@ -189,8 +189,9 @@ def list_image_folder(root: str) -> ImageListing:
         (result,) = FileSystems.match([pattern])
         return [m for m in result.metadata_list if not is_hidden(m.path)]
 
-    # every file in a class folder is an item: what is not an image is quarantined with its reason, never skipped
-    found = files_matching(f"{root}/*/*")
+    # every file in a class folder is an item: what is not an image is quarantined with its reason, never skipped;
+    # a hidden folder (.thumbnails, .ipynb_checkpoints) is no class
+    found = [m for m in files_matching(f"{root}/*/*") if not is_hidden(m.path.rsplit("/", 1)[0])]
     if not found:
         if files_matching(f"{root}/*"):
             raise UsageError(f"data path {root} has images but no class subfolders: expected <root>/<class_name>/*.jpg")

@@ -208,7 +208,7 @@ def list_text_folder(root: str) -> TextListing:
     kept, by_class, source_splits = [], {}, set()
     for meta in nested or _match(f"{root}/*/*"):
         parts = meta.path.rstrip("/").split("/")
-        if parts[-2] == UNSUPERVISED:
+        if parts[-2] == UNSUPERVISED or parts[-2].startswith("."):  # (a hidden folder is no class)
             continue
         kept.append(meta)
         split = parts[-3] if nested else ""

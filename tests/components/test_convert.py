@@ -490,6 +490,70 @@ def test_a_manifest_and_an_array_file_on_gcs_are_listed_where_they_point(gcs):
     )
 
 
+def test_an_image_folder_is_listed_file_by_file_under_its_class_and_each_wrong_layout_named(tmp_path):
+    """The listing alone, on a root typed with a trailing slash: each file under its class folder (hidden ones and
+    hidden folders left out), its class index, the total size; then each wrong layout's own one line."""
+    from components.convert.core import list_image_folder
+
+    root = tmp_path / "photos"
+    for name, size in (("dog/b.jpg", 5), ("cat/a.jpg", 3), ("cat/notes.txt", 2), ("cat/.DS_Store", 7),
+                       (".thumbnails/x.jpg", 11)):  # fmt: skip
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"x" * size)
+    listing = list_image_folder(f"{root}/")
+    assert listing.class_names == ("cat", "dog")
+    assert listing.items == (
+        (f"{root}/cat/a.jpg", 0, ""),
+        (f"{root}/cat/notes.txt", 0, ""),
+        (f"{root}/dog/b.jpg", 1, ""),
+    )
+    assert listing.total_bytes == 3 + 2 + 5 and re.fullmatch("[0-9a-f]{64}", listing.fingerprint)
+    (tmp_path / "flat").mkdir()
+    (tmp_path / "flat" / "a.jpg").write_bytes(b"x")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file.jpg").write_bytes(b"x")
+    for path, message in (
+        (tmp_path / "nope", "does not exist: pass a folder of class subfolders of images"),
+        (tmp_path / "file.jpg", "is not a folder: expected <root>/<class_name>/*.jpg"),
+        (tmp_path / "flat", "has images but no class subfolders: expected <root>/<class_name>/*.jpg"),
+        (tmp_path / "empty", "holds no images: expected <root>/<class_name>/*.jpg"),
+    ):
+        with pytest.raises(UsageError) as raised:
+            list_image_folder(str(path))
+        assert str(raised.value) == f"data path {path} {message}"
+
+
+def test_hidden_files_and_folders_are_told_by_their_own_name():
+    from components.convert.common import is_hidden
+
+    assert is_hidden("/data/.git/") and is_hidden("gs://b/photos/cat/.DS_Store") and is_hidden(".hidden")
+    assert not is_hidden("/data/.git/cat/a.jpg") and not is_hidden("/data/photos/") and not is_hidden("a.b")
+
+
+def test_an_array_files_classes_index_its_labels_or_the_labels_are_refused(tmp_path):
+    from components.convert.core import list_npz
+
+    source = tmp_path / "rgba.npz"
+    np.savez(source, x=np.zeros((3, 6, 4, 4), np.uint8), y=np.array([[2], [0], [2]]))  # RGBA, y as (N, 1)
+    listing = list_npz(str(source), classes=("a", "b", "c"))
+    assert listing.class_names == ("a", "b", "c") and [index for _, index, _ in listing.items] == [2, 0, 2]
+    assert [path for path, _, _ in listing.items] == [f"{source}#0", f"{source}#1", f"{source}#2"]
+    assert (listing.total_bytes, listing.shorter_side) == (3 * 6 * 4 * 4, 4)
+    assert re.fullmatch("[0-9a-f]{64}", listing.fingerprint)
+    gray = tmp_path / "gray.npz"
+    np.savez(gray, x=np.zeros((2, 5, 7, 1), np.uint8), y=np.array([7, 3]))  # no names: the label values, in order
+    listing = list_npz(str(gray))
+    assert listing.class_names == ("3", "7") and [index for _, index, _ in listing.items] == [1, 0]
+    assert listing.shorter_side == 5
+    for name, labels, classes in (("high", [0, 3], ("a", "b", "c")), ("low", [-1, 1], ("a", "b"))):
+        wrong = tmp_path / f"{name}.npz"
+        np.savez(wrong, x=np.zeros((2, 5, 7), np.uint8), y=np.array(labels))
+        with pytest.raises(UsageError) as raised:
+            list_npz(str(wrong), classes=classes)
+        assert str(raised.value) == (f"array file {wrong}: labels {min(labels)}..{max(labels)} do not index "
+                                     f"{len(classes)} classes")  # fmt: skip
+
+
 NPZ = "expected arrays x (N,H,W[,C]) uint8 and y (N,) integer labels"
 
 

@@ -269,6 +269,15 @@ def test_a_jsonl_text_may_hold_line_separators_inside_its_strings(tmp_path):
     assert sorted(item[3] for item in listing.items) == sorted(row["text"] for row in rows) and not listing.rejected
 
 
+def test_a_hidden_folder_is_no_class_of_texts(tmp_path):
+    from components.convert.text import list_text_folder
+
+    for path in ("pos/1.txt", "neg/2.txt", ".ipynb_checkpoints/3.txt"):
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text("some words")
+    assert list_text_folder(str(tmp_path)).class_names == ("neg", "pos")
+
+
 def test_a_text_conversion_speaks_of_texts(caplog):
     """(It told users of a text source to add images.)"""
     from components.convert.common import warn_small_classes
