@@ -79,9 +79,10 @@ ONLY ?= all
 mutants: setup ## mutation testing of the code whose wrong answer is silent: the score of each group, the survivors
 	$(UV) run --locked --group mutants python -m tests.mutation --groups "$(GROUPS)" --only $(ONLY)
 
-lint: setup ## ruff lint and format check, hadolint on every Dockerfile
+lint: setup ## ruff lint and format check, deptry (every import declared, every dependency used), hadolint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/deptry .
 	$(VENV)/bin/hadolint containers/*/Dockerfile
 
 format: setup ## apply ruff's fixes and formatting
