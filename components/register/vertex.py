@@ -139,14 +139,13 @@ def import_evaluation(settings: VertexSettings, model_version: str, metrics: dic
     503 that hid the import is found by the evaluation's display name before importing again."""
     import json
 
-    from google.cloud.aiplatform import initializer, utils
     from google.cloud.aiplatform.compat.types import model_evaluation_slice_v1, model_evaluation_v1
+
+    from components.vertex_sdk import model_client
 
     evaluation, slices = vertex_evaluation(metrics)
     evaluation["displayName"] = display_name
-    client = initializer.global_config.create_client(
-        client_class=utils.ModelClientWithOverride, location_override=settings.region
-    )
+    client = model_client(settings.region)
 
     def imported_after_all():
         found = [e for e in client.list_model_evaluations(parent=model_version) if e.display_name == display_name]

@@ -94,9 +94,9 @@ def local_pipeline_spec(
     import tempfile
 
     import yaml
-    from google.cloud.aiplatform.pipeline_jobs import _set_enable_caching_value
     from kfp import compiler
 
+    from components.vertex_sdk import enable_caching
     from pipeline.dag import build_pipeline
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -106,7 +106,7 @@ def local_pipeline_spec(
         with open(path, encoding="utf-8") as handle:
             spec = yaml.safe_load(handle)
     if cache:
-        _set_enable_caching_value(spec, True)
+        enable_caching(spec)
     values = dict(zip(RUN_PLACEHOLDERS, (run_id, run_name, run_name), strict=True))
 
     def resolve(node):

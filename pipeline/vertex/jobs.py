@@ -13,6 +13,7 @@ from typing import Any
 
 from components.cli import UsageError
 from components.vertex_client import VertexError, VertexSettings, call, check_settings, connect, run_as
+from components.vertex_sdk import add_run_to_experiment, set_resource
 
 # the states --wait stops at: the run ended, or (PAUSED) it waits for someone to resume it in the console
 TERMINAL_STATES = {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED",
@@ -195,8 +196,7 @@ def submit(
     if found is not None:
         # the SDK's own steps of submit(experiment=...), apart so that each is retried and reported on its own:
         # the run's metadata context (which Vertex AI makes once the job runs) becomes a child of the experiment's
-        call(f"add the run to experiment {experiment}",
-             lambda: found._metadata_context.add_context_children([job._get_context()]), settings)  # fmt: skip
+        call(f"add the run to experiment {experiment}", lambda: add_run_to_experiment(found, job), settings)
         result["experiment"] = found.dashboard_url
         print(f"  in experiment {experiment}: {found.dashboard_url}")
     if wait:
@@ -217,13 +217,18 @@ def join_experiment(settings: VertexSettings, experiment: str, credentials):
     )
 
 
+def job_parent(job) -> str:
+    """``projects/P/locations/L`` of a job, created or not."""
+    return f"projects/{job.project}/locations/{job.location}"
+
+
 def _adopt_created_job(job):
     """After a failed create: the job with this id if the server made it after all (it becomes ``job``'s resource),
     else None. The id is fixed before the first attempt, so a retry can never make a second job."""
     from google.api_core import exceptions
 
     try:
-        job._gca_resource = job.api_client.get_pipeline_job(name=f"{job._parent}/pipelineJobs/{job.job_id}")
+        set_resource(job, job.api_client.get_pipeline_job(name=f"{job_parent(job)}/pipelineJobs/{job.job_id}"))
     except exceptions.NotFound:
         return None
     return job

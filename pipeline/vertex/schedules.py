@@ -6,6 +6,7 @@ import re
 
 from components.cli import UsageError
 from components.vertex_client import VertexSettings, call, check_settings, connect, run_as
+from components.vertex_sdk import resource_of, set_resource
 from pipeline.vertex.jobs import job_display_name, make_job, pipeline_parameters
 
 CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?LW#]+$")
@@ -62,7 +63,7 @@ def create_schedule(
     def created_after_all():  # a schedule has no id of ours: a new one of this name is the one a 503 hid
         new = [s for s in schedules_named(settings, display_name) if s.resource_name not in existing]
         if new:
-            schedule._gca_resource = new[0]._gca_resource
+            set_resource(schedule, resource_of(new[0]))
             return schedule
         return None
 
@@ -114,11 +115,11 @@ def update_schedule(
     resource = resolve_schedule(settings, schedule)
     current = call("find the schedule", lambda: aiplatform.PipelineJobSchedule.get(schedule_id=resource), settings)
     # the request create would send, from the settings as they are now
-    built = aiplatform.PipelineJobSchedule(
+    built = resource_of(aiplatform.PipelineJobSchedule(
         pipeline_job=make_job(settings, credentials), display_name=current.display_name, credentials=credentials
-    )._gca_resource.create_pipeline_job_request
+    )).create_pipeline_job_request  # fmt: skip
     # the identity and network the schedule runs with stay as they are unless given again
-    running = current._gca_resource.create_pipeline_job_request.pipeline_job
+    running = resource_of(current).create_pipeline_job_request.pipeline_job
     built.pipeline_job.service_account = settings.service_account or running.service_account
     built.pipeline_job.network = settings.network or running.network
     update = gca_schedule.Schedule(name=resource, create_pipeline_job_request=built)
