@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -248,28 +247,40 @@ def endpoint_of(settings: VertexSettings) -> tuple[str, int]:
 
 
 def check_reachable(settings: VertexSettings) -> None:
-    """Connects to the API's host and port, retrying within ``--retry-timeout``: an endpoint that cannot be reached
-    is one line naming it, instead of the client's own retries (minutes, whatever the timeout) and a traceback.
-    Skipped behind an HTTPS proxy, which the client goes through and this check would not."""
+    """Connects to the API's host and port, retrying within ``--retry-timeout`` as ``call`` retries (``backoff``):
+    an endpoint that cannot be reached is one line naming it, instead of the client's own retries (minutes,
+    whatever the timeout) and a traceback. Skipped behind an HTTPS proxy, which the client goes through and this
+    check would not."""
     import socket
+
+    from google.api_core import exceptions, retry
 
     if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return
     host, port = endpoint_of(settings)
-    deadline, wait, reason = time.monotonic() + settings.retry_timeout, settings.retry_initial, ""
-    while True:
-        try:
-            with socket.create_connection((host, port), timeout=min(10.0, settings.retry_timeout)):
-                return
-        except OSError as err:
-            reason = err.strerror or one_line(err)
-        if time.monotonic() + wait > deadline:
-            raise VertexError(
-                f"cannot reach Vertex AI at {host}:{port} ({reason}) after trying for {settings.retry_timeout:g}s: "
-                "check --api-endpoint and --region, the network, or set HTTPS_PROXY"
-            )
-        time.sleep(wait)
-        wait = min(wait * 2, 30.0)
+
+    def connect_once() -> None:
+        with socket.create_connection((host, port), timeout=min(10.0, settings.retry_timeout)):
+            return
+
+    try:
+        backoff(settings, retry.if_exception_type(OSError))(connect_once)()
+    except exceptions.RetryError as err:
+        cause = err.cause
+        reason = (getattr(cause, "strerror", None) or one_line(cause)) if cause is not None else one_line(err)
+        raise VertexError(
+            f"cannot reach Vertex AI at {host}:{port} ({reason}) after trying for {settings.retry_timeout:g}s: "
+            "check --api-endpoint and --region, the network, or set HTTPS_PROXY"
+        ) from None
+
+
+def backoff(settings: VertexSettings, predicate, on_error=None):
+    """The one retry policy of every call to Vertex AI: exponential backoff from ``retry_initial`` seconds, doubling
+    up to 30 s, for ``retry_timeout`` seconds in all (``google.api_core.retry``)."""
+    from google.api_core import retry
+
+    return retry.Retry(predicate=predicate, initial=settings.retry_initial, maximum=max(settings.retry_initial, 30.0),
+                       multiplier=2.0, timeout=settings.retry_timeout, on_error=on_error)  # fmt: skip
 
 
 def call(
@@ -298,16 +309,8 @@ def call(
         attempts.append(err)
         log.warning("%s: Vertex AI answered %s; retrying (attempt %d)", what, _status(err), len(attempts) + 1)
 
-    policy = retry.Retry(
-        predicate=retry.if_exception_type(*retryable),
-        initial=settings.retry_initial,
-        maximum=max(settings.retry_initial, 30.0),
-        multiplier=2.0,
-        timeout=settings.retry_timeout,
-        on_error=on_error,
-    )
     try:
-        return policy(attempt)()
+        return backoff(settings, retry.if_exception_type(*retryable), on_error)(attempt)()
     except exceptions.RetryError as err:
         cause = err.cause if err.cause is not None else (attempts[-1] if attempts else err)
         raise VertexError(
