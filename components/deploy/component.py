@@ -31,7 +31,11 @@ def deploy(
     settings = vertex_settings_in_pipeline(project, location)
     resource_name = vertex_model.metadata.get("resourceName", "")
     if not resource_name:
-        print("the register step named no model version (registration is off): nothing to deploy")
+        import logging
+
+        logging.getLogger(__name__).info(
+            "the register step named no model version (registration is off): nothing to deploy"
+        )
         return json.dumps({"action": "skipped", "reason": "no registered model version"})
     done = deploy(settings, resource_name, endpoint, machine_type, min_replicas, max_replicas)
     name_vertex_resource(vertex_endpoint, settings, done["endpoint"])

@@ -7,11 +7,14 @@ of made twice, the rest one-line errors.
 
 from __future__ import annotations
 
+import logging
 import re
 
 from components.cli import UsageError
 from components.params import DEPLOY
 from components.vertex_client import VertexSettings, call, check_settings, connect
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MACHINE_TYPE = DEPLOY["machine_type"].default
 ENDPOINT_NAME = re.compile(r"projects/[^/]+/locations/([^/]+)/endpoints/[^/]+")
@@ -47,7 +50,7 @@ def find_endpoint(settings: VertexSettings, endpoint: str, create: bool = False)
         settings,
         done=named,
     )
-    print(f"created endpoint {created.resource_name} ({endpoint})")
+    log.info(f"created endpoint {created.resource_name} ({endpoint})")
     return created
 
 
@@ -89,7 +92,7 @@ def deploy(
 
     already = serving_this()
     if already is not None:
-        print(f"{model_version} already takes all of {target.resource_name}'s traffic")
+        log.info(f"{model_version} already takes all of {target.resource_name}'s traffic")
         return {"endpoint": target.resource_name, "deployed_model_id": already.id, "action": "unchanged",
                 "undeployed": []}  # fmt: skip
     model = aiplatform.Model(model_version)
@@ -113,7 +116,7 @@ def deploy(
             call(f"undeploy version {older.model_version_id} from {target.resource_name}",
                  lambda older=older: target.undeploy(older.id), settings)  # fmt: skip
             undeployed.append(older.model_version_id)
-    print(f"deployed {model_version} to {target.resource_name} with all of its traffic"
+    log.info(f"deployed {model_version} to {target.resource_name} with all of its traffic"
           + (f"; undeployed version(s) {', '.join(undeployed)}" if undeployed else ""))  # fmt: skip
     return {"endpoint": target.resource_name, "deployed_model_id": deployed.id, "action": "deployed",
             "undeployed": undeployed}  # fmt: skip

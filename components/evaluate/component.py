@@ -66,7 +66,12 @@ def not_blessed(evaluation: Input[Artifact]) -> str:
 
     with open(metrics_path(evaluation.path), encoding="utf-8") as handle:
         blessing = json.load(handle)["blessing"]
-    print(
+    import logging
+
+    from components.cli import configure_logging
+
+    configure_logging()  # (a warning: on the terminal under run-local, in Cloud Logging on Vertex AI)
+    logging.getLogger(__name__).warning(
         "NOT blessed: " + "; ".join(blessing["reasons"]) + ". Nothing was exported or registered; the serving model "
         "stays as it was."
     )

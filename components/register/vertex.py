@@ -3,12 +3,15 @@ AI's prebuilt TensorFlow CPU container, and labelled with the pipeline run that 
 
 from __future__ import annotations
 
+import logging
 import re
 
 from components.artifacts.exported import SAVED_MODEL_DIR
 from components.cli import UsageError
 from components.imaging import SERVING_DESCRIPTION
 from components.vertex_client import VertexSettings, call, check_settings, connect
+
+log = logging.getLogger(__name__)
 
 # Vertex AI's prebuilt TensorFlow 2 CPU prediction image (serves the SavedModel's serving_default signature)
 DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
@@ -55,7 +58,7 @@ def register(
         done=uploaded_after_all,
     )
     result = {"name": model.resource_name, "version_id": model.version_id, "labels": labels}
-    print(f"registered {result['name']} version {result['version_id']}")
+    log.info(f"registered {result['name']} version {result['version_id']}")
     return result
 
 
@@ -77,10 +80,12 @@ def baseline_uri(settings: VertexSettings, display_name: str) -> str:
     """The SavedModel folder of the default version of ``display_name``: the last blessed model; "" if none."""
     model = find_model(settings, display_name)
     if model is None:
-        print(f"no model named {display_name} in the registry: the first run is judged on its value thresholds alone")
+        log.info(
+            f"no model named {display_name} in the registry: the first run is judged on its value thresholds alone"
+        )
         return ""
     uri = model.uri or ""
-    print(f"baseline: {model.resource_name} version {model.version_id} ({uri})")
+    log.info(f"baseline: {model.resource_name} version {model.version_id} ({uri})")
     return uri
 
 
@@ -175,7 +180,7 @@ def import_evaluation(settings: VertexSettings, model_version: str, metrics: dic
             settings,
             done=slices_at_least(start + len(chunk)),
         )
-    print(f"imported the evaluation into {model_version}: {imported.name}")
+    log.info(f"imported the evaluation into {model_version}: {imported.name}")
     return imported.name
 
 
@@ -186,15 +191,15 @@ def find_baseline(display_name: str, baseline: str, model_root: str, settings: V
     from components.register.core import FolderRegistry
 
     if baseline or not display_name:
-        print(f"baseline: {baseline or 'none'} (as given)")
+        log.info(f"baseline: {baseline or 'none'} (as given)")
         return baseline
     if settings is not None:
         return baseline_uri(settings, display_name)
     found = FolderRegistry(model_root).default()
     if found is None:
-        print(f"no model in {model_root} yet: the first run is judged on its value thresholds alone")
+        log.info(f"no model in {model_root} yet: the first run is judged on its value thresholds alone")
         return ""
-    print(f"baseline: version {found.number} of {model_root} ({found.uri})")
+    log.info(f"baseline: version {found.number} of {model_root} ({found.uri})")
     return found.uri
 
 
@@ -221,11 +226,11 @@ def register_version(
     from components.storage import read_json
 
     if not display_name:
-        print("model_display_name is empty: the blessed export is not registered")
+        log.info("model_display_name is empty: the blessed export is not registered")
         return decision("skipped", reason="registration is off (model_display_name is empty)")
     same = same_as_baseline(export_uri, baseline)
     if same:
-        print(f"{same}: not registered again")
+        log.info(f"{same}: not registered again")
         serving = find_model(settings, display_name) if settings is not None else None
         if serving is not None and (serving.uri or "").rstrip("/") == baseline.rstrip("/"):
             return decision("skipped", reason=same, baseline=baseline, model=serving.resource_name,
@@ -236,7 +241,7 @@ def register_version(
     record = {"display_name": display_name, "pipeline_run": pipeline_run}
     version = registry.push(export_uri, record, make_default=settings is None)
     if settings is None:
-        print(f"registered {export_uri} as version {version.number} of {root}")
+        log.info(f"registered {export_uri} as version {version.number} of {root}")
         return decision("registered", version=version.number, uri=version.uri)
     metrics = read_json(metrics_path(evaluation)) if evaluation else None
     result = register_blessed(settings, version.uri, display_name, pipeline_run, metrics)

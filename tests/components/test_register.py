@@ -71,34 +71,44 @@ def test_the_candidate_is_the_baseline_when_its_trained_weights_are(tmp_path):
     assert same_as_baseline(candidate, "") == ""
 
 
-def test_the_baseline_is_the_folder_registrys_default_version_unless_one_is_given(tmp_path, capsys):
+def said(caplog) -> list[str]:
+    """What the registry steps logged since the last call (on the terminal under run-local, in Cloud Logging on
+    Vertex AI)."""
+    lines = [record.getMessage() for record in caplog.records if record.name == "components.register.vertex"]
+    caplog.clear()
+    return lines
+
+
+def test_the_baseline_is_the_folder_registrys_default_version_unless_one_is_given(tmp_path, caplog):
     from components.register.vertex import find_baseline
 
+    caplog.set_level("INFO", logger="components.register.vertex")
     root = str(tmp_path / "registry")
     assert find_baseline("digits", "", root, None) == ""  # the first run: nothing in service yet
-    assert capsys.readouterr().out == f"no model in {root} yet: the first run is judged on its value thresholds alone\n"
+    assert said(caplog) == [f"no model in {root} yet: the first run is judged on its value thresholds alone"]
     registry = FolderRegistry(root)
     registry.push(fake_export(tmp_path / "a", "1" * 64), {})
     registry.push(fake_export(tmp_path / "b", "2" * 64), {})
     registry.set_default(1)
     assert find_baseline("digits", "", root, None) == f"{root}/1"
-    assert capsys.readouterr().out == f"baseline: version 1 of {root} ({root}/1)\n"
+    assert said(caplog) == [f"baseline: version 1 of {root} ({root}/1)"]
     assert find_baseline("digits", "/given/model", root, None) == "/given/model"
-    assert capsys.readouterr().out == "baseline: /given/model (as given)\n"
+    assert said(caplog) == ["baseline: /given/model (as given)"]
     assert find_baseline("", "", root, None) == ""  # registration off: no baseline looked up
-    assert capsys.readouterr().out == "baseline: none (as given)\n"
+    assert said(caplog) == ["baseline: none (as given)"]
 
 
-def test_registering_in_a_folder_decides_in_one_json_line_and_says_what_it_did(tmp_path, capsys):
+def test_registering_in_a_folder_decides_in_one_json_line_and_says_what_it_did(tmp_path, caplog):
     """The register step of a local run: the decision's every field, the line it prints, what the version records
     and which version is in service afterwards, for each of its three outcomes."""
     from components.register.vertex import register_version
 
+    caplog.set_level("INFO", logger="components.register.vertex")
     root = str(tmp_path / "registry")
     first = fake_export(tmp_path / "a", "1" * 64)
     decided = json.loads(register_version(first, "digits", "", root, "run-1", None))
     assert decided == {"action": "registered", "version": 1, "uri": f"{root}/1"}
-    assert capsys.readouterr().out == f"registered {first} as version 1 of {root}\n"
+    assert said(caplog) == [f"registered {first} as version 1 of {root}"]
     record = json.loads((tmp_path / "registry" / "1" / "version.json").read_text())
     assert (record["display_name"], record["pipeline_run"], record["source"]) == ("digits", "run-1", first)
     assert FolderRegistry(root).default().number == 1
@@ -107,12 +117,12 @@ def test_registering_in_a_folder_decides_in_one_json_line_and_says_what_it_did(t
                                         None))  # fmt: skip
     reason = "the candidate is the baseline itself (the same trained weights, sha256 111111111111)"
     assert again == {"action": "skipped", "reason": reason, "baseline": f"{root}/1"}
-    assert capsys.readouterr().out == f"{reason}: not registered again\n"
+    assert said(caplog) == [f"{reason}: not registered again"]
     assert [v.number for v in FolderRegistry(root).versions()] == [1]
     # registration off: no copy
     off = json.loads(register_version(first, "", "", root, "run-3", None))
     assert off == {"action": "skipped", "reason": "registration is off (model_display_name is empty)"}
-    assert capsys.readouterr().out == "model_display_name is empty: the blessed export is not registered\n"
+    assert said(caplog) == ["model_display_name is empty: the blessed export is not registered"]
     assert [v.number for v in FolderRegistry(root).versions()] == [1]
 
 

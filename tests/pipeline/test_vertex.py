@@ -468,7 +468,8 @@ def test_no_credentials_or_tokens_in_the_compiled_pipeline():
         assert secret not in text
 
 
-def test_register_uploads_a_new_version_of_the_parent_model(vertex, capsys):
+def test_register_uploads_a_new_version_of_the_parent_model(vertex, caplog):
+    caplog.set_level("INFO", logger="components.register.vertex")
     uri = f"gs://{BUCKET}/root/run-1/export/exported_model/saved_model"
     args = ["register", *vertex.args, "--model", uri, "--display-name", "flowers", "--label", "team=vision"]
     assert main([*args, "--pipeline-run", f"{PARENT}/pipelineJobs/flowers-1"]) == 0
@@ -484,7 +485,7 @@ def test_register_uploads_a_new_version_of_the_parent_model(vertex, capsys):
         assert "EXIF orientation applied, alpha composited on white" in model["description"]
     assert "parentModel" not in first and second["parentModel"] == name
     assert len(vertex.models[name]["versions"]) == 2
-    out = capsys.readouterr().out
+    out = " | ".join(r.getMessage() for r in caplog.records if r.name == "components.register.vertex")
     assert f"registered {name} version 1" in out and f"registered {name} version 2" in out
 
 
@@ -528,9 +529,10 @@ def register_step(bucket, export: str, display_name: str, **options) -> tuple[di
     return json.loads(decided), output
 
 
-def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(in_pipeline, gcs, capsys):
+def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(in_pipeline, gcs, caplog):
     """find-baseline and register, as the cloud DAG runs them (Vertex AI fills in project and location): each
     blessed export is copied whole to a numbered folder outside the pipeline root, and that copy is registered."""
+    caplog.set_level("INFO", logger="components.register.vertex")
     from components.register import component
     from components.register.core import FolderRegistry
 
@@ -602,7 +604,7 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     requests = len(in_pipeline.requests)
     assert find_baseline("flowers", baseline="gs://b/last-good", **where) == "gs://b/last-good"
     assert len(in_pipeline.requests) == requests
-    out = capsys.readouterr().out
+    out = " | ".join(r.getMessage() for r in caplog.records if r.name == "components.register.vertex")
     assert "no model named flowers in the registry" in out and f"baseline: {name} version 1" in out
     # an empty model_display_name turns the registry off: no lookup, no upload
     assert find_baseline("", **where) == ""
