@@ -458,7 +458,7 @@ class TextExport:
         return self.serving(text=texts)["probabilities"]
 
 
-def comparability(baseline: Baseline, class_names: Sequence[str], image_size: int, modality: str = "image",
+def comparability(baseline: Baseline, class_names: Sequence[str], image_size: int, modality: str,
                   vocabulary_sha256: str = "") -> str:  # fmt: skip
     """Why the baseline cannot be compared with a model of ``class_names`` and ``image_size`` ("" when it can).
 
