@@ -316,7 +316,7 @@ def test_a_run_that_is_not_blessed_succeeds_says_why_and_exports_nothing(demo_ru
     baseline takes the not-blessed branch; export never runs, and the run still succeeds."""
     _, blessed, _ = demo_run
     baseline = os.path.dirname(blessed["export_json"])
-    work_dir, summary, result = side_runs["weak"]
+    _, summary, result = side_runs["weak"]
     assert summary["blessed"] is False
     reasons = " ".join(summary["reasons"])
     assert "is below the minimum 0.9000" in reasons and "below the baseline's" in reasons
