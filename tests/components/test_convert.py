@@ -528,6 +528,7 @@ def test_hidden_files_and_folders_are_told_by_their_own_name():
 
     assert is_hidden("/data/.git/") and is_hidden("gs://b/photos/cat/.DS_Store") and is_hidden(".hidden")
     assert not is_hidden("/data/.git/cat/a.jpg") and not is_hidden("/data/photos/") and not is_hidden("a.b")
+    assert not is_hidden("/data/.cache/X")  # the name is X, whatever its folder
 
 
 def test_an_array_files_classes_index_its_labels_or_the_labels_are_refused(tmp_path):
@@ -545,9 +546,9 @@ def test_an_array_files_classes_index_its_labels_or_the_labels_are_refused(tmp_p
     listing = list_npz(str(gray))
     assert listing.class_names == ("3", "7") and [index for _, index, _ in listing.items] == [1, 0]
     assert listing.shorter_side == 5
-    for name, labels, classes in (("high", [0, 3], ("a", "b", "c")), ("low", [-1, 1], ("a", "b"))):
+    for name, labels, classes in (("high", [0, 1, 3], ("a", "b", "c")), ("low", [-1, 0, 1], ("a", "b"))):
         wrong = tmp_path / f"{name}.npz"
-        np.savez(wrong, x=np.zeros((2, 5, 7), np.uint8), y=np.array(labels))
+        np.savez(wrong, x=np.zeros((3, 5, 7), np.uint8), y=np.array(labels))
         with pytest.raises(UsageError) as raised:
             list_npz(str(wrong), classes=classes)
         assert str(raised.value) == (f"array file {wrong}: labels {min(labels)}..{max(labels)} do not index "
