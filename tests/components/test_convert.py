@@ -471,7 +471,7 @@ def test_a_manifest_and_an_array_file_on_gcs_are_listed_where_they_point(gcs):
 
     import numpy as np
 
-    from components.convert.core import list_manifest, list_npz
+    from components.convert.core import list_image_folder, list_manifest, list_npz
 
     for path in ("photos/a.png", "lists/b.png"):
         gcs.blob(path).upload_from_string(b"x" * 9)
@@ -482,6 +482,8 @@ def test_a_manifest_and_an_array_file_on_gcs_are_listed_where_they_point(gcs):
     buffer = io.BytesIO()
     np.savez(buffer, x=np.zeros((2, 4, 4), np.uint8), y=np.array([1, 0]))
     gcs.blob("arrays/digits.npz").upload_from_string(buffer.getvalue())
+    gcs.blob("folder/cat/a.jpg").upload_from_string(b"x")
+    assert list_image_folder(f"gs://{BUCKET}/folder").items == ((f"gs://{BUCKET}/folder/cat/a.jpg", 0, ""),)
     arrays = list_npz(f"gs://{BUCKET}/arrays/digits.npz")
     assert arrays.class_names == ("0", "1")
     assert arrays.items == (
@@ -495,9 +497,9 @@ def test_an_image_folder_is_listed_file_by_file_under_its_class_and_each_wrong_l
     hidden folders left out), its class index, the total size; then each wrong layout's own one line."""
     from components.convert.core import list_image_folder
 
-    root = tmp_path / "photos"
+    root = tmp_path / "photosX"  # (a name ending in X, and a file named X: the strips take "/" alone)
     for name, size in (("dog/b.jpg", 5), ("cat/a.jpg", 3), ("cat/notes.txt", 2), ("cat/.DS_Store", 7),
-                       (".thumbnails/x.jpg", 11)):  # fmt: skip
+                       (".thumbnails/x.jpg", 11), ("dog/X", 1)):  # fmt: skip
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(b"x" * size)
     listing = list_image_folder(f"{root}/")
@@ -505,9 +507,10 @@ def test_an_image_folder_is_listed_file_by_file_under_its_class_and_each_wrong_l
     assert listing.items == (
         (f"{root}/cat/a.jpg", 0, ""),
         (f"{root}/cat/notes.txt", 0, ""),
+        (f"{root}/dog/X", 1, ""),
         (f"{root}/dog/b.jpg", 1, ""),
     )
-    assert listing.total_bytes == 3 + 2 + 5 and re.fullmatch("[0-9a-f]{64}", listing.fingerprint)
+    assert listing.total_bytes == 3 + 2 + 1 + 5 and re.fullmatch("[0-9a-f]{64}", listing.fingerprint)
     (tmp_path / "flat").mkdir()
     (tmp_path / "flat" / "a.jpg").write_bytes(b"x")
     (tmp_path / "empty").mkdir()
