@@ -107,6 +107,41 @@ def test_the_split_of_known_bytes_never_changes():
     assert {content: assign_split(content, 0.1, 0.1) for content in SPLIT_GOLDEN} == SPLIT_GOLDEN
 
 
+def test_a_bucket_on_a_fractions_edge_goes_to_the_next_split():
+    """The first 8 bytes of the digest, big-endian, over 2**64: exactly a quarter is no longer test (test < 0.25),
+    exactly a half no longer validation (validation < 0.25 + 0.25)."""
+    from components.convert.common import split_for_digest
+
+    quarter, half = (1 << 62).to_bytes(8, "big"), (1 << 63).to_bytes(8, "big")
+    assert split_for_digest(quarter, 0.25, 0.25) == "validation"
+    assert split_for_digest(((1 << 62) - (1 << 12)).to_bytes(8, "big"), 0.25, 0.25) == "test"  # (just below)
+    assert split_for_digest(half, 0.25, 0.25) == "train"
+    assert split_for_digest(((1 << 63) - (1 << 12)).to_bytes(8, "big"), 0.25, 0.25) == "validation"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("validation_fraction", 1.0, "--validation-fraction 1.0 is out of range: use a fraction in [0, 1)"),
+        ("test_fraction", 1.5, "--test-fraction 1.5 is out of range: use a fraction in [0, 1)"),
+        ("max_bad_fraction", -0.1, "--max-bad-fraction -0.1 is out of range: use a fraction in [0, 1)"),
+        ("num_shards", -1, "--num-shards -1 is negative: use 0 (automatic) or a positive count"),
+    ],
+)
+def test_split_options_out_of_range_are_one_line(field, value, message):
+    from components.convert.common import check_split_options
+
+    class Options:  # a conversion config's split options, one of them wrong
+        validation_fraction, test_fraction, max_bad_fraction, num_shards = 0.0, 0.0, 0.0, 0
+
+    setattr(Options, field, value)
+    with pytest.raises(UsageError) as raised:
+        check_split_options(Options, "images")
+    assert str(raised.value) == message
+    setattr(Options, field, 0.0 if field != "num_shards" else 0)
+    check_split_options(Options, "images")  # zero is a fraction and a shard count: accepted
+
+
 def test_rerun_puts_every_image_in_the_same_split(image_folder, converted, tmp_path):
     examples_dir, _ = converted
     again = str(tmp_path / "again")
@@ -541,6 +576,7 @@ def test_an_array_files_classes_index_its_labels_or_the_labels_are_refused(tmp_p
     np.savez(source, x=np.zeros((3, 6, 4, 4), np.uint8), y=np.array([[2], [0], [2]]))  # RGBA, y as (N, 1)
     listing = list_npz(str(source), classes=("a", "b", "c"))
     assert listing.class_names == ("a", "b", "c") and [index for _, index, _ in listing.items] == [2, 0, 2]
+    assert list_source(str(source), classes=("a", "b", "c")).class_names == ("a", "b", "c")  # as convert lists it
     assert [path for path, _, _ in listing.items] == [f"{source}#0", f"{source}#1", f"{source}#2"]
     assert (listing.total_bytes, listing.shorter_side) == (3 * 6 * 4 * 4, 4)
     assert re.fullmatch("[0-9a-f]{64}", listing.fingerprint)
