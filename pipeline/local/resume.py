@@ -150,14 +150,17 @@ def begin(work_dir: str, key: str, run_name: str, resume: bool) -> tuple[RunStat
 def progressed(work_dir: str, state: RunState, step: str, artifact_dirs: list[str]) -> RunState:
     """Records, as the run goes, the step it is in and its attempt's outputs so far: a run killed outright
     (SIGKILL, a lost machine) never gets to say what it was doing, and the next attempt reads it from here."""
-    state = replace(state, step=step, artifact_dirs=tuple(dict.fromkeys((*state.artifact_dirs, *artifact_dirs))))
-    write_state(work_dir, state)
-    return state
+    return _record(work_dir, state, step, artifact_dirs, state.status)
 
 
 def interrupted(work_dir: str, state: RunState, step: str, artifact_dirs: list[str]) -> RunState:
     """Records the run as interrupted during ``step``, its attempt's outputs in ``artifact_dirs``."""
-    state = replace(progressed(work_dir, state, step, artifact_dirs), status=INTERRUPTED)
+    return _record(work_dir, state, step, artifact_dirs, INTERRUPTED)
+
+
+def _record(work_dir: str, state: RunState, step: str, artifact_dirs: list[str], status: str) -> RunState:
+    dirs = tuple(dict.fromkeys((*state.artifact_dirs, *artifact_dirs)))  # each folder once, in order
+    state = replace(state, status=status, step=step, artifact_dirs=dirs)
     write_state(work_dir, state)
     return state
 
