@@ -137,6 +137,16 @@ def image_size_flag(text: str) -> int:
     return size
 
 
+def comma_separated(text: str) -> list[str]:
+    """A flag's ``a, b,c``: its items, stripped, the empty ones left out."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def class_names_flag(text: str) -> tuple[str, ...]:
+    """``--classes a,b,c``: the class names in index order (empty: none given)."""
+    return tuple(comma_separated(text))
+
+
 def add_param(parser, params: dict, name: str, listed=(), **extra) -> None:
     """Adds parameter ``name`` of a declaration table (``components.params``) to ``parser``: its flag, type, default
     and help (``listed``: the choices, named in the help and checked by the step's config, whose one-line error

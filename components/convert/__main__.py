@@ -6,7 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import ArgumentParser, add_param, configure_logging, console_script, image_size_flag
+from components.cli import (
+    ArgumentParser,
+    add_param,
+    class_names_flag,
+    configure_logging,
+    console_script,
+    image_size_flag,
+)
 from components.convert.core import ConversionError, ConvertConfig
 from components.convert.dispatch import convert_source
 from components.params import CONVERT, TEXT
@@ -51,8 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.max_pixels,
         help="quarantine images with more pixels, as decompression bombs (default %(default)s)",
     )
-    add_param(parser, CONVERT, "classes", metavar="A,B,C",
-              type=lambda text: tuple(name.strip() for name in text.split(",") if name.strip()))  # fmt: skip
+    add_param(parser, CONVERT, "classes", metavar="A,B,C", type=class_names_flag)
     parser.add_argument(
         "--threads",
         type=int,

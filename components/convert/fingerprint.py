@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import ArgumentParser, add_param, configure_logging, console_script
+from components.cli import ArgumentParser, add_param, class_names_flag, configure_logging, console_script
 from components.params import CONVERT, TEXT
 from components.schema import MODALITIES
 
@@ -19,8 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--source", required=True, help="what convert takes: an image folder, a CSV manifest, an "
                         ".npz, TFRecords, texts; local or gs://")  # fmt: skip
-    add_param(parser, CONVERT, "classes", metavar="A,B,C",
-              type=lambda text: tuple(name.strip() for name in text.split(",") if name.strip()))  # fmt: skip
+    add_param(parser, CONVERT, "classes", metavar="A,B,C", type=class_names_flag)
     add_param(parser, CONVERT, "modality", choices=MODALITIES)
     add_param(parser, TEXT, "text_column")
     add_param(parser, TEXT, "label_column")

@@ -6,7 +6,7 @@ import argparse
 import inspect
 import os
 
-from components.cli import UsageError, image_size_flag
+from components.cli import UsageError, comma_separated, image_size_flag
 from components.models import DEFAULT_MODELS, MODELS, modality_of
 from components.params import CONVERT, EVALUATE, TRAIN, defaults, flag_of
 from components.schema import MODALITIES
@@ -175,10 +175,6 @@ def local_parameters(args: argparse.Namespace) -> dict:
         for name in dag_parameters()
         if name not in LOCAL_OWN and name not in CLOUD_ONLY and getattr(args, name, None) is not None
     }
-
-
-def comma_separated(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def check(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> None:
