@@ -102,18 +102,25 @@ def load_settings(
 def project_from_credentials(settings: VertexSettings) -> str:
     """The project that Application Default Credentials name (gcloud's configured project, a service-account key's
     own), "" when they name none or there are none (local endpoints: never looked for)."""
-    if settings.anonymous:
-        return ""
-    import google.auth
     from google.auth.exceptions import DefaultCredentialsError
 
-    if not log.isEnabledFor(logging.DEBUG):
-        logging.getLogger("google.auth").setLevel(logging.ERROR)
+    if settings.anonymous:
+        return ""
     try:
-        _, project = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        _, project = application_default()
     except DefaultCredentialsError:
         return ""
     return project or ""
+
+
+def application_default():
+    """``google.auth.default()`` for Vertex AI's scope: (credentials, the project they name or None). Its warnings
+    on the way to failing are left to the callers' one-line errors (``-v`` shows them)."""
+    import google.auth
+
+    if not log.isEnabledFor(logging.DEBUG):
+        logging.getLogger("google.auth").setLevel(logging.ERROR)
+    return google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
 
 
 def read_config(path: str) -> dict[str, Any]:
@@ -185,13 +192,10 @@ def credentials_for(settings: VertexSettings):
         from google.auth.credentials import AnonymousCredentials
 
         return AnonymousCredentials()
-    import google.auth
     from google.auth.exceptions import DefaultCredentialsError
 
-    if not log.isEnabledFor(logging.DEBUG):  # its warnings on the way to failing are in the one-line error below
-        logging.getLogger("google.auth").setLevel(logging.ERROR)
     try:
-        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        credentials, _ = application_default()
     except DefaultCredentialsError:
         raise UsageError(
             "no Google Cloud credentials: run `gcloud auth application-default login`, or set "
