@@ -28,7 +28,10 @@ STEP_FAILURE_ENV = "TPU_PIPELINE_STEP_FAILURES"
 
 
 class StepFailedError(RuntimeError):
-    """A pipeline step failed: one line on stderr, exit code 2 when it was a usage error, else 1."""
+    """A pipeline step failed: one line on stderr, exit code 2 when it was a usage error, else 1. A subclass whose
+    message lists reasons a line each sets ``whole_message``: run-local then reports every line."""
+
+    whole_message = False
 
     def __init__(self, message: str, usage: bool = False):
         super().__init__(message)
@@ -80,7 +83,8 @@ def record_step_failures() -> None:
 
         try:
             with open(path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps({"error": one_line(err), "usage": isinstance(err, UsageError)}) + "\n")
+                text = str(err).strip() if getattr(err, "whole_message", False) else one_line(err)
+                handle.write(json.dumps({"error": text, "usage": isinstance(err, UsageError)}) + "\n")
         finally:
             original(kind, err, trace)
 

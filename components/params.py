@@ -114,3 +114,12 @@ EVALUATE = {
         "folder the Model Registry holds; gs:// read through /gcs/): bless only if not worse than it",
     ),
 }
+# the data checks between versions (components.check_data; its thresholds' defaults are in its THRESHOLDS)
+CHECK_DATA = {
+    "accept_data_change": Param(
+        False, "train on a data version that fails a blocking data check, deliberately (the run records it)"
+    ),
+    "data_thresholds": Param(
+        (), "data check thresholds as NAME=VALUE, e.g. class_mix_block=0.25 (python -m components.check_data --help)"
+    ),
+}

@@ -17,6 +17,7 @@ SPLITS = ("train", "validation", "test")
 MODALITIES = ("auto", "image", "text")
 SHARD_SUFFIX = ".tfrec"
 STATS_FILE = "stats.json"
+QUARANTINE_FILE = "quarantine.jsonl"  # a record a line for each item that could not be converted, with its reason
 # what a failed conversion leaves in its output folder beside what it wrote: no step reads that folder, and the next
 # conversion into it takes it over
 FAILED_FILE = "conversion-failed.json"
@@ -29,9 +30,7 @@ def split_pattern(examples_dir: str, split: str) -> str:
 
 def split_files(examples_dir: str, split: str) -> list[str]:
     """The TFRecord files of ``split``: those ``stats.json`` lists when the convert step adopted existing TFRecords
-    as they are, else the shards under ``<examples_dir>/<split>/``."""
-    import tensorflow as tf
-
+    as they are, else the shards under ``<examples_dir>/<split>/`` (found without TensorFlow when local)."""
     from components.storage import exists, read_json
 
     stats_path = f"{examples_dir.rstrip('/')}/{STATS_FILE}"
@@ -39,6 +38,12 @@ def split_files(examples_dir: str, split: str) -> list[str]:
         listed = read_json(stats_path).get("files")
         if listed is not None:
             return list(listed.get(split, []))
+    if "://" not in examples_dir:
+        import glob
+
+        return sorted(glob.glob(split_pattern(examples_dir, split)))
+    import tensorflow as tf
+
     return sorted(tf.io.gfile.glob(split_pattern(examples_dir, split)))
 
 
@@ -67,6 +72,87 @@ def serialize_example(
         _delimited(0x0A, _delimited(0x0A, name.encode()) + _delimited(0x12, value)) for name, value in feature.items()
     )
     return _delimited(0x0A, entries)
+
+
+class RecordError(ValueError):
+    """A record or file that does not hold the codelab schema."""
+
+
+def read_records(handle):
+    """The records of a TFRecord file, checking both CRCs of each (as TensorFlow's reader does)."""
+    import google_crc32c
+
+    def masked(data: bytes) -> int:
+        crc = google_crc32c.value(data)
+        return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+    while True:
+        header = handle.read(12)
+        if not header:
+            return
+        if len(header) < 12:
+            raise RecordError("truncated record header")
+        (length,) = struct.unpack("<Q", header[:8])
+        if struct.unpack("<I", header[8:])[0] != masked(header[:8]):
+            raise RecordError("corrupt record length (CRC mismatch)")
+        data = handle.read(length)
+        footer = handle.read(4)
+        if len(data) < length or len(footer) < 4:
+            raise RecordError("truncated record")
+        if struct.unpack("<I", footer)[0] != masked(data):
+            raise RecordError("corrupt record data (CRC mismatch)")
+        yield data
+
+
+def bytes_features(serialized: bytes, names: Sequence[str]) -> dict[str, bytes]:
+    """The first value of each bytes feature ``names`` of one serialized ``tf.train.Example``, read from the wire
+    format without TensorFlow (as ``serialize_example`` writes it); a feature absent or of another kind is left out.
+    """
+    wanted, found = set(names), {}
+    features = b"".join(payload for number, payload in _fields(serialized) if number == 1)  # Example.features
+    for number, pair in _fields(features):  # Features.feature (1): its map entries
+        entry = dict(_fields(pair)) if number == 1 else {}  # key (1), value (2)
+        name = entry.get(1, b"").decode("utf-8")
+        if name not in wanted:
+            continue
+        lists = [payload for kind, payload in _fields(entry.get(2, b"")) if kind == 1]  # Feature.bytes_list (1)
+        values = [value for tag, value in _fields(lists[0]) if tag == 1] if lists else []  # BytesList.value (1)
+        if values:
+            found[name] = values[0]
+    return found
+
+
+def _fields(message: bytes):
+    """(field number, payload) of each length-delimited field of a protobuf message; the other wire types skipped."""
+    position, end = 0, len(message)
+    while position < end:
+        key, position = _read_varint(message, position)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 2:
+            length, position = _read_varint(message, position)
+            if position + length > end:
+                raise RecordError("truncated protobuf field")
+            yield number, message[position : position + length]
+            position += length
+        elif wire_type == 0:
+            _, position = _read_varint(message, position)
+        elif wire_type in (1, 5):
+            position += 8 if wire_type == 1 else 4
+        else:
+            raise RecordError(f"protobuf wire type {wire_type} is not one tf.train.Example uses")
+
+
+def _read_varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if position >= len(data):
+            raise RecordError("truncated protobuf varint")
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
 
 
 def _varint(value: int) -> bytes:

@@ -1,11 +1,12 @@
-"""The KFP v2 DAG: convert -> train -> evaluate -> (blessed) export -> register. Knows the steps only through their
-KFP wrappers."""
+"""The KFP v2 DAG: convert -> check data -> train -> evaluate -> (blessed) export -> register. Knows the steps only
+through their KFP wrappers."""
 
 from dataclasses import dataclass
 from typing import Any, List, NamedTuple, Optional
 
 from kfp import dsl
 
+from components.check_data.component import make_component as check_data_component
 from components.convert.component import make_component as convert_component
 from components.convert.component import make_fingerprint_component
 from components.decoding import DEFAULT_MAX_PIXELS
@@ -13,7 +14,7 @@ from components.deploy.component import make_component as deploy_component
 from components.evaluate.component import make_component as evaluate_component
 from components.evaluate.component import make_not_blessed_component
 from components.export.component import make_component as export_component
-from components.params import CONVERT, DEPLOY, EVALUATE, TEXT, TRAIN, defaults
+from components.params import CHECK_DATA, CONVERT, DEPLOY, EVALUATE, TEXT, TRAIN, defaults
 from components.register.component import make_components as registry_components
 from components.train.component import make_component as train_component
 from pipeline.accelerators import Scheduling
@@ -62,8 +63,12 @@ def build_pipeline(
 
     def steps(**p):
         """The steps, as the pipeline's parameters' channels (``p``, by name) flow into them."""
-        converted, trained = convert_and_train(ops, p, accelerator)
-        return outputs(**evaluate_and_gate(ops, p, converted, trained, registry, accelerator))
+        baseline, found = find_baseline(ops, p, registry)
+        converted, checked, trained = convert_check_and_train(ops, p, baseline, accelerator)
+        results = evaluate_and_gate(ops, p, converted, checked, trained, baseline, registry, accelerator)
+        if registry:
+            results["baseline"] = found.output
+        return outputs(**results)
 
     def image_classifier(
         source: str,
@@ -85,6 +90,8 @@ def build_pipeline(
         augment: bool = TRAIN["augment"].default,
         seed: int = TRAIN["seed"].default,
         beam_args: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
+        accept_data_change: bool = CHECK_DATA["accept_data_change"].default,
+        data_thresholds: List[str] = list(CHECK_DATA["data_thresholds"].default),  # noqa: B006 (KFP reads it)
         min_accuracy: float = EVALUATE["min_accuracy"].default,
         max_accuracy_drop: float = EVALUATE["max_accuracy_drop"].default,
         baseline_model: str = EVALUATE["baseline"].default,
@@ -127,6 +134,7 @@ class StepOps:
 
     fingerprint: Any
     convert: Any
+    check_data: Any
     train: Any
     train_options: dict
     evaluate: Any
@@ -149,6 +157,7 @@ def step_ops(images: Images, accelerator: Optional[str], registry: Optional[str]
     return StepOps(
         fingerprint=make_fingerprint_component(image),
         convert=convert_component(image),
+        check_data=check_data_component(image),
         train=train_op,
         train_options=train_options,
         evaluate=evaluate_component(image),
@@ -167,6 +176,7 @@ def outputs_type(registry: Optional[str]):
         ("blessed", bool),
         ("exported_model_uri", str),  # empty when the model was not blessed
         ("examples", dsl.Dataset),
+        ("data_checks", dsl.Artifact),  # data_checks.json and the version's statistics
         ("model", dsl.Model),
         ("evaluation", dsl.Artifact),
     ]
@@ -181,9 +191,22 @@ CONVERT_INPUTS = ("image_size", "validation_fraction", "test_fraction", "num_sha
                   "beam_args", "vocabulary_size", "sequence_length")  # fmt: skip
 
 
-def convert_and_train(ops: StepOps, p: dict, accelerator: Optional[str]):
-    """fingerprint -> convert -> train, fed the pipeline parameters' channels ``p``. The fingerprint is always
-    recomputed (the run's id is an input); an unchanged one makes convert, and all after it, a cache hit on reruns."""
+def find_baseline(ops: StepOps, p: dict, registry: Optional[str]):
+    """(the baseline's channel, the lookup task or None): the registry's model in service unless one is given,
+    looked up on every run; without a registry, the ``baseline_model`` parameter."""
+    if not registry:
+        return p["baseline_model"], None
+    found = ops.find_baseline(display_name=p["model_display_name"], baseline=p["baseline_model"],
+                              model_root=p["model_root"], run_id=RUN_ID)  # fmt: skip
+    found.set_display_name("find the baseline").set_caching_options(enable_caching=False)
+    return found.output, found
+
+
+def convert_check_and_train(ops: StepOps, p: dict, baseline, accelerator: Optional[str]):
+    """fingerprint -> convert -> check data -> train, fed the pipeline parameters' channels ``p``. The fingerprint is
+    always recomputed (the run's id is an input); an unchanged one makes convert, and all after it, a cache hit on
+    reruns. The data checks compare the new version with the statistics kept with the ``baseline``; a blocking one
+    fails the run there, before training."""
     text_options = {name: p[name] for name in TEXT_INPUTS}
     fingerprinted = ops.fingerprint(source=p["source"], classes=p["classes"], run_id=RUN_ID, **text_options)
     fingerprinted.set_display_name("fingerprint the source").set_caching_options(enable_caching=False)
@@ -195,25 +218,26 @@ def convert_and_train(ops: StepOps, p: dict, accelerator: Optional[str]):
         **{name: p[name] for name in CONVERT_INPUTS},
         **text_options,
     ).set_display_name("convert to TFRecords")
+    checked = ops.check_data(
+        examples=converted.outputs["examples"],
+        baseline=baseline,
+        accept_data_change=p["accept_data_change"],
+        data_thresholds=p["data_thresholds"],
+    ).set_display_name("check the data")
     job_options = {}
     if accelerator is not None:  # the training job's logs to a Vertex AI TensorBoard (submit --tensorboard)
         job_options = {"tensorboard": p["tensorboard"], "base_output_directory": p["base_output_directory"]}
     trained = ops.train(
         **ops.train_options, **job_options, examples=converted.outputs["examples"], **{name: p[name] for name in TRAIN}
     ).set_display_name("train")
-    return converted, trained
+    trained.after(checked)  # the gate: a blocked version fails check-data, and nothing trains
+    return converted, checked, trained
 
 
-def evaluate_and_gate(ops: StepOps, p: dict, converted, trained, registry: Optional[str],
+def evaluate_and_gate(ops: StepOps, p: dict, converted, checked, trained, baseline, registry: Optional[str],
                       accelerator: Optional[str]) -> dict:  # fmt: skip
-    """find the baseline -> evaluate and bless -> (blessed) export -> register -> deploy, or (not blessed) the step
-    that says why; returns the pipeline's outputs."""
-    baseline = p["baseline_model"]
-    if registry:  # the registry's model in service is the baseline unless one is given; looked up on every run
-        found = ops.find_baseline(display_name=p["model_display_name"], baseline=p["baseline_model"],
-                                  model_root=p["model_root"], run_id=RUN_ID)  # fmt: skip
-        found.set_display_name("find the baseline").set_caching_options(enable_caching=False)
-        baseline = found.output
+    """evaluate and bless -> (blessed) export, with the data statistics beside the model -> register -> deploy, or
+    (not blessed) the step that says why; returns the pipeline's outputs (but the baseline)."""
     evaluated = ops.evaluate(
         examples=converted.outputs["examples"],
         model=trained.outputs["model"],
@@ -222,9 +246,11 @@ def evaluate_and_gate(ops: StepOps, p: dict, converted, trained, registry: Optio
         baseline=baseline,
     ).set_display_name("evaluate and bless")
     with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712 (a KFP condition)
-        exported = ops.export(model=trained.outputs["model"], examples=converted.outputs["examples"]).set_display_name(
-            "export for CPU serving"
-        )
+        exported = ops.export(
+            model=trained.outputs["model"],
+            examples=converted.outputs["examples"],
+            data_statistics=checked.outputs["statistics"],
+        ).set_display_name("export for CPU serving")
         if registry:
             registered = register_and_deploy(ops, p, evaluated, exported, baseline, registry, accelerator)
     with dsl.Else(name="not-blessed"):
@@ -234,11 +260,11 @@ def evaluate_and_gate(ops: StepOps, p: dict, converted, trained, registry: Optio
         "blessed": evaluated.outputs["Output"],
         "exported_model_uri": dsl.OneOf(exported.outputs["Output"], skipped.output),
         "examples": converted.outputs["examples"],
+        "data_checks": checked.outputs["statistics"],
         "model": trained.outputs["model"],
         "evaluation": evaluated.outputs["evaluation"],
     }
     if registry:
-        results["baseline"] = found.output
         results["registration"] = dsl.OneOf(registered.outputs["Output"], skipped.output)
     return results
 

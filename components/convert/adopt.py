@@ -15,7 +15,6 @@ import io
 import json
 import logging
 import re
-import struct
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from apache_beam.io.filesystems import FileSystems
 
 from components.cli import UsageError, one_line
-from components.schema import SPLITS, STATS_FILE, check_class_count, small_classes
+from components.schema import SPLITS, STATS_FILE, RecordError, check_class_count, read_records, small_classes
 from components.storage import write_atomically, write_json
 
 log = logging.getLogger(__name__)
@@ -40,10 +39,6 @@ def is_tfrecord_source(source: str) -> bool:
     return source.lower().endswith(TFRECORD_SUFFIXES)
 
 
-class RecordError(ValueError):
-    """A record or file that does not hold the codelab schema."""
-
-
 @dataclass
 class FileSummary:
     path: str
@@ -53,32 +48,6 @@ class FileSummary:
     sizes: set = field(default_factory=set)
     num_classes: set = field(default_factory=set)
     digests: list = field(default_factory=list)
-
-
-def read_records(handle):
-    """The records of a TFRecord file, checking both CRCs of each (as TensorFlow's reader does)."""
-    import google_crc32c
-
-    def masked(data: bytes) -> int:
-        crc = google_crc32c.value(data)
-        return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-    while True:
-        header = handle.read(12)
-        if not header:
-            return
-        if len(header) < 12:
-            raise RecordError("truncated record header")
-        (length,) = struct.unpack("<Q", header[:8])
-        if struct.unpack("<I", header[8:])[0] != masked(header[:8]):
-            raise RecordError("corrupt record length (CRC mismatch)")
-        data = handle.read(length)
-        footer = handle.read(4)
-        if len(data) < length or len(footer) < 4:
-            raise RecordError("truncated record")
-        if struct.unpack("<I", footer)[0] != masked(data):
-            raise RecordError("corrupt record data (CRC mismatch)")
-        yield data
 
 
 def check_file(path: str) -> FileSummary:

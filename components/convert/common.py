@@ -20,6 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from components.cli import UsageError
 from components.schema import (
     FAILED_FILE,
+    QUARANTINE_FILE,
     SHARD_SUFFIX,
     SMALL_CLASS_EXAMPLES,
     SPLITS,
@@ -30,7 +31,6 @@ from components.storage import write_atomically
 log = logging.getLogger(__name__)
 
 
-QUARANTINE_FILE = "quarantine.jsonl"
 DUPLICATES_FILE = "duplicates.jsonl"
 QUARANTINE_TAG = "quarantine"
 DUPLICATE_TAG = "duplicate"

@@ -153,12 +153,19 @@ def dag_parameters() -> dict[str, inspect.Parameter]:
 
 def add_dag_parameters(parser: argparse.ArgumentParser) -> None:
     """A flag for each pipeline parameter run-local has no flag for yet, typed and documented from the DAG."""
+    from components.params import CHECK_DATA, TEXT
+
+    declared = {**CONVERT, **TEXT, **TRAIN, **EVALUATE, **CHECK_DATA}  # (the DAG's baseline is baseline_model)
     taken = {action.dest for action in parser._actions}
     for name, parameter in dag_parameters().items():
         if name in taken or name in LOCAL_OWN or name in CLOUD_ONLY:
             continue
         flag, default = f"--{name.replace('_', '-')}", parameter.default
-        help_text = f"pipeline parameter {name} (default {default!r})"
+        help_text = (
+            declared[name].help_with_default()
+            if name in declared
+            else f"pipeline parameter {name} (default {default!r})"
+        )
         if parameter.annotation is bool:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif getattr(parameter.annotation, "__origin__", None) is list:
@@ -204,6 +211,10 @@ def check(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> None:
     check_split_options(argparse.Namespace(**{**defaults(split_options), **given(split_options)}), "examples")
     TrainConfig(examples_dir="", **given(TRAIN))
     EvaluateConfig(examples_dir="", model_dir="", output_dir="", **given(EVALUATE))  # (--baseline: below)
+    if args.data_thresholds:  # (each name and value, as the step will take them)
+        from components.check_data.core import CheckDataConfig, parse_thresholds
+
+        CheckDataConfig(examples_dir="", output_dir="", thresholds=parse_thresholds(args.data_thresholds))
     if args.baseline_model is not None:  # checked before anything is written, as evaluate will check it
         from components.evaluate.core import check_baseline
 

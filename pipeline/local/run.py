@@ -279,7 +279,9 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
     export_json = os.path.join(exported_dir, EXPORT_FILE) if exported_dir else None
     export_report = read_json(export_json) if export_json else {}
     model_config = load_model_config(outputs["model"].path)
-    produced = {"convert": examples_dir, "train": outputs["model"].path, "evaluate": outputs["evaluation"].path}
+    checks_dir = outputs["data_checks"].path
+    produced = {"convert": examples_dir, "check data": checks_dir, "train": outputs["model"].path,
+                "evaluate": outputs["evaluation"].path}  # fmt: skip
     if exported_dir:
         produced["export"] = exported_dir
     previous = run.previous
@@ -300,6 +302,7 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
         "image_size_auto": stats.get("image_size_auto"),
         "fingerprint": stats["fingerprint"],
         "steps": {step: step_outcome(path, run_dir, run.state.artifact_dirs) for step, path in produced.items()},
+        "data_checks": data_checks_outcome(checks_dir),
         "test_accuracy": outputs["test_accuracy"],
         "blessed": outputs["blessed"],
         "reasons": metrics.get("blessing", {}).get("reasons", []),
@@ -323,6 +326,23 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
         "export_json": export_json,
         "registry": registry_outcome(run.registry, outputs),
         "pipeline_root": run.pipeline_root,
+    }
+
+
+def data_checks_outcome(checks_dir: str) -> dict:
+    """The check-data step's outcome, from its ``data_checks.json``: the warnings, the blocking reasons accepted
+    (``--accept-data-change``), the baseline's note and where the file is."""
+    from components.check_data.core import CHECKS_FILE
+    from components.storage import read_json
+
+    path = os.path.join(checks_dir, CHECKS_FILE)
+    found = read_json(path)
+    return {
+        "checks": len(found["checks"]),
+        "warnings": found["warnings"],
+        "accepted": found["blocking"] if found["accepted_data_change"] else [],
+        "note": found["baseline_note"],
+        "path": path,
     }
 
 

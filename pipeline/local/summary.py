@@ -114,6 +114,17 @@ def client_files_line(raw: dict) -> str:
     return line + (f" ({', '.join(left)})" if left else "")
 
 
+def data_check_rows(checks: dict | None) -> list[tuple[str, str]]:
+    """The data checks' lines: passed, or each warning (and each blocking reason accepted) on a line of its own."""
+    if not checks:
+        return []
+    found = [f"accepted: {reason}" for reason in checks["accepted"]] + [f"warn: {line}" for line in checks["warnings"]]
+    plural = "" if checks["checks"] == 1 else "s"
+    head = f"{checks['checks']} check{plural}, " + (f"{len(found)} to read" if found else "all passed")
+    head += f" ({checks['note']})" if checks["note"] else ""
+    return [("data checks", f"{head}  {checks['path']}"), *(("", line) for line in found)]
+
+
 def format_summary(summary: dict, summary_path: str) -> str:
     """The readable summary printed at the end of a local run."""
     counts = " / ".join(f"{split} {count}" for split, count in summary["counts"].items())
@@ -132,6 +143,7 @@ def format_summary(summary: dict, summary_path: str) -> str:
             f"{training['accelerator']} device(s), {training['precision']} ({training['backend_reason']})",
         ),
         ("steps", ", ".join(f"{step} {how}" for step, how in summary.get("steps", {}).items())),
+        *data_check_rows(summary.get("data_checks")),
         ("test accuracy", f"{summary['test_accuracy']:.4f}"),
         ("baseline", summary.get("baseline") or "none"),
         ("blessed", f"{'yes' if summary.get('blessed') else 'NO'}: {'; '.join(summary.get('reasons', []))}"),
@@ -151,7 +163,7 @@ def format_summary(summary: dict, summary_path: str) -> str:
         ("summary", summary_path),
     ]
     width = max(len(name) for name, _ in rows)
-    steps = "convert -> train -> evaluate -> " + ("export" if exported else "not blessed, so no export")
+    steps = "convert -> check data -> train -> evaluate -> " + ("export" if exported else "not blessed, so no export")
     lines = [f"{summary['pipeline']}: {steps}: finished in {summary['wall_seconds']}s"]
     lines += [f"  {name.ljust(width)}  {value}" for name, value in rows]
     return "\n".join(lines)

@@ -11,9 +11,11 @@ import pytest
 
 from components.cli import UsageError
 from components.evaluate.core import (
+    Baseline,
     EvaluateConfig,
     bless,
     classification_metrics,
+    comparability,
     ranking_metrics,
     run,
     top_k_accuracy,
@@ -186,6 +188,25 @@ def test_the_blessing_thresholds_hold_at_their_boundaries(accuracy, baseline, ma
     """Hand-written numbers at each threshold's edge, both ways (minimum 0.75): a model exactly at a threshold is
     blessed, one a hair under it is not."""
     assert bless(accuracy, 0.75, baseline, max_drop)["blessed"] is blessed
+
+
+def test_an_image_baseline_is_compared_only_on_the_same_classes_and_size():
+    """Hand-written cases of the rule: the same classes in any order and the same size compare; each other case
+    says what differs."""
+    baseline = Baseline("export", "/m", 32, ["cat", "dog"])
+    assert comparability(baseline, ["dog", "cat"], 32, "image") == ""
+    assert comparability(baseline, ["cat", "dog"], 48, "image") == (
+        "image size differs (baseline 32 px, candidate 48 px)"
+    )
+    assert comparability(baseline, ["cat", "dog", "fox"], 32, "image") == "classes differ (new fox)"
+    assert comparability(baseline, ["cat"], 32, "image") == "classes differ (gone dog)"
+    assert comparability(baseline, ["fox", "cat", "emu"], 48, "image") == "classes differ (new fox, emu; gone dog)"
+    text = Baseline("export", "/t", 250, ["cat", "dog"], modality="text")
+    assert comparability(text, ["cat", "dog"], 32, "image") == (
+        "the baseline is a text model, the candidate an image model"
+    )
+    trained = Baseline("trained", "/m", 32, ["cat", "dog"], vocabulary_sha256="a")  # an image model reads no ids
+    assert comparability(trained, ["cat", "dog"], 32, "image", "b") == ""
 
 
 def test_a_tolerated_drop_against_the_baseline_still_blesses():

@@ -1,5 +1,5 @@
-"""The data flows convert -> train -> evaluate -> export -> register -> deploy, and the code the same way: a step
-reads what an earlier step wrote through the shared modules below the steps (``components.artifacts``,
+"""The data flows convert -> check data -> train -> evaluate -> export -> register -> deploy, and the code the same
+way: a step reads what an earlier step wrote through the shared modules below the steps (``components.artifacts``,
 ``components.schema``, ``components.storage``, ...), never by importing another step's code.
 
 Over the whole tree, the arrows point down: the command line and the DAG (``pipeline``) -> the steps
@@ -14,7 +14,7 @@ import os
 from tests.conftest import REPO_ROOT
 
 COMPONENTS = os.path.join(REPO_ROOT, "components")
-STEPS = ("convert", "train", "evaluate", "export", "register", "deploy")
+STEPS = ("convert", "check_data", "train", "evaluate", "export", "register", "deploy")
 
 
 def imported_modules(path: str, root: str = REPO_ROOT, packages: tuple[str, ...] = ("components",)) -> set[str]:

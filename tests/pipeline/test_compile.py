@@ -30,7 +30,7 @@ def test_committed_pipeline_yaml_is_fresh(tmp_path):
     )
 
 
-TOP_TASKS = ["condition-branches", "convert", "evaluate", "find-baseline", "fingerprint", "train"]
+TOP_TASKS = ["check-data", "condition-branches", "convert", "evaluate", "find-baseline", "fingerprint", "train"]
 
 
 def steps_of(spec: dict) -> dict:
@@ -89,7 +89,7 @@ def test_each_pipeline_parameter_reaches_the_step_input_of_its_name():
             ("convert", "validation_fraction"), *RENAMED_INPUTS} <= fed  # fmt: skip
 
 
-def test_dag_is_fingerprint_convert_train_evaluate_then_gated_export_and_registration():
+def test_dag_is_fingerprint_convert_check_train_evaluate_then_gated_export_and_registration():
     spec = without_sdk_version(COMMITTED)
     tasks = steps_of(spec)
     assert sorted(tasks) == TOP_TASKS
@@ -103,7 +103,13 @@ def test_dag_is_fingerprint_convert_train_evaluate_then_gated_export_and_registr
         assert tasks[task]["inputs"]["parameters"]["run_id"] == {
             "runtimeValue": {"constant": "{{$.pipeline_job_uuid}}"}
         }
-    assert tasks["train"]["dependentTasks"] == ["convert"]
+    # the data checks stand between convert and train: a blocked version fails there, and nothing trains
+    assert sorted(tasks["check-data"]["dependentTasks"]) == ["convert", "find-baseline"]
+    check = tasks["check-data"]["inputs"]
+    assert check["artifacts"]["examples"]["taskOutputArtifact"] == {"outputArtifactKey": "examples",
+                                                                    "producerTask": "convert"}  # fmt: skip
+    assert check["parameters"]["baseline"]["taskOutputParameter"]["producerTask"] == "find-baseline"
+    assert sorted(tasks["train"]["dependentTasks"]) == ["check-data", "convert"]
     # the baseline comes from the registry (never cached: the registry changes between runs)
     assert sorted(tasks["evaluate"]["dependentTasks"]) == ["convert", "find-baseline", "train"]
     assert tasks["evaluate"]["inputs"]["parameters"]["baseline"]["taskOutputParameter"]["producerTask"] == (
@@ -117,6 +123,9 @@ def test_dag_is_fingerprint_convert_train_evaluate_then_gated_export_and_registr
     deploy_gate = next(name for name in blessed if name.startswith("condition-"))
     assert sorted(blessed) == sorted([deploy_gate, "export", "register"]) and sorted(not_blessed) == ["not-blessed"]
     assert blessed["register"]["dependentTasks"] == ["export"] and blessed["register"]["cachingOptions"] == {}
+    # the statistics of the data the model learned from go into its export, and so into the registry with it
+    statistics = blessed["export"]["inputs"]["artifacts"]["data_statistics"]
+    assert statistics == {"componentInputArtifact": "pipelinechannel--check-data-statistics"}
     # with an endpoint given, the registered version (register's google.VertexModel) is deployed to it
     gate = blessed[deploy_gate]
     assert gate["triggerPolicy"]["condition"] == "inputs.parameter_values['pipelinechannel--endpoint'] != ''"

@@ -183,7 +183,7 @@ def test_the_terminal_shows_progress_and_results_and_the_run_log_everything(inte
     work_dir, _, stopped, result = interrupted_demo_run
     shown = result.stdout + result.stderr
     assert len(shown.splitlines()) < 100, shown[-3000:]  # (an epoch's line each among them)
-    for step in ("fingerprint", "train", "evaluate", "export"):
+    for step in ("fingerprint", "check-data", "train", "evaluate", "export"):
         assert f"  {step}: running" in shown and f"  {step}: success (" in shown
     assert "  convert: success (" in stopped.stdout and "converted 1797 images" in stopped.stdout
     # training's progress: each epoch's line as it ends, with the time left
@@ -201,7 +201,7 @@ def test_the_terminal_shows_progress_and_results_and_the_run_log_everything(inte
 
 def test_run_prints_a_readable_summary(demo_run):
     _, summary, result = demo_run
-    assert "convert -> train -> evaluate -> export: finished" in result.stdout
+    assert "convert -> check data -> train -> evaluate -> export: finished" in result.stdout
     assert "registry       skipped (local run; --registry DIR keeps each blessed export" in result.stdout
     assert f"{summary['test_accuracy']:.4f}" in result.stdout
 
@@ -324,7 +324,7 @@ def test_a_run_that_is_not_blessed_succeeds_says_why_and_exports_nothing(demo_ru
     with open(summary["metrics_json"]) as handle:
         assert json.load(handle)["blessing"]["baseline"] == baseline
     run_dir = os.path.dirname(os.path.dirname(summary["examples_dir"]))
-    assert sorted(os.listdir(run_dir)) == ["convert", "evaluate", "fingerprint", "not-blessed", "train"]
+    assert sorted(os.listdir(run_dir)) == ["check-data", "convert", "evaluate", "fingerprint", "not-blessed", "train"]
     assert "    WARNING: NOT blessed: accuracy" in result.stdout  # the step's own word, on the terminal
     assert "not blessed, so no export" in result.stdout and "blessed        NO: " in result.stdout
 

@@ -1,4 +1,4 @@
-"""A simulated year of scheduled retraining: six `run-local` runs in a row over one data folder that changes between
+"""A simulated year of scheduled retraining: seven `run-local` runs in a row over one data folder that changes between
 them, with every task's cache forced on (`--cache`: aiplatform's own `enable_caching=True` rewrite) and a folder
 model registry (`--registry`). Each run's decision is read from `summary.json` and the registry folder.
 
@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-# six whole-DAG runs (about 5 minutes on 2 cores): run by `make test-heavy`, not by `make test` (its 15-minute budget)
+# seven whole-DAG runs (about 5 minutes on 2 cores): run by `make test-heavy`, not by `make test` (its 15-minute budget)
 pytestmark = pytest.mark.heavy
 PER_CLASS = 30
 COMMON = ["--image-size", "16", "--epochs", "12", "--batch-size", "8", "--cache", "--test-fraction", "0.3",
@@ -26,7 +26,7 @@ COMMON = ["--image-size", "16", "--epochs", "12", "--batch-size", "8", "--cache"
 
 @pytest.fixture(scope="module")
 def year(tmp_path_factory) -> dict:
-    """Runs the six runs in order; returns {run name: (CompletedProcess, summary or None, registry state)}."""
+    """Runs the seven runs in order; returns {run name: (CompletedProcess, summary or None, registry state)}."""
     from components.demo_data import write_digits
 
     root = tmp_path_factory.mktemp("year")
@@ -74,7 +74,8 @@ def year(tmp_path_factory) -> dict:
     run("new images")
     run("worse model", "--epochs", "1", "--learning-rate", "0.00001")
     add("3", 0, PER_CLASS)
-    run("new class")
+    run("new class")  # blocked by the data checks: the model in service knows three classes
+    run("new class accepted", "--accept-data-change")
     shutil.rmtree(source)
     os.makedirs(source)
     run("emptied")
@@ -133,13 +134,17 @@ def test_a_worse_model_is_not_blessed_leaves_the_registry_and_the_run_is_green(y
     assert summary["blessed"] is False and summary["export_json"] is None
     assert summary["formats"] == {} and summary["saved_model_dir"] is None
     run_dir = os.path.dirname(os.path.dirname(os.path.dirname(summary["metrics_json"])))
-    assert sorted(os.listdir(run_dir)) == [
+    # convert was a cache hit (its output is the earlier run's); the data checks run again only when the baseline
+    # changed since (the new images' model registered)
+    names = os.listdir(run_dir)
+    assert sorted(set(names) - {"check-data"}) == [
         "evaluate",
         "find-baseline-in-folder",
         "fingerprint",
         "not-blessed",
         "train",
-    ]  # fmt: skip (convert was a cache hit: its output is the earlier run's)
+    ]  # fmt: skip
+    assert ("check-data" in names) == bool(year["new images"][1]["blessed"])
     assert "below the baseline's" in " ".join(summary["reasons"])
     with open(summary["metrics_json"]) as handle:
         assert json.load(handle)["blessing"]["baseline"] == summary["baseline"]
@@ -154,20 +159,32 @@ def test_a_worse_model_is_not_blessed_leaves_the_registry_and_the_run_is_green(y
     assert "below the minimum" in " ".join(summary["reasons"])
 
 
-def test_a_new_class_is_judged_on_the_value_threshold_alone(year):
+def test_a_new_class_blocks_the_run_before_training_and_registers_nothing(year):
+    result, summary, registry = year["new class"]
+    assert result.returncode == 1 and summary is None
+    lines = result.stderr.strip().splitlines()
+    blocked = lines.index("error: step check-data failed: the new data is blocked before training:")
+    assert lines[blocked + 1].startswith("  label set: new 3: the model in service cannot be compared")
+    assert "  train: running" not in result.stdout and "Traceback" not in result.stderr
+    assert registry == year["worse model"][2]
+
+
+def test_a_new_class_accepted_is_judged_on_the_value_threshold_alone(year):
     """The documented rule: the baseline predicts other classes, so it is not compared; the reason says so."""
-    before, summary = year["worse model"][2], assert_ok(year["new class"])
+    before, summary = year["worse model"][2], assert_ok(year["new class accepted"])
+    assert [line.split(":")[0] for line in summary["data_checks"]["accepted"]] == ["label set"]
+    assert "accepted: label set: new 3" in year["new class accepted"][0].stdout
     assert summary["class_names"] == ["0", "1", "2", "3"]
     reasons = summary["reasons"]
     assert "baseline not comparable: classes differ (new 3): judged on the value threshold alone" in reasons
     assert summary["blessed"] is (summary["test_accuracy"] >= 0.75)
     if summary["blessed"]:
         new = before["versions"][-1] + 1
-        assert year["new class"][2] == {"versions": [*before["versions"], new], "default": new}
+        assert year["new class accepted"][2] == {"versions": [*before["versions"], new], "default": new}
         with open(os.path.join(summary["registry"]["uri"], "export.json")) as handle:
             assert json.load(handle)["class_names"] == ["0", "1", "2", "3"]
     else:
-        assert year["new class"][2] == before
+        assert year["new class accepted"][2] == before
 
 
 def test_an_emptied_source_is_a_one_line_error_and_the_registry_is_unchanged(year):
@@ -176,4 +193,4 @@ def test_an_emptied_source_is_a_one_line_error_and_the_registry_is_unchanged(yea
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("error: ") and "photos" in lines[-1], lines[-5:]
     assert "Traceback" not in result.stderr
-    assert registry == year["new class"][2]
+    assert registry == year["new class accepted"][2]

@@ -1,0 +1,474 @@
+"""The data checks between versions: does a new conversion look like the data that the model in service learned
+from, and is it fit to train on?
+
+Each check gives a row of ``data_checks.json``: its value, its thresholds, its severity (``block``: it can stop the
+run; ``warn``: it only reports) and its verdict (``pass``, ``warn``, ``block`` or ``skipped``, with a word why). The
+thresholds' defaults are the anchors': TFX's ExampleValidator and Vertex AI Model Monitoring measure class mixes by
+their L-infinity distance and numeric features by the Jensen-Shannon divergence (``scipy``'s distance squared, in
+bits, as TFDV reports it). ``docs/data-checks.md`` says what each check means and how to set it.
+
+No false alarms on the same data: a distance counts only above the larger of its threshold and twice the
+baseline's own distance between its train and validation splits (the noise of a split by hash), so that the same
+source converted again, or split again, passes clean.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from components.check_data import statistics as data_statistics
+from components.cli import StepFailedError, UsageError
+from components.params import CHECK_DATA, EVALUATE
+from components.schema import SPLITS
+
+log = logging.getLogger(__name__)
+
+CHECKS_FILE = "data_checks.json"
+# every threshold, by the name that --threshold NAME=VALUE and the DAG's data_thresholds take
+THRESHOLDS = {
+    "class_mix_warn": (0.1, "L-infinity distance of a split's class shares that warns"),
+    "class_mix_block": (0.3, "L-infinity distance of a split's class shares that blocks"),
+    "min_split_examples": (20, "a split with fewer examples on either side is not compared (skipped)"),
+    "count_block_below": (0.5, "examples below this share of the baseline's block"),
+    "count_warn_above": (3.0, "examples above this many times the baseline's warn"),
+    "quarantine_warn_factor": (2.0, "a quarantine rate over this many times the baseline's warns..."),
+    "quarantine_warn_min": (0.005, "...when it is also above this share of the items"),
+    "leakage_warn": (
+        0.0,
+        "share of validation and test examples with a near-copy in train (or in the baseline's "
+        "train) above which it warns: any",
+    ),
+    "leakage_block": (0.05, "that share above which it blocks"),
+    "near_duplicate_similarity": (
+        0.998,
+        "cosine similarity of two images' 16x16 grey thumbnails from which they are copies",
+    ),
+    "distribution_warn": (
+        0.1,
+        "Jensen-Shannon divergence of brightness, contrast, formats or token counts that warns (never blocks)",
+    ),
+    "text_share_warn": (0.02, "rise of the truncated or out-of-vocabulary share that warns (2 points)"),
+    "text_share_block": (0.10, "that rise that blocks (10 points)"),
+}
+
+
+@dataclass(frozen=True)
+class CheckDataConfig:
+    """What to check, against what, and how strictly.
+
+    Args:
+        examples_dir: the new version (a convert step's output).
+        baseline: the statistics of the version the model in service learned from: a folder holding
+            ``data_stats.json`` (a check-data output, or a registered model), or that version's convert output;
+            empty: none (the first version: it passes, and says so).
+        output_dir: where ``data_checks.json``, and the new version's ``data_stats.json`` and
+            ``near_duplicates.npz``, go.
+        accept_data_change: go on past blocking checks (recorded in ``data_checks.json``).
+        thresholds: overrides of ``THRESHOLDS`` by name.
+    """
+
+    examples_dir: str
+    output_dir: str
+    baseline: str = EVALUATE["baseline"].default
+    accept_data_change: bool = CHECK_DATA["accept_data_change"].default
+    thresholds: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.thresholds) - set(THRESHOLDS))
+        if unknown:
+            raise UsageError(f"data threshold {unknown[0]} is not one of {', '.join(THRESHOLDS)}")
+        for name, value in self.thresholds.items():
+            if not isinstance(value, int | float) or value < 0:
+                raise UsageError(f"data threshold {name}={value} must be a number of 0 or more")
+
+
+def parse_thresholds(items) -> dict[str, float]:
+    """``NAME=VALUE`` items (the CLI's ``--threshold``, the DAG's ``data_thresholds``) as a dict; a one-line error
+    for an item of another form."""
+    found = {}
+    for item in items:
+        name, equals, value = str(item).partition("=")
+        try:
+            number = float(value) if equals else None
+        except ValueError:
+            number = None
+        if number is None or number != number:  # (NaN)
+            raise UsageError(
+                f"data threshold {item!r} is not NAME=VALUE with a number: for example class_mix_block=0.25"
+            )
+        found[name.strip()] = number
+    return found
+
+
+def threshold_values(overrides: dict) -> dict[str, float]:
+    return {name: overrides.get(name, default) for name, (default, _) in THRESHOLDS.items()}
+
+
+def row(check: str, verdict: str, severity: str, value=None, thresholds: dict | None = None, detail: str = "",
+        split: str = "") -> dict:  # fmt: skip
+    """One line of ``data_checks.json``."""
+    found = {"check": check, "verdict": verdict, "severity": severity, "value": value,
+             "thresholds": thresholds or {}, "detail": detail}  # fmt: skip
+    return {**found, "split": split} if split else found
+
+
+def graded(value: float, warn: float | None, block: float | None) -> str:
+    """``block`` above ``block``, ``warn`` above ``warn``, else ``pass`` (None: no such level)."""
+    if block is not None and value > block:
+        return "block"
+    if warn is not None and value > warn:
+        return "warn"
+    return "pass"
+
+
+def shares(counts: dict[str, int], names: list[str]) -> np.ndarray:
+    total = sum(counts.get(name, 0) for name in names)
+    return np.array([counts.get(name, 0) / total for name in names]) if total else np.zeros(len(names))
+
+
+def jensen_shannon(p, q) -> float:
+    """TFDV's figure: scipy's Jensen-Shannon distance squared, in bits (0: the same, 1: disjoint)."""
+    from scipy.spatial.distance import jensenshannon
+
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    if p.sum() == 0 or q.sum() == 0:
+        return 0.0
+    return float(jensenshannon(p, q, base=2) ** 2)
+
+
+def quantile_bins(fine: list[int], bins: int = 10) -> np.ndarray:
+    """The edges (fine-bin indices) that cut a fine histogram into ``bins`` bins of about equal mass, plus a bin
+    below its lowest value and one above its highest (so that values outside the baseline's range are seen)."""
+    fine = np.asarray(fine)
+    cumulative = np.cumsum(fine)
+    if not len(fine) or cumulative[-1] == 0:
+        return np.array([], dtype=np.int64)
+    targets = cumulative[-1] * np.arange(1, bins) / bins
+    occupied = np.flatnonzero(fine)
+    edges = np.concatenate([[occupied[0]], np.searchsorted(cumulative, targets, side="right"), [occupied[-1] + 1]])
+    return np.unique(edges[(edges > 0) & (edges < len(fine))])
+
+
+def rebin(fine: list[int], edges: np.ndarray) -> np.ndarray:
+    return np.add.reduceat(np.asarray(fine, dtype=np.int64), np.concatenate([[0], edges])) if len(fine) else np.zeros(1)
+
+
+def check_label_set(new: dict, base: dict) -> dict:
+    gone = sorted(set(base["class_names"]) - set(new["class_names"]))
+    added = sorted(set(new["class_names"]) - set(base["class_names"]))
+    if not gone and not added:
+        return row("label set", "pass", "block", value=0, detail=f"{len(new['class_names'])} classes, as before")
+    words = [f"gone {', '.join(gone)}" if gone else "", f"new {', '.join(added)}" if added else ""]
+    detail = "; ".join(word for word in words if word) + (
+        ": the model in service cannot be compared with a model of other classes, and its clients would lose or "
+        "gain classes"
+    )
+    return row("label set", "block", "block", value=len(gone) + len(added), detail=detail)
+
+
+def check_class_mix(new: dict, base: dict, limits: dict) -> list[dict]:
+    """Each split's class shares against the baseline's (L-infinity; Jensen-Shannon beside it), skipped where a
+    side has fewer than ``min_split_examples``."""
+    names = sorted(set(base["class_names"]) | set(new["class_names"]))
+    floor = 0.0
+    if min(base["counts"]["train"], base["counts"]["validation"]) >= limits["min_split_examples"]:
+        own = shares(base["per_class"]["train"], names) - shares(base["per_class"]["validation"], names)
+        floor = 2 * float(np.abs(own).max())
+    warn, block = max(limits["class_mix_warn"], floor), max(limits["class_mix_block"], floor)
+    rows = []
+    for split in SPLITS:
+        least = min(new["counts"][split], base["counts"][split])
+        if least < limits["min_split_examples"]:
+            rows.append(row("class mix", "skipped", "block", split=split, detail=(
+                f"{least} examples on one side, under min_split_examples {limits['min_split_examples']:g}: too few to "
+                "compare shares")))  # fmt: skip
+            continue
+        p, q = shares(new["per_class"][split], names), shares(base["per_class"][split], names)
+        distance = float(np.abs(p - q).max())
+        moved = names[int(np.abs(p - q).argmax())]
+        rows.append(row("class mix", graded(distance, warn, block), "block", value=round(distance, 4),
+                        thresholds={"warn": round(warn, 4), "block": round(block, 4)}, split=split,
+                        detail=f"class {moved} {q[names.index(moved)]:.1%} -> {p[names.index(moved)]:.1%}; "
+                               f"Jensen-Shannon {jensen_shannon(p, q):.4f}"))  # fmt: skip
+    return rows
+
+
+def check_counts(new: dict, base: dict, limits: dict) -> dict:
+    ratio = new["num_examples"] / max(1, base["num_examples"])
+    verdict = (
+        "block" if ratio < limits["count_block_below"] else "warn" if ratio > limits["count_warn_above"] else "pass"
+    )
+    return row("examples", verdict, "block", value=round(ratio, 4),
+               thresholds={"block_below": limits["count_block_below"], "warn_above": limits["count_warn_above"]},
+               detail=f"{new['num_examples']} examples against the baseline's {base['num_examples']}")  # fmt: skip
+
+
+def quarantine_rate(statistics: dict) -> float:
+    items = statistics["num_examples"] + statistics["quarantined"] + statistics.get("duplicates", 0)
+    return statistics["quarantined"] / items if items else 0.0
+
+
+def check_quarantine(new: dict, base: dict, limits: dict) -> dict:
+    rate, base_rate = quarantine_rate(new), quarantine_rate(base)
+    warn = max(limits["quarantine_warn_factor"] * base_rate, limits["quarantine_warn_min"])
+    reasons = ", ".join(f"{reason} {count}" for reason, count in new["quarantine_reasons"].items()) or "none"
+    return row("quarantine rate", graded(rate, warn, None), "warn", value=round(rate, 4),
+               thresholds={"warn": round(warn, 4)},
+               detail=f"{new['quarantined']} quarantined ({reasons}); the baseline's rate {base_rate:.2%}")  # fmt: skip
+
+
+def near_copies(held_out: np.ndarray, train: np.ndarray, similarity: float, text: bool) -> int:
+    """How many of ``held_out``'s examples have a near-copy in ``train``: images by the cosine similarity of their
+    thumbnails (at least ``similarity``), texts by the hash of their standardised text."""
+    if not len(held_out) or not len(train):
+        return 0
+    if text:
+        return int(np.isin(held_out, train).sum())
+
+    def unit(thumbnails):
+        vectors = thumbnails.astype(np.float32)
+        vectors -= vectors.mean(axis=1, keepdims=True)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+    train_units, found = unit(train), 0
+    for start in range(0, len(held_out), 1024):  # a block of held-out examples against all of train at a time
+        found += int(((unit(held_out[start : start + 1024]) @ train_units.T).max(axis=1) >= similarity).sum())
+    return found
+
+
+def leakage_share(
+    held_out: dict[str, np.ndarray], train: np.ndarray, similarity: float, text: bool
+) -> tuple[float, int, int]:
+    """(share, count, of) of the validation and test examples with a near-copy in ``train``."""
+    counted = [held_out.get(split, np.zeros(0)) for split in ("validation", "test")]
+    found = sum(near_copies(keys, train, similarity, text) for keys in counted)
+    total = sum(len(keys) for keys in counted)
+    return (found / total if total else 0.0), found, total
+
+
+def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict | None, limits: dict) -> list[dict]:
+    """Near-copies across the new version's splits, and (with a baseline) new validation and test examples that
+    sit in the baseline's train split (they flatter the model in service's figures)."""
+    text = new["modality"] == "text"
+    similarity = limits["near_duplicate_similarity"]
+    floor = 0.0
+    if base is not None:
+        floor = 2 * leakage_share(base_keys, base_keys.get("train", np.zeros(0)), similarity, text)[0]
+    warn, block = max(limits["leakage_warn"], floor), max(limits["leakage_block"], floor)
+    thresholds = {"warn": round(warn, 4), "block": round(block, 4)}
+    rows = []
+    share, found, total = leakage_share(new_keys, new_keys.get("train", np.zeros(0)), similarity, text)
+    rows.append(row("leakage across splits", graded(share, warn, block), "block", value=round(share, 4),
+                    thresholds=thresholds,
+                    detail=f"{found} of {total} validation and test examples have a near-copy in train"))  # fmt: skip
+    if base is not None:
+        share, found, total = leakage_share(new_keys, base_keys.get("train", np.zeros(0)), similarity, text)
+        rows.append(row("leakage across versions", graded(share, warn, block), "block", value=round(share, 4),
+                        thresholds=thresholds, detail=f"{found} of {total} validation and test examples have a "
+                        "near-copy in the baseline's train split"))  # fmt: skip
+    return rows
+
+
+def distribution_rows(name: str, new_hist: dict[str, list], base_hist: dict[str, list], limits: dict,
+                      categorical: bool = False) -> dict:  # fmt: skip
+    """Jensen-Shannon of one histogram, every split together, over the baseline's decile bins (or the categories),
+    against the larger of its threshold and twice the baseline's own train-against-validation figure."""
+    if categorical:
+        keys = sorted(set().union(*new_hist.values(), *base_hist.values()))
+
+        def total(hist):
+            return np.array([sum(hist[split].get(key, 0) for split in SPLITS) for key in keys], dtype=np.float64)
+
+        def one(hist, split):
+            return np.array([hist[split].get(key, 0) for key in keys], dtype=np.float64)
+    else:
+        edges = quantile_bins(np.sum([base_hist[split] for split in SPLITS], axis=0))
+
+        def total(hist):
+            return rebin(np.sum([hist[split] for split in SPLITS], axis=0), edges)
+
+        def one(hist, split):
+            return rebin(hist[split], edges)
+
+    floor = 2 * jensen_shannon(one(base_hist, "train"), one(base_hist, "validation"))
+    warn = max(limits["distribution_warn"], floor)
+    value = jensen_shannon(total(new_hist), total(base_hist))
+    return row(name, graded(value, warn, None), "warn", value=round(value, 4), thresholds={"warn": round(warn, 4)},
+               detail="Jensen-Shannon divergence, every split, against the baseline's")  # fmt: skip
+
+
+def check_images(new: dict, base: dict, limits: dict) -> list[dict]:
+    def field_of(statistics, name):
+        return {split: statistics["image"][split][name] for split in SPLITS}
+
+    rows = [distribution_rows(name, field_of(new, name), field_of(base, name), limits)
+            for name in ("brightness", "contrast")]  # fmt: skip
+    rows.append(distribution_rows("formats", field_of(new, "formats"), field_of(base, "formats"), limits,
+                                  categorical=True))  # fmt: skip
+    rows[-1]["detail"] = "source formats: " + ", ".join(
+        f"{key} {sum(new['image'][split]['formats'].get(key, 0) for split in SPLITS)}"
+        for key in sorted(set().union(*(new["image"][split]["formats"] for split in SPLITS)))
+    )
+    return rows
+
+
+def check_texts(new: dict, base: dict, limits: dict) -> list[dict]:
+    rows = [distribution_rows("token counts", {s: new["text"][s]["token_counts"] for s in SPLITS},
+                              {s: base["text"][s]["token_counts"] for s in SPLITS}, limits)]  # fmt: skip
+    for name, key in (("truncated share", "truncated_share"), ("out-of-vocabulary share", "out_of_vocabulary_share")):
+        now = float(np.mean([new["text"][split][key] for split in SPLITS]))
+        before = float(np.mean([base["text"][split][key] for split in SPLITS]))
+        rise = now - before
+        rows.append(row(name, graded(rise, limits["text_share_warn"], limits["text_share_block"]), "block",
+                        value=round(rise, 4),
+                        thresholds={"warn": limits["text_share_warn"], "block": limits["text_share_block"]},
+                        detail=f"{before:.1%} -> {now:.1%}"))  # fmt: skip
+    return rows
+
+
+def compare(new: dict, new_keys: dict, base: dict | None, base_keys: dict | None, limits: dict) -> list[dict]:
+    """Every check's row, the new version's statistics against the baseline's (None: the first version, whose own
+    leakage is still checked)."""
+    if base is None:
+        return check_leakage(new, new_keys, None, None, limits)
+    rows = [check_label_set(new, base)]
+    if new["modality"] != base["modality"]:
+        return [*rows, row("modality", "block", "block", detail=f"{base['modality']} -> {new['modality']}")]
+    rows += check_class_mix(new, base, limits)
+    rows.append(check_counts(new, base, limits))
+    rows.append(check_quarantine(new, base, limits))
+    rows += check_leakage(new, new_keys, base, base_keys, limits)
+    rows += check_images(new, base, limits) if new["modality"] == "image" else check_texts(new, base, limits)
+    return rows
+
+
+def verdict_of(rows: list[dict], has_baseline: bool, accepted: bool) -> dict:
+    """The step's outcome: ``blocked`` (a blocking row, without ``accept_data_change``; never without a baseline,
+    as nothing was learned from before: its blocking rows are reported as warnings), the reasons of each kind."""
+
+    def reason(found):
+        split = f" ({found['split']})" if found.get("split") else ""
+        return f"{found['check']}{split}: {found['detail']}"
+
+    blocking = [reason(found) for found in rows if found["verdict"] == "block"]
+    warnings = [reason(found) for found in rows if found["verdict"] == "warn"]
+    if not has_baseline:
+        blocking, warnings = [], blocking + warnings
+    return {
+        "blocked": bool(blocking) and not accepted,
+        "blocking": blocking,
+        "warnings": warnings,
+        "accepted_data_change": accepted and bool(blocking),
+    }
+
+
+class DataBlockedError(StepFailedError):
+    """The new version fails a blocking data check: the run stops before training (exit code 1), with each reason
+    on a line of its own."""
+
+    whole_message = True
+
+
+FIRST_VERSION = "no baseline (the first version): nothing to compare with; its own leakage is reported, never blocking"
+
+
+def load_baseline(baseline: str) -> tuple[tuple[dict, dict] | None, str, str]:
+    """(statistics and near-duplicate keys or None, the folder they came from, a note when None) of ``baseline``:
+    a folder with ``data_stats.json`` (a check-data output; a registered version, whose SavedModel folder the
+    Vertex AI Model Registry names: its parent is looked at too), or a convert output whose statistics are computed
+    here. A model without statistics (registered before the data checks) is no baseline, with a note; a path that
+    does not exist is a one-line error."""
+    from components.artifacts.exported import SAVED_MODEL_DIR
+    from components.schema import STATS_FILE
+    from components.storage import exists
+
+    if not baseline:
+        return None, "", FIRST_VERSION
+    folder = baseline.rstrip("/")
+    places = [folder, folder.rsplit("/", 1)[0]] if folder.endswith(f"/{SAVED_MODEL_DIR}") else [folder]
+    for place in places:
+        found = data_statistics.read(place)
+        if found is not None:
+            return found, place, ""
+    if exists(f"{folder}/{STATS_FILE}"):
+        return data_statistics.compute(folder), folder, ""
+    if "://" not in folder and not os.path.exists(folder):
+        raise UsageError(f"--baseline {baseline} does not exist: pass the check-data output, the examples or the "
+                         "registered model of the model in service")  # fmt: skip
+    note = (f"the baseline {baseline} holds no {data_statistics.STATS_NAME} (a model registered before the data "
+            "checks, or not by this pipeline): nothing to compare with; its own leakage is reported, never "
+            "blocking")  # fmt: skip
+    return None, "", note
+
+
+def run(config: CheckDataConfig) -> dict:
+    """Computes the new version's statistics, compares them with the baseline's, writes ``data_checks.json`` and the
+    statistics; returns the checks. Raises ``DataBlockedError`` (after writing) when a blocking check fails."""
+    from components.storage import check_writable, write_json
+
+    check_writable(config.output_dir, "--output")
+    limits = threshold_values(config.thresholds)
+    base, base_folder, note = load_baseline(config.baseline)
+    base_statistics, base_keys = base if base else (None, None)
+    vocabulary = None
+    if base_statistics is not None and base_statistics["modality"] == "text":
+        vocabulary = baseline_vocabulary(base_folder)
+    new, new_keys = data_statistics.compute(config.examples_dir, vocabulary)
+    data_statistics.write(config.output_dir, new, new_keys)
+    rows = compare(new, new_keys, base_statistics, base_keys, limits)
+    outcome = verdict_of(rows, base is not None, config.accept_data_change)
+    result = {
+        "examples": config.examples_dir,
+        "baseline": config.baseline,
+        "baseline_statistics": base_folder,
+        "baseline_note": note,
+        **outcome,
+        "thresholds": limits,
+        "checks": rows,
+    }
+    write_json(f"{config.output_dir.rstrip('/')}/{CHECKS_FILE}", result)
+    report(result)
+    if result["blocked"]:
+        raise DataBlockedError(
+            "the new data is blocked before training:\n"
+            + "\n".join(f"  {reason}" for reason in result["blocking"])
+            + "\n  (pass --accept-data-change, the DAG's accept_data_change, to train on it anyway; the run records it)"
+        )
+    return result
+
+
+def baseline_vocabulary(baseline: str) -> list[str] | None:
+    """The served model's vocabulary: the baseline's ``vocabulary.txt`` where it keeps one."""
+    from components.storage import exists
+    from components.tokenizing import VOCABULARY_FILE
+
+    if exists(f"{baseline.rstrip('/')}/{VOCABULARY_FILE}"):
+        return data_statistics.read_vocabulary(baseline)
+    return None
+
+
+def report(result: dict) -> None:
+    """A line per check that did not pass, and the outcome, to the log (the terminal, Cloud Logging)."""
+    if result["baseline_note"]:
+        log.info("check data: %s", result["baseline_note"])
+    # a blocking row stops the run with its reasons (DataBlockedError); one that did not (no baseline, or accepted)
+    # is a warning here
+    demoted = "block, accepted" if result["accepted_data_change"] else "warn (no baseline to block against)"
+    for found in result["checks"]:
+        if found["verdict"] in ("warn", "skipped") or (found["verdict"] == "block" and not result["blocked"]):
+            split = f" ({found['split']})" if found.get("split") else ""
+            verdict = demoted if found["verdict"] == "block" else found["verdict"]
+            log.warning("check data: %s %s%s: %s", verdict, found["check"], split, found["detail"])
+    counts = {verdict: sum(1 for found in result["checks"] if found["verdict"] == verdict)
+              for verdict in ("pass", "warn", "block", "skipped")}  # fmt: skip
+    summary = ", ".join(f"{count} {verdict}" for verdict, count in counts.items() if count)
+    if result["accepted_data_change"]:
+        log.warning("check data: %s; blocking checks accepted (--accept-data-change): %s", summary,
+                    "; ".join(result["blocking"]))  # fmt: skip
+    else:
+        log.info("check data: %s", summary)

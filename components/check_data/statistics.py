@@ -1,0 +1,185 @@
+"""The statistics of one data version (a convert step's output), as the data checks compare them.
+
+``data_stats.json`` holds the counts per split and class, the quarantine's size and reasons, and fine histograms:
+for images the brightness and contrast of each example after the resize, and the sources' formats; for texts the
+token counts, the truncated share and the out-of-vocabulary share. ``near_duplicates.npz`` holds, per split, what
+finds an example's copies: a 16x16 grey thumbnail of each image (re-encodings of one picture agree to a cosine
+similarity of 0.9989 or more, distinct handwritten digits to 0.9961 at most: ``bench/near_copies.py``), or a hash of
+each text after standardisation.
+
+The two files go with the model trained on the version (the export step copies them), so that a later run finds
+the statistics of the data that the model in service learned from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections import Counter
+
+import numpy as np
+
+from components.artifacts.data_statistics import NEAR_DUPLICATES_NAME, STATS_NAME
+from components.schema import SPLITS, read_stats, split_files
+
+FORMAT = 1  # the layout of data_stats.json; a baseline of another layout is statistics to compute again
+THUMBNAIL_SIDE = 16
+BRIGHTNESS_BINS = 256  # the mean grey level of an image, 0 to 255, rounded
+CONTRAST_BINS = 128  # the standard deviation of its grey levels, rounded, 127 and above in the last bin
+
+
+def compute(examples_dir: str, vocabulary: list[str] | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+    """(``data_stats.json``'s content, the near-duplicate keys per split) of the version in ``examples_dir``.
+
+    ``vocabulary``: for texts, the vocabulary whose out-of-vocabulary share is counted (the served model's); None:
+    the version's own ``vocabulary.txt``.
+    """
+    stats = read_stats(examples_dir)
+    text = stats.get("modality") == "text"
+    result = {
+        "format": FORMAT,
+        "modality": "text" if text else "image",
+        "class_names": list(stats["class_names"]),
+        "counts": stats["counts"],
+        "per_class": stats["per_class"],
+        "num_examples": stats["num_examples"],
+        "quarantined": stats["quarantined"],
+        "duplicates": stats.get("duplicates", 0),
+        "quarantine_reasons": quarantine_reasons(examples_dir),
+        "fingerprint": stats.get("fingerprint", ""),
+        "source": stats.get("source", ""),
+    }
+    keys = {}
+    if text:
+        index = {token: i for i, token in enumerate(vocabulary or read_vocabulary(examples_dir))}
+        result["text"] = {}
+        for split in SPLITS:
+            result["text"][split], keys[split] = text_statistics(examples_dir, split, index, stats["sequence_length"])
+    else:
+        result["image"] = {}
+        for split in SPLITS:
+            result["image"][split], keys[split] = image_statistics(examples_dir, split)
+    return result, keys
+
+
+def quarantine_reasons(examples_dir: str) -> dict[str, int]:
+    """The quarantine's records counted by the kind of reason (its words before the first colon)."""
+    import json
+
+    from components.schema import QUARANTINE_FILE
+    from components.storage import exists, open_read
+
+    path = f"{examples_dir.rstrip('/')}/{QUARANTINE_FILE}"
+    if not exists(path):
+        return {}
+    with open_read(path) as handle:
+        reasons = [json.loads(line)["reason"].split(":")[0] for line in handle.read().decode().splitlines() if line]
+    return dict(sorted(Counter(reasons).items()))
+
+
+def read_vocabulary(examples_dir: str) -> list[str]:
+    from components.storage import open_read
+    from components.tokenizing import VOCABULARY_FILE
+
+    with open_read(f"{examples_dir.rstrip('/')}/{VOCABULARY_FILE}") as handle:
+        return handle.read().decode("utf-8").split("\n")[:-1]
+
+
+def read_features(examples_dir: str, split: str, names: tuple[str, ...]):
+    """Each example of the split, as its bytes features ``names`` (absent ones empty), read without TensorFlow."""
+    from components.schema import bytes_features, read_records
+    from components.storage import open_read
+
+    for path in split_files(examples_dir, split):
+        with open_read(path) as handle:
+            for record in read_records(handle):
+                found = bytes_features(record, names)
+                yield tuple(found.get(name, b"") for name in names)
+
+
+def image_statistics(examples_dir: str, split: str) -> tuple[dict, np.ndarray]:
+    """A split's brightness and contrast histograms and source formats, and its thumbnails (N, 256) uint8."""
+    from PIL import Image
+
+    from components.schema import SOURCE_FEATURE
+
+    brightness, contrast = np.zeros(BRIGHTNESS_BINS, np.int64), np.zeros(CONTRAST_BINS, np.int64)
+    formats: Counter = Counter()
+    thumbnails = []
+    for encoded, source in read_features(examples_dir, split, ("image", SOURCE_FEATURE)):
+        with Image.open(io.BytesIO(encoded)) as image:
+            grey = image.convert("L")
+        levels = np.asarray(grey, dtype=np.float32)
+        brightness[min(BRIGHTNESS_BINS - 1, round(float(levels.mean())))] += 1
+        contrast[min(CONTRAST_BINS - 1, round(float(levels.std())))] += 1
+        thumbnail = grey.resize((THUMBNAIL_SIDE, THUMBNAIL_SIDE), Image.Resampling.BOX)
+        thumbnails.append(np.asarray(thumbnail, dtype=np.uint8).reshape(-1))
+        formats[source_format(source.decode("utf-8", "replace"))] += 1
+    statistics = {"brightness": brightness.tolist(), "contrast": contrast.tolist(), "formats": dict(formats)}
+    keys = np.stack(thumbnails) if thumbnails else np.zeros((0, THUMBNAIL_SIDE * THUMBNAIL_SIDE), np.uint8)
+    return statistics, keys
+
+
+def source_format(source: str) -> str:
+    """An example's source format, by its file's extension (``.jpeg`` as ``jpg``); an array file's items are
+    ``npz``, and a record without its source (adopted TFRecords) is ``unknown``."""
+    if not source:
+        return "unknown"
+    path = source.rsplit("#", 1)[0] if ".npz#" in source.lower() else source
+    extension = os.path.splitext(path)[1].lower().lstrip(".")
+    return {"jpeg": "jpg", "tif": "tiff"}.get(extension, extension or "none")
+
+
+def text_statistics(
+    examples_dir: str, split: str, index: dict[str, int], sequence_length: int
+) -> tuple[dict, np.ndarray]:
+    """A split's token counts (a histogram, one bin per count up to the sequence length, the longer in the last),
+    truncated and out-of-vocabulary shares under ``index``, and a hash of each standardised text (uint64)."""
+    from components.tokenizing import standardize
+
+    lengths = np.zeros(sequence_length + 2, np.int64)  # 0 .. sequence_length, then longer
+    tokens_seen = unknown = truncated = 0
+    hashes = []
+    for (raw,) in read_features(examples_dir, split, ("text",)):
+        tokens = standardize(raw.decode("utf-8"))
+        lengths[min(len(tokens), sequence_length + 1)] += 1
+        truncated += len(tokens) > sequence_length
+        tokens_seen += len(tokens)
+        unknown += sum(1 for token in tokens if token not in index or index[token] < 2)
+        digest = hashlib.sha256(" ".join(tokens).encode("utf-8")).digest()
+        hashes.append(int.from_bytes(digest[:8], "big"))
+    examples = int(lengths.sum())
+    statistics = {
+        "token_counts": lengths.tolist(),
+        "truncated_share": truncated / examples if examples else 0.0,
+        "out_of_vocabulary_share": unknown / tokens_seen if tokens_seen else 0.0,
+    }
+    return statistics, np.asarray(hashes, dtype=np.uint64)
+
+
+def write(folder: str, statistics: dict, keys: dict[str, np.ndarray]) -> None:
+    """``data_stats.json`` and ``near_duplicates.npz`` into ``folder`` (each written whole, then renamed)."""
+    from components.storage import write_atomically, write_json
+
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **keys)
+    write_atomically(f"{folder.rstrip('/')}/{NEAR_DUPLICATES_NAME}", buffer.getvalue())
+    write_json(f"{folder.rstrip('/')}/{STATS_NAME}", statistics)
+
+
+def read(folder: str) -> tuple[dict, dict[str, np.ndarray]] | None:
+    """The statistics written by ``write`` in ``folder``; None when it holds none (or of another layout)."""
+    from components.storage import exists, open_read, read_json
+
+    path = f"{folder.rstrip('/')}/{STATS_NAME}"
+    if not exists(path):
+        return None
+    statistics = read_json(path)
+    if statistics.get("format") != FORMAT:
+        return None
+    with open_read(f"{folder.rstrip('/')}/{NEAR_DUPLICATES_NAME}") as handle:
+        payload = handle.read()
+    with np.load(io.BytesIO(payload), allow_pickle=False) as arrays:
+        keys = {split: arrays[split] for split in arrays.files}
+    return statistics, keys

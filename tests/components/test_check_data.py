@@ -1,0 +1,389 @@
+"""The data checks: golden statistics pairs decided by hand (no conversion), then real conversions of the demo
+digits checked end to end, through the command line."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from components.check_data import statistics as data_statistics
+from components.check_data.core import (
+    CHECKS_FILE,
+    CheckDataConfig,
+    DataBlockedError,
+    compare,
+    jensen_shannon,
+    threshold_values,
+    verdict_of,
+)
+from components.cli import UsageError
+from tests.conftest import REPO_ROOT
+
+CLASSES = ["ant", "bee", "cow", "dog"]
+LIMITS = threshold_values({})
+SIDE = data_statistics.THUMBNAIL_SIDE**2
+
+
+def thumbnails(ids) -> np.ndarray:
+    """One random grey thumbnail per example id: the same id, the same picture (a copy); distinct ids are unlike."""
+    return np.stack([np.random.default_rng(i).integers(0, 256, SIDE, dtype=np.uint8) for i in ids]).reshape(-1, SIDE)
+
+
+def version(per_class: dict, first_id: int = 0, quarantined: int = 0, reasons=None, brightness: int = 120):
+    """Hand-made statistics of a version: ``per_class`` {split: [count per class in CLASSES order]}, examples
+    numbered from ``first_id`` (train, then validation, then test), all of one brightness and contrast."""
+    counts = {split: dict(zip(CLASSES, per_class[split], strict=True)) for split in ("train", "validation", "test")}
+    keys, next_id, image = {}, first_id, {}
+    for split, found in counts.items():
+        total = sum(found.values())
+        keys[split] = thumbnails(range(next_id, next_id + total))
+        next_id += total
+        levels = [0] * data_statistics.BRIGHTNESS_BINS
+        levels[brightness] = total
+        spread = [0] * data_statistics.CONTRAST_BINS
+        spread[40] = total
+        image[split] = {"brightness": levels, "contrast": spread, "formats": {"jpg": total}}
+    statistics = {
+        "format": data_statistics.FORMAT,
+        "modality": "image",
+        "class_names": [name for name in CLASSES if any(counts[split].get(name) for split in counts)],
+        "counts": {split: sum(found.values()) for split, found in counts.items()},
+        "per_class": {split: {name: n for name, n in found.items() if n} for split, found in counts.items()},
+        "num_examples": sum(sum(found.values()) for found in counts.values()),
+        "quarantined": quarantined,
+        "duplicates": 0,
+        "quarantine_reasons": reasons or {},
+        "image": image,
+    }
+    return statistics, keys
+
+
+BALANCED = {"train": [100, 100, 100, 100], "validation": [25, 25, 25, 25], "test": [25, 25, 25, 25]}
+
+
+def verdicts(rows) -> dict:
+    return {(found["check"], found.get("split", "")): found["verdict"] for found in rows}
+
+
+def outcome(new, base, **options):
+    rows = compare(*new, *base, threshold_values(options.pop("thresholds", {})))
+    return rows, verdict_of(rows, True, options.pop("accepted", False))
+
+
+def test_the_same_statistics_pass_every_check():
+    rows, result = outcome(version(BALANCED), version(BALANCED))
+    assert set(verdicts(rows).values()) == {"pass"}
+    assert result == {"blocked": False, "blocking": [], "warnings": [], "accepted_data_change": False}
+    assert {found["check"] for found in rows} >= {"label set", "class mix", "examples", "quarantine rate",
+                                                  "leakage across splits", "leakage across versions", "brightness",
+                                                  "contrast", "formats"}  # fmt: skip
+
+
+def test_a_class_dropped_blocks_and_names_it():
+    dropped = {split: [*counts[:3], 0] for split, counts in BALANCED.items()}
+    rows, result = outcome(version(dropped), version(BALANCED))
+    assert verdicts(rows)[("label set", "")] == "block"
+    assert result["blocked"]
+    assert result["blocking"][0].startswith("label set: gone dog:")
+
+
+def test_a_class_added_or_renamed_blocks():
+    rows, _ = outcome(version(BALANCED), version({split: [*c[:3], 0] for split, c in BALANCED.items()}))
+    label_row = next(found for found in rows if found["check"] == "label set")
+    assert label_row["verdict"] == "block" and label_row["detail"].startswith("new dog:")
+
+
+def test_a_class_shift_of_twenty_points_warns_and_does_not_block():
+    # train: ant from 100 of 400 (25%) to 180 of 400 (45%): 20 points, between the warn (10) and block (30) levels
+    shifted = dict(BALANCED, train=[180, 80, 70, 70])
+    rows, result = outcome(version(shifted), version(BALANCED))
+    mix = next(found for found in rows if found["check"] == "class mix" and found["split"] == "train")
+    assert mix["verdict"] == "warn" and mix["value"] == pytest.approx(0.20)
+    assert "ant 25.0% -> 45.0%" in mix["detail"]
+    assert not result["blocked"] and result["warnings"][0].startswith("class mix (train): class ant")
+
+
+def test_a_class_shift_of_forty_points_blocks():
+    rows, result = outcome(version(dict(BALANCED, train=[260, 50, 50, 40])), version(BALANCED))
+    assert verdicts(rows)[("class mix", "train")] == "block" and result["blocked"]
+
+
+def test_a_tiny_split_is_skipped_not_failed():
+    tiny = dict(BALANCED, validation=[5, 0, 5, 0])  # 10 examples, a wild mix, under min_split_examples 20
+    rows, result = outcome(version(tiny), version(BALANCED))
+    assert verdicts(rows)[("class mix", "validation")] == "skipped"
+    assert not result["blocked"]
+
+
+def test_the_baselines_own_split_noise_raises_the_class_mix_thresholds():
+    # the baseline's own train and validation differ by 8 points in class ant: a distance counts only above 16 points
+    noisy = dict(BALANCED, validation=[33, 23, 22, 22])
+    shifted = dict(BALANCED, train=[160, 80, 80, 80])  # 15 points
+    rows, _ = outcome(version(shifted), version(noisy))
+    mix = next(found for found in rows if found["check"] == "class mix" and found["split"] == "train")
+    assert mix["thresholds"] == {"warn": pytest.approx(0.16), "block": 0.3}
+    assert mix["verdict"] == "pass"
+    rows, _ = outcome(version(shifted), version(BALANCED))  # the same shift against a clean baseline warns
+    assert verdicts(rows)[("class mix", "train")] == "warn"
+
+
+def test_counts_block_below_half_and_warn_above_three_times():
+    half = {split: [n // 2 - 1 for n in counts] for split, counts in BALANCED.items()}
+    assert verdicts(outcome(version(half), version(BALANCED))[0])[("examples", "")] == "block"
+    exactly_half = {"train": [50, 50, 50, 50], "validation": [13, 12, 13, 12], "test": [12, 13, 12, 13]}  # 300 of 600
+    assert verdicts(outcome(version(exactly_half), version(BALANCED))[0])[("examples", "")] == "pass"
+    quadruple = {split: [n * 4 for n in counts] for split, counts in BALANCED.items()}
+    assert verdicts(outcome(version(quadruple), version(BALANCED))[0])[("examples", "")] == "warn"
+
+
+def test_quarantine_warns_over_twice_the_baselines_rate_and_half_a_percent():
+    # 600 examples: 5 quarantined is 0.83%, over 0.5% and over twice the baseline's 1 (0.17%)
+    base = version(BALANCED, quarantined=1)
+    rows, _ = outcome(version(BALANCED, quarantined=5, reasons={"not an image": 5}), base)
+    quarantine = next(found for found in rows if found["check"] == "quarantine rate")
+    assert quarantine["verdict"] == "warn" and "not an image 5" in quarantine["detail"]
+    # 2 of 602 (0.33%) is over twice the baseline's rate but under half a percent
+    assert verdicts(outcome(version(BALANCED, quarantined=2), base)[0])[("quarantine rate", "")] == "pass"
+
+
+def test_test_images_copied_into_train_block():
+    new, keys = version(BALANCED)
+    keys["train"][:10] = keys["test"][:10]  # 10 of the 200 held-out examples sit in train too: 5%, at the edge
+    rows, result = outcome((new, keys), version(BALANCED))
+    assert verdicts(rows)[("leakage across splits", "")] == "warn" and not result["blocked"]
+    keys["train"][10:11] = keys["validation"][:1]  # one more: 11 of 200, above 5%
+    rows, result = outcome((new, keys), version(BALANCED))
+    assert verdicts(rows)[("leakage across splits", "")] == "block" and result["blocked"]
+    assert "11 of 200 validation and test examples have a near-copy in train" in result["blocking"][0]
+
+
+def test_new_test_images_from_the_baselines_train_split_block():
+    base = version(BALANCED, first_id=0)
+    new, keys = version(BALANCED, first_id=10_000)  # other pictures, but 30 of its test ones are the baseline's train
+    keys["test"][:30] = base[1]["train"][:30]
+    rows, result = outcome((new, keys), base)
+    assert verdicts(rows)[("leakage across versions", "")] == "block" and result["blocked"]
+    assert verdicts(rows)[("leakage across splits", "")] == "pass"
+
+
+def test_a_copy_is_found_through_noise_and_a_different_picture_is_not():
+    rng = np.random.default_rng(3)
+    smooth = np.linspace(0, 255, SIDE).reshape(1, SIDE)
+    originals = np.clip(smooth + rng.normal(0, 40, (20, SIDE)), 0, 255).astype(np.uint8)
+    copies = np.clip(originals + rng.normal(0, 2, originals.shape), 0, 255).astype(np.uint8)  # re-encoding's noise
+    from components.check_data.core import near_copies
+
+    assert near_copies(copies, originals, LIMITS["near_duplicate_similarity"], text=False) == 20
+    others = np.clip(smooth + rng.normal(0, 40, (20, SIDE)), 0, 255).astype(np.uint8)
+    assert near_copies(others, originals, LIMITS["near_duplicate_similarity"], text=False) == 0
+    flat = np.full((1, SIDE), 7, np.uint8)  # a flat picture has no shape to compare: never a copy
+    assert near_copies(flat, flat, LIMITS["near_duplicate_similarity"], text=False) == 0
+
+
+def test_a_brightness_shift_warns_and_never_blocks():
+    rows, result = outcome(version(BALANCED, brightness=200), version(BALANCED, brightness=120))
+    assert verdicts(rows)[("brightness", "")] == "warn" and verdicts(rows)[("contrast", "")] == "pass"
+    assert not result["blocked"]
+
+
+def test_jensen_shannon_is_tfdvs_figure():
+    # by hand: M = (0.75, 0.25); KL(P||M) = 0.5 log2(2/3) + 0.5 log2(2) = 0.20752; KL(Q||M) = log2(4/3) = 0.41504;
+    # their mean 0.31128 (bits, not square-rooted)
+    assert jensen_shannon([0.5, 0.5], [1.0, 0.0]) == pytest.approx(0.31128, abs=1e-5)
+    assert jensen_shannon([1, 0], [0, 1]) == pytest.approx(1.0)
+    assert jensen_shannon([3, 1], [3, 1]) == pytest.approx(0.0)
+
+
+def test_without_a_baseline_blocking_rows_are_only_warnings():
+    new, keys = version(BALANCED)
+    keys["train"][:50] = keys["test"][:50]
+    rows = compare(new, keys, None, None, LIMITS)
+    assert [found["check"] for found in rows] == ["leakage across splits"] and rows[0]["verdict"] == "block"
+    result = verdict_of(rows, has_baseline=False, accepted=False)
+    assert not result["blocked"] and result["warnings"][0].startswith("leakage across splits:")
+
+
+def test_accepting_the_change_goes_on_and_is_recorded():
+    dropped = {split: [*counts[:3], 0] for split, counts in BALANCED.items()}
+    _, result = outcome(version(dropped), version(BALANCED), accepted=True)
+    assert not result["blocked"] and result["accepted_data_change"] and result["blocking"]
+
+
+def test_a_threshold_can_be_set_and_an_unknown_one_is_refused():
+    shifted = dict(BALANCED, train=[180, 80, 70, 70])
+    rows, _ = outcome(version(shifted), version(BALANCED), thresholds={"class_mix_block": 0.15})
+    assert verdicts(rows)[("class mix", "train")] == "block"
+    with pytest.raises(
+        UsageError, match=r"^data threshold class_mix_blok is not one of class_mix_warn, class_mix_block, "
+    ):
+        CheckDataConfig(examples_dir="e", output_dir="o", thresholds={"class_mix_blok": 0.1})
+
+
+def text_version(oov: float, truncated: float):
+    statistics, keys = version(BALANCED)
+    del statistics["image"]
+    lengths = [0] * 12
+    lengths[5] = 600
+    split_figures = {"token_counts": lengths, "truncated_share": truncated, "out_of_vocabulary_share": oov}
+    statistics.update(modality="text", text={split: split_figures for split in ("train", "validation", "test")})
+    return statistics, {split: np.arange(len(found), dtype=np.uint64) + 1000 * i
+                        for i, (split, found) in enumerate(keys.items())}  # fmt: skip
+
+
+def test_a_rise_in_out_of_vocabulary_words_warns_at_two_points_and_blocks_at_ten():
+    base = text_version(oov=0.03, truncated=0.1)
+    rows, _ = outcome(text_version(oov=0.06, truncated=0.1), base)
+    assert verdicts(rows)[("out-of-vocabulary share", "")] == "warn"
+    rows, result = outcome(text_version(oov=0.14, truncated=0.1), base)
+    assert verdicts(rows)[("out-of-vocabulary share", "")] == "block" and result["blocked"]
+    assert verdicts(rows)[("truncated share", "")] == "pass"
+
+
+# end to end: real conversions of the demo digits (the same source twice; copies spread over the splits)
+
+
+def convert(source: str, output: str) -> str:
+    from components.convert.core import ConvertConfig, run
+    from tests.conftest import IN_MEMORY
+
+    run(ConvertConfig(source=source, output_dir=output, image_size=32, pipeline_args=IN_MEMORY))
+    return output
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory) -> str:
+    from components.demo_data import write_digits
+
+    root = str(tmp_path_factory.mktemp("digits") / "digits")
+    write_digits(root, per_class_limit=30)
+    return root
+
+
+def check(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "components.check_data", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+
+
+def test_the_same_source_converted_twice_passes_clean(digits, tmp_path):
+    first = convert(digits, str(tmp_path / "first"))
+    second = convert(digits, str(tmp_path / "second"))
+    done = check("--examples", second, "--baseline", first, "--output", str(tmp_path / "checks"))
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "checks" / CHECKS_FILE).read_text())
+    assert not result["blocked"] and result["warnings"] == []
+    assert {found["verdict"] for found in result["checks"]} == {"pass"}
+    # its statistics, written beside, are a baseline as they are: the next run compares with them alone
+    third = check("--examples", second, "--baseline", str(tmp_path / "checks"), "--output", str(tmp_path / "again"))
+    assert third.returncode == 0, third.stderr
+    again = json.loads((tmp_path / "again" / CHECKS_FILE).read_text())
+    assert [found["value"] for found in again["checks"]] == [found["value"] for found in result["checks"]]
+
+
+def test_re_encoded_copies_spread_over_the_splits_block_the_run(digits, tmp_path):
+    from PIL import Image
+
+    copied = tmp_path / "copied"
+    for class_name in sorted(os.listdir(digits)):
+        os.makedirs(copied / class_name)
+        for name in sorted(os.listdir(os.path.join(digits, class_name))):
+            source = os.path.join(digits, class_name, name)
+            with open(source, "rb") as handle:
+                original = handle.read()
+            (copied / class_name / name).write_bytes(original)
+            buffer = io.BytesIO()
+            Image.open(io.BytesIO(original)).save(buffer, format="JPEG", quality=70)  # other bytes, the same picture
+            (copied / class_name / f"copy-{name}").write_bytes(buffer.getvalue())
+    examples = convert(str(copied), str(tmp_path / "examples"))
+    done = check("--examples", examples, "--output", str(tmp_path / "first-version"))
+    # no baseline: the leakage is reported, and the run goes on
+    assert done.returncode == 0, done.stderr
+    assert "check data: warn (no baseline to block against) leakage across splits: " in done.stderr
+    baseline = convert(digits, str(tmp_path / "baseline"))
+    done = check("--examples", examples, "--baseline", baseline, "--output", str(tmp_path / "checks"))
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    blocked_at = lines.index("error: the new data is blocked before training:")
+    reasons = lines[blocked_at + 1 : -1]
+    assert reasons and all(line.startswith("  leakage across ") for line in reasons), done.stderr
+    assert lines[-1] == (
+        "  (pass --accept-data-change, the DAG's accept_data_change, to train on it anyway; the run records it)"
+    )
+    result = json.loads((tmp_path / "checks" / CHECKS_FILE).read_text())
+    assert result["blocked"] and len(result["blocking"]) == len(reasons)
+    leak = next(found for found in result["checks"] if found["check"] == "leakage across splits")
+    assert leak["value"] > 0.5  # a copy's split is its own hash's: about 4 in 5 held-out examples have one in train
+    accepted = check("--examples", examples, "--baseline", baseline, "--output", str(tmp_path / "accepted"),
+                     "--accept-data-change")  # fmt: skip
+    assert accepted.returncode == 0 and json.loads(accepted.stdout)["blocking"] == result["blocking"]
+    assert json.loads((tmp_path / "accepted" / CHECKS_FILE).read_text())["accepted_data_change"] is True
+
+
+def test_usage_errors_are_one_line_with_exit_code_2(tmp_path):
+    done = check("--examples", str(tmp_path), "--output", str(tmp_path / "o"), "--threshold", "class_mix_block")
+    assert done.returncode == 2
+    assert (
+        done.stderr == "error: data threshold 'class_mix_block' is not NAME=VALUE with a number: for example "
+        "class_mix_block=0.25\n"
+    )
+    done = check("--examples", str(tmp_path / "nothing"), "--output", str(tmp_path / "o"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "has no stats.json: run the convert step into it first" in done.stderr
+    done = check("--examples", str(tmp_path), "--baseline", str(tmp_path / "gone"), "--output", str(tmp_path / "o"))
+    assert done.returncode == 2 and f"--baseline {tmp_path / 'gone'} does not exist: pass" in done.stderr
+
+
+def test_a_data_block_is_a_step_failure_not_a_usage_error():
+    assert DataBlockedError("x").exit_code == 1
+
+
+def test_a_registered_version_is_found_from_its_saved_model_folder_and_an_older_model_is_no_baseline(tmp_path):
+    from components.check_data.core import load_baseline
+
+    statistics, keys = version(BALANCED)
+    data_statistics.write(str(tmp_path / "3"), statistics, keys)
+    (tmp_path / "3" / "saved_model").mkdir()
+    found, folder, note = load_baseline(str(tmp_path / "3" / "saved_model"))  # as the Model Registry names it
+    assert folder == str(tmp_path / "3") and note == ""
+    assert found[0] == statistics and np.array_equal(found[1]["test"], keys["test"])
+    (tmp_path / "2" / "saved_model").mkdir(parents=True)  # registered before the data checks
+    found, folder, note = load_baseline(str(tmp_path / "2" / "saved_model"))
+    assert found is None and "holds no data_stats.json (a model registered before the data checks" in note
+
+
+def test_the_statistics_read_the_bytes_features_tensorflow_reads_without_importing_it():
+    import tensorflow as tf
+
+    from components.schema import bytes_features, serialize_example
+
+    ours = serialize_example(b"\xff\xd8jpeg", 2, "cow", (16, 16), 4, source="gs://b/cow/1.jpg")
+    theirs = tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "tokens": tf.train.Feature(int64_list=tf.train.Int64List(value=[5, 300, 70000])),
+                "one_hot_class": tf.train.Feature(float_list=tf.train.FloatList(value=[0.0, 1.0])),
+                "text": tf.train.Feature(bytes_list=tf.train.BytesList(value=["déjà vu".encode()])),
+                "label": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b""])),
+            }
+        )
+    ).SerializeToString()
+    for serialized in (ours, theirs):
+        parsed = tf.train.Example.FromString(serialized).features.feature
+        names = ("image", "source", "text", "label", "tokens", "absent")
+        expected = {name: parsed[name].bytes_list.value[0] for name in names
+                    if name in parsed and parsed[name].WhichOneof("kind") == "bytes_list"}  # fmt: skip
+        assert bytes_features(serialized, names) == expected
+    assert bytes_features(ours, ("image", "source")) == {"image": b"\xff\xd8jpeg", "source": b"gs://b/cow/1.jpg"}
+
+
+def test_computing_statistics_imports_neither_tensorflow_nor_beam(converted):
+    examples_dir, _ = converted
+    script = ("import sys; from components.check_data import statistics; statistics.compute(sys.argv[1]); "
+              "print(sorted(m for m in ('tensorflow', 'apache_beam') if m in sys.modules))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", script, examples_dir], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
