@@ -244,6 +244,7 @@ def evaluate_and_gate(ops: StepOps, p: dict, converted, checked, trained, baseli
         min_accuracy=p["min_accuracy"],
         max_accuracy_drop=p["max_accuracy_drop"],
         baseline=baseline,
+        data_checks=checked.outputs["statistics"],
     ).set_display_name("evaluate and bless")
     with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712 (a KFP condition)
         exported = ops.export(

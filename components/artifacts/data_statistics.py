@@ -4,9 +4,24 @@ the model in service learned from in its registered folder."""
 
 from __future__ import annotations
 
+CHECKS_NAME = "data_checks.json"
 STATS_NAME = "data_stats.json"
 NEAR_DUPLICATES_NAME = "near_duplicates.npz"
 FILES = (STATS_NAME, NEAR_DUPLICATES_NAME)
+
+
+def read_checks(checks_dir: str) -> dict:
+    """The data checks in ``checks_dir`` (a check-data output): the rows, the warnings, the blocking reasons and
+    whether they were accepted, and the baseline's note; a one-line error when it holds none."""
+    from components.cli import UsageError
+    from components.storage import exists, read_json
+
+    path = f"{checks_dir.rstrip('/')}/{CHECKS_NAME}"
+    if not exists(path):
+        raise UsageError(f"--data-checks {checks_dir} has no {CHECKS_NAME}: pass the check-data step's output")
+    found = read_json(path)
+    keys = ("checks", "warnings", "blocking", "accepted_data_change", "baseline_note")
+    return {key: found[key] for key in keys}
 
 
 def keep_with_model(statistics_dir: str, export_dir: str) -> None:

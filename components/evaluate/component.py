@@ -13,12 +13,14 @@ def evaluate(
     evaluation: Output[Artifact],
     report: Output[HTML],
     test_accuracy: OutputPath(float),
+    data_checks: Input[Artifact],
     min_accuracy: float,
     max_accuracy_drop: float,
     baseline: str,
 ) -> bool:
     """Evaluates on the test split (and the baseline, if any); logs KFP Metrics and ClassificationMetrics, publishes
-    the HTML report (shown by the Vertex AI console); returns the blessing, which gates export and registration."""
+    the HTML report (shown by the Vertex AI console), with the data checks (``data_checks``, the check-data step's
+    output); returns the blessing, which gates export and registration."""
     import shutil
 
     from components.cli import configure_logging
@@ -33,6 +35,7 @@ def evaluate(
             min_accuracy=min_accuracy,
             max_accuracy_drop=max_accuracy_drop,
             baseline=baseline,
+            data_checks=data_checks.path,
         )
     )
     blessing = result["blessing"]

@@ -47,7 +47,8 @@ class EvaluateConfig:
     min_accuracy, baseline and max_accuracy_drop decide the blessing. The baseline (empty: none) is the last blessed
     model: a train step output, an export step output, or its ``saved_model/`` folder as the Vertex AI Model
     Registry holds it (``gs://`` is read through Vertex AI's ``/gcs/`` mount). ``screenshot``: also draw the report
-    in a headless browser into ``report.png`` beside it (``components.evaluate.browser``)."""
+    in a headless browser into ``report.png`` beside it (``components.evaluate.browser``). ``data_checks``: the
+    check-data step's output, whose checks the report shows ("": none)."""
 
     examples_dir: str
     model_dir: str
@@ -57,6 +58,7 @@ class EvaluateConfig:
     baseline: str = EVALUATE["baseline"].default
     max_accuracy_drop: float = EVALUATE["max_accuracy_drop"].default
     screenshot: bool = False  # also save report.png, as a headless browser draws the report (a few seconds)
+    data_checks: str = ""
 
     def __post_init__(self) -> None:
         check_fraction("--min-accuracy", self.min_accuracy)
@@ -300,6 +302,11 @@ def run(config: EvaluateConfig) -> dict:
     size, sequence_length = input_size(stats)
     modality = stats.get("modality", "image")
     baseline = check_baseline(config.baseline) if config.baseline else None
+    data_checks = None
+    if config.data_checks:  # how the data compared with the model in service's, for the report
+        from components.artifacts.data_statistics import read_checks
+
+        data_checks = read_checks(config.data_checks)
     not_comparable = baseline and comparability(baseline, model_config["class_names"], size, modality,
                                                 model_config.get("vocabulary_sha256", ""))  # fmt: skip
     model = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
@@ -348,6 +355,8 @@ def run(config: EvaluateConfig) -> dict:
             "or registry)"
         )
     metrics["small_classes"] = stats.get("small_classes", {})
+    if data_checks is not None:
+        metrics["data_checks"] = data_checks
     metrics["blessing"]["baseline"] = config.baseline or None
     metrics["misclassified"] = [
         {("text" if sequence_length else "source"): source or None, "label": metrics["class_names"][truth],

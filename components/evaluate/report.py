@@ -131,6 +131,7 @@ def render(metrics: dict, history: dict | None,
 <p class="verdict">{verdict}</p><ul>{reasons}</ul>{small}
 <p>On {metrics["num_examples"]} {split} {items}{baseline_note(metrics)}:</p>
 <table>{scores_table(metrics)}</table>
+{data_checks_section(metrics.get("data_checks"))}
 <h2>Training curves</h2>{curves or "<p>No training history.</p>"}
 <h2>Confusion matrix</h2><p>Rows: true class; columns: predicted class.</p>
 <img src="{matrix}" alt="confusion matrix">
@@ -150,6 +151,33 @@ blockquote.text{border-left:4px solid #b22222;margin:8px 0;padding:4px 12px;back
 blockquote.text footer{font-size:12px;color:#333}
 .facts td{text-align:left} .facts td:first-child{font-weight:bold}
 """
+
+
+def data_checks_section(checks: dict | None) -> str:
+    """The data checks (the new data against the data the model in service learned from): a row per check."""
+    if not checks:
+        return ""
+    accepted = checks["accepted_data_change"]
+
+    def verdict(found: dict) -> str:
+        shown = "block, accepted" if found["verdict"] == "block" and accepted else found["verdict"]
+        color = {"pass": "#2a7d2a", "skipped": "#555"}.get(found["verdict"], "#b22222")
+        return f'<span style="color:{color}">{html.escape(shown)}</span>'
+
+    def cell(value) -> str:
+        return "" if value is None else html.escape(f"{value:g}" if isinstance(value, float) else str(value))
+
+    rows = "".join(
+        f"<tr><td>{html.escape(found['check'])}</td><td>{html.escape(found.get('split', ''))}</td>"
+        f"<td>{cell(found['value'])}</td>"
+        f"<td>{html.escape(', '.join(f'{k} {v:g}' for k, v in found['thresholds'].items()))}</td>"
+        f'<td>{verdict(found)}</td><td style="text-align:left">{html.escape(found["detail"])}</td></tr>'
+        for found in checks["checks"]
+    )
+    note = f"<p>{html.escape(checks['baseline_note'])}</p>" if checks["baseline_note"] else ""
+    head = "<tr><th>check</th><th>split</th><th>value</th><th>thresholds</th><th>verdict</th><th>detail</th></tr>"
+    return (f"<h2>Data checks</h2><p>This data against the data the model in service learned from.</p>{note}"
+            f"<table>{head}{rows}</table>")  # fmt: skip
 
 
 def scores_table(metrics: dict) -> str:

@@ -4,6 +4,7 @@ digits checked end to end, through the command line."""
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -387,3 +388,37 @@ def test_computing_statistics_imports_neither_tensorflow_nor_beam(converted):
                           timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_many_held_out_examples_are_compared_through_an_even_sample(monkeypatch):
+    import components.check_data.core as core
+
+    monkeypatch.setattr(core, "MAX_COMPARED", 50)
+    new, keys = version(BALANCED)  # 200 held-out examples, 50 of them compared
+    keys["train"][:100] = keys["validation"]  # the first 100 of the 200: 25 of the 50 evenly spread
+    rows, _ = outcome((new, keys), version(BALANCED))
+    leak = next(found for found in rows if found["check"] == "leakage across splits")
+    assert (
+        leak["detail"]
+        == "25 of 50 validation and test examples (an even sample of their 200) have a near-copy in train"
+    )
+    assert leak["value"] == 0.5
+
+
+def test_texts_are_checked_under_the_served_models_vocabulary(text_examples, tmp_path):
+    from components.check_data.core import run
+    from components.tokenizing import OUT_OF_VOCABULARY, PADDING, VOCABULARY_FILE, vocabulary_bytes
+
+    examples_dir, _ = text_examples
+    same = run(CheckDataConfig(examples_dir=examples_dir, output_dir=str(tmp_path / "same"), baseline=examples_dir))
+    checks = {found["check"]: found for found in same["checks"]}
+    assert {"token counts", "truncated share", "out-of-vocabulary share"} <= set(checks)
+    assert {found["verdict"] for found in same["checks"]} == {"pass"} and checks["out-of-vocabulary share"][
+        "value"
+    ] == 0
+    # the model in service knew two words: nearly every token of the same texts is out of its vocabulary
+    served = tmp_path / "served"
+    shutil.copytree(tmp_path / "same", served)
+    (served / VOCABULARY_FILE).write_bytes(vocabulary_bytes([PADDING, OUT_OF_VOCABULARY, "the", "a"]))
+    with pytest.raises(DataBlockedError, match=r"\n  out-of-vocabulary share: \d+\.\d% -> \d+\.\d%\n"):
+        run(CheckDataConfig(examples_dir=examples_dir, output_dir=str(tmp_path / "new"), baseline=str(served)))

@@ -454,6 +454,25 @@ def test_the_report_lists_the_classes_with_few_examples(converted, trained, tmp_
     assert "Classes with few examples" in page and f"{split}: " in page and f"{name} ({count})" in page
 
 
+def test_the_report_shows_the_data_checks_of_the_run(converted, trained, tmp_path):
+    from components.check_data.core import CheckDataConfig
+    from components.check_data.core import run as check_data
+
+    examples_dir, _ = converted
+    model_dir, _ = trained
+    checked = check_data(CheckDataConfig(examples_dir=examples_dir, output_dir=str(tmp_path / "checks"),
+                                         baseline=examples_dir))  # fmt: skip
+    metrics = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "eval"), data_checks=str(tmp_path / "checks")))
+    assert metrics["data_checks"]["checks"] == checked["checks"] and metrics["data_checks"]["warnings"] == []
+    with open(metrics["report_html"]) as handle:
+        page = handle.read()
+    section = page[page.index("<h2>Data checks</h2>") : page.index("<h2>Training curves</h2>")]
+    assert section.count("<tr><td>") == len(checked["checks"])
+    assert "<tr><td>class mix</td><td>train</td><td>0</td><td>warn 0.1, block 0.3</td>" in section
+    with pytest.raises(UsageError, match=r"--data-checks .* has no data_checks.json: pass the check-data step"):
+        run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "again"), data_checks=str(tmp_path)))
+
+
 def test_the_confusion_matrix_writes_whole_class_names_over_its_columns():
     """Column labels used to be cut to 4 characters ("sunf", "dand"): they are written upwards, whole."""
     import io

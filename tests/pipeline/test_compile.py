@@ -110,8 +110,10 @@ def test_dag_is_fingerprint_convert_check_train_evaluate_then_gated_export_and_r
                                                                     "producerTask": "convert"}  # fmt: skip
     assert check["parameters"]["baseline"]["taskOutputParameter"]["producerTask"] == "find-baseline"
     assert sorted(tasks["train"]["dependentTasks"]) == ["check-data", "convert"]
+    shown = tasks["evaluate"]["inputs"]["artifacts"]["data_checks"]["taskOutputArtifact"]  # in the report
+    assert shown == {"outputArtifactKey": "statistics", "producerTask": "check-data"}
     # the baseline comes from the registry (never cached: the registry changes between runs)
-    assert sorted(tasks["evaluate"]["dependentTasks"]) == ["convert", "find-baseline", "train"]
+    assert sorted(tasks["evaluate"]["dependentTasks"]) == ["check-data", "convert", "find-baseline", "train"]
     assert tasks["evaluate"]["inputs"]["parameters"]["baseline"]["taskOutputParameter"]["producerTask"] == (
         "find-baseline"
     )
