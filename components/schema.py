@@ -48,10 +48,16 @@ def split_files(examples_dir: str, split: str) -> list[str]:
 
 
 def serialize_example(
-    jpeg: bytes, class_index: int, label: str, size: Sequence[int], num_classes: int, source: str = ""
+    jpeg: bytes,
+    class_index: int,
+    label: str,
+    size: Sequence[int],
+    num_classes: int,
+    source: str = "",
+    source_size: Sequence[int] = (),
 ) -> bytes:
-    """One serialized ``tf.train.Example`` in the codelab schema, with ``source`` (where the image came from) when
-    given.
+    """One serialized ``tf.train.Example`` in the codelab schema, with ``source`` (where the image came from) and
+    ``source_size`` (its width and height, as it is oriented) when given.
 
     Written straight in the protobuf wire format (what ``tf.train.Example.SerializeToString`` produces, fields in
     name order), so that the conversion's workers need no TensorFlow import; ``tests/components/test_convert.py``
@@ -68,6 +74,8 @@ def serialize_example(
     }
     if source:
         feature[SOURCE_FEATURE] = _bytes_feature(source.encode("utf-8"))
+    if source_size:
+        feature[SOURCE_SIZE_FEATURE] = _int64_feature(source_size)
     entries = b"".join(
         _delimited(0x0A, _delimited(0x0A, name.encode()) + _delimited(0x12, value)) for name, value in feature.items()
     )
@@ -108,18 +116,39 @@ def bytes_features(serialized: bytes, names: Sequence[str]) -> dict[str, bytes]:
     """The first value of each bytes feature ``names`` of one serialized ``tf.train.Example``, read from the wire
     format without TensorFlow (as ``serialize_example`` writes it); a feature absent or of another kind is left out.
     """
-    wanted, found = set(names), {}
+    found = {}
+    for name, kind, payload in _features(serialized, names):
+        values = [value for tag, value in _fields(payload) if tag == 1] if kind == 1 else []  # BytesList.value (1)
+        if values:
+            found[name] = values[0]
+    return found
+
+
+def int64_features(serialized: bytes, names: Sequence[str]) -> dict[str, list[int]]:
+    """The values of each int64 feature ``names`` of one serialized ``tf.train.Example``, without TensorFlow: packed,
+    as TensorFlow and ``serialize_example`` write them; a feature absent or of another kind is left out."""
+    found = {}
+    for name, kind, payload in _features(serialized, names):
+        packed = b"".join(value for tag, value in _fields(payload) if tag == 1) if kind == 3 else b""  # Int64List
+        values, position = [], 0
+        while position < len(packed):
+            value, position = _read_varint(packed, position)
+            values.append(value - (1 << 64) if value >= 1 << 63 else value)
+        if kind == 3:
+            found[name] = values
+    return found
+
+
+def _features(serialized: bytes, names: Sequence[str]):
+    """(name, the kind's field number: 1 bytes, 2 float, 3 int64, its list's payload) of the features ``names``."""
+    wanted = set(names)
     features = b"".join(payload for number, payload in _fields(serialized) if number == 1)  # Example.features
     for number, pair in _fields(features):  # Features.feature (1): its map entries
         entry = dict(_fields(pair)) if number == 1 else {}  # key (1), value (2)
         name = entry.get(1, b"").decode("utf-8")
-        if name not in wanted:
-            continue
-        lists = [payload for kind, payload in _fields(entry.get(2, b"")) if kind == 1]  # Feature.bytes_list (1)
-        values = [value for tag, value in _fields(lists[0]) if tag == 1] if lists else []  # BytesList.value (1)
-        if values:
-            found[name] = values[0]
-    return found
+        if name in wanted:
+            for kind, payload in _fields(entry.get(2, b"")):  # Feature: its one list
+                yield name, kind, payload
 
 
 def _fields(message: bytes):
@@ -207,6 +236,7 @@ def text_feature_spec(sequence_length: int, num_classes: int) -> dict:
 
 # optional: absent from adopted TFRecords
 SOURCE_FEATURE = "source"
+SOURCE_SIZE_FEATURE = "source_size"  # [width, height] of the source image, as its EXIF orientation turns it
 
 
 def source_feature_spec() -> dict:

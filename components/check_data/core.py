@@ -325,6 +325,13 @@ def check_images(new: dict, base: dict, limits: dict) -> list[dict]:
 
     rows = [distribution_rows(name, field_of(new, name), field_of(base, name), limits)
             for name in ("brightness", "contrast")]  # fmt: skip
+    for name in ("width", "height", "aspect"):  # of the sources, where the records say (not adopted TFRecords)
+        check = f"source {name}"
+        if all(any(sum(statistics["image"][split].get(name, [])) for split in SPLITS) for statistics in (new, base)):
+            rows.append(distribution_rows(check, field_of(new, name), field_of(base, name), limits))
+        else:
+            rows.append(row(check, "skipped", "warn", detail="the records do not say their sources' sizes (TFRecords "
+                            "adopted as they are, or a conversion older than the data checks)"))  # fmt: skip
     rows.append(distribution_rows("formats", field_of(new, "formats"), field_of(base, "formats"), limits,
                                   categorical=True))  # fmt: skip
     rows[-1]["detail"] = "source formats: " + ", ".join(

@@ -27,6 +27,8 @@ FORMAT = 1  # the layout of data_stats.json; a baseline of another layout is sta
 THUMBNAIL_SIDE = 16
 BRIGHTNESS_BINS = 256  # the mean grey level of an image, 0 to 255, rounded
 CONTRAST_BINS = 128  # the standard deviation of its grey levels, rounded, 127 and above in the last bin
+SIZE_STEP, ASPECT_STEP = 16, 0.05  # the sources' width and height in bins of 16 pixels, their aspect of 0.05
+SIZE_BINS = {"width": 512, "height": 512, "aspect": 201}  # up to 8,192 pixels and an aspect of 10, the rest beyond
 
 
 def compute(examples_dir: str, vocabulary: list[str] | None = None) -> tuple[dict, dict[str, np.ndarray]]:
@@ -86,28 +88,36 @@ def read_vocabulary(examples_dir: str) -> list[str]:
         return handle.read().decode("utf-8").split("\n")[:-1]
 
 
-def read_features(examples_dir: str, split: str, names: tuple[str, ...]):
-    """Each example of the split, as its bytes features ``names`` (absent ones empty), read without TensorFlow."""
-    from components.schema import bytes_features, read_records
+def read_examples(examples_dir: str, split: str):
+    """Each serialized example of the split, read without TensorFlow."""
+    from components.schema import read_records
     from components.storage import open_read
 
     for path in split_files(examples_dir, split):
         with open_read(path) as handle:
-            for record in read_records(handle):
-                found = bytes_features(record, names)
-                yield tuple(found.get(name, b"") for name in names)
+            yield from read_records(handle)
 
 
 def image_statistics(examples_dir: str, split: str) -> tuple[dict, np.ndarray]:
-    """A split's brightness and contrast histograms and source formats, and its thumbnails (N, 256) uint8."""
+    """A split's brightness and contrast histograms, its sources' formats and sizes (width, height and aspect
+    histograms; the records of adopted TFRecords do not say), and its thumbnails (N, 256) uint8."""
     from PIL import Image
 
-    from components.schema import SOURCE_FEATURE
+    from components.schema import SOURCE_FEATURE, SOURCE_SIZE_FEATURE, bytes_features, int64_features
 
     brightness, contrast = np.zeros(BRIGHTNESS_BINS, np.int64), np.zeros(CONTRAST_BINS, np.int64)
+    sizes = {name: np.zeros(bins, np.int64) for name, bins in SIZE_BINS.items()}
     formats: Counter = Counter()
     thumbnails = []
-    for encoded, source in read_features(examples_dir, split, ("image", SOURCE_FEATURE)):
+    for record in read_examples(examples_dir, split):
+        found = bytes_features(record, ("image", SOURCE_FEATURE))
+        encoded, source = found["image"], found.get(SOURCE_FEATURE, b"")
+        source_size = int64_features(record, (SOURCE_SIZE_FEATURE,)).get(SOURCE_SIZE_FEATURE)
+        if source_size and min(source_size) > 0:
+            width, height = source_size
+            sizes["width"][min(width // SIZE_STEP, SIZE_BINS["width"] - 1)] += 1
+            sizes["height"][min(height // SIZE_STEP, SIZE_BINS["height"] - 1)] += 1
+            sizes["aspect"][min(round(width / height / ASPECT_STEP), SIZE_BINS["aspect"] - 1)] += 1
         with Image.open(io.BytesIO(encoded)) as image:
             grey = image.convert("L")
         levels = np.asarray(grey, dtype=np.float32)
@@ -116,7 +126,8 @@ def image_statistics(examples_dir: str, split: str) -> tuple[dict, np.ndarray]:
         thumbnail = grey.resize((THUMBNAIL_SIDE, THUMBNAIL_SIDE), Image.Resampling.BOX)
         thumbnails.append(np.asarray(thumbnail, dtype=np.uint8).reshape(-1))
         formats[source_format(source.decode("utf-8", "replace"))] += 1
-    statistics = {"brightness": brightness.tolist(), "contrast": contrast.tolist(), "formats": dict(formats)}
+    statistics = {"brightness": brightness.tolist(), "contrast": contrast.tolist(), "formats": dict(formats),
+                  **{name: counts.tolist() for name, counts in sizes.items()}}  # fmt: skip
     keys = np.stack(thumbnails) if thumbnails else np.zeros((0, THUMBNAIL_SIDE * THUMBNAIL_SIDE), np.uint8)
     return statistics, keys
 
@@ -141,8 +152,10 @@ def text_statistics(
     lengths = np.zeros(sequence_length + 2, np.int64)  # 0 .. sequence_length, then longer
     tokens_seen = unknown = truncated = 0
     hashes = []
-    for (raw,) in read_features(examples_dir, split, ("text",)):
-        tokens = standardize(raw.decode("utf-8"))
+    from components.schema import bytes_features
+
+    for record in read_examples(examples_dir, split):
+        tokens = standardize(bytes_features(record, ("text",)).get("text", b"").decode("utf-8"))
         lengths[min(len(tokens), sequence_length + 1)] += 1
         truncated += len(tokens) > sequence_length
         tokens_seen += len(tokens)

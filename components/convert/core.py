@@ -376,6 +376,19 @@ def encode_image(content: bytes, image_size: int, jpeg_quality: int, max_pixels:
     return buffer.getvalue()
 
 
+def oriented_size(content: bytes) -> tuple[int, int]:
+    """(width, height) of an image file as its EXIF orientation turns it, from its header (a converted file decodes,
+    so its header reads); for the data checks' statistics of the sources."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(content)) as image:
+        width, height = image.size
+        turned = image.getexif().get(0x0112, 1) in (5, 6, 7, 8)  # Orientation: a quarter turn, mirrored or not
+    return (height, width) if turned else (width, height)
+
+
 def run(config: ConvertConfig) -> dict:
     """Runs the conversion and returns the stats written to ``<output_dir>/stats.json``.
 
@@ -588,9 +601,8 @@ class ConvertImages(beam.DoFn):
         except Exception as err:  # one bad file must not sink the job: record it instead
             return {"path": path, "reason": one_line(err, with_type=True)}
         size = (config.image_size, config.image_size)
-        example = serialize_example(
-            jpeg, class_index, self._class_names[class_index], size, len(self._class_names), source=path
-        )
+        example = serialize_example(jpeg, class_index, self._class_names[class_index], size, len(self._class_names),
+                                    source=path, source_size=oriented_size(content))  # fmt: skip
         return content_digest(content), (path, class_index, split, example)
 
 

@@ -34,9 +34,11 @@ def thumbnails(ids) -> np.ndarray:
     return np.stack([np.random.default_rng(i).integers(0, 256, SIDE, dtype=np.uint8) for i in ids]).reshape(-1, SIDE)
 
 
-def version(per_class: dict, first_id: int = 0, quarantined: int = 0, reasons=None, brightness: int = 120):
+def version(per_class: dict, first_id: int = 0, quarantined: int = 0, reasons=None, brightness: int = 120,
+            width: int = 640):  # fmt: skip
     """Hand-made statistics of a version: ``per_class`` {split: [count per class in CLASSES order]}, examples
-    numbered from ``first_id`` (train, then validation, then test), all of one brightness and contrast."""
+    numbered from ``first_id`` (train, then validation, then test), all of one brightness and contrast, from
+    sources ``width`` x 480 pixels."""
     counts = {split: dict(zip(CLASSES, per_class[split], strict=True)) for split in ("train", "validation", "test")}
     keys, next_id, image = {}, first_id, {}
     for split, found in counts.items():
@@ -47,7 +49,10 @@ def version(per_class: dict, first_id: int = 0, quarantined: int = 0, reasons=No
         levels[brightness] = total
         spread = [0] * data_statistics.CONTRAST_BINS
         spread[40] = total
-        image[split] = {"brightness": levels, "contrast": spread, "formats": {"jpg": total}}
+        sizes = {name: [0] * bins for name, bins in data_statistics.SIZE_BINS.items()}
+        sizes["width"][width // data_statistics.SIZE_STEP] = sizes["height"][480 // data_statistics.SIZE_STEP] = total
+        sizes["aspect"][round(width / 480 / data_statistics.ASPECT_STEP)] = total
+        image[split] = {"brightness": levels, "contrast": spread, "formats": {"jpg": total}, **sizes}
     statistics = {
         "format": data_statistics.FORMAT,
         "modality": "image",
@@ -81,7 +86,8 @@ def test_the_same_statistics_pass_every_check():
     assert result == {"blocked": False, "blocking": [], "warnings": [], "accepted_data_change": False}
     assert {found["check"] for found in rows} >= {"label set", "class mix", "examples", "quarantine rate",
                                                   "leakage across splits", "leakage across versions", "brightness",
-                                                  "contrast", "formats"}  # fmt: skip
+                                                  "contrast", "formats", "source width", "source height",
+                                                  "source aspect"}  # fmt: skip
 
 
 def test_a_class_dropped_blocks_and_names_it():
@@ -183,6 +189,18 @@ def test_a_copy_is_found_through_noise_and_a_different_picture_is_not():
     assert near_copies(others, originals, LIMITS["near_duplicate_similarity"], text=False) == 0
     flat = np.full((1, SIDE), 7, np.uint8)  # a flat picture has no shape to compare: never a copy
     assert near_copies(flat, flat, LIMITS["near_duplicate_similarity"], text=False) == 0
+
+
+def test_sources_of_another_size_warn_and_records_without_sizes_skip():
+    rows, result = outcome(version(BALANCED, width=1280), version(BALANCED))  # 1280x480 against 640x480
+    assert verdicts(rows)[("source width", "")] == verdicts(rows)[("source aspect", "")] == "warn"
+    assert verdicts(rows)[("source height", "")] == "pass" and not result["blocked"]
+    adopted, keys = version(BALANCED)
+    for split in adopted["image"].values():
+        split.update(width=[0] * len(split["width"]), height=[0] * len(split["height"]))
+    rows, _ = outcome((adopted, keys), version(BALANCED))
+    skipped = next(found for found in rows if found["check"] == "source width")
+    assert skipped["verdict"] == "skipped" and skipped["detail"].startswith("the records do not say their sources'")
 
 
 def test_a_brightness_shift_warns_and_never_blocks():
@@ -358,9 +376,9 @@ def test_a_registered_version_is_found_from_its_saved_model_folder_and_an_older_
 def test_the_statistics_read_the_bytes_features_tensorflow_reads_without_importing_it():
     import tensorflow as tf
 
-    from components.schema import bytes_features, serialize_example
+    from components.schema import bytes_features, int64_features, serialize_example
 
-    ours = serialize_example(b"\xff\xd8jpeg", 2, "cow", (16, 16), 4, source="gs://b/cow/1.jpg")
+    ours = serialize_example(b"\xff\xd8jpeg", 2, "cow", (16, 16), 4, source="gs://b/cow/1.jpg", source_size=(640, 480))
     theirs = tf.train.Example(
         features=tf.train.Features(
             feature={
@@ -378,6 +396,26 @@ def test_the_statistics_read_the_bytes_features_tensorflow_reads_without_importi
                     if name in parsed and parsed[name].WhichOneof("kind") == "bytes_list"}  # fmt: skip
         assert bytes_features(serialized, names) == expected
     assert bytes_features(ours, ("image", "source")) == {"image": b"\xff\xd8jpeg", "source": b"gs://b/cow/1.jpg"}
+    for serialized in (ours, theirs):
+        parsed = tf.train.Example.FromString(serialized).features.feature
+        names = ("class", "size", "source_size", "tokens", "label", "absent")
+        expected = {name: list(parsed[name].int64_list.value) for name in names
+                    if name in parsed and parsed[name].WhichOneof("kind") == "int64_list"}  # fmt: skip
+        assert int64_features(serialized, names) == expected
+    assert int64_features(ours, ("source_size", "class")) == {"source_size": [640, 480], "class": [2]}
+
+
+def test_a_sources_size_is_read_as_its_exif_orientation_turns_it():
+    from PIL import Image
+
+    from components.convert.core import oriented_size
+
+    for orientation, expected in ((1, (60, 40)), (3, (60, 40)), (6, (40, 60)), (8, (40, 60)), (5, (40, 60))):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        buffer = io.BytesIO()
+        Image.new("RGB", (60, 40)).save(buffer, format="JPEG", exif=exif.tobytes())
+        assert oriented_size(buffer.getvalue()) == expected, orientation
 
 
 def test_computing_statistics_imports_neither_tensorflow_nor_beam(converted):
