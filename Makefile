@@ -69,7 +69,7 @@ profile-env: ## print the environment of PROFILE=... (bench/spread.py reads it)
 	@$(CHECK_PROFILE)
 	@echo '$(PROFILE_ENV_$(PROFILE))'
 
-test-heavy: setup ## the heavy tests: the simulated year of scheduled retraining (six whole-DAG runs, ~6 min)
+test-heavy: setup ## the heavy tests: the simulated year of scheduled retraining (seven whole-DAG runs, ~7 min)
 	$(VENV)/bin/python -m pytest -m heavy
 
 # mutation testing, outside make test and CI (tests/mutation.py; mutmut from the lock's `mutants` group): GROUPS=a,b

@@ -236,7 +236,7 @@ def convert_check_and_train(ops: StepOps, p: dict, baseline, accelerator: Option
 
 def evaluate_and_gate(ops: StepOps, p: dict, converted, checked, trained, baseline, registry: Optional[str],
                       accelerator: Optional[str]) -> dict:  # fmt: skip
-    """evaluate and bless -> (blessed) export, with the data statistics beside the model -> register -> deploy, or
+    """evaluate and bless -> (blessed) export -> register, with the data statistics -> deploy, or
     (not blessed) the step that says why; returns the pipeline's outputs (but the baseline)."""
     evaluated = ops.evaluate(
         examples=converted.outputs["examples"],
@@ -247,13 +247,11 @@ def evaluate_and_gate(ops: StepOps, p: dict, converted, checked, trained, baseli
         data_checks=checked.outputs["statistics"],
     ).set_display_name("evaluate and bless")
     with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712 (a KFP condition)
-        exported = ops.export(
-            model=trained.outputs["model"],
-            examples=converted.outputs["examples"],
-            data_statistics=checked.outputs["statistics"],
-        ).set_display_name("export for CPU serving")
+        exported = ops.export(model=trained.outputs["model"], examples=converted.outputs["examples"]).set_display_name(
+            "export for CPU serving"
+        )
         if registry:
-            registered = register_and_deploy(ops, p, evaluated, exported, baseline, registry, accelerator)
+            registered = register_and_deploy(ops, p, evaluated, exported, checked, baseline, registry, accelerator)
     with dsl.Else(name="not-blessed"):
         skipped = ops.not_blessed(evaluation=evaluated.outputs["evaluation"]).set_display_name("not blessed")
     results = {
@@ -270,15 +268,18 @@ def evaluate_and_gate(ops: StepOps, p: dict, converted, checked, trained, baseli
     return results
 
 
-def register_and_deploy(ops: StepOps, p: dict, evaluated, exported, baseline, registry: str,
+def register_and_deploy(ops: StepOps, p: dict, evaluated, exported, checked, baseline, registry: str,
                         accelerator: Optional[str]):  # fmt: skip
-    """The blessed export as the registry's next version; on Vertex AI, with the run's evaluation imported into it,
-    and deployed to ``endpoint`` when one is given. Returns the register task."""
+    """The blessed export as the registry's next version, with the statistics of the data it learned from (the
+    next runs' data baseline); on Vertex AI, with the run's evaluation imported into it, and deployed to
+    ``endpoint`` when one is given. Returns the register task. (Export itself does not take the statistics: it
+    stays a cache hit when only the data checks ran again, against a new baseline.)"""
     # on Vertex AI, the evaluation goes with the new version (the Evaluate tab) and the step outputs a
     # google.VertexModel for GCPC's operators to chain after
     evaluation = {"evaluation": evaluated.outputs["evaluation"]} if registry == "vertex" else {}
     registered = ops.register(
         exported_model=exported.outputs["exported_model"],
+        data_statistics=checked.outputs["statistics"],
         **evaluation,
         display_name=p["model_display_name"],
         baseline=baseline,

@@ -1,6 +1,7 @@
-"""The data statistics artifact: a data version's statistics (``components.check_data.statistics`` writes and reads
-them), and the copy that the export keeps beside the model, so that a later run finds the statistics of the data
-the model in service learned from in its registered folder."""
+"""The data statistics artifact: the check-data step's output (``data_checks.json``, and a data version's statistics,
+which ``components.check_data.statistics`` writes and reads), and the copy of the statistics that the register step
+keeps with a version, so that a later run finds the statistics of the data the model in service learned from in its
+registered folder."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ def read_checks(checks_dir: str) -> dict:
 
 
 def keep_with_model(statistics_dir: str, export_dir: str) -> None:
-    """Copies the statistics in ``statistics_dir`` (a check-data output) into ``export_dir``; a one-line error when
-    it holds none."""
+    """Copies the statistics in ``statistics_dir`` (a check-data output) into ``export_dir`` (a registered version's
+    folder, beside the export); a one-line error when it holds none."""
     from components.cli import UsageError
     from components.storage import exists, open_read, write_atomically
 

@@ -7,8 +7,8 @@ finds an example's copies: a 16x16 grey thumbnail of each image (re-encodings of
 similarity of 0.9989 or more, distinct handwritten digits to 0.9961 at most: ``bench/near_copies.py``), or a hash of
 each text after standardisation.
 
-The two files go with the model trained on the version (the export step copies them), so that a later run finds
-the statistics of the data that the model in service learned from.
+The two files go with the model trained on the version (the register step copies them into the version's folder),
+so that a later run finds the statistics of the data that the model in service learned from.
 """
 
 from __future__ import annotations

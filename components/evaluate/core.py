@@ -468,7 +468,7 @@ class TextExport:
 
 
 def comparability(baseline: Baseline, class_names: Sequence[str], image_size: int, modality: str,
-                  vocabulary_sha256: str = "") -> str:  # fmt: skip
+                  vocabulary_sha256: str) -> str:  # fmt: skip
     """Why the baseline cannot be compared with a model of ``class_names`` and ``image_size`` ("" when it can).
 
     The rule: a baseline is compared only when it predicts the same classes (in any order: its answers are

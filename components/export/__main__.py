@@ -22,9 +22,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--examples", dest="examples_dir", required=True, help="the convert step's output dir (for the parity check)"
     )
     parser.add_argument("--output", dest="output_dir", required=True, help="gets saved_model/ and export.json")
-    parser.add_argument("--data-statistics", default="", metavar="DIR", help="the check-data step's output: the "
-                        "statistics of the data the model learned from, kept beside it (the data baseline of later "
-                        "runs) (default: none)")  # fmt: skip
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 

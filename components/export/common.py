@@ -27,14 +27,12 @@ REPRESENTATIVE_IMAGES = 200  # training images that calibrate the int8 ranges
 @dataclass(frozen=True)
 class ExportConfig:
     """Args: model_dir (the train output), examples_dir (for the parity check), output_dir (gets ``saved_model/``
-    and ``export.json``), data_statistics (a check-data output, whose statistics of the data the model learned
-    from are kept beside it: the data baseline of later runs; "": none)."""
+    and ``export.json``)."""
 
     model_dir: str
     examples_dir: str
     output_dir: str
     parity_split: str = "test"
-    data_statistics: str = ""
 
 
 def build_cpu_model(model_dir: str):

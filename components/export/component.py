@@ -1,27 +1,17 @@
 """The export step as a lightweight KFP component: a thin wrapper over ``components.export.core``."""
 
 from kfp import dsl
-from kfp.dsl import Artifact, Dataset, Input, Model, Output
+from kfp.dsl import Dataset, Input, Model, Output
 
 
-def export(
-    model: Input[Model], examples: Input[Dataset], data_statistics: Input[Artifact], exported_model: Output[Model]
-) -> str:
-    """Exports a CPU SavedModel (and TFLite float and int8) from the trained weights, with the statistics of the
-    data it learned from beside it (``data_statistics``, the check-data step's output); records the parity with the
+def export(model: Input[Model], examples: Input[Dataset], exported_model: Output[Model]) -> str:
+    """Exports a CPU SavedModel (and TFLite float and int8) from the trained weights; records the parity with the
     trained model and each format's size and accuracy in the artifact's metadata; returns the export's URI."""
     from components.cli import configure_logging
     from components.export.core import ExportConfig, run
 
     configure_logging()
-    report = run(
-        ExportConfig(
-            model_dir=model.path,
-            examples_dir=examples.path,
-            output_dir=exported_model.path,
-            data_statistics=data_statistics.path,
-        )
-    )
+    report = run(ExportConfig(model_dir=model.path, examples_dir=examples.path, output_dir=exported_model.path))
     exported_model.metadata.update(
         {
             "framework": "tensorflow",

@@ -20,10 +20,6 @@ def run(config: ExportConfig) -> dict:
     check_examples_match(trained_config, read_stats(config.examples_dir), config.model_dir, config.examples_dir)
     check_writable(config.output_dir, "--output")  # (the inputs checked before the slow TensorFlow import)
     activate_backend("tensorflow")  # the SavedModel and TFLite files are TensorFlow graphs, whatever trained it
-    if config.data_statistics:
-        from components.artifacts.data_statistics import keep_with_model
-
-        keep_with_model(config.data_statistics, config.output_dir)
     if trained_config.get("modality") == "text":
         from components.export.text import export_text
 

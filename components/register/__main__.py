@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     add = actions.add_parser("add", help="register an export as the next version and make it the default")
     add.add_argument("--export", required=True, help="the export step's output folder")
     add.add_argument("--run", default="", help="the run that made it, recorded with the version")
+    add.add_argument("--data-statistics", default="", metavar="DIR", help="the check-data step's output: the "
+                     "statistics of the data the model learned from, kept with the version (the data baseline of "
+                     "later runs) (default: none)")  # fmt: skip
     for action in (baseline, add):
         action.add_argument("--registry", required=True, help="the registry folder (local or gs://)")
         action.add_argument("--baseline", default="", help="the model in service, when known (default: the "
@@ -42,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "baseline":
         print(json.dumps({"baseline": find_baseline(name, args.baseline, args.registry, None)}))
     else:
-        print(register_version(args.export, name, args.baseline, args.registry, args.run, None))
+        print(register_version(args.export, name, args.baseline, args.registry, args.run, None,
+                               data_statistics=args.data_statistics))  # fmt: skip
     return 0
 
 

@@ -45,6 +45,7 @@ def find_baseline(
 def register(
     exported_model: Input[Model],
     evaluation: Input[Artifact],
+    data_statistics: Input[Artifact],
     vertex_model: Output[VertexModel],
     display_name: str,
     baseline: str,
@@ -56,8 +57,9 @@ def register(
     """Copies the blessed export to the next numbered version under ``model_root`` (default ``gs://<the pipeline
     root's bucket>/models/<display_name>``) and uploads that copy's SavedModel to the Vertex AI Model Registry
     (TensorFlow CPU serving container) as the new default version of ``display_name``, labelled with the pipeline
-    run, with ``evaluation`` imported as its evaluation (the console's Evaluate tab); nothing when the candidate is
-    the baseline itself. ``vertex_model``: the version in service afterwards, as Google Cloud Pipeline Components'
+    run, with ``evaluation`` imported as its evaluation (the console's Evaluate tab) and ``data_statistics`` (the
+    check-data step's output) kept in its folder for later runs' data checks; nothing when the candidate is the
+    baseline itself. ``vertex_model``: the version in service afterwards, as Google Cloud Pipeline Components'
     own steps take it (its ``resourceName``: ``projects/.../models/ID@VERSION``). Returns the decision as a JSON
     line."""
     import json
@@ -68,9 +70,8 @@ def register(
 
     configure_logging()
     settings = vertex_settings_in_pipeline(project, location)
-    decided = register_version(
-        exported_model.uri, display_name, baseline, model_root, pipeline_run, settings, evaluation.uri
-    )
+    decided = register_version(exported_model.uri, display_name, baseline, model_root, pipeline_run, settings,
+                               evaluation.uri, data_statistics.uri)  # fmt: skip
     serving = json.loads(decided)
     if serving.get("model"):
         name_vertex_resource(vertex_model, settings, f"{serving['model']}@{serving['version']}")
@@ -88,15 +89,22 @@ def find_baseline_in_folder(display_name: str, model_root: str, baseline: str, r
 
 
 def register_in_folder(
-    exported_model: Input[Model], display_name: str, model_root: str, baseline: str, pipeline_run: str
+    exported_model: Input[Model],
+    data_statistics: Input[Artifact],
+    display_name: str,
+    model_root: str,
+    baseline: str,
+    pipeline_run: str,
 ) -> str:
-    """Copies the blessed export to the next numbered version of the folder registry ``model_root`` and makes it
-    the default; nothing when the candidate is the baseline itself. Returns the decision as a JSON line."""
+    """Copies the blessed export, with the statistics of the data it learned from (the check-data step's output),
+    to the next numbered version of the folder registry ``model_root`` and makes it the default; nothing when the
+    candidate is the baseline itself. Returns the decision as a JSON line."""
     from components.cli import configure_logging
     from components.register.vertex import register_version
 
     configure_logging()
-    return register_version(exported_model.uri, display_name, baseline, model_root, pipeline_run, None)
+    return register_version(exported_model.uri, display_name, baseline, model_root, pipeline_run, None,
+                            data_statistics=data_statistics.uri)  # fmt: skip
 
 
 def make_components(base_image: str, vertex: bool = True):

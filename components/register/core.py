@@ -91,12 +91,18 @@ class FolderRegistry:
                 f"complete version <N>/{VERSION_FILE}; pass another folder"
             ) from None
 
-    def push(self, export_uri: str, record: dict, make_default: bool = True) -> Version:
-        """Copies the export at ``export_uri`` to the next number; makes it the default version unless told not to
-        (the cloud DAG does so once the Model Registry has it)."""
+    def push(self, export_uri: str, record: dict, make_default: bool = True, data_statistics: str = "") -> Version:
+        """Copies the export at ``export_uri`` to the next number, with the statistics of the data it learned from
+        (``data_statistics``, a check-data output; "": none); makes it the default version unless told not to (the
+        cloud DAG does so once the Model Registry has it)."""
         number = self._claim()
         uri = f"{self.root}/{number}"
         copied = copy_tree(export_uri, uri)
+        if data_statistics:  # (before version.json: a version is complete with them)
+            from components.artifacts.data_statistics import FILES, keep_with_model
+
+            keep_with_model(data_statistics, uri)
+            copied += len(FILES)
         version_record = {"version": number, "source": export_uri, "files": copied, "created": _now(), **record}
         write_json(f"{uri}/{VERSION_FILE}", version_record)
         if make_default:

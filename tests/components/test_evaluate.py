@@ -99,9 +99,15 @@ def test_the_kfp_step_logs_the_confusion_matrix_and_the_roc_curve(converted, tra
     kinds = {"metrics": Metrics, "confusion": ClassificationMetrics, "evaluation": Artifact, "report": HTML}
     outputs = {name: kind(name=name, uri=str(tmp_path / name)) for name, kind in kinds.items()}
     examples, model = Artifact(uri=examples_dir), Artifact(uri=model_dir)
+    from components.check_data.core import CheckDataConfig
+    from components.check_data.core import run as check_data
+
+    check_data(CheckDataConfig(examples_dir=examples_dir, output_dir=str(tmp_path / "checks")))  # (no baseline)
+    checks = Artifact(uri=str(tmp_path / "checks"))
     blessed = evaluate(examples, model, **outputs, test_accuracy=str(tmp_path / "accuracy"), min_accuracy=0.5,
-                       max_accuracy_drop=0.0, baseline="")  # fmt: skip
+                       max_accuracy_drop=0.0, baseline="", data_checks=checks)  # fmt: skip
     assert blessed is True
+    assert "<h2>Data checks</h2>" in (tmp_path / "report").read_text()  # the report the console shows
     logged = outputs["confusion"].metadata
     assert [spec["displayName"] for spec in logged["confusionMatrix"]["annotationSpecs"]] == list(CLASSES)
     rows = [row["row"] for row in logged["confusionMatrix"]["rows"]]
@@ -182,6 +188,8 @@ def test_blessing_applies_value_and_change_thresholds(accuracy, baseline, blesse
         (0.8999, 0.95, 0.05, False),  # just past it
         (0.80, 0.80, 0.0, True),  # level with the baseline, no drop allowed
         (0.7999, 0.80, 0.0, False),
+        (0.80 - 1e-12, 0.80, 0.0, True),  # a rounding error below the baseline is level with it
+        (0.80 - 1e-11, 0.80, 0.0, False),
     ],
 )
 def test_the_blessing_thresholds_hold_at_their_boundaries(accuracy, baseline, max_drop, blessed):
@@ -190,19 +198,34 @@ def test_the_blessing_thresholds_hold_at_their_boundaries(accuracy, baseline, ma
     assert bless(accuracy, 0.75, baseline, max_drop)["blessed"] is blessed
 
 
+def test_a_model_that_did_not_learn_is_never_blessed_and_that_reason_comes_first():
+    outcome = bless(0.95, 0.75, None, 0.0, not_learning="the loss stayed at chance (2.303)")
+    assert outcome == {
+        "blessed": False,
+        "reasons": [
+            "training did not learn: the loss stayed at chance (2.303)",
+            "accuracy 0.9500 meets the minimum 0.7500",
+            "no baseline model: judged on the value threshold alone",
+        ],
+        "thresholds": {"min_accuracy": 0.75, "max_accuracy_drop": 0.0},
+        "baseline_accuracy": None,
+        "baseline_comparable": True,
+    }
+
+
 def test_an_image_baseline_is_compared_only_on_the_same_classes_and_size():
     """Hand-written cases of the rule: the same classes in any order and the same size compare; each other case
     says what differs."""
     baseline = Baseline("export", "/m", 32, ["cat", "dog"])
-    assert comparability(baseline, ["dog", "cat"], 32, "image") == ""
-    assert comparability(baseline, ["cat", "dog"], 48, "image") == (
+    assert comparability(baseline, ["dog", "cat"], 32, "image", "") == ""
+    assert comparability(baseline, ["cat", "dog"], 48, "image", "") == (
         "image size differs (baseline 32 px, candidate 48 px)"
     )
-    assert comparability(baseline, ["cat", "dog", "fox"], 32, "image") == "classes differ (new fox)"
-    assert comparability(baseline, ["cat"], 32, "image") == "classes differ (gone dog)"
-    assert comparability(baseline, ["fox", "cat", "emu"], 48, "image") == "classes differ (new fox, emu; gone dog)"
+    assert comparability(baseline, ["cat", "dog", "fox"], 32, "image", "") == "classes differ (new fox)"
+    assert comparability(baseline, ["cat"], 32, "image", "") == "classes differ (gone dog)"
+    assert comparability(baseline, ["fox", "cat", "emu"], 48, "image", "") == "classes differ (new fox, emu; gone dog)"
     text = Baseline("export", "/t", 250, ["cat", "dog"], modality="text")
-    assert comparability(text, ["cat", "dog"], 32, "image") == (
+    assert comparability(text, ["cat", "dog"], 32, "image", "") == (
         "the baseline is a text model, the candidate an image model"
     )
     trained = Baseline("trained", "/m", 32, ["cat", "dog"], vocabulary_sha256="a")  # an image model reads no ids

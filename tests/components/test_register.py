@@ -138,3 +138,28 @@ def test_an_export_record_is_read_through_its_saved_model_folder_and_empty_when_
         default_model_root(export, "digits")
     assert str(raised.value) == (f"export {export} is not on Cloud Storage: pass model_root, a gs:// folder for the "
                                  "models")  # fmt: skip
+
+
+def test_a_version_keeps_the_statistics_of_the_data_it_learned_from(tmp_path):
+    """The data checks' baseline travels with the version: the check-data output's two statistics files are copied
+    beside the export, before version.json marks the version complete."""
+    export, checks = tmp_path / "export", tmp_path / "checks"
+    export.mkdir()
+    checks.mkdir()
+    (export / "export.json").write_text("{}")
+    (checks / "data_stats.json").write_text('{"format": 1}')
+    (checks / "near_duplicates.npz").write_bytes(b"keys")
+    (checks / "data_checks.json").write_text("{}")  # this run's verdicts: not the data's statistics
+    version = FolderRegistry(str(tmp_path / "registry")).push(str(export), {}, data_statistics=str(checks))
+    assert sorted(p.name for p in (tmp_path / "registry" / "1").iterdir()) == [
+        "data_stats.json", "export.json", "near_duplicates.npz", "version.json"
+    ]  # fmt: skip
+    assert (tmp_path / "registry" / "1" / "near_duplicates.npz").read_bytes() == b"keys"
+    assert version.record["files"] == 3
+    (checks / "near_duplicates.npz").unlink()
+    other = FolderRegistry(str(tmp_path / "other"))
+    with pytest.raises(
+        UsageError, match=f"^--data-statistics {checks} has no near_duplicates.npz: pass the check-data"
+    ):
+        other.push(str(export), {}, data_statistics=str(checks))
+    assert other.versions() == [] and other.default() is None  # the copy never became a version

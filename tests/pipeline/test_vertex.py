@@ -521,11 +521,15 @@ def register_step(bucket, export: str, display_name: str, **options) -> tuple[di
 
     from components.register.component import register
 
-    evaluation = Artifact(uri=upload_evaluation(bucket, export.split(f"gs://{BUCKET}/", 1)[1] + "-evaluation"))
+    prefix = export.split(f"gs://{BUCKET}/", 1)[1]
+    evaluation = Artifact(uri=upload_evaluation(bucket, prefix + "-evaluation"))
+    for name in ("data_stats.json", "near_duplicates.npz"):  # the check-data step's statistics of the data
+        bucket.blob(f"{prefix}-statistics/{name}").upload_from_string(f"{name} of {display_name}")
+    statistics = Artifact(uri=f"gs://{BUCKET}/{prefix}-statistics")
     output = VertexModel(name="vertex_model", uri="gs://x/vertex_model", metadata={})
     where = {"project": "demo-project", "location": "europe-west4"}
     options = {"baseline": "", "model_root": "", "pipeline_run": "", **options}  # the DAG passes each (none: "")
-    decided = register(Model(uri=export), evaluation, output, display_name, **where, **options)
+    decided = register(Model(uri=export), evaluation, statistics, output, display_name, **where, **options)
     return json.loads(decided), output
 
 
@@ -548,8 +552,11 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     stored = f"gs://{BUCKET}/models/flowers/1"  # the pipeline root's bucket, outside its prefix
     assert (first["action"], first["version"], first["uri"], first["stored_as"]) == ("registered", "1", stored, 1)
     copied = sorted(blob.name[len("models/flowers/1/") :] for blob in gcs.list_blobs(prefix="models/flowers/1/"))
-    assert copied == ["export.json", "saved_model/saved_model.pb", "saved_model/variables/variables.index",
-                      "version.json"]  # fmt: skip
+    assert copied == ["data_stats.json", "export.json", "near_duplicates.npz", "saved_model/saved_model.pb",
+                      "saved_model/variables/variables.index", "version.json"]  # fmt: skip
+    # the statistics of the data it learned from are kept with the version (the next run's data baseline)
+    kept = gcs.blob("models/flowers/1/data_stats.json").download_as_bytes()
+    assert kept == b"data_stats.json of flowers"
     name = first["model"]
     assert name.startswith("projects/demo-project/locations/europe-west4/models/")
     (upload,) = in_pipeline.bodies("POST", "/models:upload")
