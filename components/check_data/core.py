@@ -404,7 +404,9 @@ class DataBlockedError(StepFailedError):
     whole_message = True
 
 
-FIRST_VERSION = "no baseline (the first version): nothing to compare with; its own leakage is reported, never blocking"
+FIRST_VERSION = (
+    "the first version, with no baseline: nothing to compare with; its own leakage is reported, never blocking"
+)
 
 
 def load_baseline(baseline: str) -> tuple[tuple[dict, dict] | None, str, str]:
@@ -430,9 +432,9 @@ def load_baseline(baseline: str) -> tuple[tuple[dict, dict] | None, str, str]:
     if "://" not in folder and not os.path.exists(folder):
         raise UsageError(f"--baseline {baseline} does not exist: pass the check-data output, the examples or the "
                          "registered model of the model in service")  # fmt: skip
-    note = (f"the baseline {baseline} holds no {data_statistics.STATS_NAME} (a model registered before the data "
-            "checks, or not by this pipeline): nothing to compare with; its own leakage is reported, never "
-            "blocking")  # fmt: skip
+    note = (f"the baseline {baseline} holds no {data_statistics.STATS_NAME} (an export step's output, or a model "
+            "registered before the data checks: a registered version keeps them): nothing to compare with; the new "
+            "data's own leakage is reported, never blocking")  # fmt: skip
     return None, "", note
 
 

@@ -370,7 +370,7 @@ def test_a_registered_version_is_found_from_its_saved_model_folder_and_an_older_
     assert found[0] == statistics and np.array_equal(found[1]["test"], keys["test"])
     (tmp_path / "2" / "saved_model").mkdir(parents=True)  # registered before the data checks
     found, folder, note = load_baseline(str(tmp_path / "2" / "saved_model"))
-    assert found is None and "holds no data_stats.json (a model registered before the data checks" in note
+    assert found is None and "holds no data_stats.json (an export step's output, or a model registered before" in note
 
 
 def test_the_statistics_read_the_bytes_features_tensorflow_reads_without_importing_it():

@@ -198,6 +198,26 @@ def test_the_blessing_thresholds_hold_at_their_boundaries(accuracy, baseline, ma
     assert bless(accuracy, 0.75, baseline, max_drop)["blessed"] is blessed
 
 
+def test_the_reasons_against_a_baseline_say_the_drop_allowed_only_when_there_is_one():
+    assert bless(0.90, 0.75, 0.92, 0.05)["reasons"][1] == (
+        "accuracy 0.9000 is not worse than the baseline's 0.9200 by more than 0.0500"
+    )
+    assert bless(0.93, 0.75, 0.92, 0.0)["reasons"][1] == "accuracy 0.9300 is not worse than the baseline's 0.9200"
+    assert bless(0.80, 0.75, 0.92, 0.05)["reasons"][1] == (
+        "accuracy 0.8000 is below the baseline's 0.9200 by more than the allowed 0.0500"
+    )
+
+
+@pytest.mark.parametrize("value, refused", [(0.0, False), (1.0, False), (1.0001, True), (-0.0001, True)])
+def test_a_blessing_threshold_is_a_fraction_from_0_to_1(value, refused, tmp_path):
+    if not refused:
+        EvaluateConfig("e", "m", str(tmp_path), min_accuracy=value, max_accuracy_drop=value)
+        return
+    with pytest.raises(UsageError) as raised:
+        EvaluateConfig("e", "m", str(tmp_path), max_accuracy_drop=value)
+    assert str(raised.value) == f"--max-accuracy-drop {value} is out of range: use a fraction in [0, 1]"
+
+
 def test_a_model_that_did_not_learn_is_never_blessed_and_that_reason_comes_first():
     outcome = bless(0.95, 0.75, None, 0.0, not_learning="the loss stayed at chance (2.303)")
     assert outcome == {
