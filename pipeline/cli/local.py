@@ -30,8 +30,8 @@ def add_command(commands, with_dag_parameters: bool) -> None:
     local_cmd = commands.add_parser(
         "run-local",
         help="run the whole DAG on this machine (kfp.local SubprocessRunner)",
-        description="Run convert -> train -> evaluate -> export under kfp.local. With no --source, runs the demo: "
-        "scikit-learn's 1,797 handwritten digits written as <work-dir>/data/digits/<class>/*.jpg.",
+        description="Run convert -> check data -> train -> evaluate -> export under kfp.local. With no --source, runs "
+        "the demo: scikit-learn's 1,797 handwritten digits written as <work-dir>/data/digits/<class>/*.jpg.",
     )
     local_cmd.add_argument(
         "--work-dir",

@@ -151,6 +151,12 @@ def test_top_k_accuracy_counts_the_true_class_among_the_k_most_probable():
     assert top_k_accuracy([0, 0, 2], probabilities, 3) == 1.0
 
 
+def test_top_k_accuracy_of_two_classes_and_of_no_examples():
+    # by hand: the first two examples' true class is the more probable one, the third's is not
+    assert top_k_accuracy([0, 1, 1], [[0.8, 0.2], [0.3, 0.7], [0.6, 0.4]], 1) == pytest.approx(2 / 3)
+    assert top_k_accuracy([], [], 1) == 0.0  # nothing predicted right, as the accuracy of no examples is
+
+
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
 def test_top_k_accuracy_agrees_with_scikit_learn(k):
     import numpy as np

@@ -183,9 +183,9 @@ def test_the_whole_dag_runs_in_its_images_with_the_results_of_the_subprocess_run
                                                                                  "tflite_int8"]  # fmt: skip
     assert docker_run["export_agreement"] >= demo_export_agreement_floor(docker_run["training"]["precision"])
     # each step in the image pipeline.yaml gives it: the TPU trainer for train (v5e-4, which trains on the CPU here),
-    # the pipeline image for the others (fingerprint, convert, evaluate, export)
+    # the pipeline image for the others (fingerprint, convert, check data, evaluate, export)
     used = re.findall(r"Found image '([^']+)'", (work_dir / "run.log").read_text())
-    assert used.count(IMAGES.uri("train-tpu")) == 1 and used.count(IMAGES.uri("pipeline")) == 4 == len(used) - 1
+    assert used.count(IMAGES.uri("train-tpu")) == 1 and used.count(IMAGES.uri("pipeline")) == 5 == len(used) - 1
     assert os.stat(docker_run["export_json"]).st_uid == os.getuid()
 
 
