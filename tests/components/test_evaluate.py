@@ -133,6 +133,11 @@ def test_ranking_metrics_from_known_probabilities():
     assert at[0.0]["precision"] == 0.5 and at[0.0]["recall"] == 1.0  # every answer a yes
     assert at[0.0]["precision_at_1"] == pytest.approx(2 / 3) and at[0.0]["recall_at_1"] == pytest.approx(2 / 3)
     assert at[0.5]["fpr"] == pytest.approx(1 / 3)
+    # F1 at 0.5: precision 2/3, recall 2/3; at 0: 2 x 0.5 x 1 / 1.5
+    assert at[0.5]["f1"] == pytest.approx(2 / 3) and at[0.0]["f1"] == pytest.approx(2 / 3)
+    assert at[0.7]["f1"] == pytest.approx(2 * 0.5 * (1 / 3) / (0.5 + 1 / 3))  # 0.8 yes, 0.7 no: 1 of 2, 1 of 3
+    # a score exactly at a threshold counts: at 0.8 the top answer 0.8 is a yes, 1 of the 3
+    assert at[0.8]["recall_at_1"] == pytest.approx(1 / 3) and at[0.8]["precision_at_1"] == 1.0
     # each class on its own ranks its own examples perfectly here
     assert figures["per_class"]["a"]["au_roc"] == 1.0 and figures["per_class"]["b"]["au_prc"] == 1.0
 
