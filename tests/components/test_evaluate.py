@@ -149,6 +149,19 @@ def test_ranking_metrics_count_ties_half_and_never_divide_by_zero():
     assert absent["au_prc"] == 0.0 and absent["au_roc"] == 0.0 and absent["thresholds"][0]["recall"] == 0.0
 
 
+def test_no_examples_give_zero_figures_not_errors():
+    """Written out by hand: every figure of an empty split is 0, every class has no support."""
+    import numpy as np
+
+    zero = {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
+    assert classification_metrics([], [], ["a", "b"]) == {
+        "accuracy": 0.0, "num_examples": 0, "class_names": ["a", "b"], "per_class": {"a": zero, "b": zero},
+        "confusion_matrix": [[0, 0], [0, 0]],
+    }  # fmt: skip
+    figures = ranking_metrics([], np.zeros((0, 2)), ["a", "b"])
+    assert (figures["log_loss"], figures["au_prc"], figures["au_roc"]) == (0.0, 0.0, 0.0)
+
+
 def test_top_k_accuracy_counts_the_true_class_among_the_k_most_probable():
     probabilities = [[0.5, 0.3, 0.2], [0.1, 0.2, 0.7], [0.6, 0.3, 0.1]]
     assert top_k_accuracy([0, 0, 2], probabilities, 1) == pytest.approx(1 / 3)
