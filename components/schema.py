@@ -127,15 +127,24 @@ def bytes_features(serialized: bytes, names: Sequence[str]) -> dict[str, bytes]:
 def int64_features(serialized: bytes, names: Sequence[str]) -> dict[str, list[int]]:
     """The values of each int64 feature ``names`` of one serialized ``tf.train.Example``, without TensorFlow: packed,
     as TensorFlow and ``serialize_example`` write them; a feature absent or of another kind is left out."""
+
+    def signed(value: int) -> int:
+        return value - (1 << 64) if value >= 1 << 63 else value
+
     found = {}
     for name, kind, payload in _features(serialized, names):
-        packed = b"".join(value for tag, value in _fields(payload) if tag == 1) if kind == 3 else b""  # Int64List
-        values, position = [], 0
-        while position < len(packed):
-            value, position = _read_varint(packed, position)
-            values.append(value - (1 << 64) if value >= 1 << 63 else value)
-        if kind == 3:
-            found[name] = values
+        if kind != 3:
+            continue
+        values = []
+        for tag, value in _fields(payload, varints=True):  # Int64List.value (1): packed, or a varint each
+            if tag == 1 and isinstance(value, int):
+                values.append(signed(value))
+            elif tag == 1:
+                position = 0
+                while position < len(value):
+                    number, position = _read_varint(value, position)
+                    values.append(signed(number))
+        found[name] = values
     return found
 
 
@@ -151,8 +160,9 @@ def _features(serialized: bytes, names: Sequence[str]):
                 yield name, kind, payload
 
 
-def _fields(message: bytes):
-    """(field number, payload) of each length-delimited field of a protobuf message; the other wire types skipped."""
+def _fields(message: bytes, varints: bool = False):
+    """(field number, payload) of each length-delimited field of a protobuf message, and with ``varints`` (field
+    number, value) of each varint field too; the other wire types skipped."""
     position, end = 0, len(message)
     while position < end:
         key, position = _read_varint(message, position)
@@ -164,7 +174,9 @@ def _fields(message: bytes):
             yield number, message[position : position + length]
             position += length
         elif wire_type == 0:
-            _, position = _read_varint(message, position)
+            value, position = _read_varint(message, position)
+            if varints:
+                yield number, value
         elif wire_type in (1, 5):
             position += 8 if wire_type == 1 else 4
         else:

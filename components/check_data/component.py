@@ -16,7 +16,7 @@ def check_data(
 ) -> str:
     """Compares the new version's statistics with those kept with the model in service (``baseline``: its
     registered folder; "" for none); writes ``data_checks.json`` and the version's statistics into ``statistics``
-    (the export step keeps them with the model), each check's value as a KFP metric. A blocking check fails the
+    (the register step keeps them with the model), each check's value as a KFP metric. A blocking check fails the
     step, so that nothing trains, with every reason on a line of its own; returns the outcome as a JSON line."""
     import json
 

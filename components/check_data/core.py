@@ -162,6 +162,10 @@ def check_label_set(new: dict, base: dict) -> dict:
     gone = sorted(set(base["class_names"]) - set(new["class_names"]))
     added = sorted(set(new["class_names"]) - set(base["class_names"]))
     if not gone and not added:
+        if list(new["class_names"]) != list(base["class_names"]):  # the same classes, other ids: clients reading ids
+            return row("label set", "warn", "block", value=0, detail=(
+                f"the same {len(new['class_names'])} classes in another order (class ids change meaning for clients "
+                f"that read them): {', '.join(base['class_names'])} -> {', '.join(new['class_names'])}"))  # fmt: skip
         return row("label set", "pass", "block", value=0, detail=f"{len(new['class_names'])} classes, as before")
     words = [f"gone {', '.join(gone)}" if gone else "", f"new {', '.join(added)}" if added else ""]
     detail = "; ".join(word for word in words if word) + (
@@ -237,8 +241,9 @@ def near_copies(held_out: np.ndarray, train: np.ndarray, similarity: float, text
         return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
 
     train_units, found = unit(train), 0
-    for start in range(0, len(held_out), 1024):  # a block of held-out examples against all of train at a time
-        found += int(((unit(held_out[start : start + 1024]) @ train_units.T).max(axis=1) >= similarity).sum())
+    for start in range(0, len(held_out), 256):  # 256 held-out examples against all of train at a time (1 GB of
+        # similarities for a million train images)
+        found += int(((unit(held_out[start : start + 256]) @ train_units.T).max(axis=1) >= similarity).sum())
     return found
 
 
@@ -268,9 +273,10 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
     text = new["modality"] == "text"
     similarity = limits["near_duplicate_similarity"]
     floor = 0.0
-    if base is not None:
-        floor = 2 * leakage_share(base_keys, base_keys.get("train", np.zeros(0)), similarity, text)[0]
-    warn, block = max(limits["leakage_warn"], floor), max(limits["leakage_block"], floor)
+    if base is not None:  # (capped: a leaky baseline raises the warning up to the block level, never the block)
+        floor = min(2 * leakage_share(base_keys, base_keys.get("train", np.zeros(0)), similarity, text)[0],
+                    limits["leakage_block"])  # fmt: skip
+    warn, block = max(limits["leakage_warn"], floor), limits["leakage_block"]
     thresholds = {"warn": round(warn, 4), "block": round(block, 4)}
     held_out = new["counts"]["validation"] + new["counts"]["test"]
 
@@ -289,6 +295,10 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
         rows.append(row("leakage across versions", graded(share, warn, block), "block", value=round(share, 4),
                         thresholds=thresholds, detail=f"{detail} train split"))  # fmt: skip
     return rows
+
+
+# a divergence is at most 1: a floor above this would silence its check for good
+MAX_FLOOR = 0.5
 
 
 def distribution_rows(name: str, new_hist: dict[str, list], base_hist: dict[str, list], limits: dict,
@@ -312,7 +322,9 @@ def distribution_rows(name: str, new_hist: dict[str, list], base_hist: dict[str,
         def one(hist, split):
             return rebin(hist[split], edges)
 
-    floor = 2 * jensen_shannon(one(base_hist, "train"), one(base_hist, "validation"))
+    floor = 0.0
+    if min(sum(one(base_hist, "train")), sum(one(base_hist, "validation"))) >= limits["min_split_examples"]:
+        floor = min(2 * jensen_shannon(one(base_hist, "train"), one(base_hist, "validation")), MAX_FLOOR)
     warn = max(limits["distribution_warn"], floor)
     value = jensen_shannon(total(new_hist), total(base_hist))
     return row(name, graded(value, warn, None), "warn", value=round(value, 4), thresholds={"warn": round(warn, 4)},
@@ -352,7 +364,11 @@ def check_texts(new: dict, base: dict, limits: dict) -> list[dict]:
     rows = [distribution_rows("token counts", {s: new["text"][s]["token_counts"] for s in SPLITS},
                               {s: base["text"][s]["token_counts"] for s in SPLITS}, limits)]  # fmt: skip
     for name, key in (("truncated share", "truncated_share"), ("out-of-vocabulary share", "out_of_vocabulary_share")):
-        now, before = overall(new, key), overall(base, key)
+        # the new texts under the served model's vocabulary (where the baseline keeps it), against the share its own
+        # data had under it
+        served = "served_out_of_vocabulary_share" if key == "out_of_vocabulary_share" else key
+        now = overall(new, served if served in new["text"]["train"] else key)
+        before = overall(base, key)
         rise = now - before
         rows.append(row(name, graded(rise, limits["text_share_warn"], limits["text_share_block"]), "block",
                         value=round(rise, 4),
@@ -364,8 +380,9 @@ def check_texts(new: dict, base: dict, limits: dict) -> list[dict]:
 def compare(new: dict, new_keys: dict, base: dict | None, base_keys: dict | None, limits: dict) -> list[dict]:
     """Every check's row, the new version's statistics against the baseline's (None: the first version, whose own
     leakage is still checked)."""
-    if base is None:
-        return check_leakage(new, new_keys, None, None, limits)
+    if base is None:  # nothing learned from before to block against: its blocking rows are warnings
+        return [dict(found, verdict="warn", severity="warn") if found["verdict"] == "block" else found
+                for found in check_leakage(new, new_keys, None, None, limits)]  # fmt: skip
     rows = [check_label_set(new, base)]
     if new["modality"] != base["modality"]:
         return [*rows, row("modality", "block", "block", detail=f"{base['modality']} -> {new['modality']}")]
@@ -452,6 +469,12 @@ def run(config: CheckDataConfig) -> dict:
         vocabulary = baseline_vocabulary(base_folder)
     new, new_keys = data_statistics.compute(config.examples_dir, vocabulary)
     data_statistics.write(config.output_dir, new, new_keys)
+    if new["modality"] == "text":  # the vocabulary beside them: this output is a baseline as it is
+        from components.storage import open_read, write_atomically
+        from components.tokenizing import VOCABULARY_FILE
+
+        with open_read(f"{config.examples_dir.rstrip('/')}/{VOCABULARY_FILE}") as handle:
+            write_atomically(f"{config.output_dir.rstrip('/')}/{VOCABULARY_FILE}", handle.read())
     rows = compare(new, new_keys, base_statistics, base_keys, limits)
     outcome = verdict_of(rows, base is not None, config.accept_data_change)
     result = {
@@ -488,13 +511,11 @@ def report(result: dict) -> None:
     """A line per check that did not pass, and the outcome, to the log (the terminal, Cloud Logging)."""
     if result["baseline_note"]:
         log.info("check data: %s", result["baseline_note"])
-    # a blocking row stops the run with its reasons (DataBlockedError); one that did not (no baseline, or accepted)
-    # is a warning here
-    demoted = "block, accepted" if result["accepted_data_change"] else "warn (no baseline to block against)"
+    # a blocking row stops the run with its reasons (DataBlockedError); one that did not (accepted) is logged here
     for found in result["checks"]:
         if found["verdict"] in ("warn", "skipped") or (found["verdict"] == "block" and not result["blocked"]):
             split = f" ({found['split']})" if found.get("split") else ""
-            verdict = demoted if found["verdict"] == "block" else found["verdict"]
+            verdict = "block, accepted" if found["verdict"] == "block" else found["verdict"]
             log.warning("check data: %s %s%s: %s", verdict, found["check"], split, found["detail"])
     counts = {verdict: sum(1 for found in result["checks"] if found["verdict"] == verdict)
               for verdict in ("pass", "warn", "block", "skipped")}  # fmt: skip

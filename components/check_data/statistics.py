@@ -27,6 +27,7 @@ FORMAT = 1  # the layout of data_stats.json; a baseline of another layout is sta
 THUMBNAIL_SIDE = 16
 BRIGHTNESS_BINS = 256  # the mean grey level of an image, 0 to 255, rounded
 CONTRAST_BINS = 128  # the standard deviation of its grey levels, rounded, 127 and above in the last bin
+TOKEN_BINS = 1025  # tokens per text, 0 to 1,023, and more in the last bin (the same whatever the sequence length)
 SIZE_STEP, ASPECT_STEP = 16, 0.05  # the sources' width and height in bins of 16 pixels, their aspect of 0.05
 SIZE_BINS = {"width": 512, "height": 512, "aspect": 201}  # up to 8,192 pixels and an aspect of 10, the rest beyond
 
@@ -34,8 +35,9 @@ SIZE_BINS = {"width": 512, "height": 512, "aspect": 201}  # up to 8,192 pixels a
 def compute(examples_dir: str, vocabulary: list[str] | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """(``data_stats.json``'s content, the near-duplicate keys per split) of the version in ``examples_dir``.
 
-    ``vocabulary``: for texts, the vocabulary whose out-of-vocabulary share is counted (the served model's); None:
-    the version's own ``vocabulary.txt``.
+    ``vocabulary``: for texts, the served model's vocabulary: the out-of-vocabulary share under it is counted too
+    (``served_out_of_vocabulary_share``, for the comparison), beside the share under the version's own
+    ``vocabulary.txt``, which is what the statistics keep for later runs.
     """
     stats = read_stats(examples_dir)
     text = stats.get("modality") == "text"
@@ -54,10 +56,12 @@ def compute(examples_dir: str, vocabulary: list[str] | None = None) -> tuple[dic
     }
     keys = {}
     if text:
-        index = {token: i for i, token in enumerate(vocabulary or read_vocabulary(examples_dir))}
+        own = {token: i for i, token in enumerate(read_vocabulary(examples_dir))}
+        served = {token: i for i, token in enumerate(vocabulary)} if vocabulary else None
         result["text"] = {}
         for split in SPLITS:
-            result["text"][split], keys[split] = text_statistics(examples_dir, split, index, stats["sequence_length"])
+            result["text"][split], keys[split] = text_statistics(examples_dir, split, own, stats["sequence_length"],
+                                                                 served)  # fmt: skip
     else:
         result["image"] = {}
         for split in SPLITS:
@@ -80,12 +84,11 @@ def quarantine_reasons(examples_dir: str) -> dict[str, int]:
     return dict(sorted(Counter(reasons).items()))
 
 
-def read_vocabulary(examples_dir: str) -> list[str]:
-    from components.storage import open_read
+def read_vocabulary(folder: str) -> list[str]:
     from components.tokenizing import VOCABULARY_FILE
+    from components.tokenizing import read_vocabulary as read
 
-    with open_read(f"{examples_dir.rstrip('/')}/{VOCABULARY_FILE}") as handle:
-        return handle.read().decode("utf-8").split("\n")[:-1]
+    return read(f"{folder.rstrip('/')}/{VOCABULARY_FILE}")
 
 
 def read_examples(examples_dir: str, split: str):
@@ -143,23 +146,26 @@ def source_format(source: str) -> str:
 
 
 def text_statistics(
-    examples_dir: str, split: str, index: dict[str, int], sequence_length: int
+    examples_dir: str, split: str, index: dict[str, int], sequence_length: int, served: dict[str, int] | None = None
 ) -> tuple[dict, np.ndarray]:
-    """A split's token counts (a histogram, one bin per count up to the sequence length, the longer in the last),
-    truncated and out-of-vocabulary shares under ``index``, and a hash of each standardised text (uint64)."""
+    """A split's token counts (a histogram, one bin per count up to ``TOKEN_BINS - 1``, the longer in the last,
+    whatever the sequence length), truncated and out-of-vocabulary shares under ``index`` (and under ``served``, the
+    served model's vocabulary, when given), and a hash of each standardised text (uint64)."""
     from components.tokenizing import standardize
 
-    lengths = np.zeros(sequence_length + 2, np.int64)  # 0 .. sequence_length, then longer
-    tokens_seen = unknown = truncated = 0
+    lengths = np.zeros(TOKEN_BINS, np.int64)
+    tokens_seen = unknown = unknown_served = truncated = 0
     hashes = []
     from components.schema import bytes_features
 
     for record in read_examples(examples_dir, split):
         tokens = standardize(bytes_features(record, ("text",)).get("text", b"").decode("utf-8"))
-        lengths[min(len(tokens), sequence_length + 1)] += 1
+        lengths[min(len(tokens), TOKEN_BINS - 1)] += 1
         truncated += len(tokens) > sequence_length
         tokens_seen += len(tokens)
-        unknown += sum(1 for token in tokens if token not in index or index[token] < 2)
+        unknown += sum(1 for token in tokens if index.get(token, 0) < 2)  # (ids 0 and 1: padding, unknown)
+        if served is not None:
+            unknown_served += sum(1 for token in tokens if served.get(token, 0) < 2)
         digest = hashlib.sha256(" ".join(tokens).encode("utf-8")).digest()
         hashes.append(int.from_bytes(digest[:8], "big"))
     examples = int(lengths.sum())
@@ -168,6 +174,8 @@ def text_statistics(
         "truncated_share": truncated / examples if examples else 0.0,
         "out_of_vocabulary_share": unknown / tokens_seen if tokens_seen else 0.0,
     }
+    if served is not None:
+        statistics["served_out_of_vocabulary_share"] = unknown_served / tokens_seen if tokens_seen else 0.0
     return statistics, np.asarray(hashes, dtype=np.uint64)
 
 

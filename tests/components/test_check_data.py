@@ -102,6 +102,18 @@ def test_a_class_added_or_renamed_blocks():
     rows, _ = outcome(version(BALANCED), version({split: [*c[:3], 0] for split, c in BALANCED.items()}))
     label_row = next(found for found in rows if found["check"] == "label set")
     assert label_row["verdict"] == "block" and label_row["detail"].startswith("new dog:")
+    renamed = version(BALANCED)[0]
+    renamed["class_names"] = ["ant", "bee", "cow", "hound"]
+    label_row = compare(renamed, version(BALANCED)[1], *version(BALANCED), LIMITS)[0]
+    assert label_row["verdict"] == "block" and label_row["detail"].startswith("gone dog; new hound:")
+
+
+def test_the_same_classes_in_another_order_warn():
+    reordered = version(BALANCED)[0]
+    reordered["class_names"] = ["bee", "ant", "cow", "dog"]
+    label_row = compare(reordered, version(BALANCED)[1], *version(BALANCED), LIMITS)[0]
+    assert label_row["verdict"] == "warn"
+    assert label_row["detail"].endswith("ant, bee, cow, dog -> bee, ant, cow, dog")
 
 
 def test_a_class_shift_of_twenty_points_warns_and_does_not_block():
@@ -196,11 +208,56 @@ def test_sources_of_another_size_warn_and_records_without_sizes_skip():
     assert verdicts(rows)[("source width", "")] == verdicts(rows)[("source aspect", "")] == "warn"
     assert verdicts(rows)[("source height", "")] == "pass" and not result["blocked"]
     adopted, keys = version(BALANCED)
-    for split in adopted["image"].values():
-        split.update(width=[0] * len(split["width"]), height=[0] * len(split["height"]))
+    for split in adopted["image"].values():  # as adopted TFRecords' statistics are: no source sizes at all
+        split.update({name: [0] * len(split[name]) for name in ("width", "height", "aspect")})
     rows, _ = outcome((adopted, keys), version(BALANCED))
-    skipped = next(found for found in rows if found["check"] == "source width")
-    assert skipped["verdict"] == "skipped" and skipped["detail"].startswith("the records do not say their sources'")
+    for name in ("width", "height", "aspect"):
+        skipped = next(found for found in rows if found["check"] == f"source {name}")
+        assert skipped["verdict"] == "skipped" and skipped["detail"].startswith("the records do not say their sour")
+
+
+def test_a_distribution_is_compared_over_the_baselines_decile_bins():
+    """Brightness spread evenly over 100 levels in the baseline: its deciles are 10 levels wide. A new version with
+    every level shifted by 10 moves a tenth of its mass into the bin above the baseline's range: by hand, JS of
+    (0.1 x 10, 0) against (0, 0.1 x 9, 0.1) is 0.1 (the disjoint tenths, each half of M)."""
+    from components.check_data.core import quantile_bins, rebin
+
+    spread = [0] * 256
+    for level in range(100, 200):
+        spread[level] = 10
+    edges = quantile_bins(spread)
+    assert edges.tolist() == [100, 110, 120, 130, 140, 150, 160, 170, 180, 190, 200]
+    assert rebin(spread, edges).tolist() == [0, *[100] * 10, 0]
+    shifted = [0] * 10 + spread[:-10]
+    assert rebin(shifted, edges).tolist() == [0, 0, *[100] * 9, 100]
+    assert jensen_shannon(rebin(spread, edges), rebin(shifted, edges)) == pytest.approx(0.1)
+
+
+def test_a_small_baseline_validation_split_does_not_raise_the_distribution_threshold():
+    base = version(BALANCED)[0]
+    for split, level in (("train", 100), ("validation", 200)):  # train and validation of other brightness
+        base["image"][split]["brightness"] = [0] * 256
+        base["image"][split]["brightness"][level] = base["counts"][split]
+    rows = compare(*version(BALANCED), base, version(BALANCED)[1], LIMITS)
+    brightness = next(found for found in rows if found["check"] == "brightness")
+    assert brightness["thresholds"] == {"warn": 0.5}  # the floor, capped: a divergence of 1 doubled would be 2
+    base["counts"]["validation"] = 10  # too few to say what the split's noise is
+    for name in base["per_class"]["validation"]:
+        base["per_class"]["validation"][name] = 10 // 4
+    base["image"]["validation"]["brightness"][200] = 10
+    rows = compare(*version(BALANCED), base, version(BALANCED)[1], LIMITS)
+    brightness = next(found for found in rows if found["check"] == "brightness")
+    assert brightness["thresholds"] == {"warn": 0.1}
+
+
+def test_a_leaky_baseline_raises_the_leakage_warning_no_higher_than_the_block():
+    base, base_keys = version(BALANCED)
+    base_keys["train"][:50] = np.concatenate([base_keys["validation"][:25], base_keys["test"][:25]])  # 25% leaked
+    new, keys = version(BALANCED, first_id=10_000)
+    keys["train"][:90] = np.concatenate([keys["validation"][:45], keys["test"][:45]])  # 45%
+    rows = compare(new, keys, base, base_keys, LIMITS)
+    leak = next(found for found in rows if found["check"] == "leakage across splits")
+    assert leak["thresholds"] == {"warn": 0.05, "block": 0.05} and leak["verdict"] == "block"
 
 
 def test_a_brightness_shift_warns_and_never_blocks():
@@ -221,7 +278,10 @@ def test_without_a_baseline_blocking_rows_are_only_warnings():
     new, keys = version(BALANCED)
     keys["train"][:50] = keys["test"][:50]
     rows = compare(new, keys, None, None, LIMITS)
-    assert [found["check"] for found in rows] == ["leakage across splits"] and rows[0]["verdict"] == "block"
+    # 50 of 200 held out: past the block level, a warning in the rows as in the outcome
+    assert [(found["check"], found["verdict"], found["severity"]) for found in rows] == [
+        ("leakage across splits", "warn", "warn")
+    ]
     result = verdict_of(rows, has_baseline=False, accepted=False)
     assert not result["blocked"] and result["warnings"][0].startswith("leakage across splits:")
 
@@ -320,7 +380,7 @@ def test_re_encoded_copies_spread_over_the_splits_block_the_run(digits, tmp_path
     done = check("--examples", examples, "--output", str(tmp_path / "first-version"))
     # no baseline: the leakage is reported, and the run goes on
     assert done.returncode == 0, done.stderr
-    assert "check data: warn (no baseline to block against) leakage across splits: " in done.stderr
+    assert "check data: warn leakage across splits: " in done.stderr
     baseline = convert(digits, str(tmp_path / "baseline"))
     done = check("--examples", examples, "--baseline", baseline, "--output", str(tmp_path / "checks"))
     assert done.returncode == 1
@@ -403,6 +463,14 @@ def test_the_statistics_read_the_bytes_features_tensorflow_reads_without_importi
                     if name in parsed and parsed[name].WhichOneof("kind") == "int64_list"}  # fmt: skip
         assert int64_features(serialized, names) == expected
     assert int64_features(ours, ("source_size", "class")) == {"source_size": [640, 480], "class": [2]}
+    # an int64 list written unpacked (a varint a value, as older writers do), and negative values
+    unpacked = b"\x08\x80\x05\x08\xe0\x03"  # Int64List.value = 640, 480, each a varint of its own
+    entry = b"\x0a\x0bsource_size\x12" + bytes([len(unpacked) + 2]) + b"\x1a" + bytes([len(unpacked)]) + unpacked
+    example = b"\x0a" + bytes([len(entry) + 2]) + b"\x0a" + bytes([len(entry)]) + entry
+    assert list(tf.train.Example.FromString(example).features.feature["source_size"].int64_list.value) == [640, 480]
+    assert int64_features(example, ("source_size",)) == {"source_size": [640, 480]}
+    negative = serialize_example(b"x", 0, "a", (-1, -(2**63)), 2)
+    assert int64_features(negative, ("size",)) == {"size": [-1, -(2**63)]}
 
 
 def test_a_sources_size_is_read_as_its_exif_orientation_turns_it():
