@@ -71,6 +71,8 @@ GROUPS = {
     "resume keys": functions("pipeline.local.resume", "run_key", "decide")
     + functions("pipeline.local.run", "run_identity"),
     "export's quantization set-up": functions("components.export.image", "unit_range_network", "tflite_models"),
+    # a wrong threshold or distance lets broken data through to training, or blocks good data
+    "data checks": ["components.check_data.core.*", "components.check_data.statistics.*"],
 }
 # mutmut's exit codes of a mutant's test run: 1 a test failed (killed), 0 all passed (survived), 33 no test reaches
 # it, -24 (SIGXCPU) past its CPU time; another negative code is a crash (killed)
