@@ -62,11 +62,76 @@ def configure_logging(verbose: bool = False) -> None:
     if not verbose:  # TensorFlow's C++ start-up lines (CPU features, absl, graph optimizers): -v shows them
         import os
 
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # its C++ ERROR lines too: on AVX-512 hosts oneDNN logs "supports DT_BOOL only on platforms with AVX-512 ...
+        # falling back" as an error on every run of a text model; a real failure raises in Python
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        quiet_tensorflow_startup()
     # Beam's local job service relays every worker's INFO lines: keep the user's view to our progress lines
     for noisy in ("apache_beam", "absl", "tensorflow"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
     record_step_failures()
+
+
+# what TensorFlow's native libraries write to stderr while they load, before its logging starts (so that
+# TF_CPP_MIN_LOG_LEVEL cannot hold it back): on CPUs where oneDNN is on by default (AVX512-VNNI, AVX512-BF16, AMX),
+# "oneDNN custom operations are on ..." and absl's warning before it
+STARTUP_NOISE = (b"All log messages before absl::InitializeLog() is called", b"oneDNN custom operations are on",
+                 b"cpu_feature_guard.cc", b"To enable the following instructions:")  # fmt: skip
+
+
+class _QuietLoader:
+    """Runs a module's import with stderr (file descriptor 2, which native code writes to) held in a file, then
+    writes back every line but ``STARTUP_NOISE``'s."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        import os
+        import tempfile
+
+        sys.stderr.flush()
+        saved = os.dup(2)
+        with tempfile.TemporaryFile() as held:
+            os.dup2(held.fileno(), 2)
+            try:
+                self.loader.exec_module(module)
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                os.close(saved)
+                module.__loader__ = module.__spec__.loader = self.loader  # the module as a plain import leaves it
+                held.seek(0)
+                kept = b"".join(line for line in held if not any(noise in line for noise in STARTUP_NOISE))
+                if kept:
+                    sys.stderr.write(kept.decode("utf-8", "replace"))
+                    sys.stderr.flush()
+
+
+class _QuietTensorFlowStartup:
+    """A ``sys.meta_path`` finder that imports ``tensorflow``, the first time, through ``_QuietLoader``."""
+
+    def find_spec(self, name, path=None, target=None):
+        import importlib.util
+
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _QuietLoader(spec.loader)
+        return spec
+
+
+def quiet_tensorflow_startup() -> None:
+    """TensorFlow's native start-up lines kept off the terminal when it is first imported (``STARTUP_NOISE``;
+    everything else it writes is kept); nothing once it is imported, or with the hook already in place."""
+    if "tensorflow" in sys.modules or any(isinstance(f, _QuietTensorFlowStartup) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _QuietTensorFlowStartup())
 
 
 def record_step_failures() -> None:

@@ -221,13 +221,15 @@ def exported_text(text_examples, trained_text, tmp_path_factory) -> tuple[str, d
 
 
 def run_cli(*args: str, cwd: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Runs ``python -m ...`` in the project's interpreter, the way a user does."""
+    """Runs ``python -m ...`` in the project's interpreter, the way a user does: in the environment of this
+    process less what importing JAX here set in it (``TF_CPP_MIN_LOG_LEVEL=1``, which a user's shell has not)."""
     return subprocess.run(
         [sys.executable, "-m", *args],
         cwd=cwd or REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env={name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"},
     )
 
 

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from components.demo_data import write_digits
-from tests.conftest import run_cli
+from tests.conftest import REPO_ROOT, run_cli
 
 
 @pytest.mark.parametrize("step", ["convert", "train", "evaluate", "export", "convert.fingerprint", "register"])
@@ -114,3 +114,27 @@ def test_each_console_script_is_installed_and_runs_its_command(name):
     result = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"usage: python -m {module} ")
+
+
+def test_tensorflows_native_start_up_lines_stay_off_the_terminal_and_the_rest_of_stderr_stays():
+    """On CPUs where TensorFlow turns oneDNN on by default, its native libraries write "oneDNN custom operations
+    are on" (and absl's warning before it) while they load, before TF_CPP_MIN_LOG_LEVEL applies: the steps'
+    logging set-up keeps those lines, and only those, off stderr; -v shows everything."""
+    import subprocess
+    import sys
+
+    script = ("import sys; from components.cli import configure_logging; configure_logging('-v' in sys.argv); "
+              "import tensorflow as tf; print('after', file=sys.stderr); "
+              "print(type(tf.__loader__).__name__)")  # fmt: skip
+    quiet = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr.splitlines() == ["after"] and quiet.stdout.strip() == "SourceFileLoader"
+    from components.cli import STARTUP_NOISE
+
+    verbose = subprocess.run([sys.executable, "-c", script, "-v"], cwd=REPO_ROOT, capture_output=True, timeout=120)
+    assert verbose.returncode == 0
+    shown = [line for line in verbose.stderr.splitlines() if any(noise in line for noise in STARTUP_NOISE)]
+    with open("/proc/cpuinfo") as handle:  # (TensorFlow's own choice: oneDNN on by default on these CPUs)
+        flags = set(next(line for line in handle if line.startswith("flags")).split())
+    if flags & {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile"}:
+        assert shown, verbose.stderr  # there is something to hide on this host, and -v shows it

@@ -20,6 +20,7 @@ from components.convert.core import (
     content_digest,
     conversion_graph,
     encode_image,
+    oriented_size,
     run,
     serialize_example,
     split_for_digest,
@@ -165,8 +166,9 @@ def test_the_staged_listing_gives_each_image_once_in_the_split_of_its_bytes(tmp_
         for relative, name, split in kept:
             content = sources[relative.removeprefix("src/")]
             path = str(tmp_path / "src" / relative.removeprefix("src/"))
-            example = serialize_example(encode_image(content, 8, config.jpeg_quality), classes.index(name), name,
-                                        (8, 8), len(classes), source=path)  # fmt: skip
+            jpeg = encode_image(content, 8, config.jpeg_quality)
+            example = serialize_example(jpeg, classes.index(name), name, (8, 8), len(classes), source=path,
+                                        source_size=oriented_size(content))  # fmt: skip
             expected[split or split_for_digest(content_digest(content), *fractions)].add(example)
         for split in SPLITS:
             found = [r.numpy() for r in tf.data.TFRecordDataset(tf.io.gfile.glob(f"{output}/{split}/*.tfrec"))]
