@@ -94,6 +94,9 @@ def test_a_class_dropped_blocks_and_names_it():
     dropped = {split: [*counts[:3], 0] for split, counts in BALANCED.items()}
     rows, result = outcome(version(dropped), version(BALANCED))
     assert verdicts(rows)[("label set", "")] == "block"
+    # by hand: dog 25% -> 0% is the largest move of the train split's shares (the others 25% -> 33.3%)
+    mix = next(found for found in rows if found["check"] == "class mix" and found["split"] == "train")
+    assert mix["value"] == 0.25 and mix["detail"].startswith("class dog 25.0% -> 0.0%")
     assert result["blocked"]
     assert result["blocking"][0].startswith("label set: gone dog:")
 
@@ -112,7 +115,9 @@ def test_the_same_classes_in_another_order_warn():
     reordered = version(BALANCED)[0]
     reordered["class_names"] = ["bee", "ant", "cow", "dog"]
     label_row = compare(reordered, version(BALANCED)[1], *version(BALANCED), LIMITS)[0]
-    assert label_row["verdict"] == "warn"
+    assert (label_row["check"], label_row["verdict"], label_row["severity"], label_row["value"]) == (
+        "label set", "warn", "block", 0
+    )  # fmt: skip
     assert label_row["detail"].endswith("ant, bee, cow, dog -> bee, ant, cow, dog")
 
 
@@ -311,6 +316,18 @@ def text_version(oov: float, truncated: float):
     statistics.update(modality="text", text={split: split_figures for split in ("train", "validation", "test")})
     return statistics, {split: np.arange(len(found), dtype=np.uint64) + 1000 * i
                         for i, (split, found) in enumerate(keys.items())}  # fmt: skip
+
+
+def test_text_shares_of_every_split_are_weighed_by_their_examples():
+    # train 400 examples at 10% out of vocabulary, validation and test 100 each at 40%: (40 + 40 + 40) / 600 = 20%
+    base = text_version(oov=0.0, truncated=0.0)
+    new = text_version(oov=0.0, truncated=0.0)
+    new[0]["text"] = {split: dict(new[0]["text"][split], out_of_vocabulary_share=0.4) for split in new[0]["text"]}
+    new[0]["text"]["train"]["out_of_vocabulary_share"] = 0.1
+    rows, _ = outcome(new, base)
+    oov = next(found for found in rows if found["check"] == "out-of-vocabulary share")
+    assert oov["value"] == pytest.approx(0.2) and oov["detail"] == "0.0% -> 20.0%"
+    assert oov["thresholds"] == {"warn": 0.02, "block": 0.1} and oov["severity"] == "block"
 
 
 def test_a_rise_in_out_of_vocabulary_words_warns_at_two_points_and_blocks_at_ten():
