@@ -545,3 +545,36 @@ def test_texts_are_checked_under_the_served_models_vocabulary(text_examples, tmp
     (served / VOCABULARY_FILE).write_bytes(vocabulary_bytes([PADDING, OUT_OF_VOCABULARY, "the", "a"]))
     with pytest.raises(DataBlockedError, match=r"\n  out-of-vocabulary share: \d+\.\d% -> \d+\.\d%\n"):
         run(CheckDataConfig(examples_dir=examples_dir, output_dir=str(tmp_path / "new"), baseline=str(served)))
+
+
+def test_text_statistics_count_tokens_truncation_and_unknown_words_as_counted_by_hand(tmp_path):
+    """40 distinct texts of 1 to 5 tokens (8 of each length), cut at 3 tokens; a served vocabulary that knows only
+    each text's first token. By hand: 16 of 40 texts are truncated; 80 of the 120 tokens are unknown to it."""
+    from components.check_data.statistics import compute
+    from components.convert.text import TextConvertConfig, run_text
+    from components.tokenizing import OUT_OF_VOCABULARY, PADDING
+    from tests.conftest import IN_MEMORY
+
+    texts = [[f"w{i}x{j}" for j in range(i % 5 + 1)] for i in range(40)]
+    source = tmp_path / "texts.jsonl"
+    source.write_text("".join(json.dumps({"text": " ".join(words), "label": ("neg", "pos")[i % 2]}) + "\n"
+                              for i, words in enumerate(texts)))  # fmt: skip
+    run_text(TextConvertConfig(source=str(source), output_dir=str(tmp_path / "examples"), vocabulary_size=500,
+                               sequence_length=3, validation_fraction=0.2, test_fraction=0.2,
+                               pipeline_args=IN_MEMORY))  # fmt: skip
+    served = [PADDING, OUT_OF_VOCABULARY, *(words[0] for words in texts)]
+    statistics, keys = compute(str(tmp_path / "examples"), served)
+    splits = statistics["text"].values()
+    lengths = np.sum([split["token_counts"] for split in splits], axis=0)
+    assert lengths[:6].tolist() == [0, 8, 8, 8, 8, 8] and lengths.sum() == 40
+    examples = {name: int(np.sum(split["token_counts"])) for name, split in statistics["text"].items()}
+    truncated = sum(split["truncated_share"] * examples[name] for name, split in statistics["text"].items())
+    assert truncated == pytest.approx(16)
+    tokens = {name: int(np.dot(split["token_counts"], np.arange(len(split["token_counts"]))))
+              for name, split in statistics["text"].items()}  # fmt: skip
+    unknown = sum(split["served_out_of_vocabulary_share"] * tokens[name] for name, split in statistics["text"].items())
+    assert unknown == pytest.approx(80)
+    own = sum(split["out_of_vocabulary_share"] * tokens[name] for name, split in statistics["text"].items())
+    # the version's own vocabulary (500 ids) holds every train word, and no held-out one: each word is in one text
+    assert own == pytest.approx(tokens["validation"] + tokens["test"]) and tokens["train"] > 0
+    assert sum(len(found) for found in keys.values()) == 40 and len(set(np.concatenate(list(keys.values())))) == 40
