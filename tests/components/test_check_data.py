@@ -578,3 +578,17 @@ def test_text_statistics_count_tokens_truncation_and_unknown_words_as_counted_by
     # the version's own vocabulary (500 ids) holds every train word, and no held-out one: each word is in one text
     assert own == pytest.approx(tokens["validation"] + tokens["test"]) and tokens["train"] > 0
     assert sum(len(found) for found in keys.values()) == 40 and len(set(np.concatenate(list(keys.values())))) == 40
+
+
+def test_thresholds_are_read_from_name_value_items():
+    from components.check_data.core import parse_thresholds
+
+    assert parse_thresholds([]) == {}
+    assert parse_thresholds([" class_mix_block = 0.25", "leakage_block=1e-2"]) == {"class_mix_block": 0.25,
+                                                                                     "leakage_block": 0.01}  # fmt: skip
+    for item in ("class_mix_block", "class_mix_block=", "class_mix_block=high", "class_mix_block=nan"):
+        with pytest.raises(UsageError) as raised:
+            parse_thresholds([item])
+        assert str(raised.value) == (
+            f"data threshold {item!r} is not NAME=VALUE with a number: for example class_mix_block=0.25"
+        )
