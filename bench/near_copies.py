@@ -31,11 +31,10 @@ QUALITIES = (95, 75, 50, 30)
 def thumbnail(jpeg: bytes) -> np.ndarray:
     from PIL import Image
 
-    from components.check_data.statistics import THUMBNAIL_SIDE
+    from components.check_data.statistics import thumbnail
 
     with Image.open(io.BytesIO(jpeg)) as image:
-        grey = image.convert("L").resize((THUMBNAIL_SIDE, THUMBNAIL_SIDE), Image.Resampling.BOX)
-    return np.asarray(grey, dtype=np.uint8).reshape(-1)
+        return thumbnail(image.convert("L"))
 
 
 def dhash(jpeg: bytes) -> int:
@@ -47,17 +46,12 @@ def dhash(jpeg: bytes) -> int:
     return int.from_bytes(np.packbits(grey[:, 1:] > grey[:, :-1]).tobytes(), "big")
 
 
-def unit(thumbnails: np.ndarray) -> np.ndarray:
-    vectors = thumbnails.astype(np.float32)
-    vectors -= vectors.mean(axis=1, keepdims=True)
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
-
-
 def main() -> None:
     from PIL import Image
     from sklearn.datasets import load_digits
 
     from components.check_data.core import THRESHOLDS
+    from components.check_data.statistics import unit_thumbnails as unit
     from components.convert.core import encode_image
     from components.demo_data import DEFAULT_SIZE
 

@@ -233,13 +233,7 @@ def near_copies(held_out: np.ndarray, train: np.ndarray, similarity: float, text
         return 0
     if text:
         return int(np.isin(held_out, train).sum())
-
-    def unit(thumbnails):
-        vectors = thumbnails.astype(np.float32)
-        vectors -= vectors.mean(axis=1, keepdims=True)
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
-
+    unit = data_statistics.unit_thumbnails
     train_units, found = unit(train), 0
     for start in range(0, len(held_out), 256):  # 256 held-out examples against all of train at a time (1 GB of
         # similarities for a million train images)

@@ -126,13 +126,29 @@ def image_statistics(examples_dir: str, split: str) -> tuple[dict, np.ndarray]:
         levels = np.asarray(grey, dtype=np.float32)
         brightness[min(BRIGHTNESS_BINS - 1, round(float(levels.mean())))] += 1
         contrast[min(CONTRAST_BINS - 1, round(float(levels.std())))] += 1
-        thumbnail = grey.resize((THUMBNAIL_SIDE, THUMBNAIL_SIDE), Image.Resampling.BOX)
-        thumbnails.append(np.asarray(thumbnail, dtype=np.uint8).reshape(-1))
+        thumbnails.append(thumbnail(grey))
         formats[source_format(source.decode("utf-8", "replace"))] += 1
     statistics = {"brightness": brightness.tolist(), "contrast": contrast.tolist(), "formats": dict(formats),
                   **{name: counts.tolist() for name, counts in sizes.items()}}  # fmt: skip
     keys = np.stack(thumbnails) if thumbnails else np.zeros((0, THUMBNAIL_SIDE * THUMBNAIL_SIDE), np.uint8)
     return statistics, keys
+
+
+def thumbnail(grey) -> np.ndarray:
+    """A grey Pillow image's near-copy key: its ``THUMBNAIL_SIDE`` square thumbnail (box filter), flat, uint8."""
+    from PIL import Image
+
+    small = grey.resize((THUMBNAIL_SIDE, THUMBNAIL_SIDE), Image.Resampling.BOX)
+    return np.asarray(small, dtype=np.uint8).reshape(-1)
+
+
+def unit_thumbnails(thumbnails: np.ndarray) -> np.ndarray:
+    """Thumbnails less their mean grey, at unit length (a flat one all zeros): their dot products are the
+    correlations the near-copy search compares with its threshold."""
+    vectors = thumbnails.astype(np.float32)
+    vectors -= vectors.mean(axis=1, keepdims=True)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
 
 
 def source_format(source: str) -> str:

@@ -332,17 +332,15 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
 def data_checks_outcome(checks_dir: str) -> dict:
     """The check-data step's outcome, from its ``data_checks.json``: the warnings, the blocking reasons accepted
     (``--accept-data-change``), the baseline's note and where the file is."""
-    from components.check_data.core import CHECKS_FILE
-    from components.storage import read_json
+    from components.artifacts.data_statistics import CHECKS_NAME, read_checks
 
-    path = os.path.join(checks_dir, CHECKS_FILE)
-    found = read_json(path)
+    found = read_checks(checks_dir)
     return {
         "checks": len(found["checks"]),
         "warnings": found["warnings"],
         "accepted": found["blocking"] if found["accepted_data_change"] else [],
         "note": found["baseline_note"],
-        "path": path,
+        "path": os.path.join(checks_dir, CHECKS_NAME),
     }
 
 
