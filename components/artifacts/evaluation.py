@@ -2,7 +2,9 @@
 Model Registry's imported evaluation read.
 
 It holds ``metrics.json`` (accuracy, top-k accuracy, per-class figures, the confusion matrix, ``ranking``, the
-blessing and its reasons) and ``report.html`` (with ``--screenshot``, ``report.png``).
+blessing and its reasons) and ``report.html`` (with ``--screenshot``, ``report.png``). Its figures in Vertex AI's
+classification metrics schema are what the register step imports and, in the DAG, the evaluate step's
+``vertex_evaluation`` output (``sliced_metrics``).
 """
 
 from __future__ import annotations
@@ -10,8 +12,56 @@ from __future__ import annotations
 METRICS_FILE = "metrics.json"
 REPORT_FILE = "report.html"
 SCREENSHOT_FILE = "report.png"
+# the schema of a classification model evaluation: what the console's Evaluate tab draws
+CLASSIFICATION_METRICS_SCHEMA = "gs://google-cloud-aiplatform/schema/modelevaluation/classification_metrics_1.0.0.yaml"
 
 
 def metrics_path(folder: str) -> str:
     """The ``metrics.json`` of an evaluation folder (a local path or a ``gs://`` URI)."""
     return folder.rstrip("/") + "/" + METRICS_FILE
+
+
+def vertex_evaluation(metrics: dict) -> tuple[dict, list[dict]]:
+    """Evaluate's ``metrics.json`` as Vertex AI's classification evaluation (``metrics``, ``metricsSchemaUri``) and
+    one slice per class (the console's per-label figures): confusion matrix, areas under the precision-recall and
+    ROC curves, log loss, and the figures at each confidence threshold."""
+
+    def confidence(rows: list[dict]) -> list[dict]:
+        return [
+            {"confidenceThreshold": row["threshold"], "precision": row["precision"], "recall": row["recall"],
+             "f1Score": row["f1"], "falsePositiveRate": row["fpr"], "precisionAt1": row["precision_at_1"],
+             "recallAt1": row["recall_at_1"], "f1ScoreAt1": row["f1_at_1"], "falsePositiveRateAt1": row["fpr_at_1"],
+             "truePositiveCount": str(row["tp"]), "falsePositiveCount": str(row["fp"]),
+             "falseNegativeCount": str(row["fn"]), "trueNegativeCount": str(row["tn"])}
+            for row in rows
+        ]  # fmt: skip
+
+    ranking = metrics["ranking"]
+    specs = [{"id": str(index), "displayName": name} for index, name in enumerate(metrics["class_names"])]
+    overall = {
+        "auPrc": ranking["au_prc"],
+        "auRoc": ranking["au_roc"],
+        "logLoss": ranking["log_loss"],
+        "confidenceMetrics": confidence(ranking["thresholds"]),
+        "confusionMatrix": {"annotationSpecs": specs, "rows": metrics["confusion_matrix"]},
+    }
+    evaluation = {"metricsSchemaUri": CLASSIFICATION_METRICS_SCHEMA, "metrics": overall}
+    slices = [
+        {"slice": {"dimension": "annotationSpec", "value": name}, "metricsSchemaUri": CLASSIFICATION_METRICS_SCHEMA,
+         "metrics": {"auPrc": figures["au_prc"], "auRoc": figures["au_roc"],
+                     "confidenceMetrics": confidence(figures["thresholds"])}}
+        for name, figures in ranking["per_class"].items()
+    ]  # fmt: skip
+    return evaluation, slices
+
+
+def sliced_metrics(metrics: dict) -> dict:
+    """``metrics.json`` as the file of a ``google.ClassificationMetrics`` artifact, the evaluate step's
+    ``vertex_evaluation`` output: ``slicedMetrics``, the whole test split first, then one slice per class, each
+    figure under ``classification``. Google Cloud Pipeline Components' evaluation import
+    (``ModelImportEvaluationOp``, its ``classification_metrics`` input) reads it as it is."""
+    evaluation, slices = vertex_evaluation(metrics)
+    whole = {"singleOutputSlicingSpec": {}, "metrics": {"classification": evaluation["metrics"]}}
+    per_class = [{"singleOutputSlicingSpec": one["slice"], "metrics": {"classification": one["metrics"]}}
+                 for one in slices]  # fmt: skip
+    return {"slicedMetrics": [whole, *per_class]}

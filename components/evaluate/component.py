@@ -1,6 +1,7 @@
 """The evaluate step as lightweight KFP components: a thin wrapper over ``components.evaluate.core``, and the step
 a run takes instead of export and registration when the model is not blessed."""
 
+from google_cloud_pipeline_components.types import artifact_types
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output, OutputPath
 
@@ -11,6 +12,7 @@ def evaluate(
     metrics: Output[Metrics],
     confusion: Output[ClassificationMetrics],
     evaluation: Output[Artifact],
+    vertex_evaluation: Output[artifact_types.ClassificationMetrics],
     report: Output[HTML],
     test_accuracy: OutputPath(float),
     data_checks: Input[Artifact],
@@ -20,9 +22,12 @@ def evaluate(
 ) -> bool:
     """Evaluates on the test split (and the baseline, if any); logs KFP Metrics and ClassificationMetrics, publishes
     the HTML report (shown by the Vertex AI console), with the data checks (``data_checks``, the check-data step's
-    output); returns the blessing, which gates export and registration."""
+    output), and ``vertex_evaluation``, the figures as Google Cloud Pipeline Components' evaluation import reads them
+    (a ``google.ClassificationMetrics``); returns the blessing, which gates export and registration."""
+    import json
     import shutil
 
+    from components.artifacts.evaluation import sliced_metrics
     from components.cli import configure_logging
     from components.evaluate.core import EvaluateConfig, run
 
@@ -54,6 +59,11 @@ def evaluate(
     confusion.log_roc_curve([row["fpr"] for row in curve], [row["recall"] for row in curve],
                             [row["threshold"] for row in curve])  # fmt: skip
     evaluation.metadata.update({"blessed": blessing["blessed"], "reasons": blessing["reasons"]})
+    ranking = result["ranking"]
+    vertex_evaluation.metadata.update({"accuracy": result["accuracy"], "auPrc": ranking["au_prc"],
+                                       "auRoc": ranking["au_roc"], "logLoss": ranking["log_loss"]})  # fmt: skip
+    with open(vertex_evaluation.path, "w", encoding="utf-8") as handle:
+        json.dump(sliced_metrics(result), handle)
     shutil.copyfile(result["report_html"], report.path)
     with open(test_accuracy, "w", encoding="utf-8") as handle:
         handle.write(repr(float(result["accuracy"])))

@@ -15,8 +15,6 @@ log = logging.getLogger(__name__)
 
 # Vertex AI's prebuilt TensorFlow 2 CPU prediction image (serves the SavedModel's serving_default signature)
 DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
-# the schema of a classification model evaluation: what the console's Evaluate tab draws
-CLASSIFICATION_METRICS_SCHEMA = "gs://google-cloud-aiplatform/schema/modelevaluation/classification_metrics_1.0.0.yaml"
 SLICES_PER_IMPORT = 50  # the most one BatchImportModelEvaluationSlices request takes (as GCPC's import step batches)
 
 
@@ -104,40 +102,6 @@ def register_blessed(
     return result
 
 
-def vertex_evaluation(metrics: dict) -> tuple[dict, list[dict]]:
-    """Evaluate's ``metrics.json`` as Vertex AI's classification evaluation (``metrics``, ``metricsSchemaUri``) and
-    one slice per class (the console's per-label figures): confusion matrix, areas under the precision-recall and
-    ROC curves, log loss, and the figures at each confidence threshold."""
-
-    def confidence(rows: list[dict]) -> list[dict]:
-        return [
-            {"confidenceThreshold": row["threshold"], "precision": row["precision"], "recall": row["recall"],
-             "f1Score": row["f1"], "falsePositiveRate": row["fpr"], "precisionAt1": row["precision_at_1"],
-             "recallAt1": row["recall_at_1"], "f1ScoreAt1": row["f1_at_1"], "falsePositiveRateAt1": row["fpr_at_1"],
-             "truePositiveCount": str(row["tp"]), "falsePositiveCount": str(row["fp"]),
-             "falseNegativeCount": str(row["fn"]), "trueNegativeCount": str(row["tn"])}
-            for row in rows
-        ]  # fmt: skip
-
-    ranking = metrics["ranking"]
-    specs = [{"id": str(index), "displayName": name} for index, name in enumerate(metrics["class_names"])]
-    overall = {
-        "auPrc": ranking["au_prc"],
-        "auRoc": ranking["au_roc"],
-        "logLoss": ranking["log_loss"],
-        "confidenceMetrics": confidence(ranking["thresholds"]),
-        "confusionMatrix": {"annotationSpecs": specs, "rows": metrics["confusion_matrix"]},
-    }
-    evaluation = {"metricsSchemaUri": CLASSIFICATION_METRICS_SCHEMA, "metrics": overall}
-    slices = [
-        {"slice": {"dimension": "annotationSpec", "value": name}, "metricsSchemaUri": CLASSIFICATION_METRICS_SCHEMA,
-         "metrics": {"auPrc": figures["au_prc"], "auRoc": figures["au_roc"],
-                     "confidenceMetrics": confidence(figures["thresholds"])}}
-        for name, figures in ranking["per_class"].items()
-    ]  # fmt: skip
-    return evaluation, slices
-
-
 def import_evaluation(settings: VertexSettings, model_version: str, metrics: dict, display_name: str) -> str:
     """Imports evaluate's ``metrics`` into the Model Registry as the evaluation of ``model_version``
     (``projects/.../models/ID@VERSION``), with a slice per class; returns the evaluation's name. Retried safely: a
@@ -146,6 +110,7 @@ def import_evaluation(settings: VertexSettings, model_version: str, metrics: dic
 
     from google.cloud.aiplatform.compat.types import model_evaluation_slice_v1, model_evaluation_v1
 
+    from components.artifacts.evaluation import vertex_evaluation
     from components.vertex_sdk import model_client
 
     evaluation, slices = vertex_evaluation(metrics)

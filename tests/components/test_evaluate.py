@@ -96,7 +96,10 @@ def test_the_kfp_step_logs_the_confusion_matrix_and_the_roc_curve(converted, tra
 
     examples_dir, stats = converted
     model_dir, _ = trained
-    kinds = {"metrics": Metrics, "confusion": ClassificationMetrics, "evaluation": Artifact, "report": HTML}
+    from google_cloud_pipeline_components.types.artifact_types import ClassificationMetrics as VertexMetrics
+
+    kinds = {"metrics": Metrics, "confusion": ClassificationMetrics, "evaluation": Artifact, "report": HTML,
+             "vertex_evaluation": VertexMetrics}  # fmt: skip
     outputs = {name: kind(name=name, uri=str(tmp_path / name)) for name, kind in kinds.items()}
     examples, model = Artifact(uri=examples_dir), Artifact(uri=model_dir)
     from components.check_data.core import CheckDataConfig
@@ -119,6 +122,13 @@ def test_the_kfp_step_logs_the_confusion_matrix_and_the_roc_curve(converted, tra
     for lower, higher in itertools.pairwise(curve):
         assert higher["recall"] <= lower["recall"] and higher["falsePositiveRate"] <= lower["falsePositiveRate"]
     assert outputs["metrics"].metadata["accuracy"] == float((tmp_path / "accuracy").read_text())
+    # the figures as GCPC's evaluation import reads them: the whole split, then a slice per class, in class order
+    sliced = json.loads((tmp_path / "vertex_evaluation").read_text())["slicedMetrics"]
+    assert [one["singleOutputSlicingSpec"].get("value") for one in sliced] == [None, *CLASSES]
+    whole = sliced[0]["metrics"]["classification"]
+    assert whole["confusionMatrix"]["rows"] == rows
+    assert outputs["vertex_evaluation"].metadata["auRoc"] == whole["auRoc"]
+    assert outputs["vertex_evaluation"].metadata["accuracy"] == outputs["metrics"].metadata["accuracy"]
 
 
 def test_ranking_metrics_from_known_probabilities():

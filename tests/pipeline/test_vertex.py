@@ -619,6 +619,55 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     assert len(in_pipeline.requests) == requests
 
 
+def test_gcpc_evaluation_import_reads_the_evaluate_output_as_the_register_step_imports_it(
+    in_pipeline, gcs, tmp_path, monkeypatch
+):
+    """evaluate's ``vertex_evaluation`` (a google.ClassificationMetrics) is what Google Cloud Pipeline Components'
+    own evaluation import reads: its container code, run here against the fake server, imports the same figures
+    and per-class slices as the register step does."""
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import aiplatform
+    from google_cloud_pipeline_components.container._implementation.model_evaluation import (
+        import_model_evaluation as gcpc_import,
+    )
+
+    from components.artifacts.evaluation import sliced_metrics
+
+    export = upload_export(gcs, "root/flowers-1/export/exported_model", "a" * 64)
+    registered, vertex_model = register_step(gcs, export, "flowers", pipeline_run="flowers-1")
+    (ours,) = in_pipeline.bodies("POST", "/evaluations:import")
+    (our_slices,) = in_pipeline.bodies("POST", "/slices:batchImport")
+    metrics = json.loads(gcs.blob("root/flowers-1/export/exported_model-evaluation/metrics.json").download_as_text())
+    artifact = tmp_path / "vertex_evaluation"  # the artifact's file, as evaluate writes it
+    artifact.write_text(json.dumps(sliced_metrics(metrics)))
+
+    # the one edge: GCPC's step reaches {location}-aiplatform.googleapis.com over gRPC; here the fake over REST
+    real_client = aiplatform.gapic.ModelServiceClient
+
+    def to_the_fake(client_info, client_options):
+        assert client_options == {"api_endpoint": "europe-west4-aiplatform.googleapis.com"}
+        options = ClientOptions(api_endpoint=in_pipeline.url)
+        return real_client(credentials=AnonymousCredentials(), transport="rest", client_options=options)
+
+    monkeypatch.setattr(aiplatform.gapic, "ModelServiceClient", to_the_fake)
+    outputs = {name: tmp_path / name for name in ("gcp_resources", "evaluation_resource_name")}
+    gcpc_import.main([
+        "--classification_metrics", str(artifact), "--model_name", vertex_model.metadata["resourceName"],
+        "--display_name", "flowers-1", "--pipeline_job_id", "flowers-1",
+        *[arg for name, path in outputs.items() for arg in (f"--{name}", str(path))],
+    ])  # fmt: skip
+    ours_again, theirs = in_pipeline.bodies("POST", "/evaluations:import")
+    assert ours_again == ours
+    assert theirs["modelEvaluation"]["metricsSchemaUri"] == ours["modelEvaluation"]["metricsSchemaUri"]
+    assert theirs["modelEvaluation"]["metrics"] == ours["modelEvaluation"]["metrics"]
+    assert theirs["modelEvaluation"]["metrics"]["confusionMatrix"]["rows"] == [[1, 1], [0, 2]]  # the known answers
+    _, their_slices = in_pipeline.bodies("POST", "/slices:batchImport")
+    assert their_slices == our_slices
+    assert [one["slice"]["value"] for one in their_slices["modelEvaluationSlices"]] == ["daisy", "rose"]
+    assert outputs["evaluation_resource_name"].read_text().startswith(f"{registered['model']}@1/evaluations/")
+
+
 def test_a_503_after_the_upload_does_not_register_the_version_twice(in_pipeline, gcs):
     export = upload_export(gcs, "root/flowers-9/export/exported_model", "c" * 64)
     in_pipeline.fail("POST", "/models:upload", [503], after=True)
