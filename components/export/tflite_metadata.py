@@ -6,8 +6,9 @@ The layout is tflite-support's and MediaPipe's metadata schema (``metadata_schem
 ``ModelMetadata`` flatbuffer in a model buffer named ``TFLITE_METADATA``, and the associated files (``labels.txt``)
 appended to the model as a zip archive, as their ``MetadataPopulator`` writes them. Their writers cannot be used here:
 tflite-support 0.4.4 pins protobuf<4 against TensorFlow's >=6.31, and MediaPipe's Python package no longer ships the
-writer's native part. So the tables are built with ``flatbuffers`` (TensorFlow's dependency) from the schema's field
-order, and the tests read them back with MediaPipe's generated reader and run the files in MediaPipe's classifier.
+writer's native part. So the metadata is the schema's typed objects (``ModelMetadataT``, ...), from its generated
+Python module (vendored: ``metadata_schema_py_generated.py``, MediaPipe's), packed with ``flatbuffers``; the tests
+read the files back with MediaPipe's reader and run them in MediaPipe's classifier.
 """
 
 from __future__ import annotations
@@ -15,93 +16,57 @@ from __future__ import annotations
 import io
 import zipfile
 
+from components.export import metadata_schema_py_generated as schema
+
 METADATA_BUFFER_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
 MODEL_IDENTIFIER = b"TFL3"
 LABELS_FILE = "labels.txt"
+VOCABULARY_FILE = "vocabulary.txt"  # components.tokenizing's
 # the schema's history (metadata_schema.fbs): nothing written here is newer than 1.0.0
 MIN_PARSER_VERSION = "1.0.0"
 
-# metadata_schema.fbs's enums and unions (a union's members count from 1, NONE being 0)
-FEATURE_PROPERTIES, IMAGE_PROPERTIES = 1, 2  # union ContentProperties
-NORMALIZATION_OPTIONS = 1  # union ProcessUnitOptions
-RGB = 1  # enum ColorSpaceType
-TENSOR_AXIS_LABELS, VOCABULARY = 2, 5  # enum AssociatedFileType
-VOCABULARY_FILE = "vocabulary.txt"  # components.tokenizing's
+
+def _stats(low: float, high: float) -> schema.StatsT:
+    return schema.StatsT(max=[float(high)], min=[float(low)])
 
 
-class _Writer:
-    """Tables, strings and vectors on one flatbuffers builder. A table's fields are given by their slot, the order
-    the schema declares them (a union takes two: its type, then its value)."""
-
-    def __init__(self):
-        import flatbuffers
-
-        self.builder = flatbuffers.Builder(1024)
-
-    def string(self, text: str | None):
-        return None if text is None else self.builder.CreateString(text)
-
-    def offsets(self, items: list):
-        builder = self.builder
-        builder.StartVector(4, len(items), 4)
-        for item in reversed(items):
-            builder.PrependUOffsetTRelative(item)
-        return builder.EndVector()
-
-    def floats(self, values: list[float]):
-        builder = self.builder
-        builder.StartVector(4, len(values), 4)
-        for value in reversed(values):
-            builder.PrependFloat32(float(value))
-        return builder.EndVector()
-
-    def table(self, *, offsets: dict | None = None, bytes_: dict | None = None, uints: dict | None = None):
-        """A table: ``offsets`` (strings, vectors, tables), ``bytes_`` (enums, union types) and ``uints`` by slot."""
-        builder = self.builder
-        fields = {**(offsets or {}), **(bytes_ or {}), **(uints or {})}
-        builder.StartObject(max(fields, default=-1) + 1)
-        for slot, value in (offsets or {}).items():
-            if value is not None:
-                builder.PrependUOffsetTRelativeSlot(slot, value, 0)
-        for slot, value in (uints or {}).items():
-            builder.PrependUint32Slot(slot, value, 0)
-        for slot, value in (bytes_ or {}).items():
-            builder.PrependUint8Slot(slot, value, 0)
-        return builder.EndObject()
-
-    def finish(self, root) -> bytes:
-        self.builder.Finish(root, METADATA_IDENTIFIER)
-        return bytes(self.builder.Output())
+def _tensor(name: str, description: str, content: schema.ContentT, stats: schema.StatsT, *,
+            files: list[schema.AssociatedFileT] | None = None,
+            process_units: list[schema.ProcessUnitT] | None = None) -> schema.TensorMetadataT:  # fmt: skip
+    return schema.TensorMetadataT(name=name, description=description, content=content, processUnits=process_units,
+                                  stats=stats, associatedFiles=files)  # fmt: skip
 
 
-def _classifier_output(w: _Writer, num_classes: int):
+def _features() -> schema.ContentT:
+    """A tensor of plain features (probabilities, token ids)."""
+    return schema.ContentT(contentPropertiesType=schema.ContentProperties.FeatureProperties,
+                           contentProperties=schema.FeaturePropertiesT())  # fmt: skip
+
+
+def _classifier_output(num_classes: int) -> schema.TensorMetadataT:
     """The output tensor's metadata: one probability per class (FeatureProperties, Stats 0..1), labelled by
     ``labels.txt`` on its class axis."""
-    labels = w.table(offsets={0: w.string(LABELS_FILE),
-                              1: w.string(f"The {num_classes} class names, one a line, in the order of the outputs.")},
-                     bytes_={2: TENSOR_AXIS_LABELS})  # fmt: skip
-    output_content = w.table(offsets={1: w.table()}, bytes_={0: FEATURE_PROPERTIES})
-    return w.table(offsets={
-        0: w.string("probability"),
-        1: w.string(f"Probabilities of the {num_classes} classes (softmax)."),
-        3: output_content,
-        5: w.table(offsets={0: w.floats([1.0]), 1: w.floats([0.0])}),  # Stats: max, min
-        6: w.offsets([labels]),
-    })  # fmt: skip
+    labels = schema.AssociatedFileT(
+        name=LABELS_FILE,
+        description=f"The {num_classes} class names, one a line, in the order of the outputs.",
+        type=schema.AssociatedFileType.TENSOR_AXIS_LABELS,
+    )
+    return _tensor("probability", f"Probabilities of the {num_classes} classes (softmax).", _features(),
+                   _stats(0.0, 1.0), files=[labels])  # fmt: skip
 
 
-def _model_metadata(w: _Writer, *, name: str, description: str, version: str, tensor_in, tensor_out) -> bytes:
-    subgraph = w.table(offsets={2: w.offsets([tensor_in]), 3: w.offsets([tensor_out])})
-    root = w.table(offsets={
-        0: w.string(name),
-        1: w.string(description),
-        2: w.string(version),
-        3: w.offsets([subgraph]),
-        4: w.string("tpu-image-pipeline"),
-        7: w.string(MIN_PARSER_VERSION),
-    })  # fmt: skip
-    return w.finish(root)
+def _model_metadata(*, name: str, description: str, version: str, tensor_in: schema.TensorMetadataT,
+                    tensor_out: schema.TensorMetadataT) -> bytes:  # fmt: skip
+    import flatbuffers
+
+    subgraph = schema.SubGraphMetadataT(inputTensorMetadata=[tensor_in], outputTensorMetadata=[tensor_out])
+    model = schema.ModelMetadataT(name=name, description=description, version=version,
+                                  subgraphMetadata=[subgraph], author="tpu-image-pipeline",
+                                  minParserVersion=MIN_PARSER_VERSION)  # fmt: skip
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), METADATA_IDENTIFIER)
+    return bytes(builder.Output())
 
 
 def image_classifier_metadata(*, name: str, description: str, version: str, image_size: int, num_classes: int,
@@ -109,47 +74,39 @@ def image_classifier_metadata(*, name: str, description: str, version: str, imag
     """The ``ModelMetadata`` flatbuffer of an image classifier: one RGB image ``image_size`` square in, pixels 0..255
     normalised as ``(pixel - mean) / std`` by the caller (0 and 1: the model takes them as decoded and scales them
     itself), and one probability per class out, labelled by ``labels.txt``."""
-    w = _Writer()
-    output = _classifier_output(w, num_classes)
-    # the input: ImageProperties (RGB, its size), a NormalizationOptions process unit, the pixels' range as Stats
-    size = w.table(uints={0: image_size, 1: image_size})  # ImageSize: width, height
-    image_properties = w.table(offsets={1: size}, bytes_={0: RGB})
-    input_content = w.table(offsets={1: image_properties}, bytes_={0: IMAGE_PROPERTIES})
+    size = schema.ImageSizeT(width=image_size, height=image_size)
+    properties = schema.ImagePropertiesT(colorSpace=schema.ColorSpaceType.RGB, defaultSize=size)
+    content = schema.ContentT(contentPropertiesType=schema.ContentProperties.ImageProperties,
+                              contentProperties=properties)  # fmt: skip
     mean, std = normalization
-    normalize = w.table(offsets={0: w.floats([mean]), 1: w.floats([std])})  # NormalizationOptions: mean, std
-    process_unit = w.table(offsets={1: normalize}, bytes_={0: NORMALIZATION_OPTIONS})
-    image = w.table(offsets={
-        0: w.string("image"),
-        1: w.string(f"An RGB image, {image_size}x{image_size}, pixels 0..255 as decoded (the model scales them)."),
-        3: input_content,
-        4: w.offsets([process_unit]),
-        5: w.table(offsets={0: w.floats([255.0]), 1: w.floats([0.0])}),  # Stats: max, min
-    })  # fmt: skip
-    return _model_metadata(w, name=name, description=description, version=version, tensor_in=image,
-                           tensor_out=output)  # fmt: skip
+    options = schema.NormalizationOptionsT(mean=[float(mean)], std=[float(std)])
+    normalize = schema.ProcessUnitT(optionsType=schema.ProcessUnitOptions.NormalizationOptions, options=options)
+    image = _tensor("image", f"An RGB image, {image_size}x{image_size}, pixels 0..255 as decoded (the model scales "
+                    "them).", content, _stats(0.0, 255.0), process_units=[normalize])  # fmt: skip
+    return _model_metadata(name=name, description=description, version=version, tensor_in=image,
+                           tensor_out=_classifier_output(num_classes))  # fmt: skip
 
 
 def text_classifier_metadata(*, name: str, description: str, version: str, sequence_length: int,
                              vocabulary_size: int, num_classes: int) -> bytes:  # fmt: skip
     """The ``ModelMetadata`` flatbuffer of a text classifier that takes token ids: ``[1, sequence_length]`` int32
     ids of ``vocabulary.txt`` (attached to the input as its vocabulary), and one probability per class out."""
-    w = _Writer()
-    output = _classifier_output(w, num_classes)
-    vocabulary = w.table(offsets={0: w.string(VOCABULARY_FILE),
-                                  1: w.string("The tokens, one a line, in id order: id 0 pads (an empty line), "
-                                              "id 1 is out of vocabulary ([UNK]).")},
-                         bytes_={2: VOCABULARY})  # fmt: skip
-    tokens = w.table(offsets={
-        0: w.string("tokens"),
-        1: w.string(f"{sequence_length} token ids of the text: lowercased, HTML line breaks and ASCII punctuation "
-                    "removed, split on whitespace, looked up in vocabulary.txt (1 when absent), padded with 0 at "
-                    "the end."),
-        3: w.table(offsets={1: w.table()}, bytes_={0: FEATURE_PROPERTIES}),
-        5: w.table(offsets={0: w.floats([vocabulary_size - 1.0]), 1: w.floats([0.0])}),  # Stats: max, min
-        6: w.offsets([vocabulary]),
-    })  # fmt: skip
-    return _model_metadata(w, name=name, description=description, version=version, tensor_in=tokens,
-                           tensor_out=output)  # fmt: skip
+    vocabulary = schema.AssociatedFileT(
+        name=VOCABULARY_FILE,
+        description="The tokens, one a line, in id order: id 0 pads (an empty line), id 1 is out of vocabulary "
+        "([UNK]).",
+        type=schema.AssociatedFileType.VOCABULARY,
+    )
+    tokens = _tensor(
+        "tokens",
+        f"{sequence_length} token ids of the text: lowercased, HTML line breaks and ASCII punctuation removed, split "
+        "on whitespace, looked up in vocabulary.txt (1 when absent), padded with 0 at the end.",
+        _features(),
+        _stats(0.0, vocabulary_size - 1.0),
+        files=[vocabulary],
+    )
+    return _model_metadata(name=name, description=description, version=version, tensor_in=tokens,
+                           tensor_out=_classifier_output(num_classes))  # fmt: skip
 
 
 def with_metadata(model: bytes, metadata: bytes, files: dict[str, bytes]) -> bytes:

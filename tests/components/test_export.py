@@ -219,6 +219,21 @@ def test_mediapipes_image_classifier_runs_the_tflite_files_as_they_are(exported,
                 np.testing.assert_allclose(got, probabilities, atol=1e-5, err_msg=name)
 
 
+def test_the_vendored_metadata_schema_is_mediapipes_generated_module():
+    """components/export/metadata_schema_py_generated.py is MediaPipe's file, unmodified below its header: after a
+    MediaPipe upgrade that changes the schema, copy it again (the header says from where)."""
+    from mediapipe.tasks.metadata import metadata_schema_py_generated as theirs
+
+    from components.export import metadata_schema_py_generated as ours
+
+    with open(ours.__file__, encoding="utf-8") as handle:
+        vendored = handle.read()
+    with open(theirs.__file__, encoding="utf-8") as handle:
+        installed = handle.read()
+    header, _, body = vendored.partition("# fmt: off\n")
+    assert "Apache License 2.0" in header and body == installed
+
+
 def test_metadata_replaces_the_metadata_a_file_already_has():
     """Writing twice leaves one TFLITE_METADATA buffer, the second's, and the file still runs."""
     import keras
