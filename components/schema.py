@@ -30,21 +30,15 @@ def split_pattern(examples_dir: str, split: str) -> str:
 
 def split_files(examples_dir: str, split: str) -> list[str]:
     """The TFRecord files of ``split``: those ``stats.json`` lists when the convert step adopted existing TFRecords
-    as they are, else the shards under ``<examples_dir>/<split>/`` (found without TensorFlow when local)."""
-    from components.storage import exists, read_json
+    as they are, else the shards under ``<examples_dir>/<split>/``."""
+    from components.storage import exists, glob, read_json
 
     stats_path = f"{examples_dir.rstrip('/')}/{STATS_FILE}"
     if exists(stats_path):
         listed = read_json(stats_path).get("files")
         if listed is not None:
             return list(listed.get(split, []))
-    if "://" not in examples_dir:
-        import glob
-
-        return sorted(glob.glob(split_pattern(examples_dir, split)))
-    import tensorflow as tf
-
-    return sorted(tf.io.gfile.glob(split_pattern(examples_dir, split)))
+    return glob(split_pattern(examples_dir, split))
 
 
 def serialize_example(

@@ -54,6 +54,19 @@ def exists(path: str) -> bool:
     return FileSystems.exists(path)
 
 
+def glob(pattern: str) -> list[str]:
+    """The paths that match ``pattern`` (``*`` within a folder), sorted: a local glob, else Beam's filesystems
+    (``gs://``: the same client that reads and writes them here, not TensorFlow's own)."""
+    if "://" not in pattern:
+        import glob as local
+
+        return sorted(local.glob(pattern))
+    from apache_beam.io.filesystems import FileSystems
+
+    (result,) = FileSystems.match([pattern])
+    return sorted(metadata.path for metadata in result.metadata_list)
+
+
 def gcs_fuse_path(path: str) -> str:
     """``gs://bucket/x`` -> ``/gcs/bucket/x``, where Vertex AI mounts Cloud Storage for training code."""
     return "/gcs/" + path[len("gs://") :] if path.startswith("gs://") else path

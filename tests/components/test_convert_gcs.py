@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from components.convert.core import ConvertConfig, list_image_folder, run
-from components.schema import SPLITS
+from components.schema import SPLITS, split_files
 from components.storage import read_json
 from tests.conftest import BUCKET, COLORS, IN_MEMORY, image_bytes
 
@@ -29,8 +29,16 @@ def test_converts_a_gcs_folder_into_gcs_tfrecords(gcs):
     names = {blob.name for blob in gcs.client.list_blobs(BUCKET, prefix="examples/")}
     assert {"examples/stats.json", "examples/quarantine.jsonl", "examples/duplicates.jsonl"} <= names
     for split in SPLITS:
-        if stats["counts"][split]:
-            assert any(n.startswith(f"examples/{split}/{split}-") and n.endswith(".tfrec") for n in names), split
+        shards = sorted(f"gs://{BUCKET}/{n}" for n in names if n.startswith(f"examples/{split}/{split}-"))
+        assert all(shard.endswith(".tfrec") for shard in shards) and bool(shards) == bool(stats["counts"][split])
+        assert split_files(output, split) == shards  # what train, evaluate and export read, listed on gs://
+    # the data checks read the records back on gs:// too: every example, each split's classes counted
+    from components.check_data.statistics import compute
+
+    counted, thumbnails = compute(output)
+    for split in SPLITS:
+        assert sum(counted["image"][split]["brightness"]) == stats["counts"][split] == len(thumbnails[split])
+        assert counted["image"][split]["formats"] == ({"jpg": stats["counts"][split]} if stats["counts"][split] else {})
     assert not [n for n in names if "tmp" in n or "beam-temp" in n], "temporary files left behind"
 
 
