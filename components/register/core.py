@@ -77,7 +77,7 @@ class FolderRegistry:
     def default(self) -> Version | None:
         """The version in service; None before the first push. A one-line error when ``root`` is not a registry
         (a file, or a ``default`` that names no complete version)."""
-        if "://" not in self.root and os.path.exists(self.root) and not os.path.isdir(self.root):
+        if os.path.exists(self.root) and not os.path.isdir(self.root):  # (never true of a gs:// URI)
             raise UsageError(f"model registry {self.root} is a file: pass a folder (it may not exist yet)")
         pointer = f"{self.root}/{DEFAULT_FILE}"
         if not exists(pointer):
@@ -189,5 +189,5 @@ def default_model_root(export_uri: str, display_name: str) -> str:
 
 
 def decision(action: str, **fields) -> str:
-    """The register step's answer, one JSON line: ``{"action": "registered" | "skipped", ...}``."""
-    return json.dumps({"action": action, **fields}, sort_keys=True)
+    """The register step's answer, one JSON line: ``{"action": "registered" | "skipped", ...}``, the action first."""
+    return json.dumps({"action": action, **fields})

@@ -106,7 +106,9 @@ def test_registering_in_a_folder_decides_in_one_json_line_and_says_what_it_did(t
     caplog.set_level("INFO", logger="components.register.vertex")
     root = str(tmp_path / "registry")
     first = fake_export(tmp_path / "a", "1" * 64)
-    decided = json.loads(register_version(first, "digits", "", root, "run-1", None))
+    line = register_version(first, "digits", "", root, "run-1", None)
+    assert line.startswith('{"action": "registered", ') and "\n" not in line  # what it did, first, on one line
+    decided = json.loads(line)
     assert decided == {"action": "registered", "version": 1, "uri": f"{root}/1"}
     assert said(caplog) == [f"registered {first} as version 1 of {root}"]
     record = json.loads((tmp_path / "registry" / "1" / "version.json").read_text())
