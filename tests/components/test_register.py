@@ -1,5 +1,6 @@
 """The folder registry under the registry steps: numbered versions, the default pointer, unfinished copies, and the
-one-line errors for a folder that is not a registry. Local folders here; gs:// runs in tests/pipeline/test_vertex.py."""
+one-line errors for a folder that is not a registry. Local folders, and gs:// against gcp-storage-emulator (the
+registry steps on gs:// run in tests/pipeline/test_vertex.py)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,27 @@ def test_an_unfinished_copy_keeps_its_number_and_is_not_a_version(tmp_path):
     registry = FolderRegistry(str(tmp_path / "registry"))
     assert registry.push(fake_export(tmp_path / "a", "1" * 64), {}).number == 4
     assert [v.number for v in registry.versions()] == [4]
+
+
+def test_a_registry_on_cloud_storage_numbers_on_past_its_versions_and_unfinished_copies(gcs):
+    """On gs:// (gcp-storage-emulator) as in a folder: each push takes the next number, past a copy that a push
+    left unfinished (files, no version.json), and only complete versions count."""
+    from tests.conftest import BUCKET
+
+    def export(name: str) -> str:  # an export step's output on gs://, as the DAG's are
+        for path in ("saved_model/saved_model.pb", "export.json"):
+            gcs.blob(f"exports/{name}/{path}").upload_from_string(b"{}")
+        return f"gs://{BUCKET}/exports/{name}"
+
+    root = f"gs://{BUCKET}/registry-numbers"
+    registry = FolderRegistry(root)
+    assert registry.push(export("a"), {}).number == 1
+    assert registry.push(export("b"), {}).number == 2
+    gcs.blob("registry-numbers/3/saved_model/saved_model.pb").upload_from_string(b"half a copy")
+    gcs.blob("registry-numbers/10/saved_model/saved_model.pb").upload_from_string(b"half a copy")
+    assert registry.push(export("c"), {}).number == 11  # (10 is more than 9)
+    assert [v.number for v in registry.versions()] == [1, 2, 11]
+    assert registry.default().uri == f"{root}/11"
 
 
 def test_pushes_that_overlap_never_share_a_number(tmp_path):
