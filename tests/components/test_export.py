@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import CLASSES, COLORS, TINY_SIZE, image_bytes, run_cli
+from tests.conftest import CLASSES, COLORS, IN_MEMORY, TINY_SIZE, image_bytes, run_cli
 
 
 def test_saved_model_serves_jpeg_and_png_of_any_size(exported):
@@ -98,6 +98,31 @@ def test_tflite_float_and_int8_are_exported_with_sizes_and_test_accuracy(exporte
     assert {detail["dtype"].__name__ for detail in interpreter.get_tensor_details()} >= {"int8"}
     with open(os.path.join(output, "export.json")) as handle:
         assert json.load(handle)["formats"] == formats
+
+
+def test_the_int8_input_is_the_pixels_whatever_range_the_training_images_cover(tmp_path):
+    """The int8 file's input quantization is the pixel scaling, 1/255 with zero point 0, even when the training
+    images (the calibration set) hold no black and no white pixel: a client's 0 and 255 go in as they are."""
+    import keras
+    from ai_edge_litert.interpreter import Interpreter
+    from PIL import Image
+
+    from components.convert.core import ConvertConfig
+    from components.convert.core import run as convert
+    from components.export.image import tflite_models
+    from components.models import pixels_in, softmax
+
+    for index, name in enumerate(("a", "b")):  # mid greys only: 100 to 150
+        (tmp_path / "grey" / name).mkdir(parents=True)
+        for n in range(6):
+            level = 100 + 25 * index + 4 * n
+            Image.new("RGB", (16, 16), (level, level, level)).save(tmp_path / "grey" / name / f"{n}.png")
+    convert(ConvertConfig(source=str(tmp_path / "grey"), output_dir=str(tmp_path / "examples"), image_size=8,
+                          validation_fraction=0.0, test_fraction=0.0, pipeline_args=IN_MEMORY))  # fmt: skip
+    model = keras.Sequential([*pixels_in(8), keras.layers.Flatten(), softmax(2)])
+    int8 = tflite_models(model, 8, str(tmp_path / "examples"), 2)["tflite_int8"]
+    scale, zero_point = Interpreter(model_content=int8).get_input_details()[0]["quantization"]
+    assert (scale, zero_point) == (pytest.approx(1 / 255), 0)
 
 
 def test_every_format_takes_uint8_pixels_and_answers_as_the_saved_model(exported, converted):
