@@ -33,7 +33,7 @@ $(UV):
 # --compile-bytecode: every step, test and CLI call is a fresh Python that imports TensorFlow; without .pyc files
 # (PYTHONDONTWRITEBYTECODE, or a read-only venv) each import compiles it again, 17 s against 9 s here
 $(INSTALLED): pyproject.toml uv.lock | $(UV)
-	$(UV) sync --locked --compile-bytecode --python $(PYTHON)
+	$(UV) sync --locked --extra docker --compile-bytecode --python $(PYTHON)
 	@touch $@
 
 setup: $(INSTALLED) ## create .venv and install the locked dependencies

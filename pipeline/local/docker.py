@@ -12,10 +12,17 @@ log = logging.getLogger(__name__)
 
 
 def check_docker(images: Images, train_image: str) -> None:
-    """Before anything runs: a Docker engine answers, and the images the local DAG's steps run in are here."""
-    import docker
-
+    """Before anything runs: the Docker client is installed, a Docker engine answers, and the images the local DAG's
+    steps run in are here."""
     from components.cli import UsageError
+
+    try:
+        import docker
+    except ModuleNotFoundError:
+        raise UsageError(
+            "--runner docker needs the Docker client, the project's `docker` extra: `uv sync --extra docker` (make "
+            "setup has it), or pip install 'tpu-image-pipeline[docker]'"
+        ) from None
 
     try:
         client = docker.from_env()

@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -39,6 +38,8 @@ class RunState:
         started: when its first attempt started (local time, ISO 8601).
         status: ``running`` or ``interrupted``.
         pid: the process of its latest attempt.
+        pid_created: when that process started (psutil's create time; 0: not recorded): a process holding the same
+            number that started at another time is another process (the number was reused, after a restart).
         attempts: how many times it was started.
         artifact_dirs: the kfp.local run folders of its interrupted attempts (the outputs a resumed run reuses).
         step: the step that was running when it was interrupted.
@@ -50,6 +51,7 @@ class RunState:
     started: str
     status: str = RUNNING
     pid: int = 0
+    pid_created: float = 0.0
     attempts: int = 1
     artifact_dirs: tuple[str, ...] = field(default_factory=tuple)
     step: str = ""
@@ -105,16 +107,24 @@ def resume_dir(work_dir: str, state: RunState) -> str:
     return os.path.join(work_dir, RESUME_DIR, state.run_id)
 
 
-def process_alive(pid: int) -> bool:
+def process_alive(pid: int, created: float = 0.0) -> bool:
+    """Whether process ``pid``, started at ``created`` (0: unknown), still runs."""
+    import psutil
+
     if pid <= 0 or pid == os.getpid():
         return False
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return not created or abs(psutil.Process(pid).create_time() - created) < 1.0
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:  # someone else's process holds that number
+    except psutil.AccessDenied:  # someone else's process holds that number
         return True
-    return True
+
+
+def this_process_created() -> float:
+    import psutil
+
+    return psutil.Process().create_time()
 
 
 def begin(work_dir: str, key: str, run_name: str, resume: bool) -> tuple[RunState, RunState | None]:
@@ -129,20 +139,21 @@ def begin(work_dir: str, key: str, run_name: str, resume: bool) -> tuple[RunStat
     from components.cli import UsageError
 
     previous = read_state(work_dir)
-    decision = decide(previous, key, resume, previous is not None and process_alive(previous.pid))
+    decision = decide(previous, key, resume, previous is not None and process_alive(previous.pid, previous.pid_created))
     if decision.action == "refuse":
         raise UsageError(f"--work-dir {work_dir}: {decision.why}; wait for it to end, or pass another --work-dir")
     if decision.action == "resume":
         log.info("%s: its finished steps are reused and training goes on from its last finished epoch "
                  "(--no-resume starts over)", decision.why)  # fmt: skip
-        state = replace(previous, status=RUNNING, pid=os.getpid(), attempts=previous.attempts + 1, step="")
+        state = replace(previous, status=RUNNING, pid=os.getpid(), pid_created=this_process_created(),
+                        attempts=previous.attempts + 1, step="")  # fmt: skip
         write_state(work_dir, state)
         return state, previous
     if decision.action == "replace":
         log.info("%s: starting a new run", decision.why)
         shutil.rmtree(resume_dir(work_dir, previous), ignore_errors=True)
     state = RunState(run_id=uuid.uuid4().hex, run_name=run_name, key=key, started=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                     pid=os.getpid())  # fmt: skip
+                     pid=os.getpid(), pid_created=this_process_created())  # fmt: skip
     write_state(work_dir, state)
     return state, None
 
@@ -177,32 +188,13 @@ def finished(work_dir: str, state: RunState) -> None:
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process started under ``pid`` (the steps and their shells), children before grandchildren."""
-    children: dict[int, list[int]] = {}
-    for child, parent in parent_links():
-        children.setdefault(parent, []).append(child)
-    found, waiting = [], [pid]
-    while waiting:
-        for child in children.get(waiting.pop(), []):
-            found.append(child)
-            waiting.append(child)
-    return found
+    """Every process started under ``pid`` (the steps and their shells)."""
+    import psutil
 
-
-def parent_links() -> list[tuple[int, int]]:
-    """(process, its parent) for every process: from /proc on Linux (slim images have no ``ps``), else ``ps``."""
-    if not os.path.isdir("/proc/self"):
-        listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True, check=False)
-        return [tuple(int(word) for word in line.split()) for line in listing.stdout.splitlines()]
-    links = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        with contextlib.suppress(OSError):  # gone meanwhile
-            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()  # after "pid (command)": state, ppid, ...
-            links.append((int(name), int(fields[1])))
-    return links
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
 @contextlib.contextmanager

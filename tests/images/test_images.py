@@ -76,6 +76,7 @@ def test_the_cpu_image_converts_images_and_carries_no_cuda_or_tpu_runtime(tmp_pa
     installed = distributions("pipeline")
     heavy = [name for name in installed if name.lower().startswith(("nvidia-", "libtpu"))]
     assert heavy == []
+    assert "docker" not in {name.lower() for name in installed}  # run-local's extra: no step talks to Docker
     # TensorFlow's CPU wheel: no CUDA kernels either (the full wheel carries them, about 0.5 GB more)
     assert tensorflows(installed) == ["tensorflow-cpu"]
     built = python_in("pipeline", "import tensorflow as tf; print(tf.sysconfig.get_build_info()['is_cuda_build'])")

@@ -240,6 +240,16 @@ def test_a_registry_that_cannot_be_used_is_one_line_exit_2_before_anything_runs(
     assert not (work / "artifacts").exists()
 
 
+def test_run_local_in_docker_without_the_docker_extra_is_one_line_naming_it(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "docker", None)  # the `docker` extra not installed
+    with pytest.raises(UsageError, match=r"^--runner docker needs the Docker client, the project's `docker` extra: `uv "
+                                         r"sync --extra docker`"):  # fmt: skip
+        main(["run-local", "--work-dir", str(tmp_path / "work"), "--runner", "docker"])
+    assert not (tmp_path / "work").exists()
+
+
 def test_run_local_in_docker_without_an_engine_is_one_line_before_anything_is_written(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
     with pytest.raises(UsageError, match=r"--runner docker: no Docker engine answers \(\w+\): start one, or leave "):

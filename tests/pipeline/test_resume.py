@@ -112,6 +112,30 @@ def test_a_live_run_in_the_work_dir_is_a_one_line_usage_error(tmp_path):
         sleeper.wait()
 
 
+def test_a_process_that_took_over_the_number_of_the_run_is_not_the_run(tmp_path):
+    """After a restart the number of the interrupted run-local may belong to another process: one that started at
+    another time than the run's is not it, and the run resumes instead of being refused as still running."""
+    import psutil
+
+    from components.cli import UsageError
+    from pipeline.local.resume import write_state
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        created = psutil.Process(other.pid).create_time()
+        # a run that never got to record its end (killed outright, the machine restarted): still "running"
+        write_state(str(tmp_path), state(status=RUNNING, pid=other.pid, pid_created=created - 3600))
+        resumed, previous = begin(str(tmp_path), KEY, "run-b", resume=True)
+        assert previous is not None and resumed.attempts == 2 and resumed.pid == os.getpid()
+        assert resumed.pid_created == psutil.Process().create_time()
+        write_state(str(tmp_path), state(status=RUNNING, pid=other.pid, pid_created=created))  # that very process
+        with pytest.raises(UsageError, match=rf"run-local \(process {other.pid}\) has been running there"):
+            begin(str(tmp_path), KEY, "run-c", resume=True)
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_descendants_finds_the_steps_under_their_shells():
     """kfp.local starts each step as ``sh -ec ...`` which starts Python: both must be found to be stopped."""
     shell = subprocess.Popen(["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(60)' & wait"])
