@@ -9,6 +9,7 @@ it pixels as they are decoded, and the input pipeline moves a quarter of the byt
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 # what a model takes, recorded with the model and its export: a model or export without it (made before the scaling
 # moved inside) takes float pixels in [0, 1]
@@ -133,6 +134,100 @@ def dense_baseline(image_size: int, num_classes: int):
     )
 
 
+@dataclass(frozen=True)
+class Backbone:
+    """A pretrained image network of ``keras.applications``, without its classifier, and what fine-tuning it needs.
+
+    ``application``: its builder's name in ``keras.applications``; ``takes``: the range its first layer takes, 0..255
+    (it normalises them itself: ``include_preprocessing``) or -1..1 (Xception); ``block``: the pattern of its layer
+    names that gives a layer's block (a layer that matches none belongs to the block before it); ``imagenet``: its
+    ImageNet weights without the classifier in the keras-applications bucket, with their MD5 hash (as
+    ``keras.applications`` downloads them); ``min_size``: the smallest square input it builds for."""
+
+    application: str
+    takes: str
+    block: str
+    imagenet: tuple[str, str]
+    min_size: int = 32
+
+
+KERAS_APPLICATIONS = "https://storage.googleapis.com/tensorflow/keras-applications/"
+# the fine-tuned backbones (the codelab series' "modern convnets" lab, and keras-io's transfer-learning examples)
+BACKBONES = {
+    "mobilenet_v3_small": Backbone(
+        "MobileNetV3Small", "0..255", r"(expanded_conv(?:_\d+)?|conv_1)(?:_|$)",
+        (f"{KERAS_APPLICATIONS}mobilenet_v3/weights_mobilenet_v3_small_224_1.0_float_no_top_v2.h5",
+         "d3e8ec802a04aa4fc771ee12a9a9b836"),
+    ),
+    "mobilenet_v3_large": Backbone(
+        "MobileNetV3Large", "0..255", r"(expanded_conv(?:_\d+)?|conv_1)(?:_|$)",
+        (f"{KERAS_APPLICATIONS}mobilenet_v3/weights_mobilenet_v3_large_224_1.0_float_no_top_v2.h5",
+         "07fb09a5933dd0c8eaafa16978110389"),
+    ),
+    "efficientnet_v2_b0": Backbone(
+        "EfficientNetV2B0", "0..255", r"(block\d+[a-z]|top)_",
+        (f"{KERAS_APPLICATIONS}efficientnet_v2/efficientnetv2-b0_notop.h5", "893217f2bb855e2983157299931e43ff"),
+    ),
+    "xception": Backbone(
+        "Xception", "-1..1", r"(block\d+)_",
+        (f"{KERAS_APPLICATIONS}xception/xception_weights_tf_dim_ordering_tf_kernels_notop.h5",
+         "b0042744bf5b25fce3cb969f33bebb97"),
+        min_size=71,
+    ),
+}  # fmt: skip
+HEAD_DROPOUT = 0.2  # before the classifier, as keras-io's fine-tuning examples have it
+BATCH_NORM_MOMENTUM = 0.9
+
+
+def pretrained(name: str, image_size: int, num_classes: int):
+    """A ``BACKBONES`` network (its weights as built: train loads the pretrained ones) under a new classifier:
+    uint8 pixels, scaled to [0, 1] as every model here does, then to the range the backbone takes (its own
+    preprocessing, inside the model: the SavedModel and TFLite files still take pixels as decoded), the backbone
+    with global average pooling, dropout, softmax. Frozen batch norm layers run in inference mode (Keras 3): fine-tuning
+    keeps them frozen, so the backbone keeps the statistics it learned. Trained from scratch, they follow the batches
+    with momentum 0.9, as the codelab's models do (the applications' 0.99 to 0.999 leave a short run's statistics
+    near their initial values, and its validation at chance)."""
+    import keras
+    from keras import layers
+
+    spec = BACKBONES[name]
+    inputs, scale = pixels_in(image_size)
+    to_range = layers.Rescaling(255.0) if spec.takes == "0..255" else layers.Rescaling(2.0, offset=-1.0)
+    backbone = getattr(keras.applications, spec.application)(
+        include_top=False, weights=None, input_shape=(image_size, image_size, 3), pooling="avg"
+    )
+    for layer in backbone.layers:  # (used only where they learn: trained from scratch, --weights none)
+        if isinstance(layer, layers.BatchNormalization):
+            layer.momentum = BATCH_NORM_MOMENTUM
+    features = backbone(to_range(scale(inputs)))
+    outputs = softmax(num_classes)(layers.Dropout(HEAD_DROPOUT)(features))
+    return keras.Model(inputs, outputs, name=name)
+
+
+def backbone_of(model):
+    """The pretrained network inside a ``pretrained`` model (its one layer that is a model itself)."""
+    import keras
+
+    return next(layer for layer in model.layers if isinstance(layer, keras.Model))
+
+
+def backbone_blocks(model) -> list[list]:
+    """The layers of ``model``'s backbone by block, bottom to top: the stem (before the first block) first."""
+    import re
+
+    backbone = backbone_of(model)
+    pattern = re.compile(BACKBONES[model.name].block)
+    blocks: list[list] = [[]]
+    current = None
+    for layer in backbone.layers:
+        found = pattern.match(layer.name)
+        if found and found.group(1) != current:
+            current = found.group(1)
+            blocks.append([])
+        blocks[-1].append(layer)
+    return blocks
+
+
 # the text models (the IMDB-on-TPU article's): token ids in, ``[N, sequence_length]`` int32 (0 pads, at the end, as
 # the convert step writes them), then an Embedding; the LSTMs skip the padding (mask_zero), the convolution sees it
 TEXT_EMBEDDING = 32  # the article's embedding width
@@ -188,6 +283,7 @@ MODELS: dict[str, Callable] = {
     "squeezenet": squeezenet,
     "cifar_convnet": cifar_convnet,
     "dense_baseline": dense_baseline,
+    **dict.fromkeys(BACKBONES, pretrained),
     "lstm": lstm,
     "bilstm": bilstm,
     "cnn1d": cnn1d,
@@ -206,7 +302,7 @@ def modality_of(name: str) -> str:
 # the smallest square input each model builds for (its pooling and strides would reach a size of zero below it);
 # measured by building each at every size, and checked in tests/components/test_train.py
 MIN_IMAGE_SIZE = {"codelab_convnet_bn": 16, "codelab_convnet": 16, "squeezenet": 16, "cifar_convnet": 8,
-                  "dense_baseline": 8}  # fmt: skip
+                  "dense_baseline": 8, **{name: spec.min_size for name, spec in BACKBONES.items()}}  # fmt: skip
 
 
 def check_image_size(name: str, image_size: int, flag: str = "--image-size") -> None:
@@ -230,4 +326,6 @@ def build_model(name: str, size: int, num_classes: int, vocabulary_size: int = 0
         raise KeyError(f"unknown model {name!r}: choose one of {', '.join(sorted(MODELS))}")
     if name in TEXT_MODELS:
         return MODELS[name](size, num_classes, vocabulary_size)
+    if name in BACKBONES:
+        return pretrained(name, size, num_classes)
     return MODELS[name](size, num_classes)

@@ -77,7 +77,18 @@ TRAIN = {
         "the architecture; auto: the codelab convnet with batch norm for images, the article's LSTM for texts",
         flag="--model",
     ),
-    "epochs": Param(20, "training epochs"),
+    "epochs": Param(20, "training epochs (a pretrained backbone's: those of its head, the backbone frozen)"),
+    "weights": Param(
+        "auto",
+        "a backbone's pretrained weights: imagenet (downloaded at run time; on Vertex AI kept in the pipeline "
+        "root's bucket), a file of them (local or gs://), or none (trained from scratch); auto: imagenet for the "
+        "backbones, none for the others",
+    ),
+    "fine_tune_epochs": Param(10, "a pretrained backbone's second phase: epochs with its top blocks unfrozen"),
+    "fine_tune_blocks": Param(3, "a pretrained backbone's blocks unfrozen for fine-tuning, from the top"),
+    "fine_tune_learning_rate": Param(
+        0.0, "Adam's learning rate while fine-tuning; 0: a tenth of the learning rate", shown="a tenth"
+    ),
     "per_replica_batch_size": Param(
         32,
         "per-device batch size, rounded up to a multiple of 8; the global batch is this times the devices",

@@ -80,6 +80,10 @@ def build_pipeline(
         classes: List[str] = list(CONVERT["classes"].default),  # noqa: B006 (KFP reads it; nothing mutates it)
         model_name: str = TRAIN["model_name"].default,
         epochs: int = TRAIN["epochs"].default,
+        weights: str = TRAIN["weights"].default,
+        fine_tune_epochs: int = TRAIN["fine_tune_epochs"].default,
+        fine_tune_blocks: int = TRAIN["fine_tune_blocks"].default,
+        fine_tune_learning_rate: float = TRAIN["fine_tune_learning_rate"].default,
         per_replica_batch_size: int = TRAIN["per_replica_batch_size"].default,
         learning_rate: float = TRAIN["learning_rate"].default,
         lr_schedule: str = TRAIN["lr_schedule"].default,

@@ -133,6 +133,7 @@ LONGEST_FIRST = (
     "tests/pipeline/test_local_run.py",
     "tests/components/test_train_jax.py",
     "tests/components/test_train.py",
+    "tests/components/test_transfer.py",
     "tests/components/test_evaluate.py",
     "tests/components/test_export.py",
     "tests/components/test_export_raw_files.py",

@@ -37,6 +37,9 @@ TRAINING_FACTS = (
     "modality",
     "sequence_length",
     "vocabulary_size",
+    "weights",
+    "head_epochs",
+    "fine_tune",
 )
 TOP_K = 3
 

@@ -261,6 +261,7 @@ def run_facts(metrics: dict, history: dict | None) -> str:
     rows = [
         ("model", f"{metrics.get('model_name', '')} ({metrics.get('model_dir', '')})"),
         ("data", f"{data} {shape} ({metrics.get('examples_dir', '')})"),
+        ("pretrained", pretrained_facts(training)),
         ("epochs", epochs),
         ("precision", training.get("precision")),
         ("hardware", hardware),
@@ -271,6 +272,18 @@ def run_facts(metrics: dict, history: dict | None) -> str:
     return "".join(
         f"<tr><td>{name}</td><td>{html.escape(str(value))}</td></tr>" for name, value in rows if value not in (None, "")
     )
+
+
+def pretrained_facts(training: dict) -> str | None:
+    """A pretrained backbone's weights and its two phases (None for a model trained from scratch)."""
+    if training.get("weights") in (None, "none"):
+        return None
+    phases = f"{training.get('head_epochs')} epochs of its head, the backbone frozen"
+    tuned = training.get("fine_tune")
+    if tuned:
+        phases += (f", then {tuned['epochs']} fine-tuning its top {tuned['blocks']} blocks at learning rate "
+                   f"{tuned['learning_rate']:g}")  # fmt: skip
+    return f"{training['weights']} weights: {phases}"
 
 
 def baseline_note(metrics: dict) -> str:

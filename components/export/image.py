@@ -155,13 +155,16 @@ def check_raw_file_accuracy(raw: dict) -> None:
 
 
 def unit_range_network(model, image_size: int):
-    """The network without its pixel scaling: float input in [0, 1], the same weights (for int8 quantization,
-    which then maps uint8 pixels onto its input exactly, as the scaling would)."""
+    """The network without its pixel scaling (``components.models.pixels_in``'s ``Rescaling(1/255)``): float input
+    in [0, 1], the same weights (for int8 quantization, which then maps uint8 pixels onto its input exactly, as the
+    scaling would). Another rescaling (a pretrained backbone's range) stays."""
     import keras
 
+    def pixel_scaling(layer) -> bool:
+        return isinstance(layer, keras.layers.Rescaling) and (layer.scale, layer.offset) == (1.0 / 255, 0.0)
+
     def without_scaling(layer):
-        fresh = keras.layers.Identity() if isinstance(layer, keras.layers.Rescaling) else None
-        return fresh or layer.__class__.from_config(layer.get_config())
+        return keras.layers.Identity() if pixel_scaling(layer) else layer.__class__.from_config(layer.get_config())
 
     bare = keras.models.clone_model(
         model, input_tensors=keras.Input(shape=(image_size, image_size, 3), dtype="float32"),

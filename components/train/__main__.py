@@ -27,6 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_param(parser, TRAIN, "model_name", listed=(AUTO_MODEL, *MODELS))
     for name in ("epochs", "per_replica_batch_size", "learning_rate"):
         add_param(parser, TRAIN, name)
+    add_param(parser, TRAIN, "weights", metavar="auto|imagenet|none|PATH")
+    parser.add_argument("--weights-cache", default="", help="where --weights imagenet downloads the weights to, and "
+                        "finds them again (local or gs://; default: Keras's cache, ~/.keras)")  # fmt: skip
+    for name in ("fine_tune_epochs", "fine_tune_blocks", "fine_tune_learning_rate"):
+        add_param(parser, TRAIN, name)
     add_param(parser, TRAIN, "lr_schedule", listed=LR_SCHEDULES)
     parser.add_argument(
         "--rampup-epochs",

@@ -9,6 +9,10 @@ def train(
     model: Output[Model],
     model_name: str,
     epochs: int,
+    weights: str,
+    fine_tune_epochs: int,
+    fine_tune_blocks: int,
+    fine_tune_learning_rate: float,
     per_replica_batch_size: int,
     learning_rate: float,
     lr_schedule: str,
@@ -20,9 +24,11 @@ def train(
     augment: bool,
     seed: int,
 ) -> float:
-    """Trains the model on the examples; returns the final validation accuracy (training accuracy if none)."""
+    """Trains the model on the examples; returns the final validation accuracy (training accuracy if none). ImageNet
+    weights are downloaded once into the pipeline root's bucket (``keras-weights/``), where later runs find them."""
     from components.cli import configure_logging
     from components.train.core import TrainConfig, run
+    from components.train.transfer import weights_cache_for
 
     configure_logging()
     result = run(
@@ -31,6 +37,11 @@ def train(
             model_dir=model.path,
             model_name=model_name,
             epochs=epochs,
+            weights=weights,
+            weights_cache=weights_cache_for(model.uri),
+            fine_tune_epochs=fine_tune_epochs,
+            fine_tune_blocks=fine_tune_blocks,
+            fine_tune_learning_rate=fine_tune_learning_rate,
             per_replica_batch_size=per_replica_batch_size,
             learning_rate=learning_rate,
             lr_schedule=lr_schedule,

@@ -35,9 +35,11 @@ from components.cli import UsageError
 from components.learning import not_learning, what_to_try
 from components.models import (
     AUTO_MODEL,
+    BACKBONES,
     DEFAULT_MODELS,
     INPUT_PIXELS,
     MODELS,
+    backbone_of,
     build_model,
     check_image_size,
     modality_of,
@@ -47,12 +49,21 @@ from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, read_json, write_atomically, write_json
 from components.tokenizing import VOCABULARY_FILE, read_vocabulary, vocabulary_bytes, vocabulary_digest
 from components.train.placement import BACKENDS, PRECISIONS
+from components.train.transfer import (
+    HEAD_WEIGHTS,
+    freeze_backbone,
+    load_backbone_weights,
+    resolve_weights_choice,
+    unfreeze_top,
+    weights_file,
+)
 
 log = logging.getLogger(__name__)
 
 LR_SCHEDULES = ("constant", "rampup_exponential")
 EPOCH_LOG_FILE = "epochs.jsonl"
 BACKUP_DIR = "backup"  # BackupAndRestore's state under the checkpoint dir
+FINE_TUNE_BACKUP_DIR = "backup_fine_tune"  # the fine-tuning phase's (components.train.transfer)
 BACKUP_METADATA = "training_metadata.json"  # BackupAndRestore's record of the epochs its backup holds
 BACKUP_AUTO_FACTOR = 19  # --backup-interval auto: backups take at most 1 / (1 + 19) = 5% of the training time
 BATCH_MULTIPLE = 8  # TPU cores work on 8x128 tiles: per-device batches in multiples of 8 keep them full
@@ -69,7 +80,13 @@ class TrainConfig:
         model_dir: where the model, its weights, its config and the history go; empty: ``AIP_MODEL_DIR``.
         model_name: one of ``components.models.MODELS``, or ``auto``: the codelab convnet with batch norm for
             images, the article's LSTM for texts (``components.models.DEFAULT_MODELS``).
-        epochs: passes over the training split.
+        epochs: passes over the training split (with a pretrained backbone: the head's, the backbone frozen).
+        weights: a backbone's pretrained weights: ``imagenet``, a file of them (local or ``gs://``), ``none``, or
+            ``auto`` (``imagenet`` for the backbones, ``none`` for the others). See ``components.train.transfer``.
+        weights_cache: where ``imagenet`` weights are downloaded to and found again (``gs://`` too); empty: Keras's
+            own cache.
+        fine_tune_epochs: with pretrained weights, the second phase's epochs: the top ``fine_tune_blocks`` blocks of
+            the backbone unfrozen, at ``fine_tune_learning_rate`` (0: a tenth of ``learning_rate``); 0: the head alone.
         per_replica_batch_size: examples per device per step, rounded up to a multiple of 8; the global batch is
             this times the devices (of every host).
         learning_rate: Adam's learning rate (the peak, with ``rampup_exponential``).
@@ -95,6 +112,11 @@ class TrainConfig:
     model_dir: str = ""
     model_name: str = TRAIN["model_name"].default
     epochs: int = TRAIN["epochs"].default
+    weights: str = TRAIN["weights"].default
+    weights_cache: str = ""
+    fine_tune_epochs: int = TRAIN["fine_tune_epochs"].default
+    fine_tune_blocks: int = TRAIN["fine_tune_blocks"].default
+    fine_tune_learning_rate: float = TRAIN["fine_tune_learning_rate"].default
     per_replica_batch_size: int = TRAIN["per_replica_batch_size"].default
     learning_rate: float = TRAIN["learning_rate"].default
     lr_schedule: str = TRAIN["lr_schedule"].default
@@ -121,7 +143,8 @@ class TrainConfig:
                     f"{flag} {getattr(self, name)!r} does not exist: choose one of {', '.join(sorted(valid))}"
                 )
         for name, minimum in (("epochs", 1), ("per_replica_batch_size", 1), ("cpu_replicas", 1), ("hosts", 1),
-                              ("steps_per_execution", 1), ("rampup_epochs", 0)):  # fmt: skip
+                              ("steps_per_execution", 1), ("rampup_epochs", 0), ("fine_tune_epochs", 0),
+                              ("fine_tune_blocks", 0)):  # fmt: skip
             if getattr(self, name) < minimum:
                 flag = "--batch-size" if name == "per_replica_batch_size" else f"--{name.replace('_', '-')}"
                 raise UsageError(f"{flag} {getattr(self, name)} must be at least {minimum}")
@@ -129,6 +152,9 @@ class TrainConfig:
             raise UsageError(f"--backup-interval {self.backup_interval} must be auto or a number of seconds >= 0")
         if not self.learning_rate > 0:
             raise UsageError(f"--learning-rate {self.learning_rate} must be positive")
+        if not self.fine_tune_learning_rate >= 0:
+            raise UsageError(f"--fine-tune-learning-rate {self.fine_tune_learning_rate} must be positive, or 0 for "
+                             "a tenth of --learning-rate")  # fmt: skip
         if not 0 < self.lr_decay <= 1:
             raise UsageError(f"--lr-decay {self.lr_decay} must be in (0, 1]")
         if self.backend == "tensorflow":  # auto is checked once it is resolved
@@ -227,7 +253,7 @@ def epoch_line(epoch: int, epochs: int, logs: dict, seconds: float, left: float 
     return f"epoch {epoch} of {epochs}: {figures} ({seconds:.1f}s{remaining})"
 
 
-def _epoch_log_callback(path: str):
+def _epoch_log_callback(path: str, total_epochs: int | None = None):
     """A callback that appends each finished epoch's metrics and wall time to ``path`` (kept across preemptions),
     and logs its progress line (``epoch_line``): on the terminal under run-local, in Cloud Logging on Vertex AI."""
     import keras
@@ -249,8 +275,8 @@ def _epoch_log_callback(path: str):
                 handle.write(json.dumps(record) + "\n")
                 handle.flush()
                 os.fsync(handle.fileno())
-            self.took.append(seconds)
-            epochs = int(self.params.get("epochs") or epoch + 1)
+            self.took.append(seconds)  # (this phase's: a fine-tuning epoch costs more than a head's)
+            epochs = total_epochs or int(self.params.get("epochs") or epoch + 1)
             # the first epoch traces and compiles: the time left goes by the later ones once there are some
             typical = self.took[1:] or self.took
             left = sum(typical) / len(typical) * (epochs - epoch - 1)
@@ -278,9 +304,8 @@ def _learning_watch(num_classes: int, advice: str, earlier_losses: list[float], 
     return LearningWatch()
 
 
-def training_callbacks(
-    checkpoint_dir: str, tensorboard_dir: str, placement, backup_interval: float | None = None
-) -> list:
+def training_callbacks(checkpoint_dir: str, tensorboard_dir: str, placement, backup_interval: float | None = None,
+                       backup: str = BACKUP_DIR, total_epochs: int | None = None) -> list:  # fmt: skip
     """The train step's callbacks: the backup on every process; the epoch log and TensorBoard's epoch scalars on
     process 0. None of them acts on a batch, and each says so (``async_safe``): Keras otherwise runs batch-end hooks
     on the training thread, which must first wait for the step's results, so the next step is not dispatched until
@@ -288,7 +313,7 @@ def training_callbacks(
     bench/RESULTS.md)."""
     import keras
 
-    backup = _backup_callback(os.path.join(checkpoint_dir, BACKUP_DIR), placement, backup_interval)
+    backup = _backup_callback(os.path.join(checkpoint_dir, backup), placement, backup_interval)
     if not placement.is_chief:
         return [backup]
 
@@ -298,7 +323,7 @@ def training_callbacks(
     # the epoch's log line before its backup: a kill between the two leaves the log ahead of the backup (which
     # resume allows for), never a backed-up epoch missing from the curves
     return [
-        _epoch_log_callback(os.path.join(checkpoint_dir, EPOCH_LOG_FILE)),
+        _epoch_log_callback(os.path.join(checkpoint_dir, EPOCH_LOG_FILE), total_epochs),
         backup,
         EpochTensorBoard(tensorboard_dir, update_freq="epoch", write_graph=False, profile_batch=0),
     ]
@@ -439,14 +464,13 @@ def settle_backup(weights_path: str, metadata_path: str) -> None:
         shutil.copyfile(source, target)
 
 
-def epochs_kept(checkpoint_dir: str) -> int:
+def epochs_kept(checkpoint_dir: str, backup: str = BACKUP_DIR) -> int:
     """The finished epochs a restart with ``checkpoint_dir`` resumes after (0: no backup to resume from): the
     backup's own count, which ``BackupAndRestore`` restores (its previous copy where the last save was cut short).
     The epoch log may run ahead of it, by the epochs that ended between two backups."""
-    backup = os.path.join(checkpoint_dir, BACKUP_DIR)
     for name in (BACKUP_METADATA, BACKUP_METADATA + ".bkp"):
         try:
-            with open(os.path.join(backup, name)) as handle:
+            with open(os.path.join(checkpoint_dir, backup, name)) as handle:
                 return int(json.load(handle)["epoch"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
@@ -560,34 +584,48 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         )
     train_ds, validation_ds, validation_steps = datasets(config, examples, placement, global_batch)
     jit_compile = backend == "jax" or config.jit_compile  # JAX steps are always XLA programs
-    model = compiled_model(config, examples, placement, precision, steps_per_epoch, jit_compile)
-    finished_before, callbacks, advice = resume_and_watch(config, examples, dirs, placement)
-    log.info(
-        "training %s on %d %s (%s, %d classes): %d epochs of %d steps, global batch %d (%d x %d devices), "
-        "%s, %s on %s, XLA %s, %d steps per execution",
-        config.model_name, train_count, f"{examples.modality}s", "x".join(map(str, examples.shape)),
-        examples.num_classes, config.epochs, steps_per_epoch, global_batch, per_device, placement.devices, precision,
-        placement.strategy, backend, "on" if jit_compile else "off", config.steps_per_execution,
-    )  # fmt: skip
-    started = time.monotonic()
-    with placement.scope():
-        fitted = model.fit(
-            train_ds,
-            validation_data=validation_ds,
-            validation_steps=validation_steps,
-            epochs=config.epochs,
-            steps_per_epoch=steps_per_epoch,
-            callbacks=callbacks,
-            verbose=0,  # the epoch log's own line instead (on process 0), through logging
-        )
+    plan = training_phases(config)
+    pretrained = weights_file(config.weights, config.model_name, config.weights_cache)
+    started, trained_epochs, backups, resumed_after = time.monotonic(), 0, [], None
+    for phase in plan:
+        if phase.name == "head" and len(plan) > 1 and head_finished(dirs, placement):
+            log.info("the head was trained before (%s): fine-tuning", os.path.join(dirs.checkpoint_dir, HEAD_WEIGHTS))
+            continue
+        model = compiled_model(config, examples, placement, precision, steps_per_epoch, jit_compile, phase,
+                               pretrained, dirs)  # fmt: skip
+        finished_before, callbacks, advice = resume_and_watch(config, examples, dirs, placement, phase, plan[-1].last)
+        resumed_after = finished_before if resumed_after is None else resumed_after
+        log.info(
+            "training %s%s on %d %s (%s, %d classes): epochs %d to %d of %d steps, global batch %d (%d x %d "
+            "devices), %s, %s on %s, XLA %s, %d steps per execution",
+            config.model_name, PHASE_WORDS[phase.name], train_count, f"{examples.modality}s",
+            "x".join(map(str, examples.shape)), examples.num_classes, phase.first + 1, phase.last, steps_per_epoch,
+            global_batch, per_device, placement.devices, precision, placement.strategy, backend,
+            "on" if jit_compile else "off", config.steps_per_execution,
+        )  # fmt: skip
+        with placement.scope():
+            fitted = model.fit(
+                train_ds,
+                validation_data=validation_ds,
+                validation_steps=validation_steps,
+                epochs=phase.last,
+                initial_epoch=phase.first,
+                steps_per_epoch=steps_per_epoch,
+                callbacks=callbacks,
+                verbose=0,  # the epoch log's own line instead (on process 0), through logging
+            )
+        trained_epochs += len(fitted.epoch)  # as Keras ran them, after the epoch its backup restored
+        backups += next(c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)).backups
+        if phase.name == "head" and len(plan) > 1:
+            save_head(model, dirs, placement)
     seconds = time.monotonic() - started
-    trained_epochs = len(fitted.epoch)  # as Keras ran them, after the epoch its backup restored
-    backups = next(c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)).backups
+    finished_before = resumed_after or 0
     log.info("%d preemption backup(s) over %d epoch(s), %.0f ms each on average (--backup-interval %s)",
              len(backups), trained_epochs, 1000 * sum(backups) / max(len(backups), 1),
              "auto" if config.backup_interval is None else config.backup_interval)  # fmt: skip
     model_config = {
         **model_facts(config, examples, backend, placement.why, precision),
+        **transfer_facts(config, plan, model),
         "per_replica_batch_size": per_device,
         "global_batch_size": global_batch,
         "replicas": placement.devices,
@@ -632,6 +670,7 @@ def check_inputs(config: TrainConfig, env: Mapping[str, str]):
         config = dataclasses.replace(config, model_name=DEFAULT_MODELS[modality])
         log.info("--model auto: %s for %ss", config.model_name, modality)
     check_model_takes(config.model_name, modality, config.examples_dir)
+    config = dataclasses.replace(config, weights=resolve_weights_choice(config.weights, config.model_name))
     vocabulary = None
     if modality == "image":
         check_image_size(config.model_name, image_size, f"the examples' image size ({config.examples_dir})")
@@ -678,18 +717,97 @@ def datasets(config: TrainConfig, examples: Examples, placement, global_batch: i
     return train_ds, validation_ds, validation_steps
 
 
+@dataclass(frozen=True)
+class Phase:
+    """A part of training with its own trainable weights, learning rate and backup: ``train`` (the whole model),
+    or a pretrained backbone's ``head`` (the backbone frozen) then ``fine_tune`` (its top blocks unfrozen).
+    ``first``/``last``: the epochs before it and at its end, counted over the whole run."""
+
+    name: str
+    first: int
+    last: int
+    backup: str
+
+
+PHASE_WORDS = {"train": "", "head": " (its head, the backbone frozen)",
+               "fine_tune": " (fine-tuning the backbone's top blocks)"}  # fmt: skip
+
+
+def training_phases(config: TrainConfig) -> list[Phase]:
+    """One phase, or a pretrained backbone's two (its head, then fine-tuning unless ``fine_tune_epochs`` is 0)."""
+    if config.model_name not in BACKBONES or config.weights == "none":
+        return [Phase("train", 0, config.epochs, BACKUP_DIR)]
+    head = Phase("head", 0, config.epochs, BACKUP_DIR)
+    if not config.fine_tune_epochs:
+        return [head]
+    return [head, Phase("fine_tune", config.epochs, config.epochs + config.fine_tune_epochs, FINE_TUNE_BACKUP_DIR)]
+
+
+def head_finished(dirs: OutputDirs, placement) -> bool:
+    """Whether an earlier attempt finished the head phase (its weights kept): the same answer on every host."""
+    finished = os.path.exists(os.path.join(dirs.checkpoint_dir, HEAD_WEIGHTS))
+    placement.check_agreement(
+        int(finished), "whether the head was trained",
+        f"give every host the same checkpoint dir, not {dirs.checkpoint_dir} on each",
+    )  # fmt: skip
+    return finished
+
+
+def save_head(model, dirs: OutputDirs, placement) -> None:
+    """Keeps the model after its head phase: fine-tuning starts from it, also after a preemption."""
+    if placement.is_chief:
+        kept = os.path.join(dirs.checkpoint_dir, HEAD_WEIGHTS)
+        model.save_weights(kept + ".tmp.weights.h5")
+        os.replace(kept + ".tmp.weights.h5", kept)  # a kill mid-save leaves no head to start from
+    placement.barrier("head saved")
+
+
+def fine_tune_rate(config: TrainConfig) -> float:
+    return config.fine_tune_learning_rate or config.learning_rate / 10
+
+
+def transfer_facts(config: TrainConfig, plan: list[Phase], model) -> dict:
+    """What ``model_config.json`` says of a pretrained backbone's training (nothing for the other models)."""
+    if config.model_name not in BACKBONES:
+        return {}
+    facts: dict = {"weights": config.weights, "head_epochs": config.epochs if plan[0].name == "head" else 0}
+    if plan[-1].name == "fine_tune":
+        trainable = sum(math.prod(weight.shape) for weight in backbone_of(model).trainable_weights)
+        facts["fine_tune"] = {
+            "epochs": config.fine_tune_epochs,
+            "blocks": config.fine_tune_blocks,
+            "learning_rate": fine_tune_rate(config),
+            "trainable_backbone_weights": trainable,
+        }
+    return facts
+
+
 def compiled_model(config: TrainConfig, examples: Examples, placement, precision: str, steps_per_epoch: int,
-                   jit_compile: bool):  # fmt: skip
-    """The model built in ``precision`` under the placement's scope and compiled; its summary goes to the log."""
+                   jit_compile: bool, phase: Phase | None = None, pretrained: str | None = None,
+                   dirs: OutputDirs | None = None):  # fmt: skip
+    """The model built in ``precision`` under the placement's scope and compiled for ``phase`` (its trainable
+    weights, its learning rate): the pretrained backbone's weights loaded from ``pretrained``, or, to fine-tune, the
+    head phase's; its summary goes to the log."""
     import keras
 
+    phase = phase or Phase("train", 0, config.epochs, BACKUP_DIR)
+    rate = fine_tune_rate(config) if phase.name == "fine_tune" else learning_rate(config, steps_per_epoch)
     keras.mixed_precision.set_global_policy(precision)
     try:
         with placement.scope():
             model = build_model(config.model_name, examples.image_size, examples.num_classes,
                                 examples.stats.get("vocabulary_size", 0))  # fmt: skip
+            if phase.name == "fine_tune":
+                model.load_weights(os.path.join(dirs.checkpoint_dir, HEAD_WEIGHTS))
+                unfrozen = unfreeze_top(model, config.fine_tune_blocks)
+                log.info("fine-tuning the top %d blocks of %s's backbone (%d weights; batch norm stays frozen) at "
+                         "learning rate %g", config.fine_tune_blocks, config.model_name, unfrozen, rate)  # fmt: skip
+            elif pretrained is not None:
+                load_backbone_weights(model, pretrained)
+                if phase.name == "head":
+                    freeze_backbone(model)
             model.compile(
-                optimizer=keras.optimizers.Adam(learning_rate(config, steps_per_epoch)),
+                optimizer=keras.optimizers.Adam(rate),
                 loss="categorical_crossentropy",
                 metrics=["accuracy"],
                 jit_compile=jit_compile,
@@ -702,13 +820,16 @@ def compiled_model(config: TrainConfig, examples: Examples, placement, precision
     return model
 
 
-def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement):
+def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, phase: Phase | None = None,
+                     total_epochs: int | None = None):  # fmt: skip
     """The epochs a backup already holds (the same on every host), the callbacks (the backup, the epoch log,
     TensorBoard, and on process 0 the watch that warns when training does not learn), and what to try if it does
-    not: (finished_before, callbacks, advice)."""
+    not: (finished_before, callbacks, advice). ``phase``: the part of training they are for (its own backup)."""
+    phase = phase or Phase("train", 0, config.epochs, BACKUP_DIR)
     epoch_log = os.path.join(dirs.checkpoint_dir, EPOCH_LOG_FILE)
-    backup_dir = os.path.join(dirs.checkpoint_dir, BACKUP_DIR)
-    finished_before = epochs_kept(dirs.checkpoint_dir)
+    backup_dir = os.path.join(dirs.checkpoint_dir, phase.backup)
+    kept = epochs_kept(dirs.checkpoint_dir, phase.backup)
+    finished_before = max(kept, phase.first)
     # hosts that resumed from different epochs would run different numbers of steps and wait on each other forever
     placement.check_agreement(
         finished_before,
@@ -718,15 +839,16 @@ def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement):
     )
     if placement.is_chief:
         os.makedirs(dirs.checkpoint_dir, exist_ok=True)
-        if not os.path.isdir(backup_dir) and os.path.exists(epoch_log):
+        if not phase.first and not os.path.isdir(backup_dir) and os.path.exists(epoch_log):
             os.remove(epoch_log)  # a log without its backup belongs to a finished run
-    callbacks = training_callbacks(dirs.checkpoint_dir, dirs.tensorboard_dir, placement, config.backup_interval)
+    callbacks = training_callbacks(dirs.checkpoint_dir, dirs.tensorboard_dir, placement, config.backup_interval,
+                                   phase.backup, total_epochs or phase.last)  # fmt: skip
     image_size = examples.image_size if examples.modality == "image" else None
     advice = what_to_try(config.learning_rate, image_size, config.model_name, examples.stats.get("source_image_size"))
     if placement.is_chief:
         earlier = [record["loss"] for record in read_epoch_log(epoch_log)] if finished_before else []
         callbacks.append(_learning_watch(examples.num_classes, advice, earlier, class_counts(examples)))
-    if finished_before:
+    if kept > phase.first:
         log.info("resuming from the checkpoint in %s after epoch %d", backup_dir, finished_before)
     return finished_before, callbacks, advice
 
@@ -776,7 +898,10 @@ def save_results(model, config: TrainConfig, examples: Examples, dirs, placement
                             not_learned)  # fmt: skip
         if examples.vocabulary is not None:
             write_atomically(os.path.join(dirs.model_dir, VOCABULARY_FILE), vocabulary_bytes(examples.vocabulary))
-        shutil.rmtree(os.path.join(dirs.checkpoint_dir, BACKUP_DIR), ignore_errors=True)  # a rerun starts afresh
+        for backup in (BACKUP_DIR, FINE_TUNE_BACKUP_DIR):  # a rerun starts afresh
+            shutil.rmtree(os.path.join(dirs.checkpoint_dir, backup), ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(dirs.checkpoint_dir, HEAD_WEIGHTS))
         os.remove(epoch_log)
         if not os.listdir(dirs.checkpoint_dir):
             os.rmdir(dirs.checkpoint_dir)

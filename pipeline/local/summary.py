@@ -10,7 +10,7 @@ log = logging.getLogger(__name__)
 
 # what the train step recorded in model_config.json that the summary repeats
 TRAINING_FACTS = ("model_name", "backend", "backend_reason", "strategy", "replicas", "accelerator", "precision",
-                  "per_replica_batch_size", "global_batch_size")  # fmt: skip
+                  "per_replica_batch_size", "global_batch_size", "weights", "head_epochs", "fine_tune")  # fmt: skip
 
 
 def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
@@ -87,6 +87,12 @@ def model_line(training: dict) -> str:
         f"{training.get('model_name')}, {training.get('epochs')} epochs, learning rate {training.get('learning_rate')} "
         f"({training.get('lr_schedule')}), batch {training.get('global_batch_size')}"
     )
+    if training.get("weights") not in (None, "none"):  # a pretrained backbone: its weights, then its two phases
+        tuned = training.get("fine_tune")
+        phases = f"{training.get('head_epochs')} epochs of its head" + (
+            f" then {tuned['epochs']} fine-tuning its top {tuned['blocks']} blocks" if tuned else ""
+        )
+        line = line.replace(f", {training.get('epochs')} epochs,", f" from {training['weights']} weights, {phases},", 1)
     final = training.get("final_validation_accuracy")
     line = line if final is None else f"{line}, final validation accuracy {final:.4f}"
     resumed = training.get("resumed_after_epoch")

@@ -84,7 +84,8 @@ def test_dense_baseline_parameter_count_is_one_layer_over_the_pixels():
         (
             "--model",
             "resnet9000",
-            "auto, codelab_convnet_bn, codelab_convnet, cifar_convnet, dense_baseline, squeezenet, lstm, bilstm, cnn1d",
+            "auto, codelab_convnet_bn, codelab_convnet, cifar_convnet, dense_baseline, squeezenet, mobilenet_v3_small, "
+            "mobilenet_v3_large, efficientnet_v2_b0, xception, lstm, bilstm, cnn1d",
         ),
         ("--precision", "float8", "auto, float32, mixed_bfloat16"),
         ("--lr-schedule", "cosine", "constant, rampup_exponential"),
