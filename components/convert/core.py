@@ -150,10 +150,11 @@ def open_header(path: str):
 
 def auto_image_size(source_side: int | None) -> tuple[int, str]:
     """(size, why) for ``--image-size auto``: the source images' typical shorter side, at most 192 (the codelab's
-    size: larger costs time and memory for little) and at least what every image model takes."""
-    from components.models import MIN_IMAGE_SIZE
+    size: larger costs time and memory for little) and at least what every model trained from scratch takes (a
+    pretrained backbone needs more, 32 or 71 px: the train step says so, and ``--image-size`` gives it)."""
+    from components.models import BACKBONES, MIN_IMAGE_SIZE
 
-    least = max(MIN_IMAGE_SIZE.values())
+    least = max(size for name, size in MIN_IMAGE_SIZE.items() if name not in BACKBONES)
     if source_side is None:
         return MAX_AUTO_IMAGE_SIZE, f"no image size could be read: the codelab's {MAX_AUTO_IMAGE_SIZE}"
     size = min(MAX_AUTO_IMAGE_SIZE, max(least, source_side))
