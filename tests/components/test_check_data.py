@@ -88,6 +88,8 @@ def test_the_same_statistics_pass_every_check():
                                                   "leakage across splits", "leakage across versions", "brightness",
                                                   "contrast", "formats", "source width", "source height",
                                                   "source aspect"}  # fmt: skip
+    assert rows[0] == {"check": "label set", "verdict": "pass", "severity": "block", "value": 0, "thresholds": {},
+                       "detail": "4 classes, as before"}  # fmt: skip
 
 
 def test_a_class_dropped_blocks_and_names_it():
@@ -109,6 +111,9 @@ def test_a_class_added_or_renamed_blocks():
     renamed["class_names"] = ["ant", "bee", "cow", "hound"]
     label_row = compare(renamed, version(BALANCED)[1], *version(BALANCED), LIMITS)[0]
     assert label_row["verdict"] == "block" and label_row["detail"].startswith("gone dog; new hound:")
+    renamed["class_names"] = ["ant", "bee", "cat", "hound"]  # two each way: the names listed with commas
+    label_row = compare(renamed, version(BALANCED)[1], *version(BALANCED), LIMITS)[0]
+    assert label_row["detail"].startswith("gone cow, dog; new cat, hound:")
 
 
 def test_the_same_classes_in_another_order_warn():
