@@ -223,7 +223,24 @@ def test_sources_of_another_size_warn_and_records_without_sizes_skip():
     rows, _ = outcome((adopted, keys), version(BALANCED))
     for name in ("width", "height", "aspect"):
         skipped = next(found for found in rows if found["check"] == f"source {name}")
-        assert skipped["verdict"] == "skipped" and skipped["detail"].startswith("the records do not say their sour")
+        assert skipped == {"check": f"source {name}", "verdict": "skipped", "severity": "warn", "value": None,
+                           "thresholds": {}, "detail": "the records do not say their sources' sizes (TFRecords "
+                           "adopted as they are, or a conversion older than the data checks)"}  # fmt: skip
+    for split in adopted["image"].values():  # statistics kept before the checks read the sources' sizes
+        for name in ("width", "height", "aspect"):
+            del split[name]
+    rows, _ = outcome((adopted, keys), version(BALANCED))
+    assert {verdicts(rows)[(f"source {name}", "")] for name in ("width", "height", "aspect")} == {"skipped"}
+
+
+def test_the_formats_row_counts_each_sources_format_over_the_splits():
+    mixed, keys = version(BALANCED)
+    mixed["image"]["train"]["formats"] = {"jpg": 300, "png": 100}  # of its 400
+    mixed["image"]["test"]["formats"] = {"jpg": 90, "webp": 10}  # of its 100
+    rows, _ = outcome((mixed, keys), version(BALANCED))
+    formats = next(found for found in rows if found["check"] == "formats")
+    # by hand: jpg 300 + 100 (validation) + 90, png 100, webp 10
+    assert formats["detail"] == "source formats: jpg 490, png 100, webp 10"
 
 
 def test_a_distribution_is_compared_over_the_baselines_decile_bins():
