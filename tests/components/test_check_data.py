@@ -614,3 +614,29 @@ def test_thresholds_are_read_from_name_value_items():
         assert str(raised.value) == (
             f"data threshold {item!r} is not NAME=VALUE with a number: for example class_mix_block=0.25"
         )
+
+
+def test_text_statistics_put_long_texts_in_the_last_bin_and_an_empty_split_at_zero(monkeypatch):
+    """By hand: a text of 2,000 tokens (past the last bin), a record without a text (an empty one), and a split
+    with no examples at all, whose shares are 0, not a division by zero."""
+    import tensorflow as tf
+
+    from components.check_data import statistics
+
+    def example(**features) -> bytes:
+        feature = {name: tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+                   for name, value in features.items()}  # fmt: skip
+        return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+    records = {"train": [example(text=" ".join(["word"] * 2000).encode()), example(label=b"pos")], "test": []}
+    monkeypatch.setattr(statistics, "read_examples", lambda examples_dir, split: iter(records[split]))
+    found, hashes = statistics.text_statistics("examples", "train", {"word": 2}, 250, served={})
+    assert len(found["token_counts"]) == statistics.TOKEN_BINS
+    assert (found["token_counts"][-1], found["token_counts"][0], sum(found["token_counts"])) == (1, 1, 2)
+    assert found["truncated_share"] == 0.5  # 1 of the 2 is longer than 250 tokens
+    assert (found["out_of_vocabulary_share"], found["served_out_of_vocabulary_share"]) == (0.0, 1.0)
+    assert hashes.dtype == np.uint64 and len(set(hashes.tolist())) == 2
+    empty, none = statistics.text_statistics("examples", "test", {"word": 2}, 250, served={})
+    assert empty == {"token_counts": [0] * statistics.TOKEN_BINS, "truncated_share": 0.0,
+                     "out_of_vocabulary_share": 0.0, "served_out_of_vocabulary_share": 0.0}  # fmt: skip
+    assert len(none) == 0
