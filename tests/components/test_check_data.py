@@ -352,6 +352,32 @@ def test_text_shares_of_every_split_are_weighed_by_their_examples():
     assert oov["thresholds"] == {"warn": 0.02, "block": 0.1} and oov["severity"] == "block"
 
 
+def test_the_truncated_share_is_compared_as_it_is_beside_the_served_vocabularys_share():
+    """The served model's vocabulary changes only the out-of-vocabulary figure: the truncated share rises by its own
+    12.3456 points, reported to 4 decimals."""
+    base = text_version(oov=0.0, truncated=0.1)
+    new = text_version(oov=0.0, truncated=0.223456)
+    new[0]["text"] = {
+        split: dict(figures, served_out_of_vocabulary_share=0.5) for split, figures in new[0]["text"].items()
+    }
+    rows, _ = outcome(new, base)
+    truncated = next(found for found in rows if found["check"] == "truncated share")
+    assert (truncated["value"], truncated["detail"]) == (0.1235, "10.0% -> 22.3%")
+    oov = next(found for found in rows if found["check"] == "out-of-vocabulary share")
+    assert oov["value"] == 0.5
+
+
+def test_figures_of_versions_without_examples_are_zero():
+    from components.check_data.core import overall, shares
+
+    empty = {"counts": dict.fromkeys(("train", "validation", "test"), 0),
+             "text": {split: {"truncated_share": 0.5} for split in ("train", "validation", "test")}}  # fmt: skip
+    assert overall(empty, "truncated_share") == 0.0
+    assert shares({}, ["a", "b"]).tolist() == [0.0, 0.0]
+    # a class the counts leave out has none: the others' shares are of theirs alone
+    assert shares({"a": 3, "b": 1}, ["a", "b", "c"]).tolist() == [0.75, 0.25, 0.0]
+
+
 def test_a_rise_in_out_of_vocabulary_words_warns_at_two_points_and_blocks_at_ten():
     base = text_version(oov=0.03, truncated=0.1)
     rows, _ = outcome(text_version(oov=0.06, truncated=0.1), base)
