@@ -634,7 +634,8 @@ def test_thresholds_are_read_from_name_value_items():
     assert parse_thresholds([]) == {}
     assert parse_thresholds([" class_mix_block = 0.25", "leakage_block=1e-2"]) == {"class_mix_block": 0.25,
                                                                                      "leakage_block": 0.01}  # fmt: skip
-    for item in ("class_mix_block", "class_mix_block=", "class_mix_block=high", "class_mix_block=nan"):
+    for item in ("class_mix_block", "class_mix_block=", "class_mix_block=high", "class_mix_block=nan",
+                 "class_mix_block=0.2=0.3"):  # fmt: skip
         with pytest.raises(UsageError) as raised:
             parse_thresholds([item])
         assert str(raised.value) == (
@@ -666,3 +667,21 @@ def test_text_statistics_put_long_texts_in_the_last_bin_and_an_empty_split_at_ze
     assert empty == {"token_counts": [0] * statistics.TOKEN_BINS, "truncated_share": 0.0,
                      "out_of_vocabulary_share": 0.0, "served_out_of_vocabulary_share": 0.0}  # fmt: skip
     assert len(none) == 0
+
+
+def test_statistics_kept_on_gcs_are_found_through_a_folder_typed_with_a_trailing_slash(gcs):
+    """A baseline given as ``gs://.../1/`` (as users type folders) is the folder ``gs://.../1``: on Cloud Storage
+    ``1//data_stats.json`` would be another object, and the checks would run as if there were no baseline."""
+    from components.check_data import statistics
+    from components.check_data.core import baseline_vocabulary
+    from components.tokenizing import OUT_OF_VOCABULARY, PADDING, VOCABULARY_FILE, vocabulary_bytes
+    from tests.conftest import BUCKET
+
+    kept, keys = version(BALANCED)
+    statistics.write(f"gs://{BUCKET}/registry/1", kept, keys)
+    words = [PADDING, OUT_OF_VOCABULARY, "the"]
+    gcs.blob(f"registry/1/{VOCABULARY_FILE}").upload_from_string(vocabulary_bytes(words))
+    found = statistics.read(f"gs://{BUCKET}/registry/1/")
+    assert found is not None and found[0] == kept
+    assert all(np.array_equal(found[1][split], keys[split]) for split in keys)
+    assert baseline_vocabulary(f"gs://{BUCKET}/registry/1/") == words
