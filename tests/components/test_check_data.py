@@ -678,10 +678,11 @@ def test_statistics_kept_on_gcs_are_found_through_a_folder_typed_with_a_trailing
     from tests.conftest import BUCKET
 
     kept, keys = version(BALANCED)
-    statistics.write(f"gs://{BUCKET}/registry/1", kept, keys)
     words = [PADDING, OUT_OF_VOCABULARY, "the"]
-    gcs.blob(f"registry/1/{VOCABULARY_FILE}").upload_from_string(vocabulary_bytes(words))
-    found = statistics.read(f"gs://{BUCKET}/registry/1/")
-    assert found is not None and found[0] == kept
-    assert all(np.array_equal(found[1][split], keys[split]) for split in keys)
-    assert baseline_vocabulary(f"gs://{BUCKET}/registry/1/") == words
+    for folder in ("registry/1", "runs/check-dataX"):  # (only the slash goes: a name may end in any letter)
+        statistics.write(f"gs://{BUCKET}/{folder}", kept, keys)
+        gcs.blob(f"{folder}/{VOCABULARY_FILE}").upload_from_string(vocabulary_bytes(words))
+        found = statistics.read(f"gs://{BUCKET}/{folder}/")
+        assert found is not None and found[0] == kept
+        assert all(np.array_equal(found[1][split], keys[split]) for split in keys)
+        assert baseline_vocabulary(f"gs://{BUCKET}/{folder}/") == words
