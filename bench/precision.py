@@ -6,7 +6,8 @@ epoch whose validation accuracy passes 0.5 and its training seconds; then, per m
 bfloat16 - float32 difference in points, and each model's training time as a ratio of the first model's. The last
 line is a JSON object.
 
-    .venv/bin/python bench/precision.py [--image-size 32] [--epochs 15] [--seeds 3] [--backend tensorflow]
+    .venv/bin/python bench/precision.py [--image-size 32] [--epochs 15] [--batch-size 32] [--seeds 3]
+        [--backend tensorflow]
         [--models codelab_convnet_bn,codelab_convnet,squeezenet]
 """
 
@@ -45,7 +46,8 @@ def train_and_evaluate(examples: str, root: str, model: str, precision: str, see
     model_dir, evaluation = os.path.join(root, name), os.path.join(root, f"eval-{name}")
     started = time.monotonic()
     step("components.train", "--examples", examples, "--model-dir", model_dir, "--epochs", str(args.epochs),
-         "--precision", precision, "--backend", args.backend, "--seed", str(seed), "--model", model)  # fmt: skip
+         "--precision", precision, "--backend", args.backend, "--seed", str(seed), "--model", model,
+         "--batch-size", str(args.batch_size))  # fmt: skip
     seconds = time.monotonic() - started
     step("components.evaluate", "--examples", examples, "--model-dir", model_dir, "--output", evaluation,
          "--min-accuracy", "0")  # fmt: skip
@@ -79,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--batch-size", type=int, default=32, help="per-device batch (default 32, the demo's)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--backend", default="tensorflow", choices=("tensorflow", "jax"))
     parser.add_argument("--models", default="codelab_convnet_bn,codelab_convnet,squeezenet",
@@ -109,7 +112,8 @@ def main() -> None:
         print(f"{model}: mean test accuracy float32 {means['float32']:.4f}, mixed_bfloat16 "
               f"{means['mixed_bfloat16']:.4f} (bfloat16 loses {line['bfloat16_points_lost']:.2f} points); training "
               f"{line['mean_train_seconds']} s, {line['train_time_ratio']}x {models[0]}'s")  # fmt: skip
-    print(json.dumps({"image_size": args.image_size, "epochs": args.epochs, "backend": args.backend,
+    print(json.dumps({"image_size": args.image_size, "epochs": args.epochs, "batch_size": args.batch_size,
+                      "backend": args.backend,
                       "cpu": platform.processor() or platform.machine(),
                       "cpu_bf16": sorted(read_cpu_flags() & {"amx_bf16", "avx512_bf16"}), "runs": runs,
                       "models": summary}))  # fmt: skip
