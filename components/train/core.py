@@ -464,10 +464,13 @@ def settle_backup(weights_path: str, metadata_path: str) -> None:
         shutil.copyfile(source, target)
 
 
-def epochs_kept(checkpoint_dir: str, backup: str = BACKUP_DIR) -> int:
+def epochs_kept(checkpoint_dir: str, backup: str | None = None) -> int:
     """The finished epochs a restart with ``checkpoint_dir`` resumes after (0: no backup to resume from): the
     backup's own count, which ``BackupAndRestore`` restores (its previous copy where the last save was cut short).
-    The epoch log may run ahead of it, by the epochs that ended between two backups."""
+    The epoch log may run ahead of it, by the epochs that ended between two backups. ``backup``: one phase's backup
+    folder; None: the furthest of every phase's (the epochs count over the whole run)."""
+    if backup is None:
+        return max(epochs_kept(checkpoint_dir, name) for name in (BACKUP_DIR, FINE_TUNE_BACKUP_DIR))
     for name in (BACKUP_METADATA, BACKUP_METADATA + ".bkp"):
         try:
             with open(os.path.join(checkpoint_dir, backup, name)) as handle:
@@ -783,14 +786,12 @@ def transfer_facts(config: TrainConfig, plan: list[Phase], model) -> dict:
 
 
 def compiled_model(config: TrainConfig, examples: Examples, placement, precision: str, steps_per_epoch: int,
-                   jit_compile: bool, phase: Phase | None = None, pretrained: str | None = None,
-                   dirs: OutputDirs | None = None):  # fmt: skip
+                   jit_compile: bool, phase: Phase, pretrained: str | None, dirs: OutputDirs):  # fmt: skip
     """The model built in ``precision`` under the placement's scope and compiled for ``phase`` (its trainable
     weights, its learning rate): the pretrained backbone's weights loaded from ``pretrained``, or, to fine-tune, the
     head phase's; its summary goes to the log."""
     import keras
 
-    phase = phase or Phase("train", 0, config.epochs, BACKUP_DIR)
     rate = fine_tune_rate(config) if phase.name == "fine_tune" else learning_rate(config, steps_per_epoch)
     keras.mixed_precision.set_global_policy(precision)
     try:
@@ -820,12 +821,10 @@ def compiled_model(config: TrainConfig, examples: Examples, placement, precision
     return model
 
 
-def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, phase: Phase | None = None,
-                     total_epochs: int | None = None):  # fmt: skip
+def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, phase: Phase, total_epochs: int):
     """The epochs a backup already holds (the same on every host), the callbacks (the backup, the epoch log,
     TensorBoard, and on process 0 the watch that warns when training does not learn), and what to try if it does
     not: (finished_before, callbacks, advice). ``phase``: the part of training they are for (its own backup)."""
-    phase = phase or Phase("train", 0, config.epochs, BACKUP_DIR)
     epoch_log = os.path.join(dirs.checkpoint_dir, EPOCH_LOG_FILE)
     backup_dir = os.path.join(dirs.checkpoint_dir, phase.backup)
     kept = epochs_kept(dirs.checkpoint_dir, phase.backup)
@@ -842,7 +841,7 @@ def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, p
         if not phase.first and not os.path.isdir(backup_dir) and os.path.exists(epoch_log):
             os.remove(epoch_log)  # a log without its backup belongs to a finished run
     callbacks = training_callbacks(dirs.checkpoint_dir, dirs.tensorboard_dir, placement, config.backup_interval,
-                                   phase.backup, total_epochs or phase.last)  # fmt: skip
+                                   phase.backup, total_epochs)  # fmt: skip
     image_size = examples.image_size if examples.modality == "image" else None
     advice = what_to_try(config.learning_rate, image_size, config.model_name, examples.stats.get("source_image_size"))
     if placement.is_chief:

@@ -45,8 +45,11 @@ def epochs_done(checkpoints: str, parameters: dict, spec: dict) -> str:
     """ " (after epoch N of M)" when training was interrupted with N epochs kept in its checkpoints, else ""."""
     from components.train.core import epochs_kept
 
-    done = epochs_kept(checkpoints)
-    return f" (after epoch {done} of {int(parameter_used('epochs', spec, parameters))})" if done else ""
+    done = epochs_kept(checkpoints)  # (a backbone's fine-tuning counts on from its head's epochs)
+    total = int(parameter_used("epochs", spec, parameters))
+    if done > total:
+        total += int(parameter_used("fine_tune_epochs", spec, parameters))
+    return f" (after epoch {done} of {total})" if done else ""
 
 
 def registry_outcome(registry: str, outputs) -> dict:

@@ -314,3 +314,18 @@ def test_the_report_says_where_a_backbones_weights_came_from_and_its_two_phases(
     assert ("<tr><td>pretrained</td><td>gs://b/w.weights.h5 weights: 5 epochs of its head, the backbone frozen, "
             "then 10 fine-tuning its top 3 blocks at learning rate 0.0002</td></tr>") in rows  # fmt: skip
     assert "pretrained" not in run_facts({"model_name": "codelab_convnet_bn", "training": {}}, {"epochs": 15})
+
+
+def test_an_interrupted_fine_tuning_is_said_to_stop_at_its_epoch_of_both_phases(tmp_path):
+    """run-local's summary of an interrupted run counts the epochs over both phases: 7 of 5 + 10, not 5 of 5."""
+    from components.train.core import BACKUP_DIR, BACKUP_METADATA
+    from pipeline.local.summary import epochs_done
+
+    for folder, epoch in ((BACKUP_DIR, 5), (FINE_TUNE_BACKUP_DIR, 7)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / BACKUP_METADATA).write_text(json.dumps({"epoch": epoch}))
+    assert (epochs_kept(str(tmp_path)), epochs_kept(str(tmp_path), BACKUP_DIR)) == (7, 5)
+    spec = {"root": {"inputDefinitions": {"parameters": {"epochs": {"defaultValue": 5},
+                                                         "fine_tune_epochs": {"defaultValue": 10}}}}}  # fmt: skip
+    assert epochs_done(str(tmp_path), {}, spec) == " (after epoch 7 of 15)"
+    assert epochs_done(str(tmp_path), {"epochs": 8}, spec) == " (after epoch 7 of 8)"  # still its head
