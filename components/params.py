@@ -109,6 +109,16 @@ TRAIN = {
     "augment": Param(False, "random flips, brightness and saturation"),
     "seed": Param(42, "the seed of the weights, the shuffles and the augmentation"),
 }
+# hyperparameter tuning (components.train.tuning): learning rate, batch size, augmentation, fine-tuning depth
+TUNE = {
+    "tune_trials": Param(
+        0,
+        "hyperparameter search: trials over learning rate, batch size, augmentation and (with a pretrained backbone) "
+        "fine-tuning depth, each a whole training run; the best one's model goes on to evaluate (0: no search, train "
+        "once)",
+    ),
+    "tune_parallel_trials": Param(1, "Vertex AI tuning job: trials run at once (run-local runs them one by one)"),
+}
 DEPLOY = {
     # the smallest general-purpose machine Vertex AI serves a TensorFlow CPU model on
     "machine_type": Param("n1-standard-2", "the serving machine"),

@@ -40,3 +40,15 @@ def model_client(region: str):
     from google.cloud.aiplatform import initializer, utils
 
     return initializer.global_config.create_client(client_class=utils.ModelClientWithOverride, location_override=region)
+
+
+def parameter_specs(space) -> list[dict]:
+    """A tuning job's ``studySpec.parameters`` from SDK parameter specs (``hyperparameter_tuning.DoubleParameterSpec``
+    ...), enums by name: what Google Cloud Pipeline Components' ``serialize_parameters`` computes, which a pipeline
+    step cannot import (GCPC's package imports ``kfp.dsl.ConcatPlaceholder``, which KFP leaves out of ``kfp.dsl``
+    inside a running step). (``_ParameterSpec._to_parameter_spec``)"""
+    from google.cloud.aiplatform_v1.types import study
+
+    to_dict = study.StudySpec.ParameterSpec.to_dict
+    return [to_dict(spec._to_parameter_spec(parameter_id=name), use_integers_for_enums=False)
+            for name, spec in space.items()]  # fmt: skip

@@ -1,4 +1,5 @@
-"""The KFP v2 DAG: convert -> check data -> train -> evaluate -> (blessed) export -> register. Knows the steps only
+"""The KFP v2 DAG: convert -> check data -> train (on Vertex AI, with tune_trials > 0: a hyperparameter tuning job and
+its best trial) -> evaluate -> (blessed) export -> register. Knows the steps only
 through their KFP wrappers."""
 
 from dataclasses import dataclass
@@ -14,9 +15,10 @@ from components.deploy.component import make_component as deploy_component
 from components.evaluate.component import make_component as evaluate_component
 from components.evaluate.component import make_not_blessed_component
 from components.export.component import make_component as export_component
-from components.params import CHECK_DATA, CONVERT, DEPLOY, EVALUATE, TEXT, TRAIN, defaults
+from components.params import CHECK_DATA, CONVERT, DEPLOY, EVALUATE, TEXT, TRAIN, TUNE, defaults
 from components.register.component import make_components as registry_components
 from components.train.component import make_component as train_component
+from components.train.tuning_component import make_components as tuning_components
 from pipeline.accelerators import Scheduling
 from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
 
@@ -64,8 +66,8 @@ def build_pipeline(
     def steps(**p):
         """The steps, as the pipeline's parameters' channels (``p``, by name) flow into them."""
         baseline, found = find_baseline(ops, p, registry)
-        converted, checked, trained = convert_check_and_train(ops, p, baseline, accelerator)
-        results = evaluate_and_gate(ops, p, converted, checked, trained, baseline, registry, accelerator)
+        converted, checked, model = convert_check_and_train(ops, p, baseline, accelerator)
+        results = evaluate_and_gate(ops, p, converted, checked, model, baseline, registry, accelerator)
         if registry:
             results["baseline"] = found.output
         return outputs(**results)
@@ -93,6 +95,8 @@ def build_pipeline(
         steps_per_execution: int = TRAIN["steps_per_execution"].default,
         augment: bool = TRAIN["augment"].default,
         seed: int = TRAIN["seed"].default,
+        tune_trials: int = TUNE["tune_trials"].default,
+        tune_parallel_trials: int = TUNE["tune_parallel_trials"].default,
         beam_args: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
         accept_data_change: bool = CHECK_DATA["accept_data_change"].default,
         data_thresholds: List[str] = list(CHECK_DATA["data_thresholds"].default),  # noqa: B006 (KFP reads it)
@@ -141,6 +145,9 @@ class StepOps:
     check_data: Any
     train: Any
     train_options: dict
+    tuning_spec: Any  # on Vertex AI (an accelerator given): the tuning job's specification, and its best trial
+    best_trial: Any
+    tuning_options: dict
     evaluate: Any
     not_blessed: Any
     export: Any
@@ -155,8 +162,14 @@ def step_ops(images: Images, accelerator: Optional[str], registry: Optional[str]
     container step in ``train_image``; the registry steps of ``registry``'s flavour."""
     image = images.uri(PIPELINE_IMAGE)
     train_op, train_options = train_component(images.uri(train_image)), {"hosts": 1}
+    tuning_spec_op, best_trial_op = tuning_components(image)
+    tuning_options = {}
     if accelerator is not None:
+        from pipeline.accelerators import machine_spec
+
         train_op, train_options = custom_training_job(images, accelerator, scheduling)
+        spec = machine_spec(accelerator)
+        tuning_options = {"image": images.uri(spec.image), "machine": spec.as_vertex(), "hosts": spec.hosts}
     find_baseline_op, register_op = registry_components(image, vertex=registry == "vertex")
     return StepOps(
         fingerprint=make_fingerprint_component(image),
@@ -164,6 +177,9 @@ def step_ops(images: Images, accelerator: Optional[str], registry: Optional[str]
         check_data=check_data_component(image),
         train=train_op,
         train_options=train_options,
+        tuning_spec=tuning_spec_op,
+        best_trial=best_trial_op,
+        tuning_options=tuning_options,
         evaluate=evaluate_component(image),
         not_blessed=make_not_blessed_component(image),
         export=export_component(image),
@@ -228,30 +244,71 @@ def convert_check_and_train(ops: StepOps, p: dict, baseline, accelerator: Option
         accept_data_change=p["accept_data_change"],
         data_thresholds=p["data_thresholds"],
     ).set_display_name("check the data")
-    job_options = {}
-    if accelerator is not None:  # the training job's logs to a Vertex AI TensorBoard (submit --tensorboard)
+    training = {name: p[name] for name in TRAIN}
+    if accelerator is None:  # kfp.local: the train step searches itself when tune_trials > 0 (run-local --tune N)
+        trained = ops.train(**ops.train_options, examples=converted.outputs["examples"], **training,
+                            tune_trials=p["tune_trials"]).set_display_name("train")  # fmt: skip
+        trained.after(checked)  # the gate: a blocked version fails check-data, and nothing trains
+        return converted, checked, trained.outputs["model"]
+    with dsl.If(p["tune_trials"] > 0, name="tune"):  # a Vertex AI tuning job; its best trial's model goes on
+        best = tuning_job(ops, p, converted, checked, training)
+    with dsl.Else(name="train-once"):
+        # the training job's logs to a Vertex AI TensorBoard (submit --tensorboard)
         job_options = {"tensorboard": p["tensorboard"], "base_output_directory": p["base_output_directory"]}
-    trained = ops.train(
-        **ops.train_options, **job_options, examples=converted.outputs["examples"], **{name: p[name] for name in TRAIN}
-    ).set_display_name("train")
-    trained.after(checked)  # the gate: a blocked version fails check-data, and nothing trains
-    return converted, checked, trained
+        trained = ops.train(**ops.train_options, **job_options, examples=converted.outputs["examples"], **training,
+                            tune_trials=p["tune_trials"]).set_display_name("train")  # fmt: skip
+        trained.after(checked)
+    return converted, checked, dsl.OneOf(best.outputs["model"], trained.outputs["model"])
 
 
-def evaluate_and_gate(ops: StepOps, p: dict, converted, checked, trained, baseline, registry: Optional[str],
+def tuning_job(ops: StepOps, p: dict, converted, checked, training: dict):
+    """The tuning job (Google Cloud Pipeline Components' HyperparameterTuningJobRunOp) between its specification and
+    its best trial; returns the best-trial task, whose ``model`` is the best trial's model. Its trials run as the
+    training job does: in its image, on its machine, as the pipeline's service account, in its network."""
+    from google_cloud_pipeline_components._placeholders import (
+        ENCRYPTION_SPEC_KMS_KEY_NAME_PLACEHOLDER,
+        LOCATION_PLACEHOLDER,
+        NETWORK_PLACEHOLDER,
+        SERVICE_ACCOUNT_PLACEHOLDER,
+    )
+    from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import HyperparameterTuningJobRunOp
+
+    from components.train.tuning import study_spec_metrics
+
+    spec = ops.tuning_spec(examples=converted.outputs["examples"], **ops.tuning_options, **training)
+    spec.set_display_name("specify the tuning job").after(checked)
+    job = HyperparameterTuningJobRunOp(
+        display_name=f"{PIPELINE_NAME}-tuning",
+        base_output_directory=spec.outputs["base_output_directory"],
+        worker_pool_specs=spec.outputs["worker_pool_specs"],
+        study_spec_metrics=study_spec_metrics(),
+        study_spec_parameters=spec.outputs["study_spec_parameters"],
+        max_trial_count=p["tune_trials"],
+        parallel_trial_count=p["tune_parallel_trials"],
+        location=LOCATION_PLACEHOLDER,
+        service_account=SERVICE_ACCOUNT_PLACEHOLDER,
+        network=NETWORK_PLACEHOLDER,
+        encryption_spec_key_name=ENCRYPTION_SPEC_KMS_KEY_NAME_PLACEHOLDER,
+    ).set_display_name("hyperparameter tuning job")
+    best = ops.best_trial(gcp_resources=job.outputs["gcp_resources"],
+                          base_output_directory=spec.outputs["base_output_directory"])  # fmt: skip
+    return best.set_display_name("the best trial")
+
+
+def evaluate_and_gate(ops: StepOps, p: dict, converted, checked, model, baseline, registry: Optional[str],
                       accelerator: Optional[str]) -> dict:  # fmt: skip
     """evaluate and bless -> (blessed) export -> register, with the data statistics -> deploy, or
     (not blessed) the step that says why; returns the pipeline's outputs (but the baseline)."""
     evaluated = ops.evaluate(
         examples=converted.outputs["examples"],
-        model=trained.outputs["model"],
+        model=model,
         min_accuracy=p["min_accuracy"],
         max_accuracy_drop=p["max_accuracy_drop"],
         baseline=baseline,
         data_checks=checked.outputs["statistics"],
     ).set_display_name("evaluate and bless")
     with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712 (a KFP condition)
-        exported = ops.export(model=trained.outputs["model"], examples=converted.outputs["examples"]).set_display_name(
+        exported = ops.export(model=model, examples=converted.outputs["examples"]).set_display_name(
             "export for CPU serving"
         )
         if registry:
@@ -264,7 +321,7 @@ def evaluate_and_gate(ops: StepOps, p: dict, converted, checked, trained, baseli
         "exported_model_uri": dsl.OneOf(exported.outputs["Output"], skipped.output),
         "examples": converted.outputs["examples"],
         "data_checks": checked.outputs["statistics"],
-        "model": trained.outputs["model"],
+        "model": model,
         "evaluation": evaluated.outputs["evaluation"],
     }
     if registry:

@@ -53,6 +53,9 @@ class FakeVertex:
     contexts: dict[str, dict] = field(default_factory=dict)  # the metadata store's (experiments), by name
     endpoints: dict[str, dict] = field(default_factory=dict)
     batch_jobs: dict[str, dict] = field(default_factory=dict)
+    tuning_jobs: dict[str, dict] = field(default_factory=dict)
+    # what a tuning job's trials end with: [(values, val_accuracy or None for a failed trial)]; a test sets it
+    trial_results: list = field(default_factory=list)
     # what an endpoint's deployed model answers: (deployed model, instances) -> predictions; a test sets it
     predictor: object = None
     faults: list[tuple[str, str, list, bool]] = field(default_factory=list)
@@ -158,6 +161,8 @@ class FakeVertex:
             return self.route_endpoint(method, parent, rest, query, body)
         if rest.startswith("batchPredictionJobs"):
             return self.route_batch(method, parent, rest, query, body)
+        if rest.startswith("hyperparameterTuningJobs"):
+            return self.route_tuning(method, parent, rest, body)
         if rest.startswith("metadataStores/"):
             return self.route_metadata(method, parent, rest, query, body)
         evaluation_match = re.match(r"^(models/[^/]+)/evaluations(?::import|/([^/:]+)/slices(:batchImport)?)?$", rest)
@@ -308,6 +313,28 @@ class FakeVertex:
             prefix = job["outputConfig"]["gcsDestination"]["outputUriPrefix"].rstrip("/")
             job["outputInfo"] = {"gcsOutputDirectory": f"{prefix}/prediction-{name.rsplit('/', 1)[1]}"}
         return 200, {k: v for k, v in job.items() if not k.startswith("_")}
+
+    def route_tuning(self, method: str, parent: str, rest: str, body: dict) -> tuple[int, dict]:
+        """Hyperparameter tuning jobs: created PENDING; the next read finds them SUCCEEDED, with one trial per
+        ``trial_results`` entry (its values, and its final ``val_accuracy``, or FAILED for None)."""
+        if rest == "hyperparameterTuningJobs" and method == "POST":
+            name = f"{parent}/hyperparameterTuningJobs/{next(self.ids)}"
+            self.tuning_jobs[name] = {**body, "name": name, "state": "JOB_STATE_PENDING",
+                                      "createTime": "2026-11-21T00:00:00Z"}  # fmt: skip
+            return 200, self.tuning_jobs[name]
+        name = f"{parent}/{rest}"
+        if name not in self.tuning_jobs or method != "GET":
+            return 404, self.error(404, rest)
+        job = self.tuning_jobs[name]
+        job["state"] = "JOB_STATE_SUCCEEDED"
+        job["trials"] = [
+            {"id": str(number), "state": "SUCCEEDED" if metric is not None else "FAILED",
+             "parameters": [{"parameterId": key, "value": value} for key, value in values.items()],
+             **({"finalMeasurement": {"stepCount": "3", "metrics": [{"metricId": "val_accuracy", "value": metric}]}}
+                if metric is not None else {})}
+            for number, (values, metric) in enumerate(self.trial_results, 1)
+        ]  # fmt: skip
+        return 200, job
 
     def operation(self, parent: str, response: dict) -> dict:
         return {"name": f"{parent}/operations/{next(self.ids)}", "done": True, "response": response}

@@ -7,7 +7,7 @@ import json
 
 from components.cli import ArgumentParser, UsageError, add_param, config_from_args, configure_logging, console_script
 from components.models import AUTO_MODEL, MODELS
-from components.params import TRAIN
+from components.params import TRAIN, TUNE
 from components.train.core import LR_SCHEDULES, TrainConfig, run
 from components.train.placement import BACKENDS, PRECISIONS
 
@@ -82,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="TensorBoard logs (default: $AIP_TENSORBOARD_LOG_DIR, else <model-dir>/logs)",
     )
     add_param(parser, TRAIN, "seed")
+    add_param(parser, TUNE, "tune_trials")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -102,7 +103,13 @@ def backup_interval(text: str) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
-    result = run(config_from_args(TrainConfig, args, backup_interval=backup_interval(args.backup_interval)))
+    config = config_from_args(TrainConfig, args, backup_interval=backup_interval(args.backup_interval))
+    if args.tune_trials:  # a local search: the best trial's model in --model-dir, tuning.json beside it
+        from components.train.tuning import search
+
+        result = search(config, args.tune_trials)
+    else:
+        result = run(config)
     print(
         json.dumps(
             {

@@ -23,37 +23,40 @@ def train(
     steps_per_execution: int,
     augment: bool,
     seed: int,
+    tune_trials: int,
 ) -> float:
     """Trains the model on the examples; returns the final validation accuracy (training accuracy if none). ImageNet
-    weights are downloaded once into the pipeline root's bucket (``keras-weights/``), where later runs find them."""
+    weights are downloaded once into the pipeline root's bucket (``keras-weights/``), where later runs find them.
+    ``tune_trials`` above 0: a local hyperparameter search of that many trials, the best one's model kept (on Vertex
+    AI the DAG runs a tuning job instead, and this step with 0)."""
     from components.cli import configure_logging
     from components.train.core import TrainConfig, run
     from components.train.transfer import weights_cache_for
+    from components.train.tuning import search
 
     configure_logging()
-    result = run(
-        TrainConfig(
-            examples_dir=examples.path,
-            model_dir=model.path,
-            model_name=model_name,
-            epochs=epochs,
-            weights=weights,
-            weights_cache=weights_cache_for(model.uri),
-            fine_tune_epochs=fine_tune_epochs,
-            fine_tune_blocks=fine_tune_blocks,
-            fine_tune_learning_rate=fine_tune_learning_rate,
-            per_replica_batch_size=per_replica_batch_size,
-            learning_rate=learning_rate,
-            lr_schedule=lr_schedule,
-            precision=precision,
-            backend=backend,
-            hosts=hosts,
-            jit_compile=jit_compile,
-            steps_per_execution=steps_per_execution,
-            augment=augment,
-            seed=seed,
-        )
+    config = TrainConfig(
+        examples_dir=examples.path,
+        model_dir=model.path,
+        model_name=model_name,
+        epochs=epochs,
+        weights=weights,
+        weights_cache=weights_cache_for(model.uri),
+        fine_tune_epochs=fine_tune_epochs,
+        fine_tune_blocks=fine_tune_blocks,
+        fine_tune_learning_rate=fine_tune_learning_rate,
+        per_replica_batch_size=per_replica_batch_size,
+        learning_rate=learning_rate,
+        lr_schedule=lr_schedule,
+        precision=precision,
+        backend=backend,
+        hosts=hosts,
+        jit_compile=jit_compile,
+        steps_per_execution=steps_per_execution,
+        augment=augment,
+        seed=seed,
     )
+    result = search(config, tune_trials) if tune_trials else run(config)
     model.metadata.update(
         {
             "framework": "keras",

@@ -631,6 +631,8 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         **transfer_facts(config, plan, model),
         "per_replica_batch_size": per_device,
         "global_batch_size": global_batch,
+        "learning_rate": config.learning_rate,
+        "augment": config.augment,
         "replicas": placement.devices,
         "processes": placement.processes,
         "strategy": placement.strategy,

@@ -8,7 +8,7 @@ import os
 
 from components.cli import UsageError, comma_separated, image_size_flag
 from components.models import DEFAULT_MODELS, MODELS, modality_of
-from components.params import CONVERT, EVALUATE, TRAIN, defaults, flag_of
+from components.params import CONVERT, EVALUATE, TRAIN, TUNE, defaults, flag_of
 from components.schema import MODALITIES
 from components.train.core import LR_SCHEDULES
 from components.train.placement import BACKENDS, PRECISIONS
@@ -21,7 +21,7 @@ IMAGE_MODELS = sorted(name for name in MODELS if modality_of(name) == "image")
 # pipeline parameters run-local sets itself, or through a flag of another name
 LOCAL_OWN = ("source", "image_size", "epochs", "beam_args", "model_display_name", "model_root")
 # parameters only Vertex AI acts on (kfp.local has no mail to send): run-local has no flag for them
-CLOUD_ONLY = ("notify_emails", "tensorboard", "base_output_directory", "endpoint")
+CLOUD_ONLY = ("notify_emails", "tensorboard", "base_output_directory", "endpoint", "tune_parallel_trials")
 
 
 def add_command(commands, with_dag_parameters: bool) -> None:
@@ -67,6 +67,11 @@ def add_training_flags(local_cmd) -> None:
         local_cmd.add_argument(flag_of(name, TRAIN), choices=choices, help=TRAIN[name].help_with_default())
     for name, kind in (("per_replica_batch_size", int), ("learning_rate", float)):
         local_cmd.add_argument(flag_of(name, TRAIN), dest=name, type=kind, help=TRAIN[name].help_with_default())
+    local_cmd.add_argument(
+        "--tune", dest="tune_trials", type=int, metavar="N",
+        help=TUNE["tune_trials"].help_with_default() + "; here the trials run one after the other, and the run's "
+        "summary says what each scored",
+    )  # fmt: skip
     for name in ("min_accuracy", "max_accuracy_drop"):
         local_cmd.add_argument(flag_of(name, EVALUATE), type=float, metavar="FRACTION",
                                help=EVALUATE[name].help_with_default())  # fmt: skip
@@ -186,6 +191,8 @@ def local_parameters(args: argparse.Namespace) -> dict:
 
 def check(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> None:
     """Every value given, checked before anything runs: one line and exit 2 for a mistake."""
+    if args.tune_trials is not None and args.tune_trials < 0:
+        raise UsageError(f"--tune {args.tune_trials}: give a number of trials (0: no search)")
     for name, least in (("epochs", 1), ("demo_per_class", 1)):  # never 0 for "the default"
         if getattr(args, name) is not None and getattr(args, name) < least:
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)} is too small: use {least} or more, "

@@ -18,14 +18,19 @@ def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
     ended: the final epoch's validation accuracy; after how many epochs it resumed from a checkpoint (0: it did not)."""
     from components.artifacts.model import HISTORY_FILE
     from components.storage import exists, read_json
+    from components.train.tuning import TUNING_FILE
 
     used = {name: parameter_used(name, spec, parameters) for name in ("epochs", "learning_rate", "lr_schedule")}
     used["epochs"] = int(used["epochs"])
     path = os.path.join(model_dir, HISTORY_FILE)
     recorded = read_json(path) if exists(path) else {}
     accuracies = recorded.get("history", {}).get("val_accuracy") or [None]
+    tuning_path = os.path.join(model_dir, TUNING_FILE)
+    tuning = read_json(tuning_path) if exists(tuning_path) else None
+    if tuning:  # a search: the kept trial's values are the run's
+        used.update({name: value for name, value in tuning["best"]["parameters"].items() if name in used})
     return {**used, "final_validation_accuracy": accuracies[-1],
-            "resumed_after_epoch": recorded.get("resumed_after_epoch", 0)}  # fmt: skip
+            "resumed_after_epoch": recorded.get("resumed_after_epoch", 0), "tuning": tuning}  # fmt: skip
 
 
 def parameter_used(name: str, spec: dict, parameters: dict):
@@ -134,6 +139,14 @@ def data_check_rows(checks: dict | None) -> list[tuple[str, str]]:
     return [("data checks", f"{head}  {checks['path']}"), *(("", line) for line in found)]
 
 
+def tuning_line(tuning: dict) -> str:
+    """The search: its trials' scores, and the values of the one kept."""
+    best = tuning["best"]
+    scores = ", ".join(f"{trial[tuning['metric']]:.4f}" for trial in tuning["trials"])
+    values = " ".join(f"{name} {value}" for name, value in best["parameters"].items())
+    return f"{len(tuning['trials'])} trials ({tuning['metric']} {scores}): trial {best['trial']} kept, {values}"
+
+
 def format_summary(summary: dict, summary_path: str) -> str:
     """The readable summary printed at the end of a local run."""
     counts = " / ".join(f"{split} {count}" for split, count in summary["counts"].items())
@@ -146,6 +159,7 @@ def format_summary(summary: dict, summary_path: str) -> str:
         ("examples", f"{counts}  ({len(summary['class_names'])} classes, {summary['quarantined']} quarantined)"),
         *([("image size", image_size_line(summary))] if summary.get("image_size") else []),
         ("model", model_line(training)),
+        *([("tuning", tuning_line(training["tuning"]))] if training.get("tuning") else []),
         (
             "training",
             f"{training['backend']}, {training['strategy']} over {training['replicas']} "

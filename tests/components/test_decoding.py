@@ -122,3 +122,55 @@ def test_the_dag_passes_the_library_pixel_limit_to_the_convert_step():
     spec = build_pipeline().pipeline_spec
     (task,) = [t for name, t in spec.root.dag.tasks.items() if name == "convert"]
     assert task.inputs.parameters["max_pixels"].runtime_value.constant.number_value == DEFAULT_MAX_PIXELS
+
+
+def bmp_header(bits: int, compression: int, masks: tuple[int, int, int] = (0, 0, 0)) -> bytes:
+    """A BMP's first 74 bytes, by hand: BITMAPFILEHEADER, then the info header's bit count (offset 28) and compression
+    (offset 30), then the red, green and blue masks (offsets 54, 58, 62)."""
+    import struct
+
+    header = b"BM" + struct.pack("<IHHI", 74, 0, 0, 74) + struct.pack("<IiiHHI", 56, 2, 2, 1, bits, compression)
+    header = header.ljust(54, b"\0") + struct.pack("<III", *masks)
+    return header.ljust(74, b"\0")
+
+
+BGRA = (0xFF0000, 0xFF00, 0xFF)
+
+
+@pytest.mark.parametrize(
+    "bits, compression, masks, served",
+    [
+        (24, 0, (0, 0, 0), True),
+        (8, 0, (0, 0, 0), True),
+        (16, 0, (0, 0, 0), False),  # 16-bit: TensorFlow's decoder refuses it
+        (16, 0, BGRA, False),  # masks alone do not make it served
+        (32, 3, BGRA, True),  # BITFIELDS with the BGRA masks
+        (32, 3, (0xFF, 0xFF00, 0xFF0000), False),  # other masks: TensorFlow would read the channels wrong
+        (24, 3, BGRA, False),  # BITFIELDS is for 16 and 32 bits
+        (24, 1, (0, 0, 0), False),  # run-length encoded
+    ],
+)
+def test_which_bmps_the_serving_graph_reads_is_decided_from_the_header(bits, compression, masks, served):
+    from components.imaging import bmp_served, unserved_reason
+
+    header = bmp_header(bits, compression, masks)
+    assert bmp_served(header) is served
+    reason = unserved_reason(header)
+    assert reason == (None if served else "a BMP other than 8, 24 or 32 bits uncompressed (or 32 bits with BGRA masks)")
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"RIFF\x24\0\0\0WEBPVP8 " + bytes(20), "WebP"),
+        (b"RIFF\x24\0\0\0WAVEfmt " + bytes(20), "not JPEG, PNG, GIF or BMP"),  # another RIFF file
+        (b"RIFX\x24\0\0\0WEBPVP8 " + bytes(20), "not JPEG, PNG, GIF or BMP"),
+        (b"\xff\xd8\xff\xe0" + bytes(20), None),  # a JPEG's start
+        (b"\x89PNG\r\n\x1a\n" + bytes(20), None),
+        (b"GIF89a" + bytes(20), None),
+    ],
+)
+def test_the_reason_a_file_is_refused_names_its_format(content, reason):
+    from components.imaging import unserved_reason
+
+    assert unserved_reason(content) == reason

@@ -31,15 +31,30 @@ def test_committed_pipeline_yaml_is_fresh(tmp_path):
 
 
 TOP_TASKS = ["check-data", "condition-branches", "convert", "evaluate", "find-baseline", "fingerprint", "train"]
+# on Vertex AI, training is a branch: a tuning job when tune_trials > 0, else the training job
+VERTEX_TOP_TASKS = sorted([*TOP_TASKS[:-1], "training-branches"])
 
 
 def steps_of(spec: dict) -> dict:
-    """The tasks of the DAG's steps, the blessing gate named ``condition-branches`` whatever KFP numbered it: at the
-    root locally; on Vertex AI, inside the exit handler that mails the run's outcome."""
+    """The tasks of the DAG's steps, the blessing gate named ``condition-branches`` whatever KFP numbered it, and on
+    Vertex AI the training's branches ``training-branches``: at the root locally; on Vertex AI, inside the exit
+    handler that mails the run's outcome."""
     tasks = spec["root"]["dag"]["tasks"]
     if "exit-handler-1" in tasks:
         tasks = spec["components"][tasks["exit-handler-1"]["componentRef"]["name"]]["dag"]["tasks"]
-    return {re.sub(r"^condition-branches-\d+$", "condition-branches", name): task for name, task in tasks.items()}
+    named = {}
+    for name, task in tasks.items():
+        if re.fullmatch(r"condition-branches-\d+", name):
+            inner = branch_tasks(spec, task)
+            name = "training-branches" if any("train" in tasks for tasks in inner.values()) else "condition-branches"
+        named[name] = task
+    return named
+
+
+def branch_tasks(spec: dict, gate: dict) -> dict[str, dict]:
+    """The tasks of each branch under a ``condition-branches`` task: {branch task: its tasks}."""
+    branches = spec["components"][gate["componentRef"]["name"]]["dag"]["tasks"]
+    return {name: spec["components"][task["componentRef"]["name"]]["dag"]["tasks"] for name, task in branches.items()}
 
 
 def branches(spec: dict) -> dict[str, tuple[str, dict]]:
@@ -58,6 +73,8 @@ RENAMED_INPUTS = {
     ("find-baseline", "display_name"): "model_display_name",
     ("register", "display_name"): "model_display_name",
     ("vertex-pipelines-notification-email", "recipients"): "notify_emails",
+    ("hyperparameter-tuning-job", "max_trial_count"): "tune_trials",
+    ("hyperparameter-tuning-job", "parallel_trial_count"): "tune_parallel_trials",
 }
 
 
@@ -92,7 +109,7 @@ def test_each_pipeline_parameter_reaches_the_step_input_of_its_name():
 def test_dag_is_fingerprint_convert_check_train_evaluate_then_gated_export_and_registration():
     spec = without_sdk_version(COMMITTED)
     tasks = steps_of(spec)
-    assert sorted(tasks) == TOP_TASKS
+    assert sorted(tasks) == VERTEX_TOP_TASKS
     assert tasks["convert"]["dependentTasks"] == ["fingerprint"]
     fingerprint_input = tasks["convert"]["inputs"]["parameters"]["source_fingerprint"]
     assert fingerprint_input["taskOutputParameter"]["producerTask"] == "fingerprint"
@@ -109,11 +126,34 @@ def test_dag_is_fingerprint_convert_check_train_evaluate_then_gated_export_and_r
     assert check["artifacts"]["examples"]["taskOutputArtifact"] == {"outputArtifactKey": "examples",
                                                                     "producerTask": "convert"}  # fmt: skip
     assert check["parameters"]["baseline"]["taskOutputParameter"]["producerTask"] == "find-baseline"
-    assert sorted(tasks["train"]["dependentTasks"]) == ["check-data", "convert"]
+    # training: with tune_trials > 0 the tuning job between its specification and its best trial, else the
+    # training job once; either after the data checks
+    training = tasks["training-branches"]
+    assert sorted(training["dependentTasks"]) == ["check-data", "convert"]
+    tuned, once = branch_tasks(spec, training).values()
+    trigger = [body["triggerPolicy"]["condition"] for body in
+               spec["components"][training["componentRef"]["name"]]["dag"]["tasks"].values()]  # fmt: skip
+    channel = "int(inputs.parameter_values['pipelinechannel--tune_trials'])"
+    assert trigger == [f"{channel} > 0", f"!({channel} > 0)"]
+    assert sorted(tuned) == ["best-trial", "hyperparameter-tuning-job", "tuning-spec"] and sorted(once) == ["train"]
+    assert tuned["hyperparameter-tuning-job"]["dependentTasks"] == ["tuning-spec"]
+    assert tuned["best-trial"]["inputs"]["parameters"]["gcp_resources"]["taskOutputParameter"] == {
+        "outputParameterKey": "gcp_resources", "producerTask": "hyperparameter-tuning-job"}  # fmt: skip
+    assert tuned["tuning-spec"]["inputs"]["artifacts"]["examples"] == {
+        "componentInputArtifact": "pipelinechannel--convert-examples"}  # fmt: skip
+    # evaluate and export take whichever model the branch made (dsl.OneOf): the best trial's, or the training's
+    model = tasks["evaluate"]["inputs"]["artifacts"]["model"]["taskOutputArtifact"]
+    assert model["producerTask"].startswith("condition-branches-")
+    picked = spec["components"][training["componentRef"]["name"]]["dag"]["outputs"]["artifacts"]
+    assert [s["producerSubtask"] for s in picked[model["outputArtifactKey"]]["artifactSelectors"]] == [
+        name for name in branch_tasks(spec, training)]  # fmt: skip
+    assert [s["outputArtifactKey"] for s in picked[model["outputArtifactKey"]]["artifactSelectors"]] == [
+        "pipelinechannel--best-trial-model", "pipelinechannel--train-model"]  # fmt: skip
     shown = tasks["evaluate"]["inputs"]["artifacts"]["data_checks"]["taskOutputArtifact"]  # in the report
     assert shown == {"outputArtifactKey": "statistics", "producerTask": "check-data"}
     # the baseline comes from the registry (never cached: the registry changes between runs)
-    assert sorted(tasks["evaluate"]["dependentTasks"]) == ["check-data", "convert", "find-baseline", "train"]
+    assert sorted(tasks["evaluate"]["dependentTasks"]) == sorted(["check-data", "convert", "find-baseline",
+                                                                  model["producerTask"]])  # fmt: skip
     assert tasks["evaluate"]["inputs"]["parameters"]["baseline"]["taskOutputParameter"]["producerTask"] == (
         "find-baseline"
     )
@@ -235,9 +275,23 @@ def test_the_folder_registry_dag_has_the_registry_steps_without_vertex_ai(tmp_pa
 GCPC_LAUNCHER = "gcr.io/ml-pipeline/google-cloud-pipeline-components:"
 
 
+def train_task(spec: dict) -> dict:
+    """The train task: a step of its own locally; on Vertex AI, the training branch taken without tuning."""
+    steps = steps_of(spec)
+    if "train" in steps:
+        return steps["train"]
+    return next(tasks["train"] for tasks in branch_tasks(spec, steps["training-branches"]).values() if "train" in tasks)
+
+
+def tuning_spec_task(spec: dict) -> dict:
+    """On Vertex AI, the tuning job's specification step, in the training branch taken with tune_trials > 0."""
+    branches = branch_tasks(spec, steps_of(spec)["training-branches"]).values()
+    return next(tasks["tuning-spec"] for tasks in branches if "tuning-spec" in tasks)
+
+
 def train_pools(spec: dict) -> list[dict]:
     """The training custom job's worker pools."""
-    task = steps_of(spec)["train"]
+    task = train_task(spec)
     given = task["inputs"]["parameters"].get("worker_pool_specs")
     if given:
         return given["runtimeValue"]["constant"]
@@ -302,9 +356,15 @@ def test_each_target_compiles_to_its_machine_spec(tmp_path, target):
     assert machine == expected_machine
     assert image == f"{DEFAULT_REGISTRY}/{expected_image}:{DEFAULT_TAG}"
     # the other steps stay where they were
-    assert sorted(steps_of(spec)) == TOP_TASKS
-    train_inputs = steps_of(spec)["train"]["inputs"]["parameters"]
+    assert sorted(steps_of(spec)) == VERTEX_TOP_TASKS
+    train_inputs = train_task(spec)["inputs"]["parameters"]
     assert train_inputs["hosts"]["runtimeValue"]["constant"] == EXPECTED_HOSTS.get(target, 1)
+    # a tuning job's trials run on the same machine, in the same image, on as many hosts
+    tuning = {name: value["runtimeValue"]["constant"] for name, value in
+              tuning_spec_task(spec)["inputs"]["parameters"].items() if "runtimeValue" in value}  # fmt: skip
+    assert tuning["machine"] == {key: value for key, value in expected_machine.items() if key != "accelerator_count"
+                                 or value} and tuning["image"] == image  # fmt: skip
+    assert tuning["hosts"] == EXPECTED_HOSTS.get(target, 1)
     # one worker pool: Vertex AI spreads a multi-host topology over its hosts itself
     assert [pool["replica_count"] for pool in train_pools(spec)] == [1]
     job_inputs = spec["components"]["comp-train"]["inputDefinitions"]["parameters"]

@@ -115,7 +115,9 @@ def test_tensorboard_sends_the_training_jobs_logs_there_from_a_directory_of_its_
     assert values["tensorboard"] == board
     assert values["base_output_directory"] == f"gs://{BUCKET}/root/flowers-7/train"  # one per run
     # the custom job takes them as GCPC's tensorboard and base_output_directory fields
-    train = body["pipelineSpec"]["components"]["comp-exit-handler-1"]["dag"]["tasks"]["train"]["inputs"]
+    components = body["pipelineSpec"]["components"]
+    (branch,) = (c["dag"]["tasks"] for c in components.values() if "train" in c.get("dag", {}).get("tasks", {}))
+    train = branch["train"]["inputs"]  # the training job, in the branch taken without tuning
     assert train["parameters"]["tensorboard"] == {"componentInputParameter": "pipelinechannel--tensorboard"}
     payload = body["pipelineSpec"]["deploymentSpec"]["executors"]["exec-train"]["container"]["args"][3]
     assert '"tensorboard": "{{$.inputs.parameters[\'tensorboard\']}}"' in payload

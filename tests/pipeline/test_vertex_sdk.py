@@ -11,7 +11,8 @@ import os
 from tests.conftest import REPO_ROOT
 
 # the private names the module reaches for, as written there
-PRIVATE = ("_gca_resource", "_metadata_context", "_get_context", "_set_enable_caching_value", "create_client")
+PRIVATE = ("_gca_resource", "_metadata_context", "_get_context", "_set_enable_caching_value", "create_client",
+           "_to_parameter_spec")  # fmt: skip
 
 
 def test_each_internal_the_sdk_module_uses_is_still_there():
@@ -33,6 +34,10 @@ def test_each_internal_the_sdk_module_uses_is_still_there():
     create = getattr(initializer.global_config, "create_client", None)
     if not callable(create) or not {"client_class", "location_override"} <= set(inspect.signature(create).parameters):
         moved.append("initializer.global_config.create_client(client_class, location_override) (model_client)")
+    from google.cloud.aiplatform import hyperparameter_tuning
+
+    if not callable(getattr(hyperparameter_tuning.DoubleParameterSpec, "_to_parameter_spec", None)):
+        moved.append("hyperparameter_tuning._ParameterSpec._to_parameter_spec (parameter_specs)")
     assert not moved, "google-cloud-aiplatform changed what components/vertex_sdk.py uses: " + "; ".join(moved)
 
 
@@ -52,3 +57,24 @@ def test_no_other_module_reaches_into_the_sdk():
                 }
                 found += [f"{os.path.relpath(path, REPO_ROOT)}: {n}" for n in sorted(used & set(PRIVATE))]
     assert not found, "use components/vertex_sdk.py: " + ", ".join(found)
+
+
+def test_the_tuning_parameters_are_what_gcpc_serialises():
+    """``parameter_specs`` stands in for GCPC's ``serialize_parameters`` inside a step: the same specs, field for
+    field, but the enums, written by name (GCPC writes their numbers)."""
+    from google.cloud.aiplatform import hyperparameter_tuning as hpt
+    from google.cloud.aiplatform_v1.types import study
+    from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import serialize_parameters
+
+    from components.vertex_sdk import parameter_specs
+
+    space = {"a": hpt.DoubleParameterSpec(min=0.5, max=2.0, scale="log"),
+             "b": hpt.IntegerParameterSpec(min=1, max=4, scale="linear"),
+             "c": hpt.DiscreteParameterSpec(values=[8, 16], scale="linear"),
+             "d": hpt.CategoricalParameterSpec(values=["x", "y"])}  # fmt: skip
+    theirs = serialize_parameters(space)
+    for spec in theirs:
+        spec["scale_type"] = study.StudySpec.ParameterSpec.ScaleType(spec["scale_type"]).name
+    assert parameter_specs(space) == theirs
+    assert [spec["scale_type"] for spec in theirs] == ["UNIT_LOG_SCALE", "UNIT_LINEAR_SCALE", "UNIT_LINEAR_SCALE",
+                                                       "SCALE_TYPE_UNSPECIFIED"]  # fmt: skip

@@ -1,0 +1,78 @@
+"""The tuning steps of the DAG on Vertex AI, around Google Cloud Pipeline Components' HyperparameterTuningJobRunOp:
+the job's specification before it (the trials' worker pool, the search space), the best trial's model after it."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import Artifact, Dataset, Input, Model, Output
+
+
+def tuning_spec(
+    examples: Input[Dataset],
+    trials: Output[Artifact],
+    image: str,
+    machine: dict,
+    hosts: int,
+    model_name: str,
+    epochs: int,
+    weights: str,
+    fine_tune_epochs: int,
+    fine_tune_blocks: int,
+    fine_tune_learning_rate: float,
+    per_replica_batch_size: int,
+    learning_rate: float,
+    lr_schedule: str,
+    precision: str,
+    backend: str,
+    jit_compile: bool,
+    steps_per_execution: int,
+    augment: bool,
+    seed: int,
+) -> NamedTuple("TuningSpec", [("worker_pool_specs", list), ("study_spec_parameters", list),
+                                ("base_output_directory", str)]):  # fmt: skip
+    """The tuning job's trials: each runs ``python -m components.train.trial`` in ``image`` on ``machine`` (a
+    ``machine_spec``) with the run's training parameters, its own values appended by Vertex AI; their models go under
+    this step's ``trials`` folder (``<trial id>/model``). The search space follows the model: fine-tuning depth only
+    for a pretrained backbone."""
+    from components.cli import configure_logging
+    from components.train.tuning_vertex import trial_job
+
+    configure_logging()
+
+    class TuningSpec(NamedTuple):
+        worker_pool_specs: list
+        study_spec_parameters: list
+        base_output_directory: str
+
+    return TuningSpec(*trial_job(examples.uri, trials.uri, image, machine, dict(
+        model_name=model_name, epochs=epochs, weights=weights, fine_tune_epochs=fine_tune_epochs,
+        fine_tune_blocks=fine_tune_blocks, fine_tune_learning_rate=fine_tune_learning_rate,
+        per_replica_batch_size=per_replica_batch_size, learning_rate=learning_rate, lr_schedule=lr_schedule,
+        precision=precision, backend=backend, jit_compile=jit_compile, steps_per_execution=steps_per_execution,
+        augment=augment, seed=seed, hosts=hosts,
+    )))  # fmt: skip
+
+
+def best_trial(
+    gcp_resources: str,
+    base_output_directory: str,
+    model: Output[Model],
+    project: str = "{{$.pipeline_google_cloud_project_id}}",
+    location: str = "{{$.pipeline_google_cloud_location}}",
+) -> str:
+    """The tuning job's best trial (highest ``val_accuracy``): its model becomes this step's ``model`` output (the
+    trial's own folder, not a copy), which evaluate and export take; returns its values as JSON."""
+    from components.cli import configure_logging
+    from components.train.tuning_vertex import keep_best_trial
+    from components.vertex_client import vertex_settings_in_pipeline
+
+    configure_logging()
+    return keep_best_trial(gcp_resources, base_output_directory, model, vertex_settings_in_pipeline(project, location))
+
+
+def make_components(base_image: str):
+    """(the specification step, the best-trial step), running in ``base_image``."""
+    return (
+        dsl.component(tuning_spec, base_image=base_image, install_kfp_package=False),
+        dsl.component(best_trial, base_image=base_image, install_kfp_package=False),
+    )
