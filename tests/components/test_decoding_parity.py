@@ -160,13 +160,11 @@ def serving_decode():
 
 @pytest.mark.parametrize("name", list(CORPUS))
 def test_the_serving_graph_decodes_every_case_as_the_conversion_does(name, serving_decode):
-    from components.decoding import decode_rgb_image
-    from components.imaging import decoded_at_least, fill_square_pillow
+    from components.decoding import conversion_square
 
     content = CORPUS[name]
     for size in SIZES:  # what the conversion does to a file, less the JPEG it writes (lossy, and no decoder's)
-        converted = np.asarray(fill_square_pillow(decode_rgb_image(content, at_least=decoded_at_least(size)), size),
-                               dtype=int)  # fmt: skip
+        converted = np.asarray(conversion_square(content, size), dtype=int)
         served = serving_decode[size](content).numpy().astype(int)
         assert served.shape == converted.shape == (size, size, 3)
         assert np.abs(served - converted).max() <= 1, f"{name} at {size}: {np.abs(served - converted).max()} levels"
