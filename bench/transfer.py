@@ -11,7 +11,9 @@
    on every other image of each class, the task drawn from the rest (a larger labelled set of the same kind, as
    ImageNet is to photos); ``classes``: pretrained on the digits 0 to 4, the task the digits 5 to 9 (features of
    other classes). Each is evaluated on the task's test split (``python -m components.evaluate``); the first epoch
-   whose validation accuracy reaches the from-scratch backbone's final one is reported too.
+   whose validation accuracy reaches the from-scratch backbone's final one is reported too. The fine-tuned backbone
+   is exported (``python -m components.export``): the test accuracy of the SavedModel, the float TFLite file and the
+   int8 one, and their sizes.
 
 The last line is a JSON object.
 
@@ -64,6 +66,16 @@ def test_accuracy(examples: str, model_dir: str) -> float:
          "--min-accuracy", "0")  # fmt: skip
     with open(os.path.join(output, "metrics.json")) as handle:
         return json.load(handle)["accuracy"]
+
+
+def exported_formats(examples: str, model_dir: str) -> dict:
+    """Each exported format's test accuracy and size, as export measured them (``export.json``)."""
+    output = model_dir + "-export"
+    step("components.export", "--model-dir", model_dir, "--examples", examples, "--output", output)
+    with open(os.path.join(output, "export.json")) as handle:
+        formats = json.load(handle)["formats"]
+    return {name: {"test_accuracy": entry["test_accuracy"], "megabytes": round(entry["bytes"] / 1e6, 2)}
+            for name, entry in formats.items()}  # fmt: skip
 
 
 def synthetic_photos(root: str, count: int, size: int) -> None:
@@ -164,6 +176,11 @@ def transfer(args, root: str) -> dict:
         runs[name] = {"epochs": len(curve), "test_accuracy": test_accuracy(task_examples, model_dir),
                       "final_val_accuracy": round(curve[-1], 4), "train_seconds": round(seconds, 1),
                       "curve": curve}  # fmt: skip
+    tuned = f"{args.model} fine-tuned ({args.upstream})"
+    runs[tuned]["exported"] = exported_formats(task_examples, os.path.join(root, tuned.replace(" ", "_")))
+    shown = [f"{name} test {entry['test_accuracy']:.4f} ({entry['megabytes']} MB)"
+             for name, entry in runs[tuned]["exported"].items()]  # fmt: skip
+    print(f"{tuned} exported: " + ", ".join(shown), flush=True)
     scratch = runs[f"{args.model} from scratch"]["curve"][-1]
     for name, run in runs.items():
         run["first_epoch_at_scratch_final"] = first_epoch_reaching(run.pop("curve"), scratch)
