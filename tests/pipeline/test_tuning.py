@@ -260,3 +260,16 @@ def test_a_local_search_of_two_trials_keeps_the_best_model(converted, tmp_path):
         assert json.load(handle)["history"]["val_accuracy"][-1] == scores[best]
     kept = os.listdir(model_dir)
     assert "trials" not in kept and {"model.keras", "model.weights.h5", "tuning.json"} <= set(kept)
+
+
+def test_the_run_summary_shows_each_trial_and_the_one_kept():
+    from pipeline.local.summary import tuning_line
+
+    tuning = {
+        "metric": "val_accuracy",
+        "trials": [{"trial": 1, "val_accuracy": 0.91}, {"trial": 2, "val_accuracy": 0.957}],
+        "best": {"trial": 2, "parameters": {"learning_rate": 0.0009, "augment": "true"}, "val_accuracy": 0.957},
+    }
+    assert tuning_line(tuning) == (
+        "2 trials (val_accuracy 0.9100, 0.9570): trial 2 kept, learning_rate 0.0009 augment true"
+    )
