@@ -9,16 +9,15 @@ Components' ``serialize_parameters`` turns into the tuning job's ``studySpec.par
 - ``augment``: ``false`` or ``true``;
 - ``fine_tune_blocks``: 1 to 6, with a pretrained backbone only (a model trained from scratch has no such phase).
 
-Every other training parameter stays as the run gives it. A trial is a whole training run with its values; it reports
-its last epoch's validation accuracy (``val_accuracy``, maximised) with ``cloudml-hypertune``, as Vertex AI reads a
-trial's metric. Vertex AI passes a trial's values as ``--name=value`` flags (``python -m components.train.trial``);
+Every other training parameter stays as the run gives it. A trial is a whole training run with its values, compared
+on its last epoch's validation accuracy (``val_accuracy``, maximised); on Vertex AI it reports it with
+``cloudml-hypertune``, as Vertex AI reads a trial's metric. Vertex AI passes a trial's values as ``--name=value`` flags (``python -m components.train.trial``);
 the local search draws its trials at random from the same specs (seeded by ``--seed``), runs them one after the
-other, reads each one's metric back from the file hypertune wrote, and keeps the best trial's model.
+other, compares them on the same metric, and keeps the best trial's model.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
@@ -37,8 +36,6 @@ GOAL = "maximize"
 TUNING_FILE = "tuning.json"  # in the model folder: the search's trials and the one kept
 TRIALS_FOLDER = "trials"  # the local search's trials, under the model folder until the best one is kept
 TRIAL_FILE = "trial.json"  # a finished trial's values and metric (a search started again skips it)
-METRIC_FILE_ENV = "CLOUD_ML_HP_METRIC_FILE"  # where hypertune writes (Vertex AI reads /tmp/hypertune/...)
-TRIAL_ID_ENV = "CLOUD_ML_TRIAL_ID"
 
 
 BATCH_SIZES = (16, 32, 64)
@@ -177,15 +174,6 @@ def report(result: Mapping) -> float:
     return value
 
 
-def reported(path: str) -> float:
-    """The metric a trial reported last in hypertune's file ``path``."""
-    with open(path) as handle:
-        lines = [json.loads(line) for line in handle if line.strip()]
-    if not lines or METRIC not in lines[-1]:
-        raise RuntimeError(f"{path}: the trial reported no {METRIC}")
-    return float(lines[-1][METRIC])
-
-
 def search(config, trials: int, env: Mapping[str, str] | None = None) -> dict:
     """The local search: ``trials`` training runs with values drawn from ``search_space``, one after the other;
     the best one's model (highest ``val_accuracy``; the earlier trial on a tie) becomes the model in
@@ -218,9 +206,7 @@ def search(config, trials: int, env: Mapping[str, str] | None = None) -> dict:
             tensorboard_dir=os.path.join(dirs.tensorboard_dir, f"trial-{number}"),
         )
         result = run(trial_config, env)
-        with _reporting_to(os.path.join(folder, "hypertune.metrics"), number) as metric_file:
-            report(result)
-        entry = {"trial": number, "parameters": values, METRIC: reported(metric_file), "result": _facts(result)}
+        entry = {"trial": number, "parameters": values, METRIC: trial_metric(result), "result": _facts(result)}
         write_json(kept, entry)
         done.append(entry)
         log.info("trial %d of %d: %s %.4f", number, trials, METRIC, entry[METRIC])
@@ -248,21 +234,6 @@ def search(config, trials: int, env: Mapping[str, str] | None = None) -> dict:
 def _facts(result: Mapping) -> dict:
     """What a trial's run result keeps (JSON values only)."""
     return json.loads(json.dumps({key: value for key, value in result.items() if key != "distribution"}, default=str))
-
-
-@contextlib.contextmanager
-def _reporting_to(path: str, number: int):
-    """hypertune writes where ``CLOUD_ML_HP_METRIC_FILE`` says, as the trial ``number``: set for one report."""
-    saved = {name: os.environ.get(name) for name in (METRIC_FILE_ENV, TRIAL_ID_ENV)}
-    os.environ.update({METRIC_FILE_ENV: path, TRIAL_ID_ENV: str(number)})
-    try:
-        yield path
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def best_trial(trials: list[dict]) -> dict:
