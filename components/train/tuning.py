@@ -11,9 +11,9 @@ Components' ``serialize_parameters`` turns into the tuning job's ``studySpec.par
 
 Every other training parameter stays as the run gives it. A trial is a whole training run with its values, compared
 on its last epoch's validation accuracy (``val_accuracy``, maximised); on Vertex AI it reports it with
-``cloudml-hypertune``, as Vertex AI reads a trial's metric. Vertex AI passes a trial's values as ``--name=value`` flags (``python -m components.train.trial``);
-the local search draws its trials at random from the same specs (seeded by ``--seed``), runs them one after the
-other, compares them on the same metric, and keeps the best trial's model.
+``cloudml-hypertune``, as Vertex AI reads a trial's metric. Vertex AI passes a trial's values as ``--name=value``
+flags (``python -m components.train.trial``); the local search draws its trials at random from the same specs
+(seeded by ``--seed``), runs them one after the other, and keeps the best trial's model.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ GOAL = "maximize"
 TUNING_FILE = "tuning.json"  # in the model folder: the search's trials and the one kept
 TRIALS_FOLDER = "trials"  # the local search's trials, under the model folder until the best one is kept
 TRIAL_FILE = "trial.json"  # a finished trial's values and metric (a search started again skips it)
+NO_VALIDATION = (f"tuning compares trials on {METRIC}, and {{examples}} have no validation split: convert with "
+                 "--validation-fraction above 0")  # fmt: skip
 
 
 BATCH_SIZES = (16, 32, 64)
@@ -75,6 +77,8 @@ def space_for(model_name: str, weights: str, examples_dir: str) -> dict:
     from components.train.transfer import resolve_weights_choice
 
     stats = read_json(os.path.join(examples_dir, "stats.json"))
+    if not stats["counts"].get("validation"):  # before any trial trains: every one of them would end on this
+        raise UsageError(NO_VALIDATION.format(examples=examples_dir))
     if model_name == AUTO_MODEL:
         model_name = DEFAULT_MODELS[stats.get("modality", "image")]
     return search_space(model_name, resolve_weights_choice(weights, model_name), stats["counts"]["train"])
@@ -157,8 +161,7 @@ def trial_metric(result: Mapping) -> float:
     """A finished training run's trial metric: its last epoch's validation accuracy."""
     final = result["final"]
     if METRIC not in final:
-        raise UsageError(f"tuning compares trials on {METRIC}, and these examples have no validation split: "
-                         "convert with --validation-fraction above 0")  # fmt: skip
+        raise UsageError(NO_VALIDATION.format(examples="these examples"))
     return float(final[METRIC])
 
 

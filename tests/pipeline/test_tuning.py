@@ -170,6 +170,13 @@ def test_a_trial_metric_is_written_as_vertex_ai_reads_it(tmp_path, monkeypatch):
         tune.report({"final": {"accuracy": 0.9}, "epochs_trained": 3})
 
 
+def test_examples_without_a_validation_split_are_refused_before_any_trial(tmp_path):
+    (tmp_path / "stats.json").write_text(json.dumps({"counts": {"train": 90, "validation": 0, "test": 10}}))
+    with pytest.raises(UsageError, match=rf"^tuning compares trials on val_accuracy, and {tmp_path} have no "
+                                         r"validation split: convert with --validation-fraction above 0$"):  # fmt: skip
+        tune.space_for("auto", "auto", str(tmp_path))
+
+
 def test_the_search_space_follows_the_model_and_the_data():
     from components.models import BACKBONES
 
