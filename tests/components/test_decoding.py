@@ -174,3 +174,30 @@ def test_the_reason_a_file_is_refused_names_its_format(content, reason):
     from components.imaging import unserved_reason
 
     assert unserved_reason(content) == reason
+
+
+def test_a_bmp_shorter_than_its_mask_fields_is_served():
+    """A 1x1 24-bit BMP is 58 bytes, shorter than the 74 that ``bmp_served`` reads: the rest counts as zeros, after
+    the header, never before it."""
+    from components.imaging import unserved_reason
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (1, 1), (10, 20, 30)).save(buffer, format="BMP")
+    content = buffer.getvalue()
+    assert len(content) == 58
+    assert unserved_reason(content) is None
+
+
+@pytest.mark.parametrize("mode, layout", [("I;16", "<u2"), ("I;16L", "<u2"), ("I;16B", ">u2"), ("I", "<i4")])
+def test_sixteen_bit_grey_is_scaled_to_eight_bits_in_each_mode_pillow_reads_it_as(mode, layout):
+    """16-bit grey in every mode Pillow gives it (a PNG's I;16, a big-endian TIFF's I;16B, a 32-bit I): scaled by
+    255/65535 with rounding, by hand: 257 -> 1, 32896 -> 128, 65535 -> 255. Converted as Pillow converts, the three
+    would be clipped at 255."""
+    from components.decoding import to_rgb
+
+    values = np.array([[0, 257, 32896, 65535]], dtype=layout)
+    image = Image.frombytes(mode, (4, 1), values.tobytes())
+    assert image.mode == mode
+    rgb = np.asarray(to_rgb(image))
+    assert rgb.shape == (1, 4, 3) and rgb.dtype == np.uint8
+    assert rgb[0, :, 0].tolist() == [0, 1, 128, 255] and (rgb[..., 0] == rgb[..., 2]).all()
