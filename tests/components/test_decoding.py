@@ -188,16 +188,36 @@ def test_a_bmp_shorter_than_its_mask_fields_is_served():
     assert unserved_reason(content) is None
 
 
-@pytest.mark.parametrize("mode, layout", [("I;16", "<u2"), ("I;16L", "<u2"), ("I;16B", ">u2"), ("I", "<i4")])
+@pytest.mark.parametrize(
+    "mode, layout", [("I;16", "<u2"), ("I;16L", "<u2"), ("I;16B", ">u2"), ("I", "<i4"), ("F", "<f4")]
+)
 def test_sixteen_bit_grey_is_scaled_to_eight_bits_in_each_mode_pillow_reads_it_as(mode, layout):
-    """16-bit grey in every mode Pillow gives it (a PNG's I;16, a big-endian TIFF's I;16B, a 32-bit I): scaled by
-    255/65535 with rounding, by hand: 257 -> 1, 32896 -> 128, 65535 -> 255. Converted as Pillow converts, the three
-    would be clipped at 255."""
+    """16-bit grey in every mode Pillow gives it (a PNG's I;16, a big-endian TIFF's I;16B, a 32-bit I, a float F):
+    scaled by 255/65535, which is 1/257, with rounding, by hand: 257 -> 1, 32896 -> 128, 33025 -> 129 (128.502),
+    65535 -> 255. Converted as Pillow converts, they would be clipped at 255."""
     from components.decoding import to_rgb
 
-    values = np.array([[0, 257, 32896, 65535]], dtype=layout)
-    image = Image.frombytes(mode, (4, 1), values.tobytes())
+    values = np.array([[0, 257, 32896, 33025, 65535]], dtype=layout)
+    image = Image.frombytes(mode, (5, 1), values.tobytes())
     assert image.mode == mode
     rgb = np.asarray(to_rgb(image))
-    assert rgb.shape == (1, 4, 3) and rgb.dtype == np.uint8
-    assert rgb[0, :, 0].tolist() == [0, 1, 128, 255] and (rgb[..., 0] == rgb[..., 2]).all()
+    assert rgb.shape == (1, 5, 3) and rgb.dtype == np.uint8
+    assert rgb[0, :, 0].tolist() == [0, 1, 128, 129, 255] and (rgb[..., 0] == rgb[..., 2]).all()
+
+
+@pytest.mark.parametrize("mode, layout", [("I", "<i4"), ("F", "<f4")])
+def test_a_32_bit_or_float_grey_within_eight_bits_keeps_its_values(mode, layout):
+    """An I or F image whose values stay within 0-255 is 8-bit grey already: not scaled down."""
+    from components.decoding import to_rgb
+
+    image = Image.frombytes(mode, (4, 1), np.array([[0, 1, 128, 255]], dtype=layout).tobytes())
+    assert np.asarray(to_rgb(image))[0, :, 1].tolist() == [0, 1, 128, 255]
+
+
+@pytest.mark.parametrize("mode, layout", [("I;16", "<u2"), ("I;16B", ">u2")])
+def test_a_dark_sixteen_bit_grey_stays_dark(mode, layout):
+    """A 16-bit image whose values all stay under 256 is nearly black (255 is 1/257 of white), not 8-bit grey."""
+    from components.decoding import to_rgb
+
+    image = Image.frombytes(mode, (3, 1), np.array([[0, 128, 255]], dtype=layout).tobytes())
+    assert np.asarray(to_rgb(image))[0, :, 0].tolist() == [0, 0, 1]
