@@ -221,3 +221,14 @@ def test_a_dark_sixteen_bit_grey_stays_dark(mode, layout):
 
     image = Image.frombytes(mode, (3, 1), np.array([[0, 128, 255]], dtype=layout).tobytes())
     assert np.asarray(to_rgb(image))[0, :, 0].tolist() == [0, 0, 1]
+
+
+def test_32_bit_grey_past_sixteen_bits_is_clipped_never_wrapped():
+    """A 32-bit I image: values outside 0-65535 clip to black and white (as uint8 they would wrap around), and one
+    value of 256 is enough to make it 16-bit (256/257 -> 1, not 256 clipped to white)."""
+    from components.decoding import to_rgb
+
+    wide = Image.frombytes("I", (4, 1), np.array([[-1000, 0, 256, 70000]], dtype="<i4").tobytes())
+    assert np.asarray(to_rgb(wide))[0, :, 0].tolist() == [0, 0, 1, 255]
+    barely = Image.frombytes("I", (2, 1), np.array([[0, 256]], dtype="<i4").tobytes())
+    assert np.asarray(to_rgb(barely))[0, :, 0].tolist() == [0, 1]
