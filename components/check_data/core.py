@@ -158,6 +158,11 @@ def rebin(fine: list[int], edges: np.ndarray) -> np.ndarray:
     return np.add.reduceat(np.asarray(fine, dtype=np.int64), np.concatenate([[0], edges])) if len(fine) else np.zeros(1)
 
 
+# the floor a baseline's own train-against-validation distance sets, at most: a distance (shares' L-infinity, a
+# divergence) is at most 1, and a floor above this would silence its check for good
+MAX_FLOOR = 0.5
+
+
 def check_label_set(new: dict, base: dict) -> dict:
     gone = sorted(set(base["class_names"]) - set(new["class_names"]))
     added = sorted(set(new["class_names"]) - set(base["class_names"]))
@@ -182,7 +187,7 @@ def check_class_mix(new: dict, base: dict, limits: dict) -> list[dict]:
     floor = 0.0
     if min(base["counts"]["train"], base["counts"]["validation"]) >= limits["min_split_examples"]:
         own = shares(base["per_class"]["train"], names) - shares(base["per_class"]["validation"], names)
-        floor = 2 * float(np.abs(own).max())
+        floor = min(2 * float(np.abs(own).max()), MAX_FLOOR)  # capped, as the distributions' floor
     warn, block = max(limits["class_mix_warn"], floor), max(limits["class_mix_block"], floor)
     rows = []
     for split in SPLITS:
@@ -289,10 +294,6 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
         rows.append(row("leakage across versions", graded(share, warn, block), "block", value=round(share, 4),
                         thresholds=thresholds, detail=f"{detail} train split"))  # fmt: skip
     return rows
-
-
-# a divergence is at most 1: a floor above this would silence its check for good
-MAX_FLOOR = 0.5
 
 
 def distribution_rows(name: str, new_hist: dict[str, list], base_hist: dict[str, list], limits: dict,

@@ -160,6 +160,17 @@ def test_the_baselines_own_split_noise_raises_the_class_mix_thresholds():
     assert verdicts(rows)[("class mix", "train")] == "warn"
 
 
+def test_a_baseline_with_a_wildly_mixed_validation_split_raises_the_class_mix_block_no_higher_than_half():
+    # the baseline's validation: ant 70 of 100 against train's 25%: 45 points of its own; doubled, 90 points would
+    # let a version of nothing but ants through (75 points); the floor stops at 50 points
+    wild = dict(BALANCED, validation=[70, 10, 10, 10])
+    only_ants = dict(BALANCED, train=[400, 0, 0, 0])
+    rows, result = outcome(version(only_ants), version(wild))
+    mix = next(found for found in rows if found["check"] == "class mix" and found["split"] == "train")
+    assert mix["thresholds"] == {"warn": 0.5, "block": 0.5}
+    assert mix["value"] == pytest.approx(0.75) and mix["verdict"] == "block" and result["blocked"]
+
+
 def test_counts_block_below_half_and_warn_above_three_times():
     half = {split: [n // 2 - 1 for n in counts] for split, counts in BALANCED.items()}
     assert verdicts(outcome(version(half), version(BALANCED))[0])[("examples", "")] == "block"
