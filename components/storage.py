@@ -1,70 +1,189 @@
-"""Reading and writing small files on any Beam filesystem (local, ``gs://``), never leaving half a file behind. Local
-paths take plain file calls: a step that never touches ``gs://`` does not import Beam (1 to 2 s a process)."""
+"""Small files and listings on local paths and ``gs://``, never leaving half a file behind. Local paths take plain
+file calls; ``gs://`` takes the Cloud Storage client (``google-cloud-storage``, the one Beam's own GCS filesystem
+uses), so that the steps that only list and read files need neither Beam nor TensorFlow."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import uuid
+from typing import NamedTuple
+
+
+class FileInfo(NamedTuple):
+    """A file found by ``match``: the fields of Beam's ``FileMetadata`` that listings and fingerprints read."""
+
+    path: str
+    size_in_bytes: int
+    last_updated_in_seconds: float
 
 
 def write_atomically(path: str, payload: bytes) -> None:
-    """Writes ``payload`` to ``path`` through a temporary name, so readers never see half a file."""
-    temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    if "://" not in path:  # one atomic step: a reader sees the old file or the new one, never none
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        with open(temporary, "wb") as handle:
-            handle.write(payload)
-        os.replace(temporary, path)
-        return
-    from apache_beam.io.filesystems import FileSystems
+    """Writes ``payload`` to ``path`` so that readers never see half a file: a local file through a temporary name,
+    a Cloud Storage object in one upload (an object is replaced whole or not at all)."""
+    if "://" in path:
+        from google.cloud.storage.retry import DEFAULT_RETRY
 
-    with FileSystems.create(temporary) as handle:
+        _blob(path).upload_from_string(payload, retry=DEFAULT_RETRY)  # (the same bytes again: safe to retry)
+        return
+    temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    with open(temporary, "wb") as handle:
         handle.write(payload)
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([temporary], [path])
+    os.replace(temporary, path)  # one atomic step: a reader sees the old file or the new one, never none
 
 
 def write_json(path: str, value) -> None:
     write_atomically(path, (json.dumps(value, indent=2, sort_keys=False) + "\n").encode())
 
 
-def open_read(path: str):
-    """``path`` opened for reading bytes: a local file as it is, any other (``gs://``) through Beam's filesystems."""
+def open_read(path: str, chunk_bytes: int | None = None):
+    """``path`` opened for reading bytes; on ``gs://``, read ``chunk_bytes`` at a time (the client's default, 40 MiB,
+    when None: a smaller chunk where only a header is read)."""
     if "://" not in path:
         return open(path, "rb")
-    from apache_beam.io.filesystems import FileSystems
+    return _blob(path).open("rb", chunk_size=chunk_bytes)
 
-    return FileSystems.open(path)
+
+def read_bytes(path: str) -> bytes:
+    """The whole of a file: on ``gs://``, in one request."""
+    if "://" not in path:
+        with open(path, "rb") as handle:
+            return handle.read()
+    return _blob(path).download_as_bytes()
 
 
 def read_json(path: str):
-    with open_read(path) as handle:
-        return json.loads(handle.read())
+    return json.loads(read_bytes(path))
 
 
 def exists(path: str) -> bool:
+    """Whether the file (on ``gs://``, the object) exists."""
     if "://" not in path:
         return os.path.exists(path)
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems.exists(path)
+    return _blob(path).exists()
 
 
 def glob(pattern: str) -> list[str]:
-    """The paths that match ``pattern`` (``*`` within a folder), sorted: a local glob, else Beam's filesystems
-    (``gs://``: the same client that reads and writes them here, not TensorFlow's own)."""
-    if "://" not in pattern:
-        import glob as local
+    """The paths that match ``pattern`` (``*`` within a folder), sorted."""
+    return sorted(found.path for found in match(pattern))
 
-        return sorted(local.glob(pattern))
-    from apache_beam.io.filesystems import FileSystems
 
-    (result,) = FileSystems.match([pattern])
-    return sorted(metadata.path for metadata in result.metadata_list)
+def match(pattern: str, limit: int | None = None) -> list[FileInfo]:
+    """The files that match ``pattern``, with their sizes and modification times, as Beam's ``FileSystems.match``
+    finds them (the same files, so the same fingerprints): ``*`` and ``?`` within a folder, ``**`` across folders,
+    ``[...]`` a character class; a pattern ending in ``/`` lists the folder; a pattern without them, that one file.
+    At most ``limit`` files when given."""
+    if pattern.endswith("/"):
+        pattern += "*"
+    prefix = re.match(r"^[^[*?]*", pattern).group(0)
+    if prefix == pattern:
+        found = [_info(pattern)] if exists(pattern) else []
+    else:
+        wanted = re.compile(translate_pattern(pattern)).match
+        found = (info for info in _listed(prefix) if wanted(info.path))
+    return [info for _, info in zip(range(limit), found, strict=False)] if limit is not None else list(found)
+
+
+def copy(source: str, target: str) -> None:
+    """Copies one file, each side local or ``gs://`` (within Cloud Storage, by the server: nothing passes here)."""
+    if "://" not in source + target:
+        import shutil
+
+        shutil.copyfile(source, target)
+    elif "://" not in source:
+        _blob(target).upload_from_filename(source)
+    elif "://" not in target:
+        _blob(source).download_to_filename(target)
+    else:
+        origin, destination, token = _blob(source), _blob(target), None
+        while True:  # (a large object takes several rewrite calls)
+            token, _, _ = destination.rewrite(origin, token=token)
+            if token is None:
+                return
+
+
+def translate_pattern(pattern: str) -> str:
+    """``pattern`` as a regular expression, by Beam's rules (``FileSystem.translate_pattern``: fnmatch's, with ``*``
+    kept within a folder and ``**`` across folders)."""
+    parts, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        i += 1
+        if c == "*" and pattern[i : i + 1] == "*":
+            parts.append(".*")
+            i += 1
+        elif c == "*":
+            parts.append(r"[^/\\]*")
+        elif c == "?":
+            parts.append(".")
+        elif c == "[" and "]" in pattern[i + (pattern[i : i + 1] == "!") + 1 :]:
+            j = pattern.index("]", i + (pattern[i : i + 1] == "!") + 1)
+            stuff = pattern[i:j].replace("\\", "\\\\")
+            parts.append(
+                "[" + ("^" + stuff[1:] if stuff[0] == "!" else "\\" + stuff if stuff[0] == "^" else stuff) + "]"
+            )
+            i = j + 1
+        else:
+            parts.append(re.escape(c))
+    return "(?ms)" + "".join(parts) + r"\Z"
+
+
+def _listed(prefix: str):
+    """Every file under ``prefix``: a local folder walked (the prefix's folder), or the objects whose names start
+    with it."""
+    if "://" not in prefix:
+        folder = os.path.dirname(prefix)  # (as Beam: "data/x*" walks data, and "x*" alone finds nothing)
+        for where, _, names in os.walk(folder) if folder else ():
+            for name in names:
+                try:
+                    yield _info(os.path.join(where, name))
+                except OSError:  # gone while listing
+                    continue
+        return
+    bucket, name = _bucket_and_name(prefix)
+    for blob in _client().list_blobs(bucket, prefix=name):
+        yield FileInfo(f"gs://{bucket}/{blob.name}", blob.size, blob.updated.timestamp())
+
+
+def _info(path: str) -> FileInfo:
+    if "://" not in path:
+        return FileInfo(path, os.path.getsize(path), os.path.getmtime(path))
+    blob = _client().bucket(_bucket_and_name(path)[0]).get_blob(_bucket_and_name(path)[1])
+    return FileInfo(path, blob.size, blob.updated.timestamp())
+
+
+def _bucket_and_name(path: str) -> tuple[str, str]:
+    if not path.startswith("gs://"):
+        raise ValueError(f"{path}: only local paths and gs:// are supported")
+    bucket, _, name = path[len("gs://") :].partition("/")
+    return bucket, name
+
+
+def _blob(path: str):
+    bucket, name = _bucket_and_name(path)
+    return _client().bucket(bucket).blob(name)
+
+
+def _client():
+    return _client_for(os.environ.get("STORAGE_EMULATOR_HOST"))
+
+
+@functools.lru_cache(maxsize=4)
+def _client_for(emulator: str | None):
+    """One Cloud Storage client per process (and per emulator, in tests): the Application Default Credentials, or
+    anonymous where there are none (public buckets, as Beam does)."""
+    import google.auth.exceptions
+    from google.cloud import storage
+
+    try:
+        return storage.Client()
+    except google.auth.exceptions.DefaultCredentialsError:
+        return storage.Client.create_anonymous_client()
 
 
 def gcs_fuse_path(path: str) -> str:

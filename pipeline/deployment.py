@@ -150,11 +150,9 @@ def batch_predict(
 def write_file_list(folder: str, output: str) -> str:
     """Lists the images under ``folder`` into ``<output>/instances.txt`` (one ``gs://`` URI a line, the batch
     prediction's ``file-list`` format: each file is sent as its base64 bytes); returns its URI."""
-    from apache_beam.io.filesystems import FileSystems
+    from components.storage import glob
 
-    pattern = folder.rstrip("/") + "/**"
-    found = sorted(m.path for r in FileSystems.match([pattern]) for m in r.metadata_list
-                   if m.path.lower().endswith(IMAGE_SUFFIXES))  # fmt: skip
+    found = [path for path in glob(folder.rstrip("/") + "/**") if path.lower().endswith(IMAGE_SUFFIXES)]
     if not found:
         raise UsageError(f"--source {folder} holds no images ({', '.join(IMAGE_SUFFIXES)}): pass a folder of images "
                          "or a .jsonl of instances")  # fmt: skip

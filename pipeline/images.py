@@ -12,6 +12,10 @@ PIPELINE_IMAGE = "pipeline"  # every step but GPU and TPU training: no CUDA, no 
 GPU_TRAINER_IMAGE = "train-gpu"  # the training step on GPUs (TensorFlow with the CUDA libraries)
 TPU_TRAINER_IMAGE = "train-tpu"  # the training step on Cloud TPUs (Keras on JAX with jax[tpu])
 BEAM_WORKER_IMAGE = "beam-worker"  # Dataflow workers of the convert step (--sdk_container_image)
+LIGHT_IMAGE = "light"  # the steps that only list files and call APIs: no TensorFlow, Beam, JAX nor NumPy
+# the steps (their functions' names) that run in LIGHT_IMAGE; every other step but training runs in PIPELINE_IMAGE
+LIGHT_STEPS = ("fingerprint", "find_baseline", "register", "find_baseline_in_folder", "register_in_folder", "deploy",
+               "not_blessed")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -37,22 +37,18 @@ def functions(module: str, *names: str) -> list[str]:
 GROUPS = {
     "decoding and imaging": ["components.decoding.*", "components.imaging.*", "components.orientation.*"],
     "split and listing": functions(
-        "components.convert.core",
+        "components.convert.listing",
         "list_image_folder",
         "list_manifest",
+        "npz_file",
         "list_npz",
         "_npz_arrays",
         "list_source",
-        "assign_split",
-    )
-    + functions(
-        "components.convert.common",
         "in_class_order",
         "is_hidden",
-        "content_digest",
-        "split_for_digest",
-        "check_split_options",
-    ),
+    )
+    + functions("components.convert.core", "assign_split")
+    + functions("components.convert.common", "content_digest", "split_for_digest", "check_split_options"),
     "tokenizing": ["components.tokenizing.*"],
     "blessing and metrics": functions(
         "components.evaluate.core",

@@ -44,7 +44,7 @@ def test_demo_digits_are_written_as_a_folder_of_jpegs_per_class(tmp_path):
 def test_rewriting_the_same_digits_keeps_the_files_and_so_their_fingerprint(tmp_path):
     """run-local writes the demo digits on every run: the same images must leave the folder as it was (a new
     modification time would change the fingerprint: no rerun could resume or hit the cache); others replace it."""
-    from components.convert.core import source_fingerprint
+    from components.convert.listing import source_fingerprint
 
     root = tmp_path / "digits"
     write_digits(str(root), per_class_limit=3)

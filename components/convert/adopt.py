@@ -23,20 +23,16 @@ from dataclasses import dataclass, field
 from apache_beam.io.filesystems import FileSystems
 
 from components.cli import UsageError, one_line
+from components.convert.listing import match_tfrecords
 from components.schema import SPLITS, STATS_FILE, RecordError, check_class_count, read_records, small_classes
 from components.storage import write_atomically, write_json
 
 log = logging.getLogger(__name__)
 
-TFRECORD_SUFFIXES = (".tfrec", ".tfrecord", ".tfrecords")
 EXPECTED = "the codelab schema: image (JPEG bytes), class (int64), label (bytes), size (int64[2]), one_hot_class"
 FIX = "convert the original images instead (--source <folder>|<manifest.csv>)"
 SPLIT_NAMES = {"train": "train", "training": "train", "validation": "validation", "valid": "validation",
                "val": "validation", "test": "test"}  # fmt: skip
-
-
-def is_tfrecord_source(source: str) -> bool:
-    return source.lower().endswith(TFRECORD_SUFFIXES)
 
 
 @dataclass
@@ -139,15 +135,6 @@ def _named_split(path: str) -> str:
         if match and match.group(1) in SPLIT_NAMES:
             return SPLIT_NAMES[match.group(1)]
     return ""
-
-
-def match_tfrecords(source: str) -> list:
-    """Beam ``FileMetadata`` of the files a TFRecord path or glob matches, by path; a one-line error when none."""
-    (result,) = FileSystems.match([source])
-    metadata = sorted(result.metadata_list, key=lambda m: m.path)
-    if not metadata:
-        raise UsageError(f"TFRecord source {source} matches no files: pass a glob such as gs://b/flowers/*.tfrec")
-    return metadata
 
 
 def validate_files(metadata: list, threads: int, source: str) -> dict:

@@ -5,7 +5,6 @@ options and the output folder."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import logging
@@ -72,31 +71,8 @@ def check_beam_args(args: Sequence[str], own_flags: Sequence[str] = ()) -> None:
         raise UsageError(f"unknown option {name}{hint}")
 
 
-def fingerprint_of(metadata, extra: bytes = b"") -> str:
-    """A digest of Beam ``FileMetadata`` (path, size, mtime): new, removed or changed files change it."""
-    digest = hashlib.sha256(extra)
-    for meta in sorted(metadata, key=lambda m: m.path):
-        digest.update(f"{meta.path}\0{meta.size_in_bytes}\0{meta.last_updated_in_seconds}\n".encode())
-    return digest.hexdigest()
-
-
 class ConversionError(RuntimeError):
     """The conversion ran but its result cannot be trusted (too many bad images)."""
-
-
-def in_class_order(listing, classes: Sequence[str], source: str, found: str):
-    """A listing (images or texts: items ``(where, class index, ...)``) with its class ids in ``classes``' order
-    (``--classes``); a one-line error naming what the source has outside it."""
-    unknown = sorted(set(listing.class_names) - set(classes))
-    if unknown:
-        raise UsageError(f"data path {source} has {found} not in --classes: {', '.join(unknown)}")
-    index = {name: i for i, name in enumerate(classes)}
-    items = tuple((item[0], index[listing.class_names[item[1]]], *item[2:]) for item in listing.items)
-    return dataclasses.replace(listing, class_names=tuple(classes), items=items)
-
-
-def is_hidden(path: str) -> bool:
-    return path.rstrip("/").split("/")[-1].startswith(".")
 
 
 def content_digest(content: bytes) -> bytes:

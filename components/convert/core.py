@@ -9,7 +9,6 @@ rerun, wherever it is stored.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
 import os
@@ -24,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from components.cli import UsageError, one_line
-from components.convert.adopt import adopt, is_tfrecord_source, match_tfrecords
+from components.convert.adopt import adopt
 from components.convert.common import (
     DUPLICATE_TAG,
     QUARANTINE_FILE,
@@ -37,14 +36,19 @@ from components.convert.common import (
     check_split_options,
     content_digest,
     count_key,
-    fingerprint_of,
-    in_class_order,
-    is_hidden,
     marked_if_it_fails,
     split_for_digest,
     summarize_counts,
     warn_small_classes,
     write_records,
+)
+from components.convert.listing import (
+    FINGERPRINT_BASIS,
+    ImageListing,
+    _npz_arrays,
+    fingerprint_of,
+    is_tfrecord_source,
+    list_source,
 )
 from components.convert.staging import ReadRows, default_pipeline_args, staged_rows
 from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError
@@ -162,156 +166,6 @@ def auto_image_size(source_side: int | None) -> tuple[int, str]:
                   f"{MAX_AUTO_IMAGE_SIZE} and at least {least}")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class ImageListing:
-    """The images found under a source folder, with class names in index order (sorted)."""
-
-    class_names: tuple[str, ...]
-    items: tuple[tuple[str, int, str], ...]  # (path, class index, split from the source or "")
-    total_bytes: int
-    rejected: tuple[dict, ...] = ()  # quarantine records found while listing (manifest rows)
-    fingerprint: str = ""  # changes when a file is added, removed, resized or modified (see ``fingerprint_of``)
-    shorter_side: int | None = None  # every image's shorter side, where the source says it (a NumPy array)
-
-
-FINGERPRINT_BASIS = "sha256 over the source's file paths, sizes and modification times (and a manifest's bytes)"
-
-
-def list_image_folder(root: str) -> ImageListing:
-    """Lists ``<root>/<class_name>/<image>``; raises ``UsageError`` naming the path when the layout is wrong."""
-    root = root.rstrip("/")
-    is_local = "://" not in root
-    if is_local and not os.path.exists(root):
-        raise UsageError(f"data path {root} does not exist: pass a folder of class subfolders of images")
-    if is_local and not os.path.isdir(root):
-        raise UsageError(f"data path {root} is not a folder: expected <root>/<class_name>/*.jpg")
-
-    def files_matching(pattern: str):
-        (result,) = FileSystems.match([pattern])
-        return [m for m in result.metadata_list if not is_hidden(m.path)]
-
-    # every file in a class folder is an item: what is not an image is quarantined with its reason, never skipped;
-    # a hidden folder (.thumbnails, .ipynb_checkpoints) is no class
-    found = [m for m in files_matching(f"{root}/*/*") if not is_hidden(m.path.rsplit("/", 1)[0])]
-    if not found:
-        if files_matching(f"{root}/*"):
-            raise UsageError(f"data path {root} has images but no class subfolders: expected <root>/<class_name>/*.jpg")
-        raise UsageError(f"data path {root} holds no images: expected <root>/<class_name>/*.jpg")
-    by_class: dict[str, list] = {}
-    for meta in found:
-        class_name = meta.path.rstrip("/").split("/")[-2]
-        by_class.setdefault(class_name, []).append(meta)
-    class_names = tuple(sorted(by_class))
-    items = tuple(
-        (meta.path, index, "")
-        for index, name in enumerate(class_names)
-        for meta in sorted(by_class[name], key=lambda m: m.path)
-    )
-    return ImageListing(class_names, items, sum(m.size_in_bytes for m in found), fingerprint=fingerprint_of(found))
-
-
-ML_USE_SPLITS = {"training": "train", "train": "train", "validation": "validation", "test": "test"}
-
-
-def list_manifest(manifest: str, classes: Sequence[str] = CONVERT["classes"].default) -> ImageListing:
-    """Reads a Vertex AI image-classification import file: rows ``[ML_USE,]IMAGE_URI,LABEL``.
-
-    ``ML_USE`` (``training``, ``validation``, ``test``) becomes the example's split. Relative paths are resolved
-    against the manifest's folder. Rows that cannot be used (wrong column count, unknown ``ML_USE``, an empty label,
-    a label outside ``classes`` when given) become quarantine records, not errors.
-    """
-    import csv
-
-    if "://" not in manifest and not os.path.isfile(manifest):
-        raise UsageError(f"manifest {manifest} does not exist: pass a CSV file of [ML_USE,]IMAGE_URI,LABEL rows")
-    with FileSystems.open(manifest) as handle:
-        text = handle.read().decode("utf-8-sig")
-    base = manifest.rsplit("/", 1)[0] if "/" in manifest else "."
-    rows, rejected = [], []
-    for number, row in enumerate(csv.reader(text.splitlines()), start=1):
-        row = [cell.strip() for cell in row]
-        where = f"{manifest}:{number}"
-        if not any(row):
-            continue
-        if len(row) not in (2, 3):
-            rejected.append(
-                {"path": where, "reason": f"malformed row: {len(row)} columns, expected [ML_USE,]URI,LABEL"}
-            )
-            continue
-        ml_use, uri, label = row if len(row) == 3 else ("", *row)
-        split = ML_USE_SPLITS.get(ml_use.lower(), "" if not ml_use else None)
-        if split is None:
-            rejected.append({"path": where, "reason": f"unknown ML_USE {ml_use!r}: use training, validation or test"})
-        elif not label:
-            rejected.append({"path": uri or where, "reason": "unknown label: the label column is empty"})
-        elif classes and label not in classes:
-            rejected.append({"path": uri, "reason": f"unknown label {label!r}: not one of --classes"})
-        else:
-            path = uri if "://" in uri or uri.startswith("/") else f"{base}/{uri}"
-            rows.append((path, label, split))
-    if not rows:
-        raise UsageError(f"manifest {manifest} has no usable rows: expected [ML_USE,]IMAGE_URI,LABEL lines")
-    class_names = tuple(classes) or tuple(sorted({label for _, label, _ in rows}))
-    index = {name: i for i, name in enumerate(class_names)}
-    items = tuple((path, index[label], split) for path, label, split in rows)
-    found = [m for result in FileSystems.match([path for path, _, _ in items]) for m in result.metadata_list]
-    fingerprint = fingerprint_of(found, extra=text.encode())
-    return ImageListing(class_names, items, sum(m.size_in_bytes for m in found), tuple(rejected), fingerprint)
-
-
-NPZ_EXPECTED = "arrays x (N,H,W[,C]) uint8 and y (N,) integer labels"
-
-
-def list_npz(path: str, classes: Sequence[str] = CONVERT["classes"].default) -> ImageListing:
-    """A NumPy ``.npz`` with ``x`` (N,H,W[,C] uint8) and ``y`` (N,), as ``keras.datasets`` gives CIFAR-10.
-
-    Class names: ``classes`` (names of ids 0..K-1), else a ``class_names`` array in the file, else the sorted label
-    values as strings. Each image is an item ``<path>#<index>``.
-    """
-    import numpy as np
-
-    if "://" not in path and not os.path.isfile(path):
-        raise UsageError(f"array file {path} does not exist: pass a .npz with {NPZ_EXPECTED}")
-    try:
-        data = _npz_arrays(path)
-    except Exception as err:
-        raise UsageError(
-            f"array file {path} cannot be read as .npz ({one_line(err, with_type=True)}): expected {NPZ_EXPECTED}"
-        ) from None
-    missing = [key for key in ("x", "y") if key not in data]
-    if missing:
-        raise UsageError(f"array file {path} has no {' or '.join(missing)} array: expected {NPZ_EXPECTED}")
-    x, y = data["x"], np.asarray(data["y"]).reshape(-1)
-    if x.dtype != np.uint8 or x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[3] not in (1, 3, 4)):
-        raise UsageError(f"array file {path}: x is {x.dtype} {x.shape}, expected {NPZ_EXPECTED}")
-    if len(x) != len(y) or not np.issubdtype(y.dtype, np.integer):
-        raise UsageError(f"array file {path}: y is {y.dtype} {y.shape} for {len(x)} images, expected {NPZ_EXPECTED}")
-    values = sorted({int(v) for v in y})
-    if classes or "class_names" in data:
-        names = tuple(classes) or tuple(str(name) for name in data["class_names"])
-        if values and (values[0] < 0 or values[-1] >= len(names)):
-            raise UsageError(f"array file {path}: labels {values[0]}..{values[-1]} do not index {len(names)} classes")
-        index = {value: value for value in values}
-    else:
-        names = tuple(str(value) for value in values)
-        index = {value: i for i, value in enumerate(values)}
-    items = tuple((f"{path}#{i}", index[int(label)], "") for i, label in enumerate(y))
-    (result,) = FileSystems.match([path])
-    return ImageListing(names, items, int(x.nbytes), fingerprint=fingerprint_of(result.metadata_list),
-                        shorter_side=int(min(x.shape[1:3])))  # fmt: skip
-
-
-@functools.lru_cache(maxsize=2)
-def _npz_arrays(path: str) -> dict:
-    """The arrays of a .npz (each worker loads a file once)."""
-    import io
-
-    import numpy as np
-
-    with FileSystems.open(path) as handle, np.load(io.BytesIO(handle.read()), allow_pickle=False) as data:
-        return {key: data[key] for key in data.files}
-
-
 def read_item(path: str) -> bytes:
     """The encoded bytes of one item: a file, or ``<file.npz>#<index>`` as a lossless PNG."""
     file, separator, index = path.rpartition("#")
@@ -328,24 +182,6 @@ def read_item(path: str) -> bytes:
         return buffer.getvalue()
     with FileSystems.open(path) as handle:
         return handle.read()
-
-
-def list_source(source: str, classes: Sequence[str] = CONVERT["classes"].default) -> ImageListing:
-    """An image folder, a CSV manifest or a NumPy .npz, by the source's form."""
-    if source.lower().endswith(".csv"):
-        return list_manifest(source, classes)
-    if source.lower().endswith(".npz"):
-        return list_npz(source, classes)
-    listing = list_image_folder(source)
-    return in_class_order(listing, classes, source, "class folders") if classes else listing
-
-
-def source_fingerprint(source: str, classes: Sequence[str] = CONVERT["classes"].default) -> str:
-    """The fingerprint of any source convert accepts, TFRecord globs included (the same as convert's ``stats.json``
-    records); a one-line error for a source convert would refuse to list."""
-    if is_tfrecord_source(source):
-        return fingerprint_of(match_tfrecords(source))
-    return list_source(source, classes).fingerprint
 
 
 def assign_split(content: bytes, validation_fraction: float, test_fraction: float) -> str:

@@ -13,7 +13,8 @@ def convert_source(modality: str, options: dict) -> dict:
     """Converts ``options["source"]`` as ``modality`` says (``auto``: what the source holds), each conversion taking
     the options its config has; returns its ``stats.json``."""
     from components.convert.core import ConvertConfig, run
-    from components.convert.text import TextConvertConfig, resolve_modality, run_text
+    from components.convert.listing import resolve_modality
+    from components.convert.text import TextConvertConfig, run_text
 
     columns = {name: options[name] for name in ("text_column", "label_column") if name in options}
     text = resolve_modality(modality, options["source"], **columns) == "text"
@@ -26,8 +27,7 @@ def fingerprint_source(source: str, classes: Sequence[str] = CONVERT["classes"].
                        modality: str = CONVERT["modality"].default, text_column: str = TEXT["text_column"].default,
                        label_column: str = TEXT["label_column"].default) -> str:  # fmt: skip
     """The fingerprint of any source convert takes, images or texts, as its conversion will record it."""
-    from components.convert.core import source_fingerprint
-    from components.convert.text import resolve_modality, text_source_fingerprint
+    from components.convert.listing import resolve_modality, source_fingerprint, text_source_fingerprint
 
     if resolve_modality(modality, source, text_column, label_column) == "text":
         return text_source_fingerprint(source, classes, text_column, label_column)

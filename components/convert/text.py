@@ -14,12 +14,8 @@ the splits. Empty files, files that are not UTF-8 and binary files are quarantin
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
-import json
 import logging
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,18 +37,15 @@ from components.convert.common import (
     check_split_options,
     content_digest,
     count_key,
-    fingerprint_of,
-    in_class_order,
-    is_hidden,
     marked_if_it_fails,
     summarize_counts,
     warn_small_classes,
     write_records,
 )
+from components.convert.listing import TextListing, list_text_source
 from components.convert.staging import ReadRows, default_pipeline_args, staged_rows
 from components.params import CONVERT, TEXT
 from components.schema import (
-    MODALITIES,
     SPLITS,
     STATS_FILE,
     _bytes_feature,
@@ -73,8 +66,6 @@ from components.tokenizing import (
 log = logging.getLogger(__name__)
 
 MODALITY = "text"
-TABLE_SUFFIXES = (".csv", ".jsonl")
-UNSUPERVISED = "unsup"  # aclImdb's unlabelled reviews
 # one shard per this many texts of a split (aclImdb's 25,000 reviews: about 33 MB of TFRecords at 250 tokens)
 TEXTS_PER_SHARD = 25_000
 
@@ -118,177 +109,6 @@ class TextConvertConfig:
             raise UsageError(f"--sequence-length {self.sequence_length} must be positive (the article uses 250)")
         check_split_options(self, "texts")
         check_beam_args(self.pipeline_args, [f"--{f.replace('_', '-')}" for f in self.__dataclass_fields__])
-
-
-@dataclass(frozen=True)
-class TextListing:
-    """The texts of a source: class names in index order; items ``(id, class index, split or "", text or None)``,
-    the text given for table rows and read by the workers for files."""
-
-    class_names: tuple[str, ...]
-    items: tuple[tuple[str, int, str, str | None], ...]
-    total_bytes: int
-    rejected: tuple[dict, ...] = ()
-    fingerprint: str = ""
-    splits_from_source: tuple[str, ...] = ()
-
-
-def is_text_source(source: str, text_column: str = TEXT["text_column"].default,
-                   label_column: str = TEXT["label_column"].default) -> bool:  # fmt: skip
-    """Whether ``source`` is a text source: a .jsonl; a .csv whose header names the text and label columns (an
-    image manifest, ``[ML_USE,]IMAGE_URI,LABEL`` rows, has no header); or a folder whose class folders (directly or
-    under aclImdb's split folders) hold more .txt files than images, among the first ``SAMPLED_FILES`` of each
-    level (an image folder with a notes or LICENSE.txt per class stays an image folder)."""
-    lowered = source.lower()
-    if lowered.endswith(".jsonl"):
-        return True
-    if lowered.endswith(".csv"):
-        return {text_column, label_column} <= set(csv_header(source))
-    root = source.rstrip("/")
-    texts = images = 0
-    for pattern in (f"{root}/*/*", f"{root}/*/*/*"):
-        try:
-            (result,) = FileSystems.match([pattern], limits=[SAMPLED_FILES])
-        except Exception:
-            continue
-        for meta in result.metadata_list:
-            name = meta.path.lower()
-            texts += name.endswith(".txt")
-            images += name.endswith(IMAGE_SUFFIXES)
-    return texts > images
-
-
-def csv_header(path: str) -> list[str]:
-    """The cells of a CSV file's first line, stripped ([] when it cannot be read: the conversion says why)."""
-    try:
-        with FileSystems.open(path) as handle:
-            first = handle.read(1 << 16).decode("utf-8-sig", errors="replace").splitlines()[:1]
-    except Exception:
-        return []
-    return [cell.strip() for row in csv.reader(first) for cell in row]
-
-
-SAMPLED_FILES = 1000
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
-
-
-def resolve_modality(modality: str, source: str, text_column: str = TEXT["text_column"].default,
-                     label_column: str = TEXT["label_column"].default) -> str:  # fmt: skip
-    """``image`` or ``text``: as given, or (``auto``) what the source holds (``is_text_source``, a CSV by the
-    columns named)."""
-    if modality not in MODALITIES:
-        raise UsageError(f"--modality {modality!r} does not exist: choose one of {', '.join(MODALITIES)}")
-    if modality == "auto":
-        return "text" if is_text_source(source, text_column, label_column) else "image"
-    return modality
-
-
-def text_source_fingerprint(source: str, classes: Sequence[str] = CONVERT["classes"].default,
-                            text_column: str = TEXT["text_column"].default,
-                            label_column: str = TEXT["label_column"].default) -> str:  # fmt: skip
-    """The fingerprint of a text source (the same as its conversion's ``stats.json`` records)."""
-    config = TextConvertConfig(source=source, output_dir="", classes=tuple(classes), text_column=text_column,
-                               label_column=label_column)  # fmt: skip
-    return list_text_source(config).fingerprint
-
-
-def _match(pattern: str) -> list:
-    (result,) = FileSystems.match([pattern])
-    return [meta for meta in result.metadata_list if not is_hidden(meta.path)]
-
-
-def list_text_folder(root: str) -> TextListing:
-    """``<root>/<class>/*`` or aclImdb's ``<root>/<split>/<class>/*``: every file in a class folder is an item."""
-    root = root.rstrip("/")
-    if "://" not in root and not os.path.isdir(root):
-        raise UsageError(f"data path {root} is not a folder: pass <root>/<class_name>/*.txt, aclImdb's "
-                         "<root>/train|test/<class_name>/*.txt, or a .csv/.jsonl of texts and labels")  # fmt: skip
-    split_folders = ("train", "validation", "test")
-    nested = [meta for meta in _match(f"{root}/*/*/*") if meta.path.split("/")[-3] in split_folders]
-    kept, by_class, source_splits = [], {}, set()
-    for meta in nested or _match(f"{root}/*/*"):
-        parts = meta.path.rstrip("/").split("/")
-        if parts[-2] == UNSUPERVISED or parts[-2].startswith("."):  # (a hidden folder is no class)
-            continue
-        kept.append(meta)
-        split = parts[-3] if nested else ""
-        source_splits.add(split)
-        # a train folder's texts are hashed into train and validation (unless the source has a validation folder)
-        by_class.setdefault(parts[-2], []).append((meta.path, "" if split == "train" else split))
-    if not by_class:
-        raise UsageError(f"data path {root} holds no text files: expected <root>/<class_name>/*.txt or aclImdb's "
-                         "<root>/train|test/<class_name>/*.txt")  # fmt: skip
-    class_names = tuple(sorted(by_class))
-    items = tuple((path, index, split, None) for index, name in enumerate(class_names)
-                  for path, split in sorted(by_class[name]))  # fmt: skip
-    return TextListing(class_names, items, sum(meta.size_in_bytes for meta in kept), fingerprint=fingerprint_of(kept),
-                       splits_from_source=tuple(sorted(source_splits - {""})))  # fmt: skip
-
-
-def list_text_table(path: str, text_column: str, label_column: str) -> TextListing:
-    """A CSV (with a header) or JSONL file: a row per text. Rows without a text or a label are quarantined; a column
-    missing from the file is a one-line error."""
-    if "://" not in path and not os.path.isfile(path):
-        raise UsageError(f"data path {path} does not exist: pass a .csv or .jsonl of {text_column} and {label_column}")
-    with FileSystems.open(path) as handle:
-        content = handle.read()
-    try:
-        decoded = content.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise UsageError(f"data path {path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as "
-                         "UTF-8") from None  # fmt: skip
-    rows, rejected = [], []
-    if path.lower().endswith(".jsonl"):
-        # (lines end at "\n" only: JSON strings may hold U+2028 and the like, which splitlines() would cut at)
-        for number, line in enumerate(decoded.split("\n"), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                rejected.append({"path": f"{path}:{number}", "reason": f"not a JSON object: {err.msg}"})
-                continue
-            if not isinstance(row, dict):
-                rejected.append({"path": f"{path}:{number}", "reason": "not a JSON object"})
-                continue
-            rows.append((number, row))
-        columns = set().union(*(row.keys() for _, row in rows)) if rows else set()
-    else:
-        reader = csv.DictReader(io.StringIO(decoded))
-        columns = set(reader.fieldnames or ())
-        rows = [(number, row) for number, row in enumerate(reader, start=2)]
-    for column, flag in ((text_column, "--text-column"), (label_column, "--label-column")):
-        if column not in columns:
-            have = ", ".join(sorted(columns)) or "none"
-            raise UsageError(f"data path {path} has no column {column!r} (its columns: {have}): name the right one "
-                             f"with {flag}")  # fmt: skip
-    labelled = []
-    for number, row in rows:
-        text, label = row.get(text_column), row.get(label_column)
-        label = "" if label is None else str(label).strip()
-        if not label:
-            rejected.append({"path": f"{path}:{number}", "reason": f"no {label_column}"})
-        elif not isinstance(text, str):
-            rejected.append({"path": f"{path}:{number}", "reason": f"{text_column} is not a string"})
-        else:
-            labelled.append((f"{path}:{number}", label, text))
-    class_names = tuple(sorted({label for _, label, _ in labelled}))
-    index = {name: i for i, name in enumerate(class_names)}
-    items = tuple((where, index[label], "", text) for where, label, text in labelled)
-    (meta,) = _match(path) or [None]
-    return TextListing(class_names, items, len(content), tuple(rejected),
-                       fingerprint=fingerprint_of([meta] if meta else [], extra=content))  # fmt: skip
-
-
-def list_text_source(config: TextConvertConfig) -> TextListing:
-    source = config.source
-    if source.lower().endswith(TABLE_SUFFIXES):
-        listing = list_text_table(source, config.text_column, config.label_column)
-    else:
-        listing = list_text_folder(source)
-    if not listing.items:
-        raise UsageError(f"data path {source} holds no texts: every row or file was rejected (see the log)")
-    return in_class_order(listing, config.classes, source, "classes") if config.classes else listing
 
 
 def decode_text(content: bytes) -> str:
@@ -484,7 +304,7 @@ def run_text(config: TextConvertConfig) -> dict:
 
     check_output_is_empty(config.output_dir)
     check_writable(config.output_dir, "--output")
-    listing = list_text_source(config)
+    listing = list_text_source(config.source, config.classes, config.text_column, config.label_column)
     check_class_count(listing.class_names, config.source)
     log.info("found %d texts in %d classes under %s: %s", len(listing.items), len(listing.class_names),
              config.source, ", ".join(listing.class_names))  # fmt: skip

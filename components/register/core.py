@@ -17,13 +17,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 from dataclasses import dataclass
 
 from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR
 from components.cli import UsageError
-from components.storage import exists, read_json, write_json
+from components.storage import copy, exists, match, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +55,8 @@ class FolderRegistry:
                 for name in names
                 if name.isdigit() and (not complete_only or os.path.isfile(os.path.join(self.root, name, VERSION_FILE)))
             )
-        from apache_beam.io.filesystems import FileSystems
-
-        (result,) = FileSystems.match([f"{self.root}/*/{VERSION_FILE}" if complete_only else f"{self.root}/**"])
         numbers = set()
-        for metadata in result.metadata_list:
+        for metadata in match(f"{self.root}/*/{VERSION_FILE}" if complete_only else f"{self.root}/**"):
             name = metadata.path[len(self.root) + 1 :].split("/", 1)[0]
             if name.isdigit():
                 numbers.add(int(name))
@@ -135,29 +131,23 @@ def _now() -> str:
 
 
 def copy_tree(source: str, destination: str) -> int:
-    """Copies every file under ``source`` to the same relative path under ``destination`` (any Beam filesystem;
-    local to local without Beam); returns the number of files."""
+    """Copies every file under ``source`` to the same relative path under ``destination`` (each local or ``gs://``);
+    returns the number of files."""
     source = source.rstrip("/")
     local = "://" not in source + destination
     if local:
         paths = sorted(os.path.join(folder, name) for folder, _, names in os.walk(source) for name in names)
     else:
-        from apache_beam.io.filesystems import FileSystems
-
-        (result,) = FileSystems.match([f"{source}/**"])
         # (folder placeholder objects, "dir/", which the /gcs/ mount may leave, would copy their whole subtree again)
-        paths = sorted(m.path for m in result.metadata_list if not m.path.endswith("/"))
+        paths = sorted(m.path for m in match(f"{source}/**") if not m.path.endswith("/"))
     if not paths:
         raise UsageError(f"export {source} holds no files: pass the export step's output")
     targets = [f"{destination}/{path[len(source) + 1 :]}" for path in paths]
     if "://" not in destination:
         for target in targets:
             os.makedirs(os.path.dirname(target), exist_ok=True)
-    if local:
-        for path, target in zip(paths, targets, strict=True):
-            shutil.copyfile(path, target)
-    else:
-        FileSystems.copy(paths, targets)
+    for path, target in zip(paths, targets, strict=True):
+        copy(path, target)
     return len(paths)
 
 

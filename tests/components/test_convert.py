@@ -18,11 +18,10 @@ from components.convert.core import (
     assign_split,
     conversion_threads,
     default_pipeline_args,
-    list_image_folder,
-    list_source,
     run,
     summarize_counts,
 )
+from components.convert.listing import list_image_folder, list_source
 from components.schema import SPLITS, split_pattern
 from tests.conftest import BUCKET, CLASSES, COLORS, IN_MEMORY, TINY_SIZE, image_bytes, run_cli, write_image_folder
 
@@ -448,7 +447,7 @@ def test_a_manifest_lists_each_row_where_it_points_and_records_each_unusable_row
     """The manifest read alone (no conversion): each usable row's path (relative ones against the manifest's folder,
     "." for a manifest named without one), class index and split; each unusable row's record naming its line (or
     its file); the classes sorted unless given; the files' total size; a fingerprint of the files and the manifest."""
-    from components.convert.core import list_manifest
+    from components.convert.listing import list_manifest
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bucket").mkdir()
@@ -506,7 +505,7 @@ def test_a_manifest_and_an_array_file_on_gcs_are_listed_where_they_point(gcs):
 
     import numpy as np
 
-    from components.convert.core import list_image_folder, list_manifest, list_npz
+    from components.convert.listing import list_image_folder, list_manifest, list_npz
 
     for path in ("photos/a.png", "lists/b.png"):
         gcs.blob(path).upload_from_string(b"x" * 9)
@@ -530,7 +529,7 @@ def test_a_manifest_and_an_array_file_on_gcs_are_listed_where_they_point(gcs):
 def test_an_image_folder_is_listed_file_by_file_under_its_class_and_each_wrong_layout_named(tmp_path):
     """The listing alone, on a root typed with a trailing slash: each file under its class folder (hidden ones and
     hidden folders left out), its class index, the total size; then each wrong layout's own one line."""
-    from components.convert.core import list_image_folder
+    from components.convert.listing import list_image_folder
 
     root = tmp_path / "photosX"  # (a name ending in X, and a file named X: the strips take "/" alone)
     for name, size in (("dog/b.jpg", 5), ("cat/a.jpg", 3), ("cat/notes.txt", 2), ("cat/.DS_Store", 7),
@@ -562,7 +561,7 @@ def test_an_image_folder_is_listed_file_by_file_under_its_class_and_each_wrong_l
 
 
 def test_hidden_files_and_folders_are_told_by_their_own_name():
-    from components.convert.common import is_hidden
+    from components.convert.listing import is_hidden
 
     assert is_hidden("/data/.git/") and is_hidden("gs://b/photos/cat/.DS_Store") and is_hidden(".hidden")
     assert not is_hidden("/data/.git/cat/a.jpg") and not is_hidden("/data/photos/") and not is_hidden("a.b")
@@ -570,7 +569,7 @@ def test_hidden_files_and_folders_are_told_by_their_own_name():
 
 
 def test_an_array_files_classes_index_its_labels_or_the_labels_are_refused(tmp_path):
-    from components.convert.core import list_npz
+    from components.convert.listing import list_npz
 
     source = tmp_path / "rgba.npz"
     np.savez(source, x=np.zeros((3, 6, 4, 4), np.uint8), y=np.array([[2], [0], [2]]))  # RGBA, y as (N, 1)
@@ -614,7 +613,7 @@ NPZ = "expected arrays x (N,H,W[,C]) uint8 and y (N,) integer labels"
     ],
 )  # fmt: skip
 def test_each_way_an_array_file_is_wrong_is_named_in_one_line(tmp_path, arrays, message):
-    from components.convert.core import list_npz
+    from components.convert.listing import list_npz
 
     source = tmp_path / "data.npz"
     if isinstance(arrays, dict):

@@ -16,7 +16,6 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from components.cli import UsageError
 from components.convert.core import (
     ConvertConfig,
-    ImageListing,
     content_digest,
     conversion_graph,
     encode_image,
@@ -25,6 +24,7 @@ from components.convert.core import (
     serialize_example,
     split_for_digest,
 )
+from components.convert.listing import ImageListing
 from components.schema import SPLITS
 from tests.conftest import BUCKET, COLORS, IN_MEMORY, image_bytes
 
@@ -124,7 +124,8 @@ def test_the_job_graph_of_a_million_images_stays_under_one_megabyte(tmp_path):
 def test_the_text_job_graph_holds_no_row_of_a_large_table(tmp_path):
     import apache_beam as beam
 
-    from components.convert.text import TextConvertConfig, TextListing, text_graph
+    from components.convert.listing import TextListing
+    from components.convert.text import TextConvertConfig, text_graph
 
     rows = tuple((f"reviews.csv:{n}", n % 2, "", f"review {n} " + "words " * 40) for n in range(200_000))
     listing = TextListing(("neg", "pos"), rows, total_bytes=10**8, fingerprint="f" * 64)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.convert.core import ConvertConfig, list_image_folder, run
+from components.convert.core import ConvertConfig, run
+from components.convert.listing import list_image_folder
 from components.schema import SPLITS, split_files
 from components.storage import read_json
 from tests.conftest import BUCKET, COLORS, IN_MEMORY, image_bytes

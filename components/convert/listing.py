@@ -1,0 +1,407 @@
+"""What a source holds, without converting it: the images or texts of a folder, a manifest, a NumPy array, a table
+or TFRecords, their class names and the source's fingerprint. Free of Beam and TensorFlow: the fingerprint step runs
+this alone, in the light image (``containers/light``); local paths and ``gs://`` go through ``components.storage``."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import hashlib
+import io
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from components.cli import UsageError, one_line
+from components.params import CONVERT, TEXT
+from components.schema import MODALITIES
+from components.storage import match, open_read, read_bytes
+
+
+def fingerprint_of(metadata, extra: bytes = b"") -> str:
+    """A digest of the files found (``components.storage.match``: path, size, mtime): new, removed or changed files
+    change it."""
+    digest = hashlib.sha256(extra)
+    for meta in sorted(metadata, key=lambda m: m.path):
+        digest.update(f"{meta.path}\0{meta.size_in_bytes}\0{meta.last_updated_in_seconds}\n".encode())
+    return digest.hexdigest()
+
+
+def in_class_order(listing, classes: Sequence[str], source: str, found: str):
+    """A listing (images or texts: items ``(where, class index, ...)``) with its class ids in ``classes``' order
+    (``--classes``); a one-line error naming what the source has outside it."""
+    unknown = sorted(set(listing.class_names) - set(classes))
+    if unknown:
+        raise UsageError(f"data path {source} has {found} not in --classes: {', '.join(unknown)}")
+    index = {name: i for i, name in enumerate(classes)}
+    items = tuple((item[0], index[listing.class_names[item[1]]], *item[2:]) for item in listing.items)
+    return dataclasses.replace(listing, class_names=tuple(classes), items=items)
+
+
+def is_hidden(path: str) -> bool:
+    return path.rstrip("/").split("/")[-1].startswith(".")
+
+
+@dataclass(frozen=True)
+class ImageListing:
+    """The images found under a source folder, with class names in index order (sorted)."""
+
+    class_names: tuple[str, ...]
+    items: tuple[tuple[str, int, str], ...]  # (path, class index, split from the source or "")
+    total_bytes: int
+    rejected: tuple[dict, ...] = ()  # quarantine records found while listing (manifest rows)
+    fingerprint: str = ""  # changes when a file is added, removed, resized or modified (see ``fingerprint_of``)
+    shorter_side: int | None = None  # every image's shorter side, where the source says it (a NumPy array)
+
+
+FINGERPRINT_BASIS = "sha256 over the source's file paths, sizes and modification times (and a manifest's bytes)"
+
+
+def list_image_folder(root: str) -> ImageListing:
+    """Lists ``<root>/<class_name>/<image>``; raises ``UsageError`` naming the path when the layout is wrong."""
+    root = root.rstrip("/")
+    is_local = "://" not in root
+    if is_local and not os.path.exists(root):
+        raise UsageError(f"data path {root} does not exist: pass a folder of class subfolders of images")
+    if is_local and not os.path.isdir(root):
+        raise UsageError(f"data path {root} is not a folder: expected <root>/<class_name>/*.jpg")
+
+    def files_matching(pattern: str):
+        return [m for m in match(pattern) if not is_hidden(m.path)]
+
+    # every file in a class folder is an item: what is not an image is quarantined with its reason, never skipped;
+    # a hidden folder (.thumbnails, .ipynb_checkpoints) is no class
+    found = [m for m in files_matching(f"{root}/*/*") if not is_hidden(m.path.rsplit("/", 1)[0])]
+    if not found:
+        if files_matching(f"{root}/*"):
+            raise UsageError(f"data path {root} has images but no class subfolders: expected <root>/<class_name>/*.jpg")
+        raise UsageError(f"data path {root} holds no images: expected <root>/<class_name>/*.jpg")
+    by_class: dict[str, list] = {}
+    for meta in found:
+        class_name = meta.path.rstrip("/").split("/")[-2]
+        by_class.setdefault(class_name, []).append(meta)
+    class_names = tuple(sorted(by_class))
+    items = tuple(
+        (meta.path, index, "")
+        for index, name in enumerate(class_names)
+        for meta in sorted(by_class[name], key=lambda m: m.path)
+    )
+    return ImageListing(class_names, items, sum(m.size_in_bytes for m in found), fingerprint=fingerprint_of(found))
+
+
+ML_USE_SPLITS = {"training": "train", "train": "train", "validation": "validation", "test": "test"}
+
+
+def list_manifest(manifest: str, classes: Sequence[str] = CONVERT["classes"].default) -> ImageListing:
+    """Reads a Vertex AI image-classification import file: rows ``[ML_USE,]IMAGE_URI,LABEL``.
+
+    ``ML_USE`` (``training``, ``validation``, ``test``) becomes the example's split. Relative paths are resolved
+    against the manifest's folder. Rows that cannot be used (wrong column count, unknown ``ML_USE``, an empty label,
+    a label outside ``classes`` when given) become quarantine records, not errors.
+    """
+    import csv
+
+    if "://" not in manifest and not os.path.isfile(manifest):
+        raise UsageError(f"manifest {manifest} does not exist: pass a CSV file of [ML_USE,]IMAGE_URI,LABEL rows")
+    text = read_bytes(manifest).decode("utf-8-sig")
+    base = manifest.rsplit("/", 1)[0] if "/" in manifest else "."
+    rows, rejected = [], []
+    for number, row in enumerate(csv.reader(text.splitlines()), start=1):
+        row = [cell.strip() for cell in row]
+        where = f"{manifest}:{number}"
+        if not any(row):
+            continue
+        if len(row) not in (2, 3):
+            rejected.append(
+                {"path": where, "reason": f"malformed row: {len(row)} columns, expected [ML_USE,]URI,LABEL"}
+            )
+            continue
+        ml_use, uri, label = row if len(row) == 3 else ("", *row)
+        split = ML_USE_SPLITS.get(ml_use.lower(), "" if not ml_use else None)
+        if split is None:
+            rejected.append({"path": where, "reason": f"unknown ML_USE {ml_use!r}: use training, validation or test"})
+        elif not label:
+            rejected.append({"path": uri or where, "reason": "unknown label: the label column is empty"})
+        elif classes and label not in classes:
+            rejected.append({"path": uri, "reason": f"unknown label {label!r}: not one of --classes"})
+        else:
+            path = uri if "://" in uri or uri.startswith("/") else f"{base}/{uri}"
+            rows.append((path, label, split))
+    if not rows:
+        raise UsageError(f"manifest {manifest} has no usable rows: expected [ML_USE,]IMAGE_URI,LABEL lines")
+    class_names = tuple(classes) or tuple(sorted({label for _, label, _ in rows}))
+    index = {name: i for i, name in enumerate(class_names)}
+    items = tuple((path, index[label], split) for path, label, split in rows)
+    found = [m for path, _, _ in items for m in match(path)]
+    fingerprint = fingerprint_of(found, extra=text.encode())
+    return ImageListing(class_names, items, sum(m.size_in_bytes for m in found), tuple(rejected), fingerprint)
+
+
+NPZ_EXPECTED = "arrays x (N,H,W[,C]) uint8 and y (N,) integer labels"
+
+
+def npz_file(path: str) -> list:
+    """The .npz file ``path`` as ``match`` finds it; a one-line error when it is not there."""
+    found = match(path) if "://" in path or os.path.isfile(path) else []
+    if not found:
+        raise UsageError(f"array file {path} does not exist: pass a .npz with {NPZ_EXPECTED}")
+    return found
+
+
+def list_npz(path: str, classes: Sequence[str] = CONVERT["classes"].default) -> ImageListing:
+    """A NumPy ``.npz`` with ``x`` (N,H,W[,C] uint8) and ``y`` (N,), as ``keras.datasets`` gives CIFAR-10.
+
+    Class names: ``classes`` (names of ids 0..K-1), else a ``class_names`` array in the file, else the sorted label
+    values as strings. Each image is an item ``<path>#<index>``.
+    """
+    import numpy as np
+
+    found = npz_file(path)
+    try:
+        data = _npz_arrays(path)
+    except Exception as err:
+        raise UsageError(
+            f"array file {path} cannot be read as .npz ({one_line(err, with_type=True)}): expected {NPZ_EXPECTED}"
+        ) from None
+    missing = [key for key in ("x", "y") if key not in data]
+    if missing:
+        raise UsageError(f"array file {path} has no {' or '.join(missing)} array: expected {NPZ_EXPECTED}")
+    x, y = data["x"], np.asarray(data["y"]).reshape(-1)
+    if x.dtype != np.uint8 or x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[3] not in (1, 3, 4)):
+        raise UsageError(f"array file {path}: x is {x.dtype} {x.shape}, expected {NPZ_EXPECTED}")
+    if len(x) != len(y) or not np.issubdtype(y.dtype, np.integer):
+        raise UsageError(f"array file {path}: y is {y.dtype} {y.shape} for {len(x)} images, expected {NPZ_EXPECTED}")
+    values = sorted({int(v) for v in y})
+    if classes or "class_names" in data:
+        names = tuple(classes) or tuple(str(name) for name in data["class_names"])
+        if values and (values[0] < 0 or values[-1] >= len(names)):
+            raise UsageError(f"array file {path}: labels {values[0]}..{values[-1]} do not index {len(names)} classes")
+        index = {value: value for value in values}
+    else:
+        names = tuple(str(value) for value in values)
+        index = {value: i for i, value in enumerate(values)}
+    items = tuple((f"{path}#{i}", index[int(label)], "") for i, label in enumerate(y))
+    return ImageListing(names, items, int(x.nbytes), fingerprint=fingerprint_of(found),
+                        shorter_side=int(min(x.shape[1:3])))  # fmt: skip
+
+
+@functools.lru_cache(maxsize=2)
+def _npz_arrays(path: str) -> dict:
+    """The arrays of a .npz (each worker loads a file once)."""
+    import io
+
+    import numpy as np
+
+    with np.load(io.BytesIO(read_bytes(path)), allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+
+
+def list_source(source: str, classes: Sequence[str] = CONVERT["classes"].default) -> ImageListing:
+    """An image folder, a CSV manifest or a NumPy .npz, by the source's form."""
+    if source.lower().endswith(".csv"):
+        return list_manifest(source, classes)
+    if source.lower().endswith(".npz"):
+        return list_npz(source, classes)
+    listing = list_image_folder(source)
+    return in_class_order(listing, classes, source, "class folders") if classes else listing
+
+
+def source_fingerprint(source: str, classes: Sequence[str] = CONVERT["classes"].default) -> str:
+    """The fingerprint of any source convert accepts, TFRecord globs included (the same as convert's ``stats.json``
+    records); a one-line error for a source convert would refuse to list. A .npz's is its file's alone, as convert's:
+    its arrays are not read (the conversion checks them), nor is NumPy needed."""
+    if is_tfrecord_source(source):
+        return fingerprint_of(match_tfrecords(source))
+    if source.lower().endswith(".npz"):
+        return fingerprint_of(npz_file(source))
+    return list_source(source, classes).fingerprint
+
+
+TFRECORD_SUFFIXES = (".tfrec", ".tfrecord", ".tfrecords")
+
+
+def is_tfrecord_source(source: str) -> bool:
+    return source.lower().endswith(TFRECORD_SUFFIXES)
+
+
+def match_tfrecords(source: str) -> list:
+    """The files (``components.storage.FileInfo``) a TFRecord path or glob matches, by path; a one-line error when
+    none."""
+    metadata = sorted(match(source), key=lambda m: m.path)
+    if not metadata:
+        raise UsageError(f"TFRecord source {source} matches no files: pass a glob such as gs://b/flowers/*.tfrec")
+    return metadata
+
+
+TABLE_SUFFIXES = (".csv", ".jsonl")
+UNSUPERVISED = "unsup"  # aclImdb's unlabelled reviews
+
+
+@dataclass(frozen=True)
+class TextListing:
+    """The texts of a source: class names in index order; items ``(id, class index, split or "", text or None)``,
+    the text given for table rows and read by the workers for files."""
+
+    class_names: tuple[str, ...]
+    items: tuple[tuple[str, int, str, str | None], ...]
+    total_bytes: int
+    rejected: tuple[dict, ...] = ()
+    fingerprint: str = ""
+    splits_from_source: tuple[str, ...] = ()
+
+
+def is_text_source(source: str, text_column: str = TEXT["text_column"].default,
+                   label_column: str = TEXT["label_column"].default) -> bool:  # fmt: skip
+    """Whether ``source`` is a text source: a .jsonl; a .csv whose header names the text and label columns (an
+    image manifest, ``[ML_USE,]IMAGE_URI,LABEL`` rows, has no header); or a folder whose class folders (directly or
+    under aclImdb's split folders) hold more .txt files than images, among the first ``SAMPLED_FILES`` of each
+    level (an image folder with a notes or LICENSE.txt per class stays an image folder)."""
+    lowered = source.lower()
+    if lowered.endswith(".jsonl"):
+        return True
+    if lowered.endswith(".csv"):
+        return {text_column, label_column} <= set(csv_header(source))
+    root = source.rstrip("/")
+    texts = images = 0
+    for pattern in (f"{root}/*/*", f"{root}/*/*/*"):
+        try:
+            found = match(pattern, limit=SAMPLED_FILES)
+        except Exception:
+            continue
+        for meta in found:
+            name = meta.path.lower()
+            texts += name.endswith(".txt")
+            images += name.endswith(IMAGE_SUFFIXES)
+    return texts > images
+
+
+def csv_header(path: str) -> list[str]:
+    """The cells of a CSV file's first line, stripped ([] when it cannot be read: the conversion says why)."""
+    try:
+        with open_read(path, chunk_bytes=1 << 16) as handle:
+            first = handle.read(1 << 16).decode("utf-8-sig", errors="replace").splitlines()[:1]
+    except Exception:
+        return []
+    return [cell.strip() for row in csv.reader(first) for cell in row]
+
+
+SAMPLED_FILES = 1000
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
+
+
+def resolve_modality(modality: str, source: str, text_column: str = TEXT["text_column"].default,
+                     label_column: str = TEXT["label_column"].default) -> str:  # fmt: skip
+    """``image`` or ``text``: as given, or (``auto``) what the source holds (``is_text_source``, a CSV by the
+    columns named)."""
+    if modality not in MODALITIES:
+        raise UsageError(f"--modality {modality!r} does not exist: choose one of {', '.join(MODALITIES)}")
+    if modality == "auto":
+        return "text" if is_text_source(source, text_column, label_column) else "image"
+    return modality
+
+
+def text_source_fingerprint(source: str, classes: Sequence[str] = CONVERT["classes"].default,
+                            text_column: str = TEXT["text_column"].default,
+                            label_column: str = TEXT["label_column"].default) -> str:  # fmt: skip
+    """The fingerprint of a text source (the same as its conversion's ``stats.json`` records)."""
+    return list_text_source(source, classes, text_column, label_column).fingerprint
+
+
+def _match(pattern: str) -> list:
+    return [meta for meta in match(pattern) if not is_hidden(meta.path)]
+
+
+def list_text_folder(root: str) -> TextListing:
+    """``<root>/<class>/*`` or aclImdb's ``<root>/<split>/<class>/*``: every file in a class folder is an item."""
+    root = root.rstrip("/")
+    if "://" not in root and not os.path.isdir(root):
+        raise UsageError(f"data path {root} is not a folder: pass <root>/<class_name>/*.txt, aclImdb's "
+                         "<root>/train|test/<class_name>/*.txt, or a .csv/.jsonl of texts and labels")  # fmt: skip
+    split_folders = ("train", "validation", "test")
+    nested = [meta for meta in _match(f"{root}/*/*/*") if meta.path.split("/")[-3] in split_folders]
+    kept, by_class, source_splits = [], {}, set()
+    for meta in nested or _match(f"{root}/*/*"):
+        parts = meta.path.rstrip("/").split("/")
+        if parts[-2] == UNSUPERVISED or parts[-2].startswith("."):  # (a hidden folder is no class)
+            continue
+        kept.append(meta)
+        split = parts[-3] if nested else ""
+        source_splits.add(split)
+        # a train folder's texts are hashed into train and validation (unless the source has a validation folder)
+        by_class.setdefault(parts[-2], []).append((meta.path, "" if split == "train" else split))
+    if not by_class:
+        raise UsageError(f"data path {root} holds no text files: expected <root>/<class_name>/*.txt or aclImdb's "
+                         "<root>/train|test/<class_name>/*.txt")  # fmt: skip
+    class_names = tuple(sorted(by_class))
+    items = tuple((path, index, split, None) for index, name in enumerate(class_names)
+                  for path, split in sorted(by_class[name]))  # fmt: skip
+    return TextListing(class_names, items, sum(meta.size_in_bytes for meta in kept), fingerprint=fingerprint_of(kept),
+                       splits_from_source=tuple(sorted(source_splits - {""})))  # fmt: skip
+
+
+def list_text_table(path: str, text_column: str, label_column: str) -> TextListing:
+    """A CSV (with a header) or JSONL file: a row per text. Rows without a text or a label are quarantined; a column
+    missing from the file is a one-line error."""
+    if "://" not in path and not os.path.isfile(path):
+        raise UsageError(f"data path {path} does not exist: pass a .csv or .jsonl of {text_column} and {label_column}")
+    content = read_bytes(path)
+    try:
+        decoded = content.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"data path {path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as "
+                         "UTF-8") from None  # fmt: skip
+    rows, rejected = [], []
+    if path.lower().endswith(".jsonl"):
+        # (lines end at "\n" only: JSON strings may hold U+2028 and the like, which splitlines() would cut at)
+        for number, line in enumerate(decoded.split("\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                rejected.append({"path": f"{path}:{number}", "reason": f"not a JSON object: {err.msg}"})
+                continue
+            if not isinstance(row, dict):
+                rejected.append({"path": f"{path}:{number}", "reason": "not a JSON object"})
+                continue
+            rows.append((number, row))
+        columns = set().union(*(row.keys() for _, row in rows)) if rows else set()
+    else:
+        reader = csv.DictReader(io.StringIO(decoded))
+        columns = set(reader.fieldnames or ())
+        rows = [(number, row) for number, row in enumerate(reader, start=2)]
+    for column, flag in ((text_column, "--text-column"), (label_column, "--label-column")):
+        if column not in columns:
+            have = ", ".join(sorted(columns)) or "none"
+            raise UsageError(f"data path {path} has no column {column!r} (its columns: {have}): name the right one "
+                             f"with {flag}")  # fmt: skip
+    labelled = []
+    for number, row in rows:
+        text, label = row.get(text_column), row.get(label_column)
+        label = "" if label is None else str(label).strip()
+        if not label:
+            rejected.append({"path": f"{path}:{number}", "reason": f"no {label_column}"})
+        elif not isinstance(text, str):
+            rejected.append({"path": f"{path}:{number}", "reason": f"{text_column} is not a string"})
+        else:
+            labelled.append((f"{path}:{number}", label, text))
+    class_names = tuple(sorted({label for _, label, _ in labelled}))
+    index = {name: i for i, name in enumerate(class_names)}
+    items = tuple((where, index[label], "", text) for where, label, text in labelled)
+    (meta,) = _match(path) or [None]
+    return TextListing(class_names, items, len(content), tuple(rejected),
+                       fingerprint=fingerprint_of([meta] if meta else [], extra=content))  # fmt: skip
+
+
+def list_text_source(source: str, classes: Sequence[str] = CONVERT["classes"].default,
+                     text_column: str = TEXT["text_column"].default,
+                     label_column: str = TEXT["label_column"].default) -> TextListing:  # fmt: skip
+    if source.lower().endswith(TABLE_SUFFIXES):
+        listing = list_text_table(source, text_column, label_column)
+    else:
+        listing = list_text_folder(source)
+    if not listing.items:
+        raise UsageError(f"data path {source} holds no texts: every row or file was rejected (see the log)")
+    return in_class_order(listing, classes, source, "classes") if classes else listing
