@@ -340,6 +340,110 @@ def test_a_threshold_can_be_set_and_an_unknown_one_is_refused():
         CheckDataConfig(examples_dir="e", output_dir="o", thresholds={"class_mix_blok": 0.1})
 
 
+# each check's severity, as the data checks' issue set them: what a verdict at its worst does to the run
+SEVERITIES = {"label set": "block", "class mix": "block", "examples": "block", "quarantine rate": "warn",
+              "leakage across splits": "block", "leakage across versions": "block", "brightness": "warn",
+              "contrast": "warn", "source width": "warn", "source height": "warn", "source aspect": "warn",
+              "formats": "warn", "token counts": "warn", "truncated share": "block",
+              "out-of-vocabulary share": "block"}  # fmt: skip
+
+
+def test_every_row_carries_its_checks_severity_whatever_its_verdict():
+    tiny = dict(BALANCED, validation=[5, 0, 5, 0])  # a class mix row skipped
+    sizeless = version(tiny)[0]
+    for split in ("train", "validation", "test"):  # records that do not say their sources' sizes: skipped rows
+        for name in ("width", "height", "aspect"):
+            del sizeless["image"][split][name]
+    reordered = version(BALANCED)[0]
+    reordered["class_names"] = list(reversed(reordered["class_names"]))  # the label set row warns
+    image_rows = [*compare(sizeless, version(tiny)[1], *version(BALANCED), LIMITS),
+                  *compare(reordered, version(BALANCED)[1], *version(BALANCED), LIMITS),
+                  *compare(*version({"train": [100, 100, 0, 0], **{s: [25, 25, 0, 0] for s in ("validation", "test")}}),
+                           *version(BALANCED), LIMITS)]  # fmt: skip
+    text_rows = compare(*text_version(0.1, 0.2), *text_version(0.01, 0.01), LIMITS)
+    rows = image_rows + text_rows
+    assert {found["verdict"] for found in rows} == {"pass", "warn", "block", "skipped"}
+    assert {found["check"] for found in rows} == set(SEVERITIES)
+    assert [(found["check"], found["severity"]) for found in rows] == [
+        (found["check"], SEVERITIES[found["check"]]) for found in rows]  # fmt: skip
+
+
+def test_a_dropped_or_renamed_class_is_counted_and_said_in_full():
+    renamed = version(BALANCED)[0]
+    renamed["class_names"] = ["ant", "bee", "cow", "dingo"]
+    (label,) = [found for found in compare(renamed, version(BALANCED)[1], *version(BALANCED), LIMITS)
+                if found["check"] == "label set"]  # fmt: skip
+    assert label["value"] == 2  # dog gone, dingo new
+    assert label["detail"] == ("gone dog; new dingo: the model in service cannot be compared with a model of other "
+                               "classes, and its clients would lose or gain classes")  # fmt: skip
+    same = next(found for found in compare(*version(BALANCED), *version(BALANCED), LIMITS)
+                if found["check"] == "label set")  # fmt: skip
+    assert (same["verdict"], same["value"], same["detail"]) == ("pass", 0, "4 classes, as before")
+
+
+def test_the_quarantine_row_names_each_reason_with_its_count():
+    new = version(BALANCED, quarantined=6, reasons={"not an image": 4, "too many pixels": 2})
+    rows, _ = outcome(new, version(BALANCED))
+    quarantine = next(found for found in rows if found["check"] == "quarantine rate")
+    # 6 of 606 items: 0.99%; the baseline's 0 of 600
+    assert quarantine["detail"] == "6 quarantined (not an image 4, too many pixels 2); the baseline's rate 0.00%"
+    assert quarantine["value"] == 0.0099 and quarantine["thresholds"] == {"warn": 0.005}
+
+
+def test_the_class_mix_row_gives_the_jensen_shannon_divergence_and_rounds_to_four_places():
+    from scipy.spatial.distance import jensenshannon
+
+    # train: ant 100 of 300 (1/3) against 25%: 8.33 points, the largest move (bee 20%, cow and dog 23.3%)
+    rows, _ = outcome(version(dict(BALANCED, train=[100, 60, 70, 70])), version(BALANCED),
+                      thresholds={"class_mix_warn": 0.0123456})  # fmt: skip
+    mix = next(found for found in rows if found["check"] == "class mix" and found["split"] == "train")
+    expected = jensenshannon([100, 60, 70, 70], [100] * 4, base=2) ** 2  # TFDV's figure (scipy normalises)
+    assert mix["detail"] == f"class ant 25.0% -> 33.3%; Jensen-Shannon {expected:.4f}"
+    assert mix["value"] == 0.0833 and mix["thresholds"] == {"warn": 0.0123, "block": 0.3}
+    # a split with exactly min_split_examples (20) on each side is compared, one fewer is not
+    twenty = {"train": [5, 5, 5, 5], "validation": [5, 5, 5, 5], "test": [20, 0, 0, 0]}
+    rows, _ = outcome(version(twenty), version(twenty))
+    assert verdicts(rows)[("class mix", "test")] == "pass"
+    rows, _ = outcome(version(dict(twenty, test=[19, 0, 0, 0])), version(twenty))
+    assert verdicts(rows)[("class mix", "test")] == "skipped"
+
+
+def test_a_baseline_of_exactly_min_split_examples_sets_the_class_mix_floor():
+    # the baseline's train and validation: 20 each, ant 10 of 20 in train against 5 of 20 in validation (25 points)
+    base = {"train": [10, 4, 3, 3], "validation": [5, 5, 5, 5], "test": [5, 5, 5, 5]}
+    rows, _ = outcome(version(base), version(base))
+    mix = next(found for found in rows if found["check"] == "class mix" and found["split"] == "train")
+    assert mix["thresholds"] == {"warn": 0.5, "block": 0.5}  # twice 25 points
+    rows, _ = outcome(version(base), version(dict(base, validation=[5, 5, 5, 4])))  # 19: too few to say
+    mix = next(found for found in rows if found["check"] == "class mix" and found["split"] == "train")
+    assert mix["thresholds"] == {"warn": 0.1, "block": 0.3}
+
+
+def test_exactly_three_times_the_baselines_examples_passes():
+    triple = {split: [n * 3 for n in counts] for split, counts in BALANCED.items()}
+    rows, _ = outcome(version(triple), version(BALANCED))
+    examples = next(found for found in rows if found["check"] == "examples")
+    assert (examples["verdict"], examples["value"]) == ("pass", 3.0)
+    assert examples["detail"] == "1800 examples against the baseline's 600"
+
+
+def test_formats_the_baseline_never_had_are_compared_over_both_versions_formats():
+    from scipy.spatial.distance import jensenshannon
+
+    new, keys = version(BALANCED)
+    new["image"]["validation"]["formats"] = {"png": 100}  # train and test stay jpg (400 + 100)
+    rows, _ = outcome((new, keys), version(BALANCED))
+    formats = next(found for found in rows if found["check"] == "formats")
+    expected = jensenshannon([500, 100], [600, 0], base=2) ** 2  # jpg, png over every split, by hand
+    assert formats["value"] == round(expected, 4) and formats["verdict"] == "pass"  # 0.0888, under 0.1
+    everything_new = version(BALANCED)[0]
+    for split in ("train", "validation", "test"):
+        everything_new["image"][split]["formats"] = {"png": everything_new["counts"][split]}
+    rows, _ = outcome((everything_new, keys), version(BALANCED))
+    formats = next(found for found in rows if found["check"] == "formats")
+    assert formats["value"] == 1.0  # disjoint: the divergence's maximum
+
+
 def text_version(oov: float, truncated: float):
     statistics, keys = version(BALANCED)
     del statistics["image"]
