@@ -653,6 +653,54 @@ def test_the_statistics_read_the_bytes_features_tensorflow_reads_without_importi
     assert int64_features(negative, ("size",)) == {"size": [-1, -(2**63)]}
 
 
+def test_image_statistics_of_hand_written_records_count_each_histogram_by_hand(tmp_path):
+    import tensorflow as tf
+    from PIL import Image
+
+    from components.schema import SHARD_SUFFIX, serialize_example
+
+    def png(pixels) -> bytes:
+        buffer = io.BytesIO()
+        Image.fromarray(np.asarray(pixels, dtype=np.uint8)).save(buffer, format="PNG")
+        return buffer.getvalue()
+
+    flat = png(np.full((16, 16), 100))  # grey 100, no spread
+    halves = png(np.concatenate([np.zeros((8, 16)), np.full((8, 16), 255)]))  # mean 127.5, deviation 127.5
+    records = [serialize_example(flat, 0, "ant", (16, 16), 2, source="gs://b/ant/1.png", source_size=(640, 480)),
+               serialize_example(halves, 1, "bee", (16, 16), 2, source="x/2.JPEG", source_size=(0, 0)),
+               serialize_example(flat, 1, "bee", (16, 16), 2)]  # adopted: no source, no size  # fmt: skip
+    os.makedirs(tmp_path / "train")
+    with tf.io.TFRecordWriter(str(tmp_path / "train" / f"train-00000-of-00001{SHARD_SUFFIX}")) as writer:
+        for record in records:
+            writer.write(record)
+    found, keys = data_statistics.image_statistics(str(tmp_path), "train")
+    nonzero = {name: {i: n for i, n in enumerate(found[name]) if n} for name in ("brightness", "contrast", "width",
+                                                                                 "height", "aspect")}  # fmt: skip
+    # by hand: brightness 100 twice and round(127.5) = 128; deviation 0 twice and 127.5 in the last bin (127); one
+    # source size, 640 x 480: width bin 640 / 16 = 40, height 480 / 16 = 30, aspect 1.333 / 0.05 = 26.7 -> 27
+    assert nonzero == {"brightness": {100: 2, 128: 1}, "contrast": {0: 2, 127: 1}, "width": {40: 1},
+                       "height": {30: 1}, "aspect": {27: 1}}  # fmt: skip
+    assert all(type(n) is int for name in nonzero for n in found[name])  # counts, as data_stats.json keeps them
+    assert found["formats"] == {"png": 1, "jpg": 1, "unknown": 1}
+    assert keys.shape == (3, data_statistics.THUMBNAIL_SIDE**2) and keys.dtype == np.uint8
+    assert (keys[0] == 100).all() and (keys[2] == 100).all()
+
+
+def test_jensen_shannon_quantile_bins_rebin_and_shares_at_their_edges():
+    from components.check_data.core import quantile_bins, rebin, shares
+
+    assert jensen_shannon([0, 0], [1, 1]) == jensen_shannon([1, 1], [0, 0]) == 0.0  # one side empty: no figure
+    assert jensen_shannon([3, 1], [3, 1]) == 0.0 and jensen_shannon([1, 0], [0, 1]) == 1.0
+    # ten levels of one example each: a bin a level, the edges at 1..9 (none at 0 or at the end)
+    assert quantile_bins([1] * 10).tolist() == list(range(1, 10))
+    # one example at level 2 of 5: a bin below it, its own, one above
+    assert quantile_bins([0, 0, 1, 0, 0]).tolist() == [2, 3]
+    assert quantile_bins([]).tolist() == quantile_bins([0, 0, 0]).tolist() == []
+    assert rebin([], np.array([2, 3])).tolist() == [0.0]
+    assert rebin([1, 2, 3, 4, 5], np.array([2, 3])).tolist() == [3, 3, 9]
+    assert shares({"a": 3}, ["a", "b"]).tolist() == [1.0, 0.0] and shares({}, ["a"]).tolist() == [0.0]
+
+
 def test_a_sources_size_is_read_as_its_exif_orientation_turns_it():
     from PIL import Image
 
