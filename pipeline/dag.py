@@ -20,7 +20,7 @@ from components.register.component import make_components as registry_components
 from components.train.component import make_component as train_component
 from components.train.tuning_component import make_components as tuning_components
 from pipeline.accelerators import Scheduling
-from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
+from pipeline.images import DEFAULT_IMAGES, LIGHT_IMAGE, PIPELINE_IMAGE, Images
 
 PIPELINE_NAME = "tpu-image-classifier"
 
@@ -159,8 +159,9 @@ class StepOps:
 def step_ops(images: Images, accelerator: Optional[str], registry: Optional[str], train_image: str,
              scheduling: Scheduling) -> StepOps:  # fmt: skip
     """Each step's component: the training step a Vertex AI custom job on ``accelerator``'s machine, or (None) a
-    container step in ``train_image``; the registry steps of ``registry``'s flavour."""
-    image = images.uri(PIPELINE_IMAGE)
+    container step in ``train_image``; the registry steps of ``registry``'s flavour. The steps that only list files
+    and call APIs run in the light image (``pipeline.images.LIGHT_STEPS``), the others in the pipeline image."""
+    image, light = images.uri(PIPELINE_IMAGE), images.uri(LIGHT_IMAGE)
     train_op, train_options = train_component(images.uri(train_image)), {"hosts": 1}
     tuning_spec_op, best_trial_op = tuning_components(image)
     tuning_options = {}
@@ -170,9 +171,9 @@ def step_ops(images: Images, accelerator: Optional[str], registry: Optional[str]
         train_op, train_options = custom_training_job(images, accelerator, scheduling)
         spec = machine_spec(accelerator)
         tuning_options = {"image": images.uri(spec.image), "machine": spec.as_vertex(), "hosts": spec.hosts}
-    find_baseline_op, register_op = registry_components(image, vertex=registry == "vertex")
+    find_baseline_op, register_op = registry_components(light, vertex=registry == "vertex")
     return StepOps(
-        fingerprint=make_fingerprint_component(image),
+        fingerprint=make_fingerprint_component(light),
         convert=convert_component(image),
         check_data=check_data_component(image),
         train=train_op,
@@ -181,11 +182,11 @@ def step_ops(images: Images, accelerator: Optional[str], registry: Optional[str]
         best_trial=best_trial_op,
         tuning_options=tuning_options,
         evaluate=evaluate_component(image),
-        not_blessed=make_not_blessed_component(image),
+        not_blessed=make_not_blessed_component(light),
         export=export_component(image),
         find_baseline=find_baseline_op,
         register=register_op,
-        deploy=deploy_component(image),
+        deploy=deploy_component(light),
     )
 
 

@@ -95,7 +95,9 @@ def test_every_dockerfile_takes_its_base_image_as_an_argument_pinned_by_digest_w
     for name in DOCKERFILES:
         with open(os.path.join(REPO_ROOT, "containers", name, "Dockerfile")) as handle:
             lines = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
-        assert lines[0].startswith("ARG BASE_IMAGE=") and lines[1] == "FROM ${BASE_IMAGE}", name
+        assert lines[0].startswith("ARG BASE_IMAGE=") and lines[1].startswith("FROM ${BASE_IMAGE}"), name
+        # every stage of a multi-stage build on the same base (the light image's build stage, then its own)
+        assert {line.split()[1] for line in lines if line.startswith("FROM ")} == {"${BASE_IMAGE}"}, name
         default = lines[0].split("=", 1)[1]
         if name == "train-tpu":  # the pipeline image plus an extra: `make images` names its build
             assert default.endswith("/pipeline:0.1.0"), name

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
-from pipeline.images import PIPELINE_IMAGE, Images
+from pipeline.images import LIGHT_IMAGE, PIPELINE_IMAGE, Images
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ def check_docker(images: Images, train_image: str) -> None:
     except Exception as err:  # no engine, no socket, no permission on it
         raise UsageError(f"--runner docker: no Docker engine answers ({type(err).__name__}): start one, or leave "
                          "--runner out to run the steps in this Python") from None  # fmt: skip
-    for image in (images.uri(PIPELINE_IMAGE), images.uri(train_image)):
+    for image in (images.uri(PIPELINE_IMAGE), images.uri(LIGHT_IMAGE), images.uri(train_image)):
         if not client.images.list(name=image):
             raise UsageError(f"--runner docker: image {image} is not here: build it with `make images` (REGISTRY=... "
                              "TAG=... to match --image-registry and --image-tag)")  # fmt: skip

@@ -200,6 +200,9 @@ def start_run(config: LocalRunConfig) -> LocalRun:
     if config.runner == "docker":
         from components.cli import STEP_FAILURE_ENV
 
+        if registry:  # (bound into the steps' containers, so it must exist: a new registry is made by its first
+            # version otherwise)
+            os.makedirs(registry, exist_ok=True)
         shared = [work_dir, registry, *(p for p in (source, parameters.get("baseline_model", "")) if "://" not in p)]
         runner = docker_runner(shared, {**environment, STEP_FAILURE_ENV: failures})
     else:

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.images
 IMAGES = Images(os.environ.get("REGISTRY", DEFAULT_REGISTRY), os.environ.get("TAG", DEFAULT_TAG))
 # what each image may weigh, uncompressed (docker image inspect's Size): each step pays its image's pull on every cold
 # Vertex AI node, and only the GPU trainer carries CUDA
-SIZE_BUDGETS_GB = {"pipeline": 3.5, "train-tpu": 4.2, "train-gpu": 8.8, "beam-worker-layer": 3.1}
+SIZE_BUDGETS_GB = {"pipeline": 3.0, "light": 0.5, "train-tpu": 4.2, "train-gpu": 8.8, "beam-worker-layer": 3.1}
 AS_ME = ("--user", f"{os.getuid()}:{os.getgid()}")
 
 
@@ -81,6 +81,19 @@ def test_the_cpu_image_converts_images_and_carries_no_cuda_or_tpu_runtime(tmp_pa
     assert tensorflows(installed) == ["tensorflow-cpu"]
     built = python_in("pipeline", "import tensorflow as tf; print(tf.sysconfig.get_build_info()['is_cuda_build'])")
     assert built.stdout.strip().splitlines()[-1] == "False", built.stderr[-2000:]
+
+
+def test_the_light_image_fingerprints_a_source_as_here_and_holds_neither_tensorflow_beam_jax_nor_numpy(tmp_path):
+    from components.convert.listing import source_fingerprint
+
+    source = write_image_folder(tmp_path / "images", per_class=2)
+    result = run_in("light", "python", "-m", "components.convert.fingerprint", "--source", source,
+                    folders=[str(tmp_path)])  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout) == {"source": source, "fingerprint": source_fingerprint(source)}
+    installed = {name.lower().replace("_", "-") for name in distributions("light")}
+    assert {"kfp", "google-cloud-aiplatform", "google-cloud-storage"} <= installed
+    assert installed.isdisjoint({"tensorflow", "tensorflow-cpu", "apache-beam", "jax", "jaxlib", "numpy", "pillow"})
 
 
 def test_the_tpu_trainer_finds_libtpu_and_trains_a_step_on_jax_without_a_tpu(converted, tmp_path):
@@ -160,7 +173,7 @@ def both_runners(tmp_path_factory):
     started = {
         runner: subprocess.Popen(
             [sys.executable, "-m", "pipeline", "run-local", "--work-dir", str(root / runner), "--runner", runner,
-             "--image-registry", IMAGES.registry, "--image-tag", IMAGES.tag],
+             "--image-registry", IMAGES.registry, "--image-tag", IMAGES.tag, "--registry", str(root / f"{runner}-reg")],
             cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         for runner in ("docker", "subprocess")
@@ -184,9 +197,13 @@ def test_the_whole_dag_runs_in_its_images_with_the_results_of_the_subprocess_run
                                                                                  "tflite_int8"]  # fmt: skip
     assert docker_run["export_agreement"] >= demo_export_agreement_floor(docker_run["training"]["precision"])
     # each step in the image pipeline.yaml gives it: the TPU trainer for train (v5e-4, which trains on the CPU here),
-    # the pipeline image for the others (fingerprint, convert, check data, evaluate, export)
+    # the light image for fingerprint, find the baseline and register, the pipeline image for convert, check data,
+    # evaluate and export
     used = re.findall(r"Found image '([^']+)'", (work_dir / "run.log").read_text())
-    assert used.count(IMAGES.uri("train-tpu")) == 1 and used.count(IMAGES.uri("pipeline")) == 5 == len(used) - 1
+    assert (used.count(IMAGES.uri("train-tpu")), used.count(IMAGES.uri("light")), used.count(IMAGES.uri("pipeline")),
+            len(used)) == (1, 3, 4, 8)  # fmt: skip
+    assert docker_run["registry"]["action"] == subprocess_run["registry"]["action"] == "registered"
+    assert docker_run["registry"]["version"] == subprocess_run["registry"]["version"] == 1
     assert os.stat(docker_run["export_json"]).st_uid == os.getuid()
 
 

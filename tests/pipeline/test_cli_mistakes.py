@@ -3,11 +3,13 @@ work starts and without writing anything. In-process: the CLI's own ``main``."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from components.cli import UsageError
 from pipeline.__main__ import main
-from tests.conftest import run_cli
+from tests.conftest import run_cli, write_image_folder
 
 
 @pytest.mark.parametrize(
@@ -115,7 +117,8 @@ def test_compile_verbose_says_what_each_step_runs_in(tmp_path):
     loud = run_cli("pipeline", "compile", "--output", str(tmp_path / "p.yaml"), "--registry", "reg.example/ml", "-v")
     assert quiet.returncode == loud.returncode == 0, quiet.stderr + loud.stderr
     assert "runs in" not in quiet.stderr
-    assert "DEBUG pipeline.cli.compile: step fingerprint runs in reg.example/ml/pipeline:" in loud.stderr
+    assert "DEBUG pipeline.cli.compile: step fingerprint runs in reg.example/ml/light:" in loud.stderr
+    assert "DEBUG pipeline.cli.compile: step convert runs in reg.example/ml/pipeline:" in loud.stderr
     assert "DEBUG pipeline.cli.compile: a custom job of the train step runs in reg.example/ml/train-tpu:" in loud.stderr
 
 
@@ -255,3 +258,26 @@ def test_run_local_in_docker_without_an_engine_is_one_line_before_anything_is_wr
     with pytest.raises(UsageError, match=r"--runner docker: no Docker engine answers \(\w+\): start one, or leave "):
         main(["run-local", "--work-dir", str(tmp_path / "work"), "--runner", "docker"])
     assert not (tmp_path / "work").exists()
+
+
+def test_run_local_in_docker_binds_only_folders_that_exist_a_new_registry_made_first(tmp_path, monkeypatch):
+    """Docker refuses to bind a path that does not exist: a --registry folder that its first version would make is
+    made before the steps' containers bind it (the engine and the images stand in: only the binding is checked)."""
+    from kfp import local
+
+    import pipeline.local.run as run
+
+    bound = []
+
+    def runner(shared, environment):
+        bound.extend(path for path in shared if path)
+        return local.SubprocessRunner(use_venv=False)
+
+    monkeypatch.setattr(run, "check_docker", lambda *args: None)
+    monkeypatch.setattr(run, "docker_runner", runner)
+    source = write_image_folder(tmp_path / "images", per_class=2)
+    config = run.LocalRunConfig(work_dir=str(tmp_path / "work"), source=source, registry=str(tmp_path / "new" / "reg"),
+                                runner="docker")  # fmt: skip
+    run.start_run(config)
+    assert str(tmp_path / "new" / "reg") in bound and source in bound
+    assert all(os.path.isdir(path) for path in bound), bound

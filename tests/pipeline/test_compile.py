@@ -10,7 +10,7 @@ import yaml
 
 from pipeline.accelerators import ACCELERATORS, DEFAULT_ACCELERATOR
 from pipeline.compile import compile_pipeline
-from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, Images
+from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, LIGHT_STEPS, Images
 from tests.conftest import REPO_ROOT, run_cli
 
 COMMITTED = os.path.join(REPO_ROOT, "pipeline.yaml")
@@ -316,8 +316,23 @@ def test_registry_and_tag_are_compile_time_choices(tmp_path):
     path = compile_pipeline(str(tmp_path / "p.yaml"), Images(registry="europe-docker.pkg.dev/acme/ml", tag="v7"))
     assert our_images(without_sdk_version(path)) == {
         "europe-docker.pkg.dev/acme/ml/pipeline:v7",
+        "europe-docker.pkg.dev/acme/ml/light:v7",
         "europe-docker.pkg.dev/acme/ml/train-tpu:v7",
     }
+
+
+def test_the_steps_that_list_files_and_call_apis_run_in_the_light_image_and_the_others_in_the_pipeline_image():
+    spec = without_sdk_version(COMMITTED)
+    by_image: dict[str, set[str]] = {}
+    for name, executor in spec["deploymentSpec"]["executors"].items():
+        if "container" in executor and not executor["container"]["image"].startswith(GCPC_LAUNCHER):
+            image = executor["container"]["image"].rsplit("/", 1)[-1].split(":")[0]
+            by_image.setdefault(image, set()).add(name.removeprefix("exec-"))
+    assert by_image == {
+        "light": {"fingerprint", "find-baseline", "register", "deploy", "not-blessed"},
+        "pipeline": {"convert", "check-data", "evaluate", "export", "tuning-spec", "best-trial"},
+    }  # (train: a custom job of the TPU trainer's image, train_machine)
+    assert {name.replace("-", "_") for name in by_image["light"]} <= set(LIGHT_STEPS)
 
 
 def test_every_image_in_pipeline_yaml_has_a_dockerfile():
