@@ -6,7 +6,13 @@ to the limit each is. The loops' AUTOTUNE maps already run on every core too.
 
 Goal (issue: production-grade conversion): (b) at least 1.7x (a) on 2 cores. The last line printed is a JSON object.
 
+``--part startup``: the conversion's fixed cost, on 10 photos, phase by phase, each in a fresh process (median of
+``--repeats``): the interpreter's start, the imports, listing the source, building the Beam graph, and running it (the
+local runner's start, the conversion of 10 images, the writes); beside it a Beam pipeline that does nothing but write
+10 lines (the runner's own floor) and the 10 images' own work, one thread.
+
     .venv/bin/python bench/convert.py [--images 2000] [--image-size 192]
+    .venv/bin/python bench/convert.py --part startup [--repeats 5]
 """
 
 from __future__ import annotations
@@ -125,11 +131,89 @@ def stage_costs(root: str, size: int, samples: int = 200) -> dict:
             "tf_decode_ms": tf_decode_ms, "tf_resize_crop_ms": tf_resize_ms}  # fmt: skip
 
 
+# one conversion in a fresh process, with a clock around each phase: the phases are run()'s own calls, timed from
+# outside by wrapping them (the conversion itself is not changed)
+PHASES = r"""
+import json, sys, time
+started = time.perf_counter()
+from components.convert import core
+imported = time.perf_counter()
+marks = {}
+def timed(name, function):
+    def wrapper(*args, **kwargs):
+        begun = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            marks[name] = marks.get(name, 0.0) + time.perf_counter() - begun
+    return wrapper
+core.list_source = timed("list", core.list_source)
+core.conversion_graph = timed("build_graph", core.conversion_graph)
+core.run(core.ConvertConfig(source=sys.argv[1], output_dir=sys.argv[2], image_size=int(sys.argv[3])))
+done = time.perf_counter()
+print(json.dumps({"imports_s": imported - started, "list_s": marks["list"], "build_graph_s": marks["build_graph"],
+                  "run_s": done - imported - marks["list"] - marks["build_graph"], "in_process_s": done - started}))
+"""
+FLOOR = r"""
+import sys, time
+started = time.perf_counter()
+import apache_beam as beam
+with beam.Pipeline() as pipeline:
+    _ = pipeline | beam.Create([str(n) for n in range(10)]) | beam.io.WriteToText(sys.argv[1])
+print(time.perf_counter() - started)
+"""
+
+
+def startup(repeats: int, image_size: int) -> dict:
+    """The phases of converting 10 photos, each the median of ``repeats`` fresh processes (seconds)."""
+    import statistics
+    import subprocess
+    import sys
+
+    def fresh(*args: str) -> tuple[float, str]:
+        begun = time.perf_counter()
+        done = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True,
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # fmt: skip
+        return time.perf_counter() - begun, done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as directory:
+        root = os.path.join(directory, "photos")
+        write_photos(root, 10)
+        runs, starts, floors, wholes = [], [], [], []
+        for attempt in range(repeats):
+            starts.append(fresh("-c", "pass")[0])
+            wall, line = fresh("-c", PHASES, root, os.path.join(directory, f"out-{attempt}"), str(image_size))
+            runs.append({**json.loads(line), "process_s": wall})
+            floors.append(float(fresh("-c", FLOOR, os.path.join(directory, f"floor-{attempt}", "lines"))[1]))
+            output = os.path.join(directory, f"cli-{attempt}")
+            wholes.append(fresh("-m", "components.convert", "--source", root, "--output", output, "--image-size",
+                                str(image_size))[0])  # fmt: skip
+        costs = stage_costs(root, image_size, samples=10)
+    median = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    return {
+        "interpreter_start_s": statistics.median(starts),
+        **median,
+        "command_line_s": statistics.median(wholes),
+        "beam_floor_s": statistics.median(floors),
+        "ten_images_work_s": 10 * costs["decode_resize_encode_ms"] / 1000,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=2000, help="photo-sized JPEGs to generate (default 2000)")
     parser.add_argument("--image-size", type=int, default=192, help="default 192 (the codelab's)")
+    parser.add_argument("--part", choices=("speed", "startup"), default="speed",
+                        help="speed (default): the 2,000-photo comparison; startup: the fixed cost")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=5, help="startup: fresh processes per phase (default 5)")
     args = parser.parse_args()
+    if args.part == "startup":
+        found = startup(args.repeats, args.image_size)
+        for key, value in found.items():
+            print(f"{key:24s} {value:6.2f}")
+        print(json.dumps({"cpu_cores": os.cpu_count(), "repeats": args.repeats, "image_size": args.image_size,
+                          **{key: round(value, 3) for key, value in found.items()}}))  # fmt: skip
+        return
     from components.convert.core import ConvertConfig, run
 
     with tempfile.TemporaryDirectory(prefix="bench-convert-") as directory:
