@@ -83,7 +83,7 @@ def fingerprint(
     """The source's fingerprint (paths, sizes, modification times): feeds convert's cache key. Never cached itself:
     the DAG passes the run's id as ``run_id``, an input that changes on every run whatever the caching setting."""
     from components.cli import configure_logging
-    from components.convert.dispatch import fingerprint_source
+    from components.convert.listing import fingerprint_source
 
     configure_logging()
     return fingerprint_source(source, tuple(classes), modality, text_column, label_column)

@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from components.convert.dispatch import fingerprint_source
+    from components.convert.listing import fingerprint_source
 
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)

@@ -405,3 +405,12 @@ def list_text_source(source: str, classes: Sequence[str] = CONVERT["classes"].de
     if not listing.items:
         raise UsageError(f"data path {source} holds no texts: every row or file was rejected (see the log)")
     return in_class_order(listing, classes, source, "classes") if classes else listing
+
+
+def fingerprint_source(source: str, classes: Sequence[str] = CONVERT["classes"].default,
+                       modality: str = CONVERT["modality"].default, text_column: str = TEXT["text_column"].default,
+                       label_column: str = TEXT["label_column"].default) -> str:  # fmt: skip
+    """The fingerprint of any source convert takes, images or texts, as its conversion will record it."""
+    if resolve_modality(modality, source, text_column, label_column) == "text":
+        return text_source_fingerprint(source, classes, text_column, label_column)
+    return source_fingerprint(source, classes)

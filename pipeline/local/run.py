@@ -435,7 +435,7 @@ def resolve_source(config: LocalRunConfig) -> tuple[str, str]:
     """The source the DAG reads, and its fingerprint: the user's (absolute), checked as the fingerprint step will
     check it, so that a wrong path fails in one line before anything is written; or the demo digits, written under
     the work dir."""
-    from components.convert.dispatch import fingerprint_source
+    from components.convert.listing import fingerprint_source
     from components.demo_data import write_digits
 
     if not config.source:

@@ -186,3 +186,32 @@ print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] == "a
     assert (tmp_path / "registry" / "1" / "saved_model" / "variables" / "v.data").read_bytes() == b"\x00weights"
     leftovers = [name for _, _, names in os.walk(tmp_path) for name in names if ".tmp-" in name]
     assert not leftovers
+
+
+def test_only_the_conversion_imports_beam():
+    """Beam is the conversion's engine alone: every other step, and the file and listing layers the light image's
+    steps use, reach no module that imports it, even through an import inside a function (1 to 2 s of every such
+    process, and the light image has no Beam)."""
+    files = {module_of(path, REPO_ROOT): path for top in ("components", "pipeline")
+             for path in python_files(os.path.join(REPO_ROOT, top))}  # fmt: skip
+    beam = {
+        module
+        for module, path in files.items()
+        if any(name.startswith("apache_beam") for name in imported_modules(path, REPO_ROOT, ("apache_beam",)))
+    }
+    assert beam and all(module.startswith("components.convert.") for module in beam), beam
+    graph = import_graph()
+
+    def reached(module: str) -> set[str]:
+        found, wanted = set(), [module]
+        while wanted:
+            for target in graph.get(wanted.pop(), ()):
+                if target not in found:
+                    found.add(target)
+                    wanted.append(target)
+        return found
+
+    free = ["components.storage", "components.convert.listing", "components.convert.fingerprint",
+            "components.check_data.core", "components.train.core", "components.evaluate.core",
+            "components.export.core", "components.register.vertex", "components.deploy.core"]  # fmt: skip
+    assert {module: sorted(reached(module) & beam) for module in free} == {module: [] for module in free}
