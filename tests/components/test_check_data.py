@@ -701,6 +701,51 @@ def test_jensen_shannon_quantile_bins_rebin_and_shares_at_their_edges():
     assert shares({"a": 3}, ["a", "b"]).tolist() == [1.0, 0.0] and shares({}, ["a"]).tolist() == [0.0]
 
 
+def test_thumbnails_average_boxes_and_unit_thumbnails_are_centred_at_unit_length_a_flat_one_zero():
+    from PIL import Image
+
+    side = data_statistics.THUMBNAIL_SIDE
+    halves = np.zeros((2 * side, 2 * side), np.uint8)
+    halves[:, side:] = 200  # left half black, right half 200: each 2x2 box averages to one of them exactly
+    found = data_statistics.thumbnail(Image.fromarray(halves))
+    assert found.dtype == np.uint8 and found.tolist() == ([0] * (side // 2) + [200] * (side // 2)) * side
+    units = data_statistics.unit_thumbnails(np.array([[0, 2, 0, 2], [7, 7, 7, 7], [1, 1, 3, 3]], np.uint8))
+    assert units.dtype == np.float32  # (a million train thumbnails: half the memory of float64)
+    np.testing.assert_allclose(units, [[-0.5, 0.5, -0.5, 0.5], [0, 0, 0, 0], [-0.5, -0.5, 0.5, 0.5]], atol=1e-6)
+
+
+def test_the_examples_row_and_the_quarantine_rate_by_hand():
+    rows, _ = outcome(version({"train": [101, 100, 100, 100], "validation": [25] * 4, "test": [25] * 4}),
+                      version(BALANCED))  # fmt: skip
+    examples = next(found for found in rows if found["check"] == "examples")
+    assert examples["value"] == 1.0017 and examples["thresholds"] == {"block_below": 0.5, "warn_above": 3.0}  # 601/600
+    from components.check_data.core import check_counts, quarantine_rate
+
+    empty = {**version(BALANCED)[0], "num_examples": 0}  # a baseline without examples: no division by zero
+    assert check_counts(version(BALANCED)[0], empty, LIMITS)["value"] == 600.0
+    # duplicates dropped are items too: 5 quarantined of 90 kept, 5 quarantined and 5 duplicates
+    assert quarantine_rate({"num_examples": 90, "quarantined": 5, "duplicates": 5}) == 0.05
+    assert quarantine_rate({"num_examples": 95, "quarantined": 5}) == 0.05  # (older statistics: no duplicates)
+    assert quarantine_rate({"num_examples": 0, "quarantined": 0, "duplicates": 0}) == 0.0
+    # 1 quarantined of 7 items; the baseline's 10 of 610, doubled: 0.0328
+    new = {**version(BALANCED)[0], "num_examples": 6, "quarantined": 1}
+    row = next(found for found in compare(new, version(BALANCED)[1], {**version(BALANCED)[0], "quarantined": 10,
+               "num_examples": 600}, version(BALANCED)[1], LIMITS) if found["check"] == "quarantine rate")  # fmt: skip
+    assert (row["value"], row["thresholds"]) == (0.1429, {"warn": 0.0328})
+    assert row["detail"] == "1 quarantined (none); the baseline's rate 1.64%"
+
+
+def test_statistics_whose_keys_hold_pickled_objects_are_refused(tmp_path):
+    """The near-duplicate keys come from a folder a registry keeps: an array of Python objects in it would run code
+    when unpickled, so it is refused."""
+    examples = version(BALANCED)
+    data_statistics.write(str(tmp_path), *examples)
+    with open(tmp_path / data_statistics.NEAR_DUPLICATES_NAME, "wb") as handle:
+        np.savez(handle, train=np.array([{"not": "a key"}], dtype=object))
+    with pytest.raises(ValueError, match="allow_pickle"):
+        data_statistics.read(str(tmp_path))
+
+
 def test_a_sources_size_is_read_as_its_exif_orientation_turns_it():
     from PIL import Image
 
