@@ -1,6 +1,7 @@
 """The data checks: golden statistics pairs decided by hand (no conversion), then real conversions of the demo
 digits checked end to end, through the command line."""
 
+import hashlib
 import io
 import json
 import os
@@ -686,6 +687,28 @@ def test_image_statistics_of_hand_written_records_count_each_histogram_by_hand(t
     assert (keys[0] == 100).all() and (keys[2] == 100).all()
 
 
+def test_a_distributions_floor_is_twice_the_baselines_own_train_against_validation_divergence():
+    from scipy.spatial.distance import jensenshannon
+
+    from components.check_data.core import distribution_rows
+
+    # the baseline's formats: train 80 jpg, 20 png; validation 70 jpg, 10 webp (20 or more each: its noise counts)
+    base = {"train": {"jpg": 80, "png": 20}, "validation": {"jpg": 70, "webp": 10}, "test": {"jpg": 20}}
+    own = jensenshannon([80, 20, 0], [70, 0, 10], base=2) ** 2  # jpg, png, webp, by hand
+    found = distribution_rows("formats", base, base, LIMITS, categorical=True)
+    assert found["thresholds"] == {"warn": round(min(2 * own, 0.5), 4)} and 0.1 < 2 * own < 0.5
+    assert (found["value"], found["verdict"]) == (0.0, "pass")
+    assert found["detail"] == "Jensen-Shannon divergence, every split, against the baseline's"
+    exactly = {"train": {"jpg": 10, "png": 10}, "validation": {"jpg": 20}, "test": {}}  # exactly 20 on each side
+    assert distribution_rows("formats", exactly, exactly, LIMITS, categorical=True)["thresholds"] == {"warn": 0.5}
+    # a threshold set with more places than the row keeps
+    found = distribution_rows("formats", exactly, exactly, threshold_values({"distribution_warn": 0.6123456}), True)
+    assert found["thresholds"] == {"warn": 0.6123}
+    # a baseline without a single value: its bins are empty and the figures zero, not an error
+    empty = {split: [0] * 8 for split in ("train", "validation", "test")}
+    assert distribution_rows("brightness", empty, empty, LIMITS)["value"] == 0.0
+
+
 def test_jensen_shannon_quantile_bins_rebin_and_shares_at_their_edges():
     from components.check_data.core import quantile_bins, rebin, shares
 
@@ -696,6 +719,7 @@ def test_jensen_shannon_quantile_bins_rebin_and_shares_at_their_edges():
     # one example at level 2 of 5: a bin below it, its own, one above
     assert quantile_bins([0, 0, 1, 0, 0]).tolist() == [2, 3]
     assert quantile_bins([]).tolist() == quantile_bins([0, 0, 0]).tolist() == []
+    assert quantile_bins([0, 0, 0]).dtype == np.int64 and rebin([1, 2], quantile_bins([0, 0])).tolist() == [3]
     assert rebin([], np.array([2, 3])).tolist() == [0.0]
     assert rebin([1, 2, 3, 4, 5], np.array([2, 3])).tolist() == [3, 3, 9]
     assert shares({"a": 3}, ["a", "b"]).tolist() == [1.0, 0.0] and shares({}, ["a"]).tolist() == [0.0]
@@ -834,6 +858,12 @@ def test_text_statistics_count_tokens_truncation_and_unknown_words_as_counted_by
     # the version's own vocabulary (500 ids) holds every train word, and no held-out one: each word is in one text
     assert own == pytest.approx(tokens["validation"] + tokens["test"]) and tokens["train"] > 0
     assert sum(len(found) for found in keys.values()) == 40 and len(set(np.concatenate(list(keys.values())))) == 40
+    # each key: the first 8 bytes, big-endian, of the sha256 of the standardised tokens joined by spaces (the same
+    # key in every version: a baseline kept by an older run must still match), as unsigned 64-bit integers
+    assert all(found.dtype == np.uint64 for found in keys.values())
+    expected = {int.from_bytes(hashlib.sha256(" ".join(words).encode()).digest()[:8], "big") for words in texts}
+    assert set(np.concatenate(list(keys.values())).tolist()) == expected
+    assert all(type(n) is int for split in splits for n in split["token_counts"])
 
 
 def test_thresholds_are_read_from_name_value_items():
