@@ -665,11 +665,16 @@ def test_image_statistics_of_hand_written_records_count_each_histogram_by_hand(t
         Image.fromarray(np.asarray(pixels, dtype=np.uint8)).save(buffer, format="PNG")
         return buffer.getvalue()
 
-    flat = png(np.full((16, 16), 100))  # grey 100, no spread
+    flat, white = png(np.full((16, 16), 100)), png(np.full((16, 16), 255))  # no spread
     halves = png(np.concatenate([np.zeros((8, 16)), np.full((8, 16), 255)]))  # mean 127.5, deviation 127.5
-    records = [serialize_example(flat, 0, "ant", (16, 16), 2, source="gs://b/ant/1.png", source_size=(640, 480)),
-               serialize_example(halves, 1, "bee", (16, 16), 2, source="x/2.JPEG", source_size=(0, 0)),
-               serialize_example(flat, 1, "bee", (16, 16), 2)]  # adopted: no source, no size  # fmt: skip
+
+    def example(image, source=None, size=None):
+        return serialize_example(image, 0, "ant", (16, 16), 2, source=source, source_size=size)
+
+    odd = example(flat, "odd_/6.png", (640, 480)).replace(b"odd_/6.png", b"odd\xff/6.png")  # not UTF-8
+    records = [example(flat, "gs://b/ant/1.png", (640, 480)), example(halves, "x/2.JPEG", (0, 0)), example(flat),
+               example(flat, "gs://b/ant/4.png", (640, 480)), example(white, "big/5.jpg", (10000, 100)), odd,
+               example(flat, "tiny/7.png", (1, 5))]  # (3: adopted, no source nor size)  # fmt: skip
     os.makedirs(tmp_path / "train")
     with tf.io.TFRecordWriter(str(tmp_path / "train" / f"train-00000-of-00001{SHARD_SUFFIX}")) as writer:
         for record in records:
@@ -677,14 +682,20 @@ def test_image_statistics_of_hand_written_records_count_each_histogram_by_hand(t
     found, keys = data_statistics.image_statistics(str(tmp_path), "train")
     nonzero = {name: {i: n for i, n in enumerate(found[name]) if n} for name in ("brightness", "contrast", "width",
                                                                                  "height", "aspect")}  # fmt: skip
-    # by hand: brightness 100 twice and round(127.5) = 128; deviation 0 twice and 127.5 in the last bin (127); one
-    # source size, 640 x 480: width bin 640 / 16 = 40, height 480 / 16 = 30, aspect 1.333 / 0.05 = 26.7 -> 27
-    assert nonzero == {"brightness": {100: 2, 128: 1}, "contrast": {0: 2, 127: 1}, "width": {40: 1},
-                       "height": {30: 1}, "aspect": {27: 1}}  # fmt: skip
+    # by hand: brightness 100 five times, round(127.5) = 128, 255; deviation 0 six times and 127.5 in the last bin
+    # (127). Sizes: 640 x 480 three times (width 640 / 16 = 40, height 30, aspect 1.333 / 0.05 = 26.7 -> 27);
+    # 10000 x 100 in the last width bin (511), height 6, aspect 100 / 0.05 in the last (200); 1 x 5 in bin 0, 0,
+    # aspect 0.2 / 0.05 = 4; 0 x 0 and no size at all are left out
+    assert nonzero == {"brightness": {100: 5, 128: 1, 255: 1}, "contrast": {0: 6, 127: 1},
+                       "width": {0: 1, 40: 3, 511: 1}, "height": {0: 1, 6: 1, 30: 3},
+                       "aspect": {4: 1, 27: 3, 200: 1}}  # fmt: skip
     assert all(type(n) is int for name in nonzero for n in found[name])  # counts, as data_stats.json keeps them
-    assert found["formats"] == {"png": 1, "jpg": 1, "unknown": 1}
-    assert keys.shape == (3, data_statistics.THUMBNAIL_SIDE**2) and keys.dtype == np.uint8
-    assert (keys[0] == 100).all() and (keys[2] == 100).all()
+    assert found["formats"] == {"png": 4, "jpg": 2, "unknown": 1}
+    assert keys.shape == (7, data_statistics.THUMBNAIL_SIDE**2) and keys.dtype == np.uint8
+    assert (keys[0] == 100).all() and (keys[4] == 255).all()
+    empty, none = data_statistics.image_statistics(str(tmp_path), "validation")  # a split without examples
+    assert none.shape == (0, data_statistics.THUMBNAIL_SIDE**2) and empty["formats"] == {}
+    assert not any(any(empty[name]) for name in ("brightness", "contrast", "width", "height", "aspect"))
 
 
 def test_a_distributions_floor_is_twice_the_baselines_own_train_against_validation_divergence():
