@@ -82,7 +82,7 @@ def match(pattern: str, limit: int | None = None) -> list[FileInfo]:
         pattern += "*"
     prefix = re.match(r"^[^[*?]*", pattern).group(0)
     if prefix == pattern:
-        found = [_info(pattern)] if exists(pattern) else []
+        found = [info] if (info := _info(pattern)) else []
     else:
         wanted = re.compile(translate_pattern(pattern)).match
         found = (info for info in _listed(prefix) if wanted(info.path))
@@ -139,22 +139,23 @@ def _listed(prefix: str):
     if "://" not in prefix:
         folder = os.path.dirname(prefix)  # (as Beam: "data/x*" walks data, and "x*" alone finds nothing)
         for where, _, names in os.walk(folder) if folder else ():
-            for name in names:
-                try:
-                    yield _info(os.path.join(where, name))
-                except OSError:  # gone while listing
-                    continue
+            yield from filter(None, (_info(os.path.join(where, name)) for name in names))  # (gone while listing)
         return
     bucket, name = _bucket_and_name(prefix)
     for blob in _client().list_blobs(bucket, prefix=name):
         yield FileInfo(f"gs://{bucket}/{blob.name}", blob.size, blob.updated.timestamp())
 
 
-def _info(path: str) -> FileInfo:
+def _info(path: str) -> FileInfo | None:
+    """The file's size and time; None when there is no such file (on ``gs://``, one request either way)."""
     if "://" not in path:
-        return FileInfo(path, os.path.getsize(path), os.path.getmtime(path))
-    blob = _client().bucket(_bucket_and_name(path)[0]).get_blob(_bucket_and_name(path)[1])
-    return FileInfo(path, blob.size, blob.updated.timestamp())
+        try:
+            return FileInfo(path, os.path.getsize(path), os.path.getmtime(path))
+        except OSError:
+            return None
+    bucket, name = _bucket_and_name(path)
+    blob = _client().bucket(bucket).get_blob(name)
+    return FileInfo(path, blob.size, blob.updated.timestamp()) if blob is not None else None
 
 
 def _bucket_and_name(path: str) -> tuple[str, str]:
