@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -674,7 +675,8 @@ def test_image_statistics_of_hand_written_records_count_each_histogram_by_hand(t
     odd = example(flat, "odd_/6.png", (640, 480)).replace(b"odd_/6.png", b"odd\xff/6.png")  # not UTF-8
     records = [example(flat, "gs://b/ant/1.png", (640, 480)), example(halves, "x/2.JPEG", (0, 0)), example(flat),
                example(flat, "gs://b/ant/4.png", (640, 480)), example(white, "big/5.jpg", (10000, 100)), odd,
-               example(flat, "tiny/7.png", (1, 5))]  # (3: adopted, no source nor size)  # fmt: skip
+               example(flat, "tiny/7.png", (1, 5)), example(flat, "tall/8.png", (100, 10000))]  # fmt: skip
+    # (3: adopted, no source nor size)
     os.makedirs(tmp_path / "train")
     with tf.io.TFRecordWriter(str(tmp_path / "train" / f"train-00000-of-00001{SHARD_SUFFIX}")) as writer:
         for record in records:
@@ -682,16 +684,17 @@ def test_image_statistics_of_hand_written_records_count_each_histogram_by_hand(t
     found, keys = data_statistics.image_statistics(str(tmp_path), "train")
     nonzero = {name: {i: n for i, n in enumerate(found[name]) if n} for name in ("brightness", "contrast", "width",
                                                                                  "height", "aspect")}  # fmt: skip
-    # by hand: brightness 100 five times, round(127.5) = 128, 255; deviation 0 six times and 127.5 in the last bin
+    # by hand: brightness 100 six times, round(127.5) = 128, 255; deviation 0 seven times and 127.5 in the last bin
     # (127). Sizes: 640 x 480 three times (width 640 / 16 = 40, height 30, aspect 1.333 / 0.05 = 26.7 -> 27);
-    # 10000 x 100 in the last width bin (511), height 6, aspect 100 / 0.05 in the last (200); 1 x 5 in bin 0, 0,
-    # aspect 0.2 / 0.05 = 4; 0 x 0 and no size at all are left out
-    assert nonzero == {"brightness": {100: 5, 128: 1, 255: 1}, "contrast": {0: 6, 127: 1},
-                       "width": {0: 1, 40: 3, 511: 1}, "height": {0: 1, 6: 1, 30: 3},
-                       "aspect": {4: 1, 27: 3, 200: 1}}  # fmt: skip
+    # 10000 x 100 in the last width bin (511), height 6, aspect 100 / 0.05 in the last (200); 100 x 10000: width 6,
+    # the last height bin, aspect 0.01 / 0.05 -> 0; 1 x 5 in bin 0, 0, aspect 0.2 / 0.05 = 4; 0 x 0 and no size at
+    # all are left out
+    assert nonzero == {"brightness": {100: 6, 128: 1, 255: 1}, "contrast": {0: 7, 127: 1},
+                       "width": {0: 1, 6: 1, 40: 3, 511: 1}, "height": {0: 1, 6: 1, 30: 3, 511: 1},
+                       "aspect": {0: 1, 4: 1, 27: 3, 200: 1}}  # fmt: skip
     assert all(type(n) is int for name in nonzero for n in found[name])  # counts, as data_stats.json keeps them
-    assert found["formats"] == {"png": 4, "jpg": 2, "unknown": 1}
-    assert keys.shape == (7, data_statistics.THUMBNAIL_SIDE**2) and keys.dtype == np.uint8
+    assert found["formats"] == {"png": 5, "jpg": 2, "unknown": 1}
+    assert keys.shape == (8, data_statistics.THUMBNAIL_SIDE**2) and keys.dtype == np.uint8
     assert (keys[0] == 100).all() and (keys[4] == 255).all()
     empty, none = data_statistics.image_statistics(str(tmp_path), "validation")  # a split without examples
     assert none.shape == (0, data_statistics.THUMBNAIL_SIDE**2) and empty["formats"] == {}
@@ -731,6 +734,7 @@ def test_jensen_shannon_quantile_bins_rebin_and_shares_at_their_edges():
     assert quantile_bins([0, 0, 1, 0, 0]).tolist() == [2, 3]
     assert quantile_bins([]).tolist() == quantile_bins([0, 0, 0]).tolist() == []
     assert quantile_bins([0, 0, 0]).dtype == np.int64 and rebin([1, 2], quantile_bins([0, 0])).tolist() == [3]
+    assert quantile_bins([0, 0, 5]).tolist() == [2]  # all in the last level: a bin below it, and its own
     assert rebin([], np.array([2, 3])).tolist() == [0.0]
     assert rebin([1, 2, 3, 4, 5], np.array([2, 3])).tolist() == [3, 3, 9]
     assert shares({"a": 3}, ["a", "b"]).tolist() == [1.0, 0.0] and shares({}, ["a"]).tolist() == [0.0]
@@ -744,9 +748,15 @@ def test_thumbnails_average_boxes_and_unit_thumbnails_are_centred_at_unit_length
     halves[:, side:] = 200  # left half black, right half 200: each 2x2 box averages to one of them exactly
     found = data_statistics.thumbnail(Image.fromarray(halves))
     assert found.dtype == np.uint8 and found.tolist() == ([0] * (side // 2) + [200] * (side // 2)) * side
-    units = data_statistics.unit_thumbnails(np.array([[0, 2, 0, 2], [7, 7, 7, 7], [1, 1, 3, 3]], np.uint8))
+    thumbnails = np.array([[0, 2, 0, 2], [7, 7, 7, 7], [1, 1, 3, 3], [0, 0, 0, 1]], np.uint8)
+    with warnings.catch_warnings():  # (numpy warns of a division that leaves some of its output unwritten)
+        warnings.simplefilter("error")
+        units = data_statistics.unit_thumbnails(thumbnails)
     assert units.dtype == np.float32  # (a million train thumbnails: half the memory of float64)
-    np.testing.assert_allclose(units, [[-0.5, 0.5, -0.5, 0.5], [0, 0, 0, 0], [-0.5, -0.5, 0.5, 0.5]], atol=1e-6)
+    # the last row: less its mean 0.25, (-0.25, -0.25, -0.25, 0.75), of length 0.866 (under 1: still made unit)
+    low = 0.25 / np.sqrt(0.75)
+    np.testing.assert_allclose(units, [[-0.5, 0.5, -0.5, 0.5], [0, 0, 0, 0], [-0.5, -0.5, 0.5, 0.5],
+                                       [-low, -low, -low, 3 * low]], atol=1e-6)  # fmt: skip
 
 
 def test_the_examples_row_and_the_quarantine_rate_by_hand():
