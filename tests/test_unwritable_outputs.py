@@ -12,6 +12,7 @@ REFUSED = "/sys/tpu-image-pipeline-test/out"  # sysfs: creating anything here is
 
 
 def commands(examples: str, model: str, tmp) -> dict:
+    from components.check_data.__main__ import main as check_data
     from components.convert.__main__ import main as convert
     from components.evaluate.__main__ import main as evaluate
     from components.export.__main__ import main as export
@@ -20,6 +21,7 @@ def commands(examples: str, model: str, tmp) -> dict:
 
     return {
         "convert": lambda: convert(["--source", str(tmp / "photos"), "--output", REFUSED]),
+        "check-data": lambda: check_data(["--examples", examples, "--output", REFUSED]),
         "train": lambda: train(["--examples", examples, "--model-dir", REFUSED, "--epochs", "1"]),
         "evaluate": lambda: evaluate(["--examples", examples, "--model-dir", model, "--output", REFUSED]),
         "export": lambda: export(["--model-dir", model, "--examples", examples, "--output", REFUSED]),
@@ -28,13 +30,20 @@ def commands(examples: str, model: str, tmp) -> dict:
     }
 
 
-@pytest.mark.parametrize("command", ["convert", "train", "evaluate", "export", "compile", "run-local"])
+# what each command calls the path it cannot write: its flag (train's folder also comes from Vertex AI's
+# AIP_MODEL_DIR, hence its name; compile's --output is a file, whose folder is probed)
+FLAGS = {"convert": "--output", "check-data": "--output", "train": "model dir", "evaluate": "--output",
+         "export": "--output", "compile": "the folder of --output", "run-local": "--work-dir"}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", list(FLAGS))
 def test_every_command_names_an_output_it_cannot_write(converted, trained, tmp_path, command):
     from tests.conftest import write_image_folder
 
     write_image_folder(tmp_path / "photos", per_class=2)
     (examples, _), (model, _) = converted, trained
-    with pytest.raises(UsageError, match=r"/sys/tpu-image-pipeline-test.* cannot be written by user \S+ \(uid \d+\): "):
+    with pytest.raises(UsageError, match=rf"^{FLAGS[command]} /sys/tpu-image-pipeline-test.* cannot be written by user "
+                                         r"\S+ \(uid \d+\): "):  # fmt: skip
         commands(examples, model, tmp_path)[command]()
 
 

@@ -147,6 +147,9 @@ def test_a_tiny_split_is_skipped_not_failed():
     tiny = dict(BALANCED, validation=[5, 0, 5, 0])  # 10 examples, a wild mix, under min_split_examples 20
     rows, result = outcome(version(tiny), version(BALANCED))
     assert verdicts(rows)[("class mix", "validation")] == "skipped"
+    assert verdicts(rows)[("class mix", "test")] == "pass"  # the next split still compared
+    skipped = next(found for found in rows if found["check"] == "class mix" and found["split"] == "validation")
+    assert skipped["detail"] == "10 examples on one side, under min_split_examples 20: too few to compare shares"
     assert not result["blocked"]
 
 
@@ -397,11 +400,11 @@ def test_the_class_mix_row_gives_the_jensen_shannon_divergence_and_rounds_to_fou
 
     # train: ant 100 of 300 (1/3) against 25%: 8.33 points, the largest move (bee 20%, cow and dog 23.3%)
     rows, _ = outcome(version(dict(BALANCED, train=[100, 60, 70, 70])), version(BALANCED),
-                      thresholds={"class_mix_warn": 0.0123456})  # fmt: skip
+                      thresholds={"class_mix_warn": 0.0123456, "class_mix_block": 0.3123456})  # fmt: skip
     mix = next(found for found in rows if found["check"] == "class mix" and found["split"] == "train")
     expected = jensenshannon([100, 60, 70, 70], [100] * 4, base=2) ** 2  # TFDV's figure (scipy normalises)
     assert mix["detail"] == f"class ant 25.0% -> 33.3%; Jensen-Shannon {expected:.4f}"
-    assert mix["value"] == 0.0833 and mix["thresholds"] == {"warn": 0.0123, "block": 0.3}
+    assert mix["value"] == 0.0833 and mix["thresholds"] == {"warn": 0.0123, "block": 0.3123}
     # a split with exactly min_split_examples (20) on each side is compared, one fewer is not
     twenty = {"train": [5, 5, 5, 5], "validation": [5, 5, 5, 5], "test": [20, 0, 0, 0]}
     rows, _ = outcome(version(twenty), version(twenty))
@@ -840,6 +843,9 @@ def test_texts_are_checked_under_the_served_models_vocabulary(text_examples, tmp
     assert {found["verdict"] for found in same["checks"]} == {"pass"} and checks["out-of-vocabulary share"][
         "value"
     ] == 0
+    # the output keeps the version's vocabulary beside its statistics: it is a baseline as it is
+    with open(os.path.join(examples_dir, VOCABULARY_FILE), "rb") as handle:
+        assert (tmp_path / "same" / VOCABULARY_FILE).read_bytes() == handle.read()
     # the model in service knew two words: nearly every token of the same texts is out of its vocabulary
     served = tmp_path / "served"
     shutil.copytree(tmp_path / "same", served)
@@ -926,6 +932,23 @@ def test_text_statistics_put_long_texts_in_the_last_bin_and_an_empty_split_at_ze
     assert empty == {"token_counts": [0] * statistics.TOKEN_BINS, "truncated_share": 0.0,
                      "out_of_vocabulary_share": 0.0, "served_out_of_vocabulary_share": 0.0}  # fmt: skip
     assert len(none) == 0
+
+
+def test_text_examples_on_gcs_typed_with_a_trailing_slash_are_checked_and_their_vocabulary_kept(text_examples, gcs):
+    from components.check_data.core import run
+    from components.tokenizing import VOCABULARY_FILE
+    from tests.conftest import BUCKET
+
+    examples_dir, _ = text_examples
+    for folder, _, names in os.walk(examples_dir):
+        for name in names:
+            relative = os.path.relpath(os.path.join(folder, name), examples_dir)
+            gcs.blob(f"text/examples/{relative}").upload_from_filename(os.path.join(folder, name))
+    result = run(CheckDataConfig(examples_dir=f"gs://{BUCKET}/text/examples/", output_dir=f"gs://{BUCKET}/checks"))
+    assert not result["blocked"] and result["baseline_note"].startswith("the first version")
+    with open(os.path.join(examples_dir, VOCABULARY_FILE), "rb") as handle:
+        assert gcs.blob(f"checks/{VOCABULARY_FILE}").download_as_bytes() == handle.read()
+    assert data_statistics.read(f"gs://{BUCKET}/checks") is not None
 
 
 def test_statistics_kept_on_gcs_are_found_through_a_folder_typed_with_a_trailing_slash(gcs):
