@@ -586,6 +586,35 @@ def test_re_encoded_copies_spread_over_the_splits_block_the_run(digits, tmp_path
     assert json.loads((tmp_path / "accepted" / CHECKS_FILE).read_text())["accepted_data_change"] is True
 
 
+def test_a_blocked_run_says_each_reason_on_a_line_records_it_and_goes_on_when_accepted(converted, tmp_path):
+    from components.check_data.core import run
+
+    examples_dir, _ = converted
+    baseline = tmp_path / "baseline"
+    data_statistics.write(str(baseline), *version(BALANCED))  # ant, bee, cow, dog: 600 examples
+    config = {"examples_dir": examples_dir, "output_dir": str(tmp_path / "checks"), "baseline": f"{baseline}/"}
+    with pytest.raises(DataBlockedError) as blocked:
+        run(CheckDataConfig(**config))
+    lines = str(blocked.value).split("\n")
+    reasons = lines[1:-1]  # the label set, the class mix of the splits, the examples: each on a line of its own
+    assert lines[0] == "the new data is blocked before training:"
+    assert lines[-1] == "  (pass --accept-data-change, the DAG's accept_data_change, to train on it anyway; the run " \
+                        "records it)"  # fmt: skip
+    assert reasons[0].startswith("  label set: gone ant, bee, cow; new cat, fish: ")
+    assert reasons[-1].startswith("  examples: ") and len(reasons) >= 3
+    with open(tmp_path / "checks" / CHECKS_FILE) as handle:
+        written = json.load(handle)
+    assert set(written) == {"examples", "baseline", "baseline_statistics", "baseline_note", "blocked", "blocking",
+                            "warnings", "accepted_data_change", "thresholds", "checks"}  # fmt: skip
+    assert (written["examples"], written["baseline"], written["baseline_statistics"]) == (
+        examples_dir, f"{baseline}/", str(baseline))  # fmt: skip
+    assert written["blocked"] and written["blocking"] == [reason[2:] for reason in reasons]
+    assert not written["accepted_data_change"]
+    assert (written["thresholds"]["class_mix_block"], written["thresholds"]["count_block_below"]) == (0.3, 0.5)
+    accepted = run(CheckDataConfig(**{**config, "output_dir": str(tmp_path / "accepted")}, accept_data_change=True))
+    assert not accepted["blocked"] and accepted["accepted_data_change"] and accepted["blocking"] == written["blocking"]
+
+
 def test_usage_errors_are_one_line_with_exit_code_2(tmp_path):
     done = check("--examples", str(tmp_path), "--output", str(tmp_path / "o"), "--threshold", "class_mix_block")
     assert done.returncode == 2
@@ -944,11 +973,14 @@ def test_text_examples_on_gcs_typed_with_a_trailing_slash_are_checked_and_their_
         for name in names:
             relative = os.path.relpath(os.path.join(folder, name), examples_dir)
             gcs.blob(f"text/examples/{relative}").upload_from_filename(os.path.join(folder, name))
-    result = run(CheckDataConfig(examples_dir=f"gs://{BUCKET}/text/examples/", output_dir=f"gs://{BUCKET}/checks"))
+    result = run(CheckDataConfig(examples_dir=f"gs://{BUCKET}/text/examples/", output_dir=f"gs://{BUCKET}/checks/"))
     assert not result["blocked"] and result["baseline_note"].startswith("the first version")
     with open(os.path.join(examples_dir, VOCABULARY_FILE), "rb") as handle:
         assert gcs.blob(f"checks/{VOCABULARY_FILE}").download_as_bytes() == handle.read()
     assert data_statistics.read(f"gs://{BUCKET}/checks") is not None
+    written = sorted(blob.name for blob in gcs.list_blobs(prefix="checks/"))  # the folder as typed, not "checks//"
+    assert written == ["checks/data_checks.json", "checks/data_stats.json", "checks/near_duplicates.npz",
+                       f"checks/{VOCABULARY_FILE}"]  # fmt: skip
 
 
 def test_statistics_kept_on_gcs_are_found_through_a_folder_typed_with_a_trailing_slash(gcs):
