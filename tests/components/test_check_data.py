@@ -615,6 +615,37 @@ def test_a_blocked_run_says_each_reason_on_a_line_records_it_and_goes_on_when_ac
     assert not accepted["blocked"] and accepted["accepted_data_change"] and accepted["blocking"] == written["blocking"]
 
 
+def test_the_report_logs_each_check_that_did_not_pass_and_the_outcome(caplog):
+    from components.check_data.core import report
+
+    checks = [{"check": "label set", "verdict": "pass", "detail": "4 classes, as before"},
+              {"check": "class mix", "verdict": "warn", "split": "train", "detail": "class ant 25.0% -> 45.0%"},
+              {"check": "class mix", "verdict": "skipped", "split": "test", "detail": "10 examples on one side"},
+              {"check": "examples", "verdict": "block", "detail": "100 examples against the baseline's 600"},
+              {"check": "brightness", "verdict": "warn", "detail": "Jensen-Shannon divergence"}]  # fmt: skip
+    accepted = {"baseline_note": "a note", "checks": checks, "blocked": False, "accepted_data_change": True,
+                "blocking": ["examples: 100 examples against the baseline's 600"]}  # fmt: skip
+    caplog.set_level("INFO", logger="components.check_data.core")
+    report(accepted)
+    assert [record.getMessage() for record in caplog.records] == [
+        "check data: a note",
+        "check data: warn class mix (train): class ant 25.0% -> 45.0%",
+        "check data: skipped class mix (test): 10 examples on one side",
+        "check data: block, accepted examples: 100 examples against the baseline's 600",
+        "check data: warn brightness: Jensen-Shannon divergence",
+        "check data: 1 pass, 2 warn, 1 block, 1 skipped; blocking checks accepted (--accept-data-change): examples: "
+        "100 examples against the baseline's 600",
+    ]  # fmt: skip
+    caplog.clear()
+    report({**accepted, "baseline_note": "", "blocked": True, "accepted_data_change": False})  # (the error says why)
+    assert [record.getMessage() for record in caplog.records] == [
+        "check data: warn class mix (train): class ant 25.0% -> 45.0%",
+        "check data: skipped class mix (test): 10 examples on one side",
+        "check data: warn brightness: Jensen-Shannon divergence",
+        "check data: 1 pass, 2 warn, 1 block, 1 skipped",
+    ]  # fmt: skip
+
+
 def test_usage_errors_are_one_line_with_exit_code_2(tmp_path):
     done = check("--examples", str(tmp_path), "--output", str(tmp_path / "o"), "--threshold", "class_mix_block")
     assert done.returncode == 2
