@@ -1003,15 +1003,16 @@ def test_text_examples_on_gcs_typed_with_a_trailing_slash_are_checked_and_their_
     for folder, _, names in os.walk(examples_dir):
         for name in names:
             relative = os.path.relpath(os.path.join(folder, name), examples_dir)
-            gcs.blob(f"text/examples/{relative}").upload_from_filename(os.path.join(folder, name))
-    result = run(CheckDataConfig(examples_dir=f"gs://{BUCKET}/text/examples/", output_dir=f"gs://{BUCKET}/checks/"))
+            gcs.blob(f"text/examplesX/{relative}").upload_from_filename(os.path.join(folder, name))
+    result = run(CheckDataConfig(examples_dir=f"gs://{BUCKET}/text/examplesX/", output_dir=f"gs://{BUCKET}/checksX/"))
     assert not result["blocked"] and result["baseline_note"].startswith("the first version")
     with open(os.path.join(examples_dir, VOCABULARY_FILE), "rb") as handle:
-        assert gcs.blob(f"checks/{VOCABULARY_FILE}").download_as_bytes() == handle.read()
-    assert data_statistics.read(f"gs://{BUCKET}/checks") is not None
-    written = sorted(blob.name for blob in gcs.list_blobs(prefix="checks/"))  # the folder as typed, not "checks//"
-    assert written == ["checks/data_checks.json", "checks/data_stats.json", "checks/near_duplicates.npz",
-                       f"checks/{VOCABULARY_FILE}"]  # fmt: skip
+        assert gcs.blob(f"checksX/{VOCABULARY_FILE}").download_as_bytes() == handle.read()
+    assert data_statistics.read(f"gs://{BUCKET}/checksX") is not None
+    # the folders as typed, less the slash only (not "checksX//", nor "checks" for a name ending in X)
+    written = sorted(blob.name for blob in gcs.list_blobs(prefix="checks"))
+    assert written == ["checksX/data_checks.json", "checksX/data_stats.json", "checksX/near_duplicates.npz",
+                       f"checksX/{VOCABULARY_FILE}"]  # fmt: skip
 
 
 def test_statistics_kept_on_gcs_are_found_through_a_folder_typed_with_a_trailing_slash(gcs):
