@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from apache_beam.io.filesystems import FileSystems
 
 from components.cli import UsageError, one_line
-from components.convert.listing import match_tfrecords
+from components.convert.listing import fingerprint_of, match_tfrecords
 from components.schema import SPLITS, STATS_FILE, RecordError, check_class_count, read_records, small_classes
 from components.storage import write_atomically, write_json
 
@@ -195,7 +195,7 @@ def duplicate_records(paths: list[str], summaries: dict, split_of: dict) -> list
     return duplicates
 
 
-def adopt(config, fingerprint_of, threads: int) -> dict:
+def adopt(config, threads: int) -> dict:
     """Validates the TFRecords that ``config.source`` matches and writes ``stats.json`` pointing at them."""
     started = time.monotonic()
     metadata = match_tfrecords(config.source)

@@ -46,7 +46,6 @@ from components.convert.listing import (
     FINGERPRINT_BASIS,
     ImageListing,
     _npz_arrays,
-    fingerprint_of,
     is_tfrecord_source,
     list_source,
 )
@@ -234,7 +233,7 @@ def run(config: ConvertConfig) -> dict:
     check_output_is_empty(config.output_dir)
     check_writable(config.output_dir, "--output")
     if is_tfrecord_source(config.source):
-        return adopt(config, fingerprint_of, conversion_threads(config))
+        return adopt(config, conversion_threads(config))
     listing = list_source(config.source, config.classes)
     check_class_count(listing.class_names, config.source)
     source_side = listing.shorter_side or typical_shorter_side([item[0] for item in listing.items])

@@ -44,6 +44,11 @@ def is_hidden(path: str) -> bool:
     return path.rstrip("/").split("/")[-1].startswith(".")
 
 
+def _match(pattern: str) -> list:
+    """The files ``pattern`` matches, but hidden ones (``.DS_Store``, ``._photo.jpg``)."""
+    return [meta for meta in match(pattern) if not is_hidden(meta.path)]
+
+
 @dataclass(frozen=True)
 class ImageListing:
     """The images found under a source folder, with class names in index order (sorted)."""
@@ -68,14 +73,11 @@ def list_image_folder(root: str) -> ImageListing:
     if is_local and not os.path.isdir(root):
         raise UsageError(f"data path {root} is not a folder: expected <root>/<class_name>/*.jpg")
 
-    def files_matching(pattern: str):
-        return [m for m in match(pattern) if not is_hidden(m.path)]
-
     # every file in a class folder is an item: what is not an image is quarantined with its reason, never skipped;
     # a hidden folder (.thumbnails, .ipynb_checkpoints) is no class
-    found = [m for m in files_matching(f"{root}/*/*") if not is_hidden(m.path.rsplit("/", 1)[0])]
+    found = [m for m in _match(f"{root}/*/*") if not is_hidden(m.path.rsplit("/", 1)[0])]
     if not found:
-        if files_matching(f"{root}/*"):
+        if _match(f"{root}/*"):
             raise UsageError(f"data path {root} has images but no class subfolders: expected <root>/<class_name>/*.jpg")
         raise UsageError(f"data path {root} holds no images: expected <root>/<class_name>/*.jpg")
     by_class: dict[str, list] = {}
@@ -307,10 +309,6 @@ def text_source_fingerprint(source: str, classes: Sequence[str] = CONVERT["class
                             label_column: str = TEXT["label_column"].default) -> str:  # fmt: skip
     """The fingerprint of a text source (the same as its conversion's ``stats.json`` records)."""
     return list_text_source(source, classes, text_column, label_column).fingerprint
-
-
-def _match(pattern: str) -> list:
-    return [meta for meta in match(pattern) if not is_hidden(meta.path)]
 
 
 def list_text_folder(root: str) -> TextListing:

@@ -134,12 +134,8 @@ def copy_tree(source: str, destination: str) -> int:
     """Copies every file under ``source`` to the same relative path under ``destination`` (each local or ``gs://``);
     returns the number of files."""
     source = source.rstrip("/")
-    local = "://" not in source + destination
-    if local:
-        paths = sorted(os.path.join(folder, name) for folder, _, names in os.walk(source) for name in names)
-    else:
-        # (folder placeholder objects, "dir/", which the /gcs/ mount may leave, would copy their whole subtree again)
-        paths = sorted(m.path for m in match(f"{source}/**") if not m.path.endswith("/"))
+    # (folder placeholder objects, "dir/", which the /gcs/ mount may leave, would copy their whole subtree again)
+    paths = sorted(m.path for m in match(f"{source}/**") if not m.path.endswith("/"))
     if not paths:
         raise UsageError(f"export {source} holds no files: pass the export step's output")
     targets = [f"{destination}/{path[len(source) + 1 :]}" for path in paths]
