@@ -48,6 +48,11 @@ THRESHOLDS = {
         0.998,
         "cosine similarity of two images' 16x16 grey thumbnails from which they are copies",
     ),
+    "near_duplicate_levels": (
+        3.0,
+        "root-mean-square difference in grey levels of two images' thumbnails that correlate at 0.95 or more, "
+        "at or under which they are copies too (pictures of little contrast, whose correlation JPEG noise lowers)",
+    ),
     "distribution_warn": (
         0.1,
         "Jensen-Shannon divergence of brightness, contrast, formats or token counts that warns (never blocks)",
@@ -231,18 +236,37 @@ def check_quarantine(new: dict, base: dict, limits: dict) -> dict:
                detail=f"{new['quarantined']} quarantined ({reasons}); the baseline's rate {base_rate:.2%}")  # fmt: skip
 
 
-def near_copies(held_out: np.ndarray, train: np.ndarray, similarity: float, text: bool) -> int:
-    """How many of ``held_out``'s examples have a near-copy in ``train``: images by the cosine similarity of their
-    thumbnails (at least ``similarity``), texts by the hash of their standardised text."""
+# the correlation of two thumbnails from which a small difference (near_duplicate_levels) makes them copies: a
+# re-encoded copy of a low-contrast photograph keeps 0.957 or more, distinct photographs 0.78 at most, and two
+# pictures of noise on one grey, which differ little, about 0 (bench/near_copies.py)
+FLAT_SIMILARITY = 0.95
+
+
+def near_copies(held_out: np.ndarray, train: np.ndarray, similarity: float, text: bool,
+                levels: float = 0.0) -> int:  # fmt: skip
+    """How many of ``held_out``'s examples have a near-copy in ``train``: images whose thumbnails correlate at least
+    at ``similarity``, or (pictures of little contrast, whose correlation JPEG noise lowers most) at least at
+    ``FLAT_SIMILARITY`` with a root-mean-square difference of at most ``levels`` grey levels; texts by the hash of
+    their standardised text."""
     if not len(held_out) or not len(train):
         return 0
     if text:
         return int(np.isin(held_out, train).sum())
     unit = data_statistics.unit_thumbnails
     train_units, found = unit(train), 0
+    train_grey = train.astype(np.float32)
+    train_squares = (train_grey**2).sum(axis=1)
+    most_squared = levels**2 * train.shape[1]  # the largest sum of squared differences of two copies
     for start in range(0, len(held_out), 256):  # 256 held-out examples against all of train at a time (1 GB of
         # similarities for a million train images)
-        found += int(((unit(held_out[start : start + 256]) @ train_units.T).max(axis=1) >= similarity).sum())
+        block = held_out[start : start + 256]
+        correlated = unit(block) @ train_units.T
+        copies = correlated >= similarity
+        if levels > 0:
+            grey = block.astype(np.float32)
+            squared = (grey**2).sum(axis=1, keepdims=True) + train_squares - 2 * (grey @ train_grey.T)
+            copies |= (correlated >= FLAT_SIMILARITY) & (squared <= most_squared)
+        found += int(copies.any(axis=1).sum())
     return found
 
 
@@ -252,7 +276,7 @@ MAX_COMPARED = 5000
 
 
 def leakage_share(
-    held_out: dict[str, np.ndarray], train: np.ndarray, similarity: float, text: bool
+    held_out: dict[str, np.ndarray], train: np.ndarray, limits: dict, text: bool
 ) -> tuple[float, int, int]:
     """(share, count, of) of the validation and test examples with a near-copy in ``train``: of them all, or of an
     even sample of ``MAX_COMPARED`` (each is compared with every train example)."""
@@ -262,7 +286,7 @@ def leakage_share(
     keys = np.concatenate(counted)
     if len(keys) > MAX_COMPARED:
         keys = keys[np.linspace(0, len(keys) - 1, MAX_COMPARED).astype(np.int64)]
-    found = near_copies(keys, train, similarity, text)
+    found = near_copies(keys, train, limits["near_duplicate_similarity"], text, limits["near_duplicate_levels"])
     return found / len(keys), found, len(keys)
 
 
@@ -270,10 +294,9 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
     """Near-copies across the new version's splits, and (with a baseline) new validation and test examples that
     sit in the baseline's train split (they flatter the model in service's figures)."""
     text = new["modality"] == "text"
-    similarity = limits["near_duplicate_similarity"]
     floor = 0.0
     if base is not None:  # (capped: a leaky baseline raises the warning up to the block level, never the block)
-        floor = min(2 * leakage_share(base_keys, base_keys.get("train", np.zeros(0)), similarity, text)[0],
+        floor = min(2 * leakage_share(base_keys, base_keys.get("train", np.zeros(0)), limits, text)[0],
                     limits["leakage_block"])  # fmt: skip
     warn, block = max(limits["leakage_warn"], floor), limits["leakage_block"]
     thresholds = {"warn": round(warn, 4), "block": round(block, 4)}
@@ -283,13 +306,13 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
         return f" (an even sample of their {held_out})" if compared < held_out else ""
 
     rows = []
-    share, found, total = leakage_share(new_keys, new_keys.get("train", np.zeros(0)), similarity, text)
+    share, found, total = leakage_share(new_keys, new_keys.get("train", np.zeros(0)), limits, text)
     rows.append(row("leakage across splits", graded(share, warn, block), "block", value=round(share, 4),
                     thresholds=thresholds,
                     detail=f"{found} of {total} validation and test examples{sampled(total)} have a near-copy in "
                            "train"))  # fmt: skip
     if base is not None:
-        share, found, total = leakage_share(new_keys, base_keys.get("train", np.zeros(0)), similarity, text)
+        share, found, total = leakage_share(new_keys, base_keys.get("train", np.zeros(0)), limits, text)
         detail = f"{found} of {total} validation and test examples{sampled(total)} have a near-copy in the baseline's"
         rows.append(row("leakage across versions", graded(share, warn, block), "block", value=round(share, 4),
                         thresholds=thresholds, detail=f"{detail} train split"))  # fmt: skip

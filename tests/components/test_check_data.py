@@ -229,6 +229,50 @@ def test_a_copy_is_found_through_noise_and_a_different_picture_is_not():
     assert near_copies(flat, flat, LIMITS["near_duplicate_similarity"], text=False) == 0
 
 
+def low_contrast_pair(extra: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A picture of little contrast (grey 120, every other pixel 20 levels brighter), and a copy of it whose JPEG
+    noise moved each pixel by 3 levels (up, up, down, down: nothing of the picture's own pattern), ``extra`` of
+    them by one level more: a root-mean-square difference of exactly 3 levels (``extra`` 0), and a correlation of
+    10/sqrt(109) = 0.958, by hand."""
+    picture = np.where(np.arange(SIDE) % 2 == 0, 130, 110).astype(np.uint8)
+    noise = np.where(np.arange(SIDE) % 4 < 2, 3, -3)
+    noise[:extra] += np.sign(noise[:extra])
+    return picture[None], (picture + noise).astype(np.uint8)[None]
+
+
+def test_a_low_contrast_copy_is_found_by_its_small_difference_and_flat_noise_is_not():
+    # re-encoded copies of a photograph of bricks or of a retina correlate at 0.957 to 0.998 (bench/near_copies.py)
+    from components.check_data.core import near_copies
+
+    similarity, levels = LIMITS["near_duplicate_similarity"], LIMITS["near_duplicate_levels"]
+    picture, copy = low_contrast_pair()
+    assert near_copies(copy, picture, similarity, text=False, levels=levels) == 1
+    assert near_copies(copy, picture, similarity, text=False, levels=0.0) == 0  # the correlation alone misses it
+    brighter = picture + np.uint8(40)  # 40 levels apart, but of one pattern: a copy by the correlation alone
+    assert near_copies(brighter, picture, similarity, text=False, levels=levels) == 1
+    _, further = low_contrast_pair(extra=2)  # two pixels one level further: just over 3 levels
+    assert near_copies(further, picture, similarity, text=False, levels=levels) == 0
+    # two pictures of noise on one grey differ by about 2.8 levels, but nothing in them agrees: not copies
+    rng = np.random.default_rng(4)
+    flat = np.clip(np.round(120 + rng.normal(0, 2, (2, SIDE))), 0, 255).astype(np.uint8)
+    assert np.sqrt(((flat[0].astype(float) - flat[1]) ** 2).mean()) < levels
+    assert near_copies(flat[:1], flat[1:], similarity, text=False, levels=levels) == 0
+    # a held-out picture with a copy among many train ones counts once; one with none, not at all
+    train = np.concatenate([flat, picture, picture])
+    assert near_copies(np.concatenate([copy, further, flat[:1]]), train, similarity, text=False, levels=levels) == 2
+
+
+def test_low_contrast_copies_across_the_splits_block_the_run():
+    new, keys = version(BALANCED)
+    picture, copy = low_contrast_pair()
+    keys["train"][:11] = picture  # 11 of the 200 held-out examples are re-encoded copies of a train picture
+    keys["test"][:11] = copy
+    rows, result = outcome((new, keys), version(BALANCED))
+    assert verdicts(rows)[("leakage across splits", "")] == "block" and result["blocked"]
+    rows, result = outcome((new, keys), version(BALANCED), thresholds={"near_duplicate_levels": 0.0})
+    assert verdicts(rows)[("leakage across splits", "")] == "pass"
+
+
 def test_sources_of_another_size_warn_and_records_without_sizes_skip():
     rows, result = outcome(version(BALANCED, width=1280), version(BALANCED))  # 1280x480 against 640x480
     assert verdicts(rows)[("source width", "")] == verdicts(rows)[("source aspect", "")] == "warn"
