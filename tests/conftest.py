@@ -154,8 +154,27 @@ def pytest_collection_modifyitems(config, items):
         return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: the order within a file, and of the other files, is kept
-    if os.environ.get("MUTANT_UNDER_TEST"):
+    mutant = os.environ.get("MUTANT_UNDER_TEST")
+    if mutant:
         items.sort(key=lambda item: bool(SLOW_FIXTURES & set(item.fixturenames)))
+        allowed = mutation_test_files(mutant)
+        if allowed is not None:
+            dropped = [item for item in items if item.nodeid.split("::")[0] not in allowed]
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+                items[:] = [item for item in items if item.nodeid.split("::")[0] in allowed]
+
+
+def mutation_test_files(mutant: str) -> set[str] | None:
+    """The test files a mutant's group runs, where ``tests/mutation.py`` names them for it (its GROUP_TESTS, passed
+    in MUTATION_TEST_FILES); None: every test that reaches the mutant's function."""
+    import fnmatch
+    import json
+
+    for pattern, files in json.loads(os.environ.get("MUTATION_TEST_FILES", "{}")).items():
+        if fnmatch.fnmatchcase(mutant, pattern):
+            return set(files)
+    return None
 
 
 # the text fixtures' reviews: 2 to 4 words of their class among neutral ones, some dressed in what standardisation

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -127,3 +128,21 @@ def test_make_mutants_names_what_a_stopped_run_left_or_what_survived_and_scores_
     assert summary["groups"]["one"]["not_killed"] == ["m.x_f__mutmut_2", "m.x_f__mutmut_4"]
     assert (summary["tried"], summary["killed"], summary["score"]) == (5, 2, 0.4)
     assert "one: 2 of 4 killed (50.0%), 1 not tried yet" in capsys.readouterr().out
+
+
+def test_make_mutants_runs_a_groups_mutants_against_its_own_test_files_only():
+    # what tests/mutation.py passes for GROUP_TESTS: the resume keys' mutants run test_resume.py alone
+    import json
+
+    files = ["tests/pipeline/test_resume.py", "tests/components/test_tokenizing.py"]
+    restricted = json.dumps({"pipeline.local.resume.*": ["tests/pipeline/test_resume.py"]})
+
+    def collected(mutant: str) -> set[str]:
+        environment = {**os.environ, "MUTANT_UNDER_TEST": mutant, "MUTATION_TEST_FILES": restricted}
+        result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                 "-p", "no:xdist", "-o", "addopts=", *files], cwd=REPO_ROOT, env=environment,
+                                capture_output=True, text=True, check=True)  # fmt: skip
+        return {line.split("::")[0] for line in result.stdout.splitlines() if "::" in line}
+
+    assert collected("pipeline.local.resume.x_run_key__mutmut_3") == {"tests/pipeline/test_resume.py"}
+    assert collected("components.tokenizing.x_standardize__mutmut_1") == set(files)  # no group of its own: all
