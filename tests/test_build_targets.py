@@ -146,3 +146,24 @@ def test_make_mutants_runs_a_groups_mutants_against_its_own_test_files_only():
 
     assert collected("pipeline.local.resume.x_run_key__mutmut_3") == {"tests/pipeline/test_resume.py"}
     assert collected("components.tokenizing.x_standardize__mutmut_1") == set(files)  # no group of its own: all
+
+
+def test_make_mutants_runs_a_mutants_quickest_tests_first(tmp_path):
+    # mutmut runs in its own folder, where its stats say how long each test took: pytest -x stops at the first
+    # that fails, so the quickest go first
+    import json
+
+    path = os.path.join(REPO_ROOT, "tests", "pipeline", "test_resume.py")
+
+    def collected() -> list[str]:
+        environment = {**os.environ, "MUTANT_UNDER_TEST": "pipeline.local.resume.x_run_key__mutmut_3"}
+        result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                 "-p", "no:xdist", "-o", "addopts=", f"--rootdir={REPO_ROOT}", path], cwd=tmp_path,
+                                env=environment, capture_output=True, text=True, check=True)  # fmt: skip
+        return [line for line in result.stdout.splitlines() if "::" in line]
+
+    in_file_order = collected()  # (no stats here: the file's order)
+    assert len(in_file_order) >= 3
+    seconds = {name: float(len(in_file_order) - index) for index, name in enumerate(in_file_order)}
+    (tmp_path / "mutmut-stats.json").write_text(json.dumps({"duration_by_test": seconds}))
+    assert collected() == in_file_order[::-1]

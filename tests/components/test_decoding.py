@@ -82,6 +82,14 @@ def test_bad_bytes_are_rejected_with_a_reason(content, reason):
         decode_rgb_array(content)
 
 
+@pytest.mark.parametrize("kind", ["TIFF", "ICO", "PPM"])
+def test_a_format_pillow_reads_but_the_serving_graph_does_not_is_refused_with_the_formats_to_use(kind):
+    with pytest.raises(UnusableImageError) as refused:
+        decode_rgb_array(encoded(red(size=(32, 32)), kind))
+    # (MPO, a camera's JPEG with more frames, is read as a JPEG: not a format to ask users for)
+    assert str(refused.value) == f"unsupported image format {kind}: use one of JPEG, PNG, GIF, BMP, WEBP"
+
+
 def test_decompression_bomb_is_rejected_before_decoding():
     with pytest.raises(UnusableImageError, match=r"decompression bomb: 300x200 = 60,000 pixels is over --max-pixels"):
         decode_rgb_array(encoded(Image.new("RGB", (300, 200)), "PNG"), max_pixels=10_000)
