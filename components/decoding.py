@@ -86,7 +86,9 @@ def to_rgb(image):
         return Image.fromarray(((255 - cmyk[..., 3:]) * (255 - cmyk[..., :3]) // 255).astype(np.uint8))
     if image.mode == "P" and "transparency" in image.info:
         image = image.convert("RGBA")
-    if image.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+    if image.mode == "La":  # (premultiplied grey: Pillow converts it to LA alone)
+        image = image.convert("LA")
+    if image.mode in ("RGBA", "LA", "PA", "RGBa"):
         rgba = image.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         image = Image.alpha_composite(background, rgba)

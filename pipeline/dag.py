@@ -333,16 +333,15 @@ def evaluate_and_gate(ops: StepOps, p: dict, converted, checked, model, baseline
 def register_and_deploy(ops: StepOps, p: dict, evaluated, exported, checked, baseline, registry: str,
                         accelerator: Optional[str]):  # fmt: skip
     """The blessed export as the registry's next version, with the statistics of the data it learned from (the
-    next runs' data baseline); on Vertex AI, with the run's evaluation imported into it, and deployed to
+    next runs' data baseline) and its evaluation; on Vertex AI, with that evaluation imported into it, and deployed to
     ``endpoint`` when one is given. Returns the register task. (Export itself does not take the statistics: it
     stays a cache hit when only the data checks ran again, against a new baseline.)"""
-    # on Vertex AI, the evaluation goes with the new version (the Evaluate tab) and the step outputs a
-    # google.VertexModel for GCPC's operators to chain after
-    evaluation = {"evaluation": evaluated.outputs["evaluation"]} if registry == "vertex" else {}
+    # the evaluation goes with the new version (later runs' prediction mix; on Vertex AI, the Evaluate tab too), and
+    # on Vertex AI the step outputs a google.VertexModel for GCPC's operators to chain after
     registered = ops.register(
         exported_model=exported.outputs["exported_model"],
+        evaluation=evaluated.outputs["evaluation"],
         data_statistics=checked.outputs["statistics"],
-        **evaluation,
         display_name=p["model_display_name"],
         baseline=baseline,
         model_root=p["model_root"],

@@ -6,6 +6,10 @@ registered folder."""
 from __future__ import annotations
 
 CHECKS_NAME = "data_checks.json"
+# two thresholds of the data checks that evaluate reads too (the rest: components.check_data.core.THRESHOLDS), for
+# the prediction mix, which it checks where the model in service already answers on the new data
+MIN_SPLIT_EXAMPLES = 20
+PREDICTION_MIX_WARN = 0.1
 STATS_NAME = "data_stats.json"
 NEAR_DUPLICATES_NAME = "near_duplicates.npz"
 FILES = (STATS_NAME, NEAR_DUPLICATES_NAME)
@@ -22,7 +26,7 @@ def read_checks(checks_dir: str) -> dict:
         raise UsageError(f"--data-checks {checks_dir} has no {CHECKS_NAME}: pass the check-data step's output")
     found = read_json(path)
     keys = ("checks", "warnings", "blocking", "accepted_data_change", "baseline_note")
-    return {key: found[key] for key in keys}
+    return {**{key: found[key] for key in keys}, "thresholds": found.get("thresholds", {})}
 
 
 def keep_with_model(statistics_dir: str, export_dir: str) -> None:

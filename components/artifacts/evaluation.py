@@ -65,3 +65,41 @@ def sliced_metrics(metrics: dict) -> dict:
     per_class = [{"singleOutputSlicingSpec": one["slice"], "metrics": {"classification": one["metrics"]}}
                  for one in slices]  # fmt: skip
     return {"slicedMetrics": [whole, *per_class]}
+
+
+def answered_counts(metrics: dict) -> dict[str, int]:
+    """How often the evaluated model gave each class as its answer on its evaluation split: the sums of the
+    confusion matrix's columns (rows: true, columns: predicted)."""
+    matrix = metrics["confusion_matrix"]
+    return {name: int(sum(row[index] for row in matrix)) for index, name in enumerate(metrics["class_names"])}
+
+
+def keep_with_model(evaluation_dir: str, version_dir: str) -> None:
+    """Copies ``metrics.json`` from ``evaluation_dir`` (an evaluate output) into ``version_dir`` (a registered
+    version's folder, beside the export), so that a later run finds how the model in service answered on its own
+    evaluation split; a one-line error when it holds none."""
+    from components.cli import UsageError
+    from components.storage import exists, open_read, write_atomically
+
+    source = metrics_path(evaluation_dir)
+    if not exists(source):
+        raise UsageError(f"--evaluation {evaluation_dir} has no {METRICS_FILE}: pass the evaluate step's output")
+    with open_read(source) as handle:
+        write_atomically(metrics_path(version_dir), handle.read())
+
+
+def kept_evaluation(model: str) -> dict | None:
+    """The evaluation a registered version keeps (``keep_with_model``), for the model at ``model``: a version's
+    folder or the SavedModel folder in it, which the Model Registry names; None when there is none (an export or
+    train output, a version registered before it was kept, a kept file of another layout)."""
+    from components.artifacts.exported import SAVED_MODEL_DIR
+    from components.storage import exists, read_json
+
+    folder = model.rstrip("/")
+    places = [folder.rsplit("/", 1)[0], folder] if folder.endswith(f"/{SAVED_MODEL_DIR}") else [folder]
+    for place in places:
+        if exists(metrics_path(place)):
+            found = read_json(metrics_path(place))
+            if isinstance(found, dict) and {"confusion_matrix", "class_names"} <= set(found):
+                return found
+    return None

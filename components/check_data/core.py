@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from components.artifacts.data_statistics import CHECKS_NAME
+from components.artifacts.data_statistics import CHECKS_NAME, MIN_SPLIT_EXAMPLES, PREDICTION_MIX_WARN
 from components.check_data import statistics as data_statistics
 from components.cli import StepFailedError, UsageError
 from components.params import CHECK_DATA, EVALUATE
@@ -33,7 +33,10 @@ CHECKS_FILE = CHECKS_NAME
 THRESHOLDS = {
     "class_mix_warn": (0.1, "L-infinity distance of a split's class shares that warns"),
     "class_mix_block": (0.3, "L-infinity distance of a split's class shares that blocks"),
-    "min_split_examples": (20, "a split with fewer examples on either side is not compared (skipped)"),
+    "min_split_examples": (
+        MIN_SPLIT_EXAMPLES,
+        "a split with fewer examples on either side is not compared (skipped; the prediction mix too)",
+    ),
     "count_block_below": (0.5, "examples below this share of the baseline's block"),
     "count_warn_above": (3.0, "examples above this many times the baseline's warn"),
     "quarantine_warn_factor": (2.0, "a quarantine rate over this many times the baseline's warns..."),
@@ -56,6 +59,11 @@ THRESHOLDS = {
     "distribution_warn": (
         0.1,
         "Jensen-Shannon divergence of brightness, contrast, formats or token counts that warns (never blocks)",
+    ),
+    "prediction_mix_warn": (
+        PREDICTION_MIX_WARN,
+        "L-infinity distance of the class shares of the model in service's answers, on the new test split against "
+        "its own evaluation split, that warns (evaluate checks it; never blocks)",
     ),
     "text_share_warn": (0.02, "rise of the truncated or out-of-vocabulary share that warns (2 points)"),
     "text_share_block": (0.10, "that rise that blocks (10 points)"),

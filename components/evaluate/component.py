@@ -50,6 +50,8 @@ def evaluate(
     metrics.log_metric("blessed", int(blessing["blessed"]))
     if blessing.get("baseline_accuracy") is not None:
         metrics.log_metric("baseline_accuracy", blessing["baseline_accuracy"])
+    if (result.get("prediction_mix") or {}).get("value") is not None:
+        metrics.log_metric("prediction_mix", result["prediction_mix"]["value"])
     for name, figures in result["per_class"].items():
         for figure in ("precision", "recall", "f1"):
             metrics.log_metric(f"{figure}_{name}", figures[figure])

@@ -339,8 +339,21 @@ def run(config: EvaluateConfig) -> dict:
     metrics["training"] = {key: model_config.get(key) for key in TRAINING_FACTS}
     baseline_accuracy = None
     if baseline is not None and not not_comparable:
-        baseline_accuracy, metrics["baseline_metrics"] = baseline_figures(baseline, config, model_config, y_true, k,
-                                                                          size, sequence_length)  # fmt: skip
+        figures = baseline_figures(baseline, config, model_config, y_true, k, size, sequence_length)
+        baseline_accuracy, metrics["baseline_metrics"], answered = figures
+        from components.artifacts.data_statistics import MIN_SPLIT_EXAMPLES, PREDICTION_MIX_WARN
+        from components.artifacts.evaluation import kept_evaluation
+
+        limits = (data_checks or {}).get("thresholds", {})  # as the run's data checks were set
+        metrics["prediction_mix"] = prediction_mix(
+            answered,
+            kept_evaluation(config.baseline),
+            config.split,
+            limits.get("prediction_mix_warn", PREDICTION_MIX_WARN),
+            limits.get("min_split_examples", MIN_SPLIT_EXAMPLES),
+        )
+        if metrics["prediction_mix"]["verdict"] == "warn":
+            log.warning("prediction mix: warn: %s", metrics["prediction_mix"]["detail"])
     metrics["blessing"] = bless(
         metrics["accuracy"],
         config.min_accuracy,
@@ -389,12 +402,51 @@ def baseline_figures(baseline, config: EvaluateConfig, model_config: dict, y_tru
     )
     order = [baseline.class_names.index(name) for name in model_config["class_names"]]
     probabilities = probabilities[:, order]
-    judged = classification_metrics(y_true, probabilities.argmax(axis=-1), model_config["class_names"])
-    return float((probabilities.argmax(axis=-1) == y_true).mean()), {
-        "accuracy": judged["accuracy"],
-        "per_class": judged["per_class"],
-        "top_k_accuracy": {"k": k, "accuracy": top_k_accuracy(y_true, probabilities, k)},
-    }
+    answers = probabilities.argmax(axis=-1)
+    judged = classification_metrics(y_true, answers, model_config["class_names"])
+    answered = {name: int((answers == index).sum()) for index, name in enumerate(model_config["class_names"])}
+    return (
+        float((answers == y_true).mean()),
+        {
+            "accuracy": judged["accuracy"],
+            "per_class": judged["per_class"],
+            "top_k_accuracy": {"k": k, "accuracy": top_k_accuracy(y_true, probabilities, k)},
+        },
+        answered,
+    )
+
+
+def prediction_mix(answered: dict[str, int], kept: dict | None, split: str, warn: float, least: float) -> dict:
+    """The model in service's answers on the new data's ``split`` (``answered``: how often it gave each class)
+    against its answers on its own evaluation split (``kept``: the ``metrics.json`` its registered version keeps):
+    the L-infinity distance of the two class mixes, as a row of the data checks. It warns above ``warn`` and never
+    blocks: the model in service answering differently says the data moved, or the model's errors did. Skipped,
+    with a word, without a kept evaluation, or with fewer than ``least`` answers on either side."""
+
+    def row(verdict: str, value: float | None = None, detail: str = "") -> dict:
+        return {"check": "prediction mix", "verdict": verdict, "severity": "warn", "value": value,
+                "thresholds": {"warn": warn}, "detail": detail, "split": split}  # fmt: skip
+
+    if kept is None:
+        return row("skipped", detail="the model in service keeps no evaluation of its own (a version that the "
+                   "register step keeps with its metrics.json does): nothing to compare its answers with")  # fmt: skip
+    from components.artifacts.evaluation import answered_counts
+
+    before = answered_counts(kept)
+    if sorted(before) != sorted(answered):
+        return row("skipped", detail="the model in service's own evaluation was of other classes")
+    now_total, before_total = sum(answered.values()), sum(before.values())
+    if min(now_total, before_total) < least:
+        return row("skipped", detail=f"{min(now_total, before_total)} answers on one side, under "
+                   f"min_split_examples {least:g}: too few to compare shares")  # fmt: skip
+    names = list(answered)
+    moved = {name: answered[name] / now_total - before[name] / before_total for name in names}
+    most = max(names, key=lambda name: abs(moved[name]))
+    distance = abs(moved[most])
+    own_split = kept.get("split", "evaluation")
+    detail = (f"class {most} {before[most] / before_total:.1%} -> {answered[most] / now_total:.1%} of its answers "
+              f"(its {own_split} split of {before_total}, this {split} split of {now_total})")  # fmt: skip
+    return row("warn" if distance > warn else "pass", round(distance, 4), detail)
 
 
 def read_history(model_dir: str) -> dict | None:

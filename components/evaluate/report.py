@@ -131,7 +131,7 @@ def render(metrics: dict, history: dict | None,
 <p class="verdict">{verdict}</p><ul>{reasons}</ul>{small}
 <p>On {metrics["num_examples"]} {split} {items}{baseline_note(metrics)}:</p>
 <table>{scores_table(metrics)}</table>
-{data_checks_section(metrics.get("data_checks"))}
+{data_checks_section(metrics.get("data_checks"), metrics.get("prediction_mix"))}
 <h2>Training curves</h2>{curves or "<p>No training history.</p>"}
 <h2>Confusion matrix</h2><p>Rows: true class; columns: predicted class.</p>
 <img src="{matrix}" alt="confusion matrix">
@@ -153,10 +153,13 @@ blockquote.text footer{font-size:12px;color:#333}
 """
 
 
-def data_checks_section(checks: dict | None) -> str:
-    """The data checks (the new data against the data the model in service learned from): a row per check."""
-    if not checks:
+def data_checks_section(checks: dict | None, prediction_mix: dict | None = None) -> str:
+    """The data checks (the new data against the data the model in service learned from): a row per check, and
+    the prediction mix's (the model in service's answers on this data against its own evaluation's), which
+    evaluate checks."""
+    if not checks and not prediction_mix:
         return ""
+    checks = checks or {"checks": [], "accepted_data_change": False, "baseline_note": ""}
     accepted = checks["accepted_data_change"]
 
     def verdict(found: dict) -> str:
@@ -172,7 +175,7 @@ def data_checks_section(checks: dict | None) -> str:
         f"<td>{cell(found['value'])}</td>"
         f"<td>{html.escape(', '.join(f'{k} {v:g}' for k, v in found['thresholds'].items()))}</td>"
         f'<td>{verdict(found)}</td><td style="text-align:left">{html.escape(found["detail"])}</td></tr>'
-        for found in checks["checks"]
+        for found in [*checks["checks"], *([prediction_mix] if prediction_mix else [])]
     )
     note = f"<p>{html.escape(checks['baseline_note'])}</p>" if checks["baseline_note"] else ""
     head = "<tr><th>check</th><th>split</th><th>value</th><th>thresholds</th><th>verdict</th><th>detail</th></tr>"

@@ -27,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--data-statistics", default="", metavar="DIR", help="the check-data step's output: the "
                      "statistics of the data the model learned from, kept with the version (the data baseline of "
                      "later runs) (default: none)")  # fmt: skip
+    add.add_argument("--evaluation", default="", metavar="DIR", help="the evaluate step's output: its metrics.json "
+                     "is kept with the version (the prediction mix of later runs) (default: none)")  # fmt: skip
     for action in (baseline, add):
         action.add_argument("--registry", required=True, help="the registry folder (local or gs://)")
         action.add_argument("--baseline", default="", help="the model in service, when known (default: the "
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"baseline": find_baseline(name, args.baseline, args.registry, None)}))
     else:
         print(register_version(args.export, name, args.baseline, args.registry, args.run, None,
-                               data_statistics=args.data_statistics))  # fmt: skip
+                               evaluation=args.evaluation, data_statistics=args.data_statistics))  # fmt: skip
     return 0
 
 

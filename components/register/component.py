@@ -57,8 +57,8 @@ def register(
     """Copies the blessed export to the next numbered version under ``model_root`` (default ``gs://<the pipeline
     root's bucket>/models/<display_name>``) and uploads that copy's SavedModel to the Vertex AI Model Registry
     (TensorFlow CPU serving container) as the new default version of ``display_name``, labelled with the pipeline
-    run, with ``evaluation`` imported as its evaluation (the console's Evaluate tab) and ``data_statistics`` (the
-    check-data step's output) kept in its folder for later runs' data checks; nothing when the candidate is the
+    run, with ``evaluation`` imported as its evaluation (the console's Evaluate tab) and kept in its folder, beside
+    ``data_statistics`` (the check-data step's output), for later runs' data checks; nothing when the candidate is the
     baseline itself. ``vertex_model``: the version in service afterwards, as Google Cloud Pipeline Components'
     own steps take it (its ``resourceName``: ``projects/.../models/ID@VERSION``). Returns the decision as a JSON
     line."""
@@ -90,21 +90,23 @@ def find_baseline_in_folder(display_name: str, model_root: str, baseline: str, r
 
 def register_in_folder(
     exported_model: Input[Model],
+    evaluation: Input[Artifact],
     data_statistics: Input[Artifact],
     display_name: str,
     model_root: str,
     baseline: str,
     pipeline_run: str,
 ) -> str:
-    """Copies the blessed export, with the statistics of the data it learned from (the check-data step's output),
-    to the next numbered version of the folder registry ``model_root`` and makes it the default; nothing when the
-    candidate is the baseline itself. Returns the decision as a JSON line."""
+    """Copies the blessed export, with the statistics of the data it learned from (the check-data step's output)
+    and its evaluation (evaluate's ``metrics.json``), to the next numbered version of the folder registry
+    ``model_root`` and makes it the default; nothing when the candidate is the baseline itself. Returns the
+    decision as a JSON line."""
     from components.cli import configure_logging
     from components.register.vertex import register_version
 
     configure_logging()
     return register_version(exported_model.uri, display_name, baseline, model_root, pipeline_run, None,
-                            data_statistics=data_statistics.uri)  # fmt: skip
+                            evaluation=evaluation.uri, data_statistics=data_statistics.uri)  # fmt: skip
 
 
 def make_components(base_image: str, vertex: bool = True):

@@ -87,10 +87,12 @@ class FolderRegistry:
                 f"complete version <N>/{VERSION_FILE}; pass another folder"
             ) from None
 
-    def push(self, export_uri: str, record: dict, make_default: bool = True, data_statistics: str = "") -> Version:
+    def push(self, export_uri: str, record: dict, make_default: bool = True, data_statistics: str = "",
+             evaluation: str = "") -> Version:  # fmt: skip
         """Copies the export at ``export_uri`` to the next number, with the statistics of the data it learned from
-        (``data_statistics``, a check-data output; "": none); makes it the default version unless told not to (the
-        cloud DAG does so once the Model Registry has it)."""
+        (``data_statistics``, a check-data output; "": none) and its evaluation (``evaluation``, an evaluate
+        output's ``metrics.json``; "": none); makes it the default version unless told not to (the cloud DAG does
+        so once the Model Registry has it)."""
         number = self._claim()
         uri = f"{self.root}/{number}"
         copied = copy_tree(export_uri, uri)
@@ -99,6 +101,11 @@ class FolderRegistry:
 
             keep_with_model(data_statistics, uri)
             copied += len(FILES)
+        if evaluation:
+            from components.artifacts import evaluation as evaluation_files
+
+            evaluation_files.keep_with_model(evaluation, uri)
+            copied += 1
         version_record = {"version": number, "source": export_uri, "files": copied, "created": _now(), **record}
         write_json(f"{uri}/{VERSION_FILE}", version_record)
         if make_default:

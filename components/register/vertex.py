@@ -180,7 +180,8 @@ def register_version(
 ) -> str:
     """The DAG's registration of a blessed export; returns the decision as a JSON line (``action`` registered or
     skipped, and the version or the reason). ``data_statistics`` (a check-data output): the statistics of the data
-    the model learned from, kept in the version's folder for later runs' data checks ("": none).
+    the model learned from, kept in the version's folder for later runs' data checks ("": none); ``evaluation``
+    (an evaluate output): its ``metrics.json``, kept there too, for later runs' prediction mix ("": none).
 
     Unless the candidate is the baseline itself (the same trained weights: a cached train step over unchanged data),
     the export is copied to the next numbered version under ``model_root`` (default, on Cloud Storage,
@@ -206,7 +207,8 @@ def register_version(
     root = model_root or default_model_root(export_uri, display_name)
     registry = FolderRegistry(root)
     record = {"display_name": display_name, "pipeline_run": pipeline_run}
-    version = registry.push(export_uri, record, make_default=settings is None, data_statistics=data_statistics)
+    version = registry.push(export_uri, record, make_default=settings is None, data_statistics=data_statistics,
+                            evaluation=evaluation)  # fmt: skip
     if settings is None:
         log.info(f"registered {export_uri} as version {version.number} of {root}")
         return decision("registered", version=version.number, uri=version.uri)

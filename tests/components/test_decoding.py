@@ -55,6 +55,21 @@ def test_grayscale_and_16_bit_become_rgb_grey():
     assert pixels.shape == (8, 8, 3) and abs(int(pixels[0, 0, 0]) - round(40000 * 255 / 65535)) <= 1
 
 
+def test_a_grey_pngs_transparent_level_stays_that_grey_as_the_serving_graph_reads_it():
+    # (TensorFlow's PNG decoder ignores a grey PNG's tRNS level; a grey GIF's transparent index is alpha in both)
+    levels = np.array([[0, 128], [255, 0]], np.uint8)
+    content = encoded(Image.fromarray(levels, "L"), "PNG", transparency=0)
+    assert Image.open(io.BytesIO(content)).info["transparency"] == 0
+    assert np.array_equal(decode_rgb_array(content)[..., 0], levels)
+
+
+def test_a_jpeg_cut_short_in_its_scan_is_refused_with_pillows_words():
+    content = encoded(red(size=(64, 64)), "JPEG")
+    with pytest.raises(UnusableImageError) as refused:
+        decode_rgb_array(content[: len(content) - 10])  # its header is whole: it opens, and fails as it loads
+    assert re.fullmatch(r"truncated image: image file is truncated \(\d+ bytes not processed\)", str(refused.value))
+
+
 def test_transparency_is_composited_on_white():
     clear = Image.new("RGBA", (4, 4), (0, 0, 0, 0))
     assert (decode_rgb_array(encoded(clear, "PNG")) == 255).all()
@@ -93,6 +108,40 @@ def test_a_format_pillow_reads_but_the_serving_graph_does_not_is_refused_with_th
 def test_decompression_bomb_is_rejected_before_decoding():
     with pytest.raises(UnusableImageError, match=r"decompression bomb: 300x200 = 60,000 pixels is over --max-pixels"):
         decode_rgb_array(encoded(Image.new("RGB", (300, 200)), "PNG"), max_pixels=10_000)
+
+
+@pytest.mark.parametrize(("mode", "clear", "opaque"), [
+    ("RGBA", (200, 0, 0, 0), (200, 0, 0, 255)),
+    ("RGBa", (200, 0, 0, 0), (200, 0, 0, 255)),  # premultiplied
+    ("LA", (90, 0), (90, 255)),
+    ("La", (90, 0), (90, 255)),  # premultiplied grey: it used to fail ("conversion from La to RGBA not supported")
+    ("PA", (1, 0), (1, 255)),
+])  # fmt: skip
+def test_every_mode_with_alpha_is_composited_on_white(mode, clear, opaque):
+    from components.decoding import to_rgb
+
+    assert np.all(np.asarray(to_rgb(Image.new(mode, (4, 3), clear))) == 255)
+    shown = np.asarray(to_rgb(Image.new(mode, (4, 3), opaque)))
+    expected = Image.new(mode, (1, 1), opaque).convert("LA" if mode == "La" else mode).convert("RGBA").getpixel((0, 0))
+    assert shown.shape == (3, 4, 3) and tuple(shown[0, 0]) == expected[:3] and expected[:3] != (255, 255, 255)
+
+
+def test_an_image_of_exactly_max_pixels_is_decoded():
+    assert decode_rgb_array(encoded(red(size=(100, 50)), "PNG"), max_pixels=5_000).shape == (50, 100, 3)
+    with pytest.raises(UnusableImageError, match="100x50 = 5,000 pixels is over --max-pixels 4,999"):
+        decode_rgb_array(encoded(red(size=(100, 50)), "PNG"), max_pixels=4_999)
+
+
+@pytest.mark.parametrize("kind", ["JPEG", "MPO"])
+def test_a_large_jpeg_or_a_cameras_mpo_is_decoded_at_a_reduced_scale_that_keeps_at_least_what_is_asked(kind):
+    from components.decoding import decode_rgb_image
+
+    extra = {"save_all": True, "append_images": [red(size=(800, 600))]} if kind == "MPO" else {}
+    content = encoded(red(size=(800, 600)), kind, **extra)
+    assert Image.open(io.BytesIO(content)).format == kind
+    # 1/4 keeps 200x150, both sides at least 128; 1/8 (100x75) would not
+    assert decode_rgb_image(content, at_least=128).size == (200, 150)
+    assert decode_rgb_image(content).size == (800, 600)  # at_least 0: full size
 
 
 def test_every_kind_of_bad_file_lands_in_quarantine_with_its_reason(tmp_path):

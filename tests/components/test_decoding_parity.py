@@ -288,3 +288,14 @@ def test_a_format_the_serving_graph_cannot_decode_is_refused_in_one_line(serving
         message = raised.value.message.splitlines()[0]
         assert "send JPEG, PNG, GIF, or BMP of 8, 24 or 32 bits" in message, message
     assert [name for name, content in CORPUS.items() if unserved_reason(content)] == []
+
+
+def test_the_serving_graphs_pixels_have_a_static_shape():
+    # what the SavedModel's signature and the TFLite converter read: [N, size, size, 3] uint8, known before any file
+    import tensorflow as tf
+
+    from components.imaging import serving_decoder
+
+    traced = serving_decoder(24).get_concrete_function()
+    assert traced.structured_outputs.shape.as_list() == [None, 24, 24, 3]
+    assert traced.structured_outputs.dtype == tf.uint8

@@ -628,3 +628,83 @@ def test_a_baseline_trained_before_the_scaling_moved_inside_is_fed_floats(tmp_pa
     np.testing.assert_allclose(np.asarray(older(pixels)), as_trained, atol=1e-6)
     current = load_baseline(Baseline("trained", str(tmp_path), 4, ["a", "b"], "uint8"))
     assert not np.allclose(np.asarray(current(pixels.astype(np.float32))), as_trained, atol=1e-3)
+
+
+# a kept evaluation of a 3-class model on 30 test examples: rows true, columns its answers (a 8, b 12, c 10)
+KEPT = {"split": "test", "class_names": ["a", "b", "c"], "confusion_matrix": [[8, 2, 0], [0, 10, 0], [0, 0, 10]]}
+
+
+def test_the_prediction_mix_compares_the_model_in_services_answers_with_its_own_evaluations():
+    from components.evaluate.core import prediction_mix
+
+    def mix(answered, kept=KEPT, least=20):
+        return prediction_mix(answered, kept, "test", 0.1, least)
+
+    same = mix({"a": 8, "b": 12, "c": 10})
+    assert (same["verdict"], same["value"], same["severity"]) == ("pass", 0.0, "warn")
+    assert mix({"a": 5, "b": 15, "c": 10})["verdict"] == "pass"  # a: 8 of 30 -> 5 of 30, 10 points: at the threshold
+    moved = mix({"a": 4, "b": 16, "c": 10})  # 8 of 30 -> 4 of 30: 13.3 points
+    assert moved == {"check": "prediction mix", "verdict": "warn", "severity": "warn", "value": 0.1333,
+                     "thresholds": {"warn": 0.1}, "split": "test",
+                     "detail": "class a 26.7% -> 13.3% of its answers (its test split of 30, this test split of "
+                               "30)"}  # fmt: skip
+    # shares, not counts: twice the answers in the same mix pass; the kept classes in another order are the same
+    assert mix({"a": 16, "b": 24, "c": 20})["value"] == 0.0
+    reordered = {**KEPT, "class_names": ["c", "a", "b"], "confusion_matrix": [[10, 0, 0], [0, 8, 2], [0, 0, 10]]}
+    assert mix({"a": 4, "b": 16, "c": 10}, kept=reordered)["value"] == 0.1333
+    assert mix({"a": 7, "b": 11, "c": 12})["detail"].startswith("class c 33.3% -> 40.0%")  # c: 10 -> 12 of 30
+    for skipped, why in [
+        (mix({"a": 8, "b": 12, "c": 10}, kept=None), "keeps no evaluation of its own"),
+        (mix({"a": 8, "b": 12, "d": 10}), "evaluation was of other classes"),
+        (mix({"a": 4, "b": 6, "c": 5}), "15 answers on one side, under min_split_examples 20"),
+        (mix({"a": 8, "b": 12, "c": 10}, least=31), "30 answers on one side, under min_split_examples 31"),
+    ]:
+        assert skipped["verdict"] == "skipped" and skipped["value"] is None and why in skipped["detail"]
+
+
+def test_a_registered_baselines_prediction_mix_is_checked_warned_and_shown(converted, trained, exported, tmp_path):
+    import shutil
+
+    from components.check_data.core import CheckDataConfig
+    from components.check_data.core import run as check_data
+
+    examples_dir, _ = converted
+    model_dir, _ = trained
+    export_dir, _ = exported
+
+    def evaluate(name: str, baseline, **thresholds) -> dict:  # with the run's data checks set so
+        checks = str(tmp_path / f"checks-{name}")
+        check_data(CheckDataConfig(examples_dir=examples_dir, output_dir=checks, baseline=examples_dir,
+                                   thresholds=thresholds))  # fmt: skip
+        return run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / name), baseline=str(baseline),
+                                  data_checks=checks))  # fmt: skip
+
+    own = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "own")))
+    total = own["num_examples"]  # (the tiny test split: 14)
+    version = tmp_path / "registry" / "1"  # a version as the register step keeps it: the export and its evaluation
+    shutil.copytree(export_dir, version)
+    shutil.copy(tmp_path / "own" / "metrics.json", version / "metrics.json")
+    # the same weights on the same split give the same answers: no distance, whether the baseline is named by its
+    # folder (a folder registry) or by its saved_model/ (the Vertex AI Model Registry)
+    for index, baseline in enumerate((version, version / "saved_model")):
+        metrics = evaluate(f"same{index}", baseline, min_split_examples=total)
+        assert (metrics["prediction_mix"]["verdict"], metrics["prediction_mix"]["value"]) == ("pass", 0.0)
+    few = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "few"), baseline=str(version)))  # at 20
+    assert few["prediction_mix"]["verdict"] == "skipped"
+    assert f"{total} answers on one side, under min_split_examples 20" in few["prediction_mix"]["detail"]
+    # had it answered its first class to every example of its own evaluation, its answers now moved a long way
+    first = own["class_names"][0]
+    rows = [[sum(row) if column == 0 else 0 for column in range(len(row))] for row in own["confusion_matrix"]]
+    (version / "metrics.json").write_text(json.dumps({**own, "confusion_matrix": rows}))
+    moved = evaluate("moved", version, min_split_examples=total)
+    answered_first = sum(row[0] for row in own["confusion_matrix"])  # (the same answers as the candidate's)
+    assert moved["prediction_mix"]["verdict"] == "warn"
+    assert moved["prediction_mix"]["value"] == round(1 - answered_first / total, 4)
+    assert moved["prediction_mix"]["detail"].startswith(f"class {first} 100.0% -> ")
+    with open(moved["report_html"]) as handle:
+        assert "<tr><td>prediction mix</td><td>test</td>" in handle.read()
+    loose = evaluate("loose", version, min_split_examples=total, prediction_mix_warn=0.99)
+    assert (loose["prediction_mix"]["verdict"], loose["prediction_mix"]["thresholds"]) == ("pass", {"warn": 0.99})
+    # an export step's own output keeps no evaluation: skipped, with a word
+    bare = evaluate("bare", export_dir, min_split_examples=total)
+    assert bare["prediction_mix"]["verdict"] == "skipped" and "keeps no evaluation" in bare["prediction_mix"]["detail"]

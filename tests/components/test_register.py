@@ -187,3 +187,28 @@ def test_a_version_keeps_the_statistics_of_the_data_it_learned_from(tmp_path):
     ):
         other.push(str(export), {}, data_statistics=str(checks))
     assert other.versions() == [] and other.default() is None  # the copy never became a version
+
+
+def test_a_version_keeps_its_evaluation_and_the_command_line_passes_it(tmp_path, capsys):
+    """How the model answered on its own evaluation split travels with the version (later runs' prediction mix):
+    evaluate's metrics.json is copied beside the export; its report is not."""
+    from components.register.__main__ import main
+
+    export, evaluation = tmp_path / "export", tmp_path / "evaluation"
+    export.mkdir()
+    evaluation.mkdir()
+    (export / "export.json").write_text("{}")
+    (evaluation / "metrics.json").write_text('{"accuracy": 0.5}')
+    (evaluation / "report.html").write_text("<html></html>")
+    assert main(["add", "--registry", str(tmp_path / "registry"), "--export", str(export),
+                 "--evaluation", str(evaluation)]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["action"] == "registered"
+    kept = tmp_path / "registry" / "1"
+    assert sorted(p.name for p in kept.iterdir()) == ["export.json", "metrics.json", "version.json"]
+    assert (kept / "metrics.json").read_text() == '{"accuracy": 0.5}'
+    assert json.loads((kept / "version.json").read_text())["files"] == 2
+    (evaluation / "metrics.json").unlink()
+    other = FolderRegistry(str(tmp_path / "other"))
+    with pytest.raises(UsageError, match=f"^--evaluation {evaluation} has no metrics.json: pass the evaluate step"):
+        other.push(str(export), {}, evaluation=str(evaluation))
+    assert other.versions() == [] and other.default() is None

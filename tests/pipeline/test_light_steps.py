@@ -96,7 +96,8 @@ done["deploy"] = json.loads(deploy(model, "flowers-online", endpoint, **defaults
 folder = given["folder_registry"]
 done["find_baseline_in_folder"] = register.find_baseline_in_folder("flowers", folder, "", "run-1")
 done["register_in_folder"] = json.loads(register.register_in_folder(
-    Model(uri=given["export"]), Artifact(uri=given["statistics"]), "flowers", folder, "", "run-1"))
+    Model(uri=given["export"]), Artifact(uri=given["evaluation"]), Artifact(uri=given["statistics"]), "flowers", folder,
+    "", "run-1"))
 done["not_blessed"] = not_blessed(Artifact(uri=given["local_evaluation"]))  # (read through /gcs on Vertex AI)
 print(json.dumps(done))
 print(json.dumps(sorted(name for name in set(sys.modules) - AT_START

@@ -108,6 +108,12 @@ def test_unchanged_data_is_a_cache_hit_and_registers_nothing(year):
     assert summary["model_dir"] == first["model_dir"]
     assert summary["baseline"].endswith(os.path.join("registry", "1"))
     assert summary["blessed"] is True
+    # version 1 kept its evaluation, and answers on the same test split as it did then (the same weights: at most
+    # an answer on a near tie moves between the Keras model and its SavedModel)
+    assert os.path.isfile(os.path.join(summary["baseline"], "metrics.json"))
+    with open(summary["metrics_json"]) as handle:
+        mix = json.load(handle)["prediction_mix"]
+    assert mix["verdict"] == "pass" and mix["value"] <= 0.1 and mix["split"] == "test"
     registry = summary["registry"]
     assert registry["action"] == "skipped" and registry["reason"].startswith("the candidate is the baseline itself")
     assert year["unchanged"][2] == {"versions": [1], "default": 1}

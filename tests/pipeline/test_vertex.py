@@ -554,11 +554,16 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     stored = f"gs://{BUCKET}/models/flowers/1"  # the pipeline root's bucket, outside its prefix
     assert (first["action"], first["version"], first["uri"], first["stored_as"]) == ("registered", "1", stored, 1)
     copied = sorted(blob.name[len("models/flowers/1/") :] for blob in gcs.list_blobs(prefix="models/flowers/1/"))
-    assert copied == ["data_stats.json", "export.json", "near_duplicates.npz", "saved_model/saved_model.pb",
-                      "saved_model/variables/variables.index", "version.json"]  # fmt: skip
+    saved_model = ["saved_model/saved_model.pb", "saved_model/variables/variables.index"]
+    assert copied == ["data_stats.json", "export.json", "metrics.json", "near_duplicates.npz", *saved_model,
+                      "version.json"]  # fmt: skip
     # the statistics of the data it learned from are kept with the version (the next run's data baseline)
     kept = gcs.blob("models/flowers/1/data_stats.json").download_as_bytes()
     assert kept == b"data_stats.json of flowers"
+    # and so is its evaluation (the next run's prediction mix): the answers it gave, 1 daisy and 3 roses
+    from components.artifacts.evaluation import answered_counts, kept_evaluation
+
+    assert answered_counts(kept_evaluation(f"{stored}/saved_model")) == {"daisy": 1, "rose": 3}
     name = first["model"]
     assert name.startswith("projects/demo-project/locations/europe-west4/models/")
     (upload,) = in_pipeline.bodies("POST", "/models:upload")
