@@ -108,12 +108,11 @@ def test_unchanged_data_is_a_cache_hit_and_registers_nothing(year):
     assert summary["model_dir"] == first["model_dir"]
     assert summary["baseline"].endswith(os.path.join("registry", "1"))
     assert summary["blessed"] is True
-    # version 1 kept its evaluation, and answers on the same test split as it did then (the same weights: at most
-    # an answer on a near tie moves between the Keras model and its SavedModel)
+    # version 1 kept its evaluation, of too few test images to compare answers' shares with
     assert os.path.isfile(os.path.join(summary["baseline"], "metrics.json"))
     with open(summary["metrics_json"]) as handle:
         mix = json.load(handle)["prediction_mix"]
-    assert mix["verdict"] == "pass" and mix["value"] <= 0.1 and mix["split"] == "test"
+    assert mix["verdict"] == "skipped" and "answers on one side, under min_split_examples 20" in mix["detail"]
     registry = summary["registry"]
     assert registry["action"] == "skipped" and registry["reason"].startswith("the candidate is the baseline itself")
     assert year["unchanged"][2] == {"versions": [1], "default": 1}
@@ -153,7 +152,11 @@ def test_a_worse_model_is_not_blessed_leaves_the_registry_and_the_run_is_green(y
     assert ("check-data" in names) == bool(year["new images"][1]["blessed"])
     assert "below the baseline's" in " ".join(summary["reasons"])
     with open(summary["metrics_json"]) as handle:
-        assert json.load(handle)["blessing"]["baseline"] == summary["baseline"]
+        metrics = json.load(handle)
+    assert metrics["blessing"]["baseline"] == summary["baseline"]
+    if year["new images"][1]["blessed"]:  # version 2, on the very test split of its own evaluation: the same answers
+        # (but where a near tie falls otherwise in the Keras model than in its SavedModel)
+        assert metrics["prediction_mix"]["verdict"] == "pass" and metrics["prediction_mix"]["value"] <= 0.1
     assert "NOT blessed: accuracy" in result.stderr + result.stdout
     assert "not blessed, so no export" in result.stdout and "blessed        NO: " in result.stdout
     assert summary["registry"] == {
