@@ -16,6 +16,12 @@ import pytest
 SIZES = (32, 192)
 
 
+def blocks(side: int = 480, block: int = 80) -> np.ndarray:
+    """Black and white squares of ``block`` pixels: away from their edges, a resize keeps exactly 0 and 255."""
+    y, x = np.mgrid[0:side, 0:side]
+    return np.repeat((((x // block + y // block) % 2) * 255).astype(np.uint8)[..., None], 3, axis=-1)
+
+
 def photo(width: int = 200, height: int = 150, seed: int = 0) -> np.ndarray:
     """Photo-like RGB pixels: smooth gradients, noise and a hard edge (what an IDCT or a resize gets wrong shows)."""
     rng = np.random.default_rng(seed)
@@ -133,6 +139,8 @@ def corpus() -> dict[str, bytes]:
         "jpeg 1x1": encoded(Image.fromarray(pixels[:1, :1]), "JPEG"),
         "png 2x3": encoded(Image.fromarray(pixels[:3, :2]), "PNG"),
         "jpeg 401x33": encoded(Image.fromarray(photo(401, 33, seed=2)), "JPEG"),
+        "png 60x500, taller than wide": encoded(Image.fromarray(photo(60, 500, seed=3)), "PNG"),
+        "png black and white blocks": encoded(Image.fromarray(blocks()), "PNG"),  # 0 and 255 kept at the ends
     }
     upright = rgb.crop((0, 0, 180, 150))  # not square, so that a wrong turn changes the shape too
     for orientation in range(1, 9):
@@ -168,6 +176,8 @@ def test_the_serving_graph_decodes_every_case_as_the_conversion_does(name, servi
         served = serving_decode[size](content).numpy().astype(int)
         assert served.shape == converted.shape == (size, size, 3)
         assert np.abs(served - converted).max() <= 1, f"{name} at {size}: {np.abs(served - converted).max()} levels"
+        if name == "png black and white blocks":  # the ends themselves, in both: nothing clipped inside 0-255
+            assert served.min() == converted.min() == 0 and served.max() == converted.max() == 255
 
 
 def test_the_decoders_agree_before_the_resize_too():
@@ -299,3 +309,43 @@ def test_the_serving_graphs_pixels_have_a_static_shape():
     traced = serving_decoder(24).get_concrete_function()
     assert traced.structured_outputs.shape.as_list() == [None, 24, 24, 3]
     assert traced.structured_outputs.dtype == tf.uint8
+
+
+def xmp_packet(orientation: int, element: bool) -> bytes:
+    """An XMP packet with the orientation as cameras and editors write it: as an attribute or as an element."""
+    value = (f"><tiff:Orientation>{orientation}</tiff:Orientation></rdf:Description>" if element
+             else f' tiff:Orientation="{orientation}"/>')  # fmt: skip
+    rdf, tiff = "http://www.w3.org/1999/02/22-rdf-syntax-ns#", "http://ns.adobe.com/tiff/1.0/"
+    return (f'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="{rdf}">'
+            f'<rdf:Description xmlns:tiff="{tiff}"{value}</rdf:RDF></x:xmpmeta>').encode()  # fmt: skip
+
+
+@pytest.mark.parametrize("element", [False, True], ids=["attribute", "element"])
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+@pytest.mark.parametrize("orientation", [3, 6, 8])
+def test_an_orientation_written_in_xmp_alone_shows_the_picture_upright(orientation, fmt, element):
+    """No EXIF: the orientation is in the XMP packet only (a JPEG's APP1 segment, a PNG's iTXt chunk), as some
+    editors write it. Both decoders turn the picture upright."""
+    import tensorflow as tf
+    from PIL import Image, PngImagePlugin
+
+    from components.decoding import decode_rgb_image
+    from components.imaging import decode_rgb
+
+    upright = quadrant_picture()
+    stored = Image.fromarray(np.ascontiguousarray(STORED_FOR_UPRIGHT[orientation](upright)))
+    packet = xmp_packet(orientation, element)
+    if fmt == "PNG":
+        info = PngImagePlugin.PngInfo()
+        info.add_itxt("XML:com.adobe.xmp", packet.decode())
+        content = encoded(stored, "PNG", pnginfo=info)
+    else:
+        content = encoded(stored, "JPEG", xmp=packet, quality=95)
+    assert b"tiff:Orientation" in content and b"Exif" not in content
+    for decoder, decoded in (("conversion", np.asarray(decode_rgb_image(content))),
+                             ("serving", decode_rgb(tf.constant(content)).numpy())):  # fmt: skip
+        assert decoded.shape == upright.shape, decoder
+        for index, colour in enumerate(QUADRANTS):  # each quadrant's middle (JPEG blurs the edges between them)
+            rows, columns = divmod(index, 2)
+            middle = decoded[12 + rows * 24, 8 + columns * 16].astype(int)
+            assert np.abs(middle - colour).max() <= 12, (decoder, index, middle, colour)
