@@ -89,6 +89,34 @@ def gif_index_past_its_table() -> bytes:
     return content[: control + 6] + b"\x06" + content[control + 7 :]
 
 
+def gif_frame_table_only() -> bytes:
+    """A GIF whose colours are its frame's own table, with no global table (the global table's size bits left set,
+    as some writers leave them), and one transparent index."""
+    from PIL import Image
+
+    small = Image.fromarray(np.repeat(np.arange(4, dtype=np.uint8), 4).reshape(4, 4) * 60, "L").convert("P")
+    content = encoded(small.quantize(4), "GIF", transparency=1)
+    flags = content[10]
+    assert flags & 0x80  # (Pillow writes a global table: moved into the frame below)
+    table_end = 13 + 3 * 2 ** ((flags & 7) + 1)
+    descriptor = content.index(b"\x2c\x00\x00\x00\x00", table_end)  # the frame's, at 0, 0
+    frame_flags = bytes([0x80 | (flags & 7)])
+    return (content[:10] + bytes([flags & 0x7F]) + content[11:13] + content[table_end:descriptor + 9] + frame_flags
+            + content[13:table_end] + content[descriptor + 10 :])  # fmt: skip
+
+
+def gif_comment_after_control(rgb) -> bytes:
+    """A GIF with a comment between the frame's graphic control extension and its image, whose sub-block's size
+    byte reads as an extension's introducer (0x21) and its first byte as a graphic control label (0xF9): the block
+    walk must step over both, and take the transparent index from the real control extension."""
+    content = encoded(rgb.quantize(64), "GIF", transparency=5, comment=b"\xf9" + b"c" * 32)
+    comment = content.index(b"\x21\xfe\x21\xf9")
+    comment_block = content[comment : comment + 3 + 33 + 1]  # introducer, label, size, 33 bytes, terminator
+    without = content[:comment] + content[comment + len(comment_block) :]
+    control = without.index(b"\x21\xf9\x04")
+    return without[: control + 8] + comment_block + without[control + 8 :]
+
+
 def corpus() -> dict[str, bytes]:
     from PIL import Image
 
@@ -132,6 +160,8 @@ def corpus() -> dict[str, bytes]:
             Image.fromarray(np.arange(256, dtype=np.uint8).reshape(16, 16), "L"), "GIF", transparency=0, optimize=False
         ),
         "gif, transparent index past its colour table": gif_index_past_its_table(),
+        "gif, a colour table in the frame alone, one transparent index": gif_frame_table_only(),
+        "gif with a comment after its graphic control, one transparent index": gif_comment_after_control(rgb),
         "png palette, 4-bit": encoded(rgb.quantize(16), "PNG", bits=4),
         "png palette, 4-bit, one transparent index": encoded(rgb.quantize(16), "PNG", bits=4, transparency=2),
         "jpeg cmyk with black": encoded(Image.fromarray(np.dstack([pixels, ramp]), "CMYK"), "JPEG"),
