@@ -117,6 +117,14 @@ def gif_comment_after_control(rgb) -> bytes:
     return without[: control + 8] + comment_block + without[control + 8 :]
 
 
+def long_text():
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text("note", "x" * 70_000)
+    return info
+
+
 def corpus() -> dict[str, bytes]:
     from PIL import Image
 
@@ -162,6 +170,11 @@ def corpus() -> dict[str, bytes]:
         "gif, transparent index past its colour table": gif_index_past_its_table(),
         "gif, a colour table in the frame alone, one transparent index": gif_frame_table_only(),
         "gif with a comment after its graphic control, one transparent index": gif_comment_after_control(rgb),
+        # chunks of 256 bytes and more before its tRNS (a 70,005-byte tEXt, a 768-byte PLTE): every byte of a
+        # chunk's length counts in the walk to tRNS
+        "png palette of 256 colours after a long text, one transparent index": encoded(
+            rgb.quantize(256), "PNG", transparency=3, pnginfo=long_text()
+        ),
         "gif animated, one transparent index": encoded(
             rgb.quantize(64),
             "GIF",
