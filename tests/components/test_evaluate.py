@@ -477,8 +477,9 @@ def test_the_html_report_is_valid_and_its_pictures_decode(converted, trained, tm
     parser.feed(text)
     assert not parser.open  # every element closed, in order
     # the run's facts (model, data, epochs, precision, hardware, backend, batch, time), the scores (header, accuracy,
-    # accuracy on the files as clients send them, top-k), then the per-class table (header + one per class)
-    assert parser.rows == 8 + 4 + 1 + len(CLASSES)
+    # accuracy on the files as clients send them, top-k), the per-class table (header + one per class), then the
+    # data checks' (header + the prediction mix's row: skipped, as a train output keeps no evaluation)
+    assert parser.rows == 8 + 4 + 1 + len(CLASSES) + 2
     _, stats = converted
     counts = stats["counts"]
     with open(os.path.join(model_dir, "history.json")) as handle:
