@@ -79,14 +79,23 @@ def bmp_bgra(pixels: np.ndarray) -> bytes:
 
 
 def gif_index_past_its_table() -> bytes:
-    """A GIF of 4 colours whose graphic control extension names transparent index 6, past its colour table (real
-    files do): nothing is transparent, and the file must not be edited past its table."""
+    """A GIF of 4 colours whose graphic control extension names transparent index 4, just past its colour table
+    (real files do): nothing is transparent, and the file must not be edited past its table."""
     from PIL import Image
 
     small = Image.fromarray(np.repeat(np.arange(4, dtype=np.uint8), 4).reshape(4, 4) * 60, "L").convert("P")
     content = encoded(small.quantize(4), "GIF", transparency=1)
     control = content.index(b"\x21\xf9\x04")
-    return content[: control + 6] + b"\x06" + content[control + 7 :]
+    return content[: control + 6] + b"\x04" + content[control + 7 :]
+
+
+def gif_last_colour_transparent() -> bytes:
+    """A GIF of a 4-colour table whose transparent index is its last entry: in the table, at its very edge."""
+    from PIL import Image
+
+    small = Image.fromarray(np.repeat(np.arange(4, dtype=np.uint8), 4).reshape(4, 4), "P")
+    small.putpalette([0, 0, 0, 90, 40, 40, 40, 160, 40, 20, 20, 200])
+    return encoded(small, "GIF", transparency=3, optimize=False)
 
 
 def gif_frame_table_only() -> bytes:
@@ -94,8 +103,9 @@ def gif_frame_table_only() -> bytes:
     as some writers leave them), and one transparent index."""
     from PIL import Image
 
-    small = Image.fromarray(np.repeat(np.arange(4, dtype=np.uint8), 4).reshape(4, 4) * 60, "L").convert("P")
-    content = encoded(small.quantize(4), "GIF", transparency=1)
+    small = Image.fromarray(np.repeat(np.arange(4, dtype=np.uint8), 4).reshape(4, 4), "P")
+    small.putpalette([0, 0, 0, 90, 40, 40, 40, 160, 40, 250, 250, 250])  # the first byte dark: no flag bit set
+    content = encoded(small, "GIF", transparency=1, optimize=False)
     flags = content[10]
     assert flags & 0x80  # (Pillow writes a global table: moved into the frame below)
     table_end = 13 + 3 * 2 ** ((flags & 7) + 1)
@@ -169,6 +179,7 @@ def corpus() -> dict[str, bytes]:
         ),
         "gif, transparent index past its colour table": gif_index_past_its_table(),
         "gif, a colour table in the frame alone, one transparent index": gif_frame_table_only(),
+        "gif, its table's last colour transparent": gif_last_colour_transparent(),
         "gif with a comment after its graphic control, one transparent index": gif_comment_after_control(rgb),
         # chunks of 256 bytes and more before its tRNS (a 70,005-byte tEXt, a 768-byte PLTE): every byte of a
         # chunk's length counts in the walk to tRNS
