@@ -163,7 +163,7 @@ def pytest_collection_modifyitems(config, items):
             dropped = [item for item in items if item.nodeid.split("::")[0] not in allowed]
             if dropped:
                 config.hook.pytest_deselected(items=dropped)
-                items[:] = [item for item in items if item.nodeid.split("::")[0] in allowed]
+                items[:] = [item for item in items if item not in dropped]
 
 
 def mutmut_durations() -> dict[str, float]:

@@ -92,12 +92,10 @@ def kept_evaluation(model: str) -> dict | None:
     """The evaluation a registered version keeps (``keep_with_model``), for the model at ``model``: a version's
     folder or the SavedModel folder in it, which the Model Registry names; None when there is none (an export or
     train output, a version registered before it was kept, a kept file of another layout)."""
-    from components.artifacts.exported import SAVED_MODEL_DIR
+    from components.artifacts.exported import version_folders
     from components.storage import exists, read_json
 
-    folder = model.rstrip("/")
-    places = [folder.rsplit("/", 1)[0], folder] if folder.endswith(f"/{SAVED_MODEL_DIR}") else [folder]
-    for place in places:
+    for place in version_folders(model):
         if exists(metrics_path(place)):
             found = read_json(metrics_path(place))
             if isinstance(found, dict) and {"confusion_matrix", "class_names"} <= set(found):

@@ -458,15 +458,14 @@ def load_baseline(baseline: str) -> tuple[tuple[dict, dict] | None, str, str]:
     Vertex AI Model Registry names: its parent is looked at too), or a convert output whose statistics are computed
     here. A model without statistics (registered before the data checks) is no baseline, with a note; a path that
     does not exist is a one-line error."""
-    from components.artifacts.exported import SAVED_MODEL_DIR
+    from components.artifacts.exported import version_folders
     from components.schema import STATS_FILE
     from components.storage import exists
 
     if not baseline:
         return None, "", FIRST_VERSION
     folder = baseline.rstrip("/")
-    places = [folder, folder.rsplit("/", 1)[0]] if folder.endswith(f"/{SAVED_MODEL_DIR}") else [folder]
-    for place in places:
+    for place in version_folders(folder):
         found = data_statistics.read(place)
         if found is not None:
             return found, place, ""

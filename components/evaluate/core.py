@@ -402,9 +402,10 @@ def baseline_figures(baseline, config: EvaluateConfig, model_config: dict, y_tru
     )
     order = [baseline.class_names.index(name) for name in model_config["class_names"]]
     probabilities = probabilities[:, order]
+    from components.artifacts.evaluation import answered_counts
+
     answers = probabilities.argmax(axis=-1)
     judged = classification_metrics(y_true, answers, model_config["class_names"])
-    answered = {name: int((answers == index).sum()) for index, name in enumerate(model_config["class_names"])}
     return (
         float((answers == y_true).mean()),
         {
@@ -412,7 +413,7 @@ def baseline_figures(baseline, config: EvaluateConfig, model_config: dict, y_tru
             "per_class": judged["per_class"],
             "top_k_accuracy": {"k": k, "accuracy": top_k_accuracy(y_true, probabilities, k)},
         },
-        answered,
+        answered_counts(judged),
     )
 
 
