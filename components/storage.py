@@ -135,7 +135,7 @@ def translate_pattern(pattern: str) -> str:
 
 def _listed(prefix: str):
     """Every file under ``prefix``: a local folder walked (the prefix's folder), or the objects whose names start
-    with it."""
+    with it, but a folder's placeholder (a name ending in ``/``, as the Cloud Console's "Create folder" writes)."""
     if "://" not in prefix:
         folder = os.path.dirname(prefix)  # (as Beam: "data/x*" walks data, and "x*" alone finds nothing)
         for where, _, names in os.walk(folder) if folder else ():
@@ -143,7 +143,8 @@ def _listed(prefix: str):
         return
     bucket, name = _bucket_and_name(prefix)
     for blob in _client().list_blobs(bucket, prefix=name):
-        yield FileInfo(f"gs://{bucket}/{blob.name}", blob.size, blob.updated.timestamp())
+        if not blob.name.endswith("/"):
+            yield FileInfo(f"gs://{bucket}/{blob.name}", blob.size, blob.updated.timestamp())
 
 
 def _info(path: str) -> FileInfo | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import pathlib
 import socket
 import subprocess
 import sys
@@ -66,9 +67,17 @@ def write_image_folder(root, per_class: int = 12) -> str:
     return str(root)
 
 
+def session_fixture(name: str, tmp_path_factory, make, after: tuple[str, ...] = ()):
+    """A session fixture that converts or trains: ``make(folder)`` in a new temporary folder, or under ``make
+    mutants`` once for the whole run, unless the mutant is in code it runs (tests/fixture_cache.py)."""
+    from tests.fixture_cache import made_once
+
+    return made_once(name, make, lambda: str(tmp_path_factory.mktemp(name)), after)
+
+
 @pytest.fixture(scope="session")
 def image_folder(tmp_path_factory) -> str:
-    return write_image_folder(tmp_path_factory.mktemp("images"), per_class=20)
+    return session_fixture("images", tmp_path_factory, lambda folder: write_image_folder(folder, per_class=20))
 
 
 @pytest.fixture(scope="session")
@@ -76,18 +85,12 @@ def converted(image_folder, tmp_path_factory) -> tuple[str, dict]:
     """The tiny folder converted to TFRecords (16x16) by the real Beam pipeline; (examples dir, stats)."""
     from components.convert.core import ConvertConfig, run
 
-    output = str(tmp_path_factory.mktemp("examples"))
-    stats = run(
-        ConvertConfig(
-            source=image_folder,
-            output_dir=output,
-            image_size=TINY_SIZE,
-            validation_fraction=0.2,
-            test_fraction=0.2,
-            pipeline_args=IN_MEMORY,
-        )
-    )
-    return output, stats
+    def make(output: str) -> tuple[str, dict]:
+        config = ConvertConfig(source=image_folder, output_dir=output, image_size=TINY_SIZE, validation_fraction=0.2,
+                               test_fraction=0.2, pipeline_args=IN_MEMORY)  # fmt: skip
+        return output, run(config)
+
+    return session_fixture("examples", tmp_path_factory, make, after=("images",))
 
 
 @pytest.fixture(scope="session")
@@ -97,11 +100,9 @@ def trained(converted, tmp_path_factory) -> tuple[str, dict]:
     statistics short of the final weights' (bench/RESULTS.md); the demo runs train the default."""
     from components.train.core import TrainConfig, run
 
-    examples_dir, _ = converted
-    model_dir = str(tmp_path_factory.mktemp("model"))
-    result = run(
-        TrainConfig(
-            examples_dir=examples_dir,
+    def make(model_dir: str) -> tuple[str, dict]:
+        config = TrainConfig(
+            examples_dir=converted[0],
             model_dir=model_dir,
             model_name="codelab_convnet",
             epochs=12,
@@ -110,8 +111,9 @@ def trained(converted, tmp_path_factory) -> tuple[str, dict]:
             precision="float32",  # the quality the tests assert is float32's on TensorFlow, on every host
             backend="tensorflow",
         )
-    )
-    return model_dir, result
+        return model_dir, run(config)
+
+    return session_fixture("model", tmp_path_factory, make, after=("examples",))
 
 
 @pytest.fixture(scope="session")
@@ -119,10 +121,10 @@ def exported(converted, trained, tmp_path_factory) -> tuple[str, dict]:
     """The trained model exported for CPU serving; (output dir with saved_model/ and export.json, report)."""
     from components.export.core import ExportConfig, run
 
-    examples_dir, _ = converted
-    model_dir, _ = trained
-    output = str(tmp_path_factory.mktemp("export"))
-    return output, run(ExportConfig(model_dir=model_dir, examples_dir=examples_dir, output_dir=output))
+    def make(output: str) -> tuple[str, dict]:
+        return output, run(ExportConfig(model_dir=trained[0], examples_dir=converted[0], output_dir=output))
+
+    return session_fixture("export", tmp_path_factory, make, after=("examples", "model"))
 
 
 # the test files that take longest (whole-DAG runs, multi-process training, trained models), run first, longest
@@ -223,11 +225,13 @@ def text_examples(tmp_path_factory) -> tuple[str, dict]:
     """320 short reviews converted by the text convert (vocabulary of 64 ids, 16 tokens a text); (dir, stats)."""
     from components.convert.text import TextConvertConfig, run_text
 
-    source = write_reviews(tmp_path_factory.mktemp("reviews") / "reviews.jsonl")
-    output = str(tmp_path_factory.mktemp("text") / "examples")
-    stats = run_text(TextConvertConfig(source=source, output_dir=output, vocabulary_size=64,
-                                       sequence_length=TEXT_SEQUENCE_LENGTH, pipeline_args=IN_MEMORY))  # fmt: skip
-    return output, stats
+    def make(folder: str) -> tuple[str, dict]:
+        source, output = write_reviews(pathlib.Path(folder, "reviews.jsonl")), os.path.join(folder, "examples")
+        config = TextConvertConfig(source=source, output_dir=output, vocabulary_size=64,
+                                   sequence_length=TEXT_SEQUENCE_LENGTH, pipeline_args=IN_MEMORY)  # fmt: skip
+        return output, run_text(config)
+
+    return session_fixture("text", tmp_path_factory, make)
 
 
 @pytest.fixture(scope="session")
@@ -235,12 +239,13 @@ def trained_text(text_examples, tmp_path_factory) -> tuple[str, dict]:
     """The article's LSTM trained on TensorFlow in float32 for 6 epochs on the reviews; (model dir, result)."""
     from components.train.core import TrainConfig, run
 
-    examples, _ = text_examples
-    model_dir = str(tmp_path_factory.mktemp("text-model") / "model")
-    result = run(TrainConfig(examples_dir=examples, model_dir=model_dir, model_name="lstm", epochs=6,
-                             per_replica_batch_size=16, backend="tensorflow", precision="float32"),
-               env={})  # fmt: skip
-    return model_dir, result
+    def make(folder: str) -> tuple[str, dict]:
+        model_dir = os.path.join(folder, "model")
+        config = TrainConfig(examples_dir=text_examples[0], model_dir=model_dir, model_name="lstm", epochs=6,
+                             per_replica_batch_size=16, backend="tensorflow", precision="float32")  # fmt: skip
+        return model_dir, run(config, env={})
+
+    return session_fixture("text-model", tmp_path_factory, make, after=("text",))
 
 
 @pytest.fixture(scope="session")
@@ -248,8 +253,11 @@ def exported_text(text_examples, trained_text, tmp_path_factory) -> tuple[str, d
     """The trained LSTM exported; (output dir, export.json)."""
     from components.export.core import ExportConfig, run
 
-    output = str(tmp_path_factory.mktemp("text-export") / "export")
-    return output, run(ExportConfig(model_dir=trained_text[0], examples_dir=text_examples[0], output_dir=output))
+    def make(folder: str) -> tuple[str, dict]:
+        output = os.path.join(folder, "export")
+        return output, run(ExportConfig(model_dir=trained_text[0], examples_dir=text_examples[0], output_dir=output))
+
+    return session_fixture("text-export", tmp_path_factory, make, after=("text", "text-model"))
 
 
 def run_cli(*args: str, cwd: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:

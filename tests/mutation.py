@@ -21,8 +21,11 @@ import fnmatch
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
+
+from tests.fixture_cache import CACHE_ENV
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -156,7 +159,11 @@ def main() -> None:
             mutmut = os.path.join(os.path.dirname(sys.executable), "mutmut")
             restricted = {pattern: GROUP_TESTS[group] for group in groups if group in GROUP_TESTS
                           for pattern in groups[group]}  # fmt: skip
-            environment = {**os.environ, "MUTATION_TEST_FILES": json.dumps(restricted)}
+            # the slow session fixtures, made once for this run and reused (tests/fixture_cache.py): made again
+            # after any change, since the folder starts empty
+            cache = os.path.join(REPO_ROOT, "mutants", "fixture-cache")
+            shutil.rmtree(cache, ignore_errors=True)
+            environment = {**os.environ, "MUTATION_TEST_FILES": json.dumps(restricted), CACHE_ENV: cache}
             run = subprocess.run([mutmut, "run", *names], cwd=REPO_ROOT, env=environment)
             if run.returncode:
                 raise SystemExit(run.returncode)

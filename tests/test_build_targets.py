@@ -167,3 +167,75 @@ def test_make_mutants_runs_a_mutants_quickest_tests_first(tmp_path):
     seconds = {name: float(len(in_file_order) - index) for index, name in enumerate(in_file_order)}
     (tmp_path / "mutmut-stats.json").write_text(json.dumps({"duration_by_test": seconds}))
     assert collected() == in_file_order[::-1]
+
+
+def test_make_mutants_makes_a_slow_fixture_once_and_again_for_a_mutant_of_code_it_ran(tmp_path, monkeypatch):
+    # mutmut runs each mutant's tests in a new process: a fixture that converts or trains is made once for the run,
+    # in its cache, with the mutated functions its making reached recorded (here by a stand-in for mutmut's stats)
+    import contextlib
+    import itertools
+
+    from tests import fixture_cache
+
+    made: list[str] = []
+    numbers = itertools.count()
+    reached_by = {"examples": {"m.x_convert"}, "model": {"m.x_train"}}
+
+    def maker(name: str):
+        def make(folder: str) -> tuple[str, int]:
+            made.append(f"{name} in {os.path.relpath(folder, tmp_path)}")
+            with open(os.path.join(folder, "data"), "w") as handle:
+                handle.write(name)
+            return folder, len(made)
+
+        return make
+
+    def reach(name: str):
+        @contextlib.contextmanager
+        def recorded():
+            found: set[str] = set()
+            yield found
+            found.update(reached_by[name])
+
+        return recorded
+
+    def fixtures(mutant: str, cache: bool = True) -> list:
+        """A new process's session: the examples, then the model made from them."""
+        monkeypatch.setattr(fixture_cache, "_made_fresh", set())
+        monkeypatch.setattr(fixture_cache, "_reached", {})
+        monkeypatch.setenv("MUTANT_UNDER_TEST", mutant)
+        if cache:
+            monkeypatch.setenv(fixture_cache.CACHE_ENV, str(tmp_path / "cache"))
+        else:
+            monkeypatch.delenv(fixture_cache.CACHE_ENV, raising=False)
+
+        def fresh_folder() -> str:
+            folder = str(tmp_path / f"fresh-{next(numbers)}")
+            os.makedirs(folder)
+            return folder
+
+        examples = fixture_cache.made_once("examples", maker("examples"), fresh_folder, (), reach("examples"))
+        model = fixture_cache.made_once("model", maker("model"), fresh_folder, ("examples",), reach("model"))
+        return [examples, model]
+
+    # outside make mutants, and in mutmut's own runs (no mutant, or its stats), each session makes its own (fresh-0
+    # to fresh-3)
+    assert fixtures("m.x_other__mutmut_1", cache=False)[0][0].startswith(str(tmp_path / "fresh"))
+    assert fixtures("stats")[0][0].startswith(str(tmp_path / "fresh"))
+    made.clear()
+    # the first mutant's session makes them in the cache; the next mutant's, of other code, takes them as they are
+    first = fixtures("m.x_other__mutmut_1")
+    assert made == ["examples in cache/examples/files", "model in cache/model/files"]
+    assert fixtures("m.x_other__mutmut_2") == first and len(made) == 2
+    # a mutant of the training: the model is made again with it, outside the cache; the examples are taken
+    examples, model = fixtures("m.x_train__mutmut_7")
+    assert examples == first[0] and made[2:] == ["model in fresh-4"] and model != first[1]
+    # a mutant of the conversion: the examples are made again, and so the model made from them
+    fixtures("m.x_convert__mutmut_3")
+    assert made[3:] == ["examples in fresh-5", "model in fresh-6"]
+    assert fixtures("m.x_other__mutmut_3") == first and len(made) == 5  # the cache untouched by them
+    # a test that changed a cached fixture's files: it is made again for the next mutant
+    with open(os.path.join(first[1][0], "data"), "a") as handle:
+        handle.write("changed by a test")
+    fixtures("m.x_other__mutmut_4")
+    assert made[5:] == ["model in cache/model/files"]

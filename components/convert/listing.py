@@ -82,7 +82,7 @@ def list_image_folder(root: str) -> ImageListing:
         raise UsageError(f"data path {root} holds no images: expected <root>/<class_name>/*.jpg")
     by_class: dict[str, list] = {}
     for meta in found:
-        class_name = meta.path.rstrip("/").split("/")[-2]
+        class_name = meta.path.split("/")[-2]
         by_class.setdefault(class_name, []).append(meta)
     class_names = tuple(sorted(by_class))
     items = tuple(

@@ -517,6 +517,8 @@ def test_a_manifest_and_an_array_file_on_gcs_are_listed_where_they_point(gcs):
     np.savez(buffer, x=np.zeros((2, 4, 4), np.uint8), y=np.array([1, 0]))
     gcs.blob("arrays/digits.npz").upload_from_string(buffer.getvalue())
     gcs.blob("folder/cat/a.jpg").upload_from_string(b"x")
+    for placeholder in ("folder/", "folder/cat/", "folder/cat/empty/"):  # as the Cloud Console's "Create folder"
+        gcs.blob(placeholder).upload_from_string(b"")
     assert list_image_folder(f"gs://{BUCKET}/folder").items == ((f"gs://{BUCKET}/folder/cat/a.jpg", 0, ""),)
     arrays = list_npz(f"gs://{BUCKET}/arrays/digits.npz")
     assert arrays.class_names == ("0", "1")
@@ -531,7 +533,7 @@ def test_an_image_folder_is_listed_file_by_file_under_its_class_and_each_wrong_l
     hidden folders left out), its class index, the total size; then each wrong layout's own one line."""
     from components.convert.listing import list_image_folder
 
-    root = tmp_path / "photosX"  # (a name ending in X, and a file named X: the strips take "/" alone)
+    root = tmp_path / "photosX"  # (a name ending in X, and a file named X: the strip takes "/" alone)
     for name, size in (("dog/b.jpg", 5), ("cat/a.jpg", 3), ("cat/notes.txt", 2), ("cat/.DS_Store", 7),
                        (".thumbnails/x.jpg", 11), ("dog/X", 1)):  # fmt: skip
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -600,6 +602,7 @@ NPZ = "expected arrays x (N,H,W[,C]) uint8 and y (N,) integer labels"
     ("arrays", "message"),
     [
         (None, "does not exist: pass a .npz with arrays x (N,H,W[,C]) uint8 and y (N,) integer labels"),
+        ("a folder", "does not exist: pass a .npz with arrays x (N,H,W[,C]) uint8 and y (N,) integer labels"),
         (b"PK\x03\x04 cut short", "cannot be read as .npz (BadZipFile: File is not a zip file): " + NPZ),
         ({"y": np.zeros(2, np.int64)}, "has no x array: " + NPZ),
         ({"z": np.zeros(2, np.int64)}, "has no x or y array: " + NPZ),
@@ -618,6 +621,8 @@ def test_each_way_an_array_file_is_wrong_is_named_in_one_line(tmp_path, arrays, 
     source = tmp_path / "data.npz"
     if isinstance(arrays, dict):
         np.savez(source, **arrays)
+    elif arrays == "a folder":  # (named data.npz: no file is there to read)
+        source.mkdir()
     elif arrays is not None:
         source.write_bytes(arrays)
     with pytest.raises(UsageError) as raised:

@@ -1,0 +1,104 @@
+"""Under ``make mutants``: the session fixtures that convert or train, made once for the whole run and reused by each
+mutant's tests, unless the mutant is in code that making them ran.
+
+mutmut runs every mutant's tests in a fresh process, so without this each mutant of the data checks converts the
+demo images again, and each mutant of the blessing trains a model again (20 s to 3 minutes a mutant on 2 cores, for
+a function that takes milliseconds). A fixture is made once under mutmut's ``stats`` mode, which runs the original
+code and records every mutated function it reaches; a mutant of one of those functions gets the fixture made again,
+with the mutant in it, as without the cache. ``tests/mutation.py`` points ``MUTATION_FIXTURE_CACHE`` at an empty
+folder for each run; outside ``make mutants`` (no such folder, or no mutant under test) nothing is cached.
+
+A cached fixture's files stay at one path, since the values fixtures return name their folders (and the converted
+statistics name the source); a test that changed them (a file added, resized or touched) has them made again for the
+next mutant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import pickle
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Any
+
+CACHE_ENV = "MUTATION_FIXTURE_CACHE"
+
+# the fixtures this process made with the mutant under test in them: those made after them are made so too
+_made_fresh: set[str] = set()
+# the mutated functions each fixture's making reached, its dependencies' included
+_reached: dict[str, set[str]] = {}
+
+
+@contextlib.contextmanager
+def mutmut_reach() -> Iterator[set[str]]:
+    """The mutated functions that the code run inside reaches (mangled, as mutmut's stats name them), with mutmut's
+    ``stats`` mode: the original of each, the mutant under test left out."""
+    from mutmut.state import state  # mutmut 3.8's record of trampoline hits (the lock pins it)
+
+    hits = state()._stats
+    before, mutant = set(hits), os.environ.get("MUTANT_UNDER_TEST", "")
+    hits.clear()
+    os.environ["MUTANT_UNDER_TEST"] = "stats"
+    reached: set[str] = set()
+    try:
+        yield reached
+    finally:
+        os.environ["MUTANT_UNDER_TEST"] = mutant
+        reached.update(hits)
+        hits.clear()
+        hits.update(before)
+
+
+def mangled(mutant: str) -> str:
+    """The function a mutant is of, as mutmut's stats name it: ``module.x_f__mutmut_3`` is of ``module.x_f``."""
+    return mutant.rpartition("__mutmut_")[0]
+
+
+def listing(folder: str) -> list[tuple[str, int, int]]:
+    """Every file under ``folder``: (relative path, size, modification time in ns)."""
+    found = []
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            status = os.stat(path)
+            found.append((os.path.relpath(path, folder), status.st_size, status.st_mtime_ns))
+    return sorted(found)
+
+
+def made_once(name: str, make: Callable[[str], Any], fresh_folder: Callable[[], str], after: tuple[str, ...] = (),
+              reach: Callable[[], contextlib.AbstractContextManager[set[str]]] = mutmut_reach) -> Any:  # fmt: skip
+    """The session fixture ``name``: ``make(folder)`` builds it in an empty ``folder`` and returns its value (paths in
+    it name ``folder``). Under ``make mutants``, made once in the run's cache and reused, unless the mutant under test
+    is in a function that making it (or a fixture in ``after``, made before it) reached; otherwise made in
+    ``fresh_folder()``, as pytest makes any fixture."""
+    cache, mutant = os.environ.get(CACHE_ENV), os.environ.get("MUTANT_UNDER_TEST", "")
+    if not cache or "__mutmut_" not in mutant or _made_fresh & set(after):
+        _made_fresh.add(name)
+        return make(fresh_folder())
+    entry = os.path.join(cache, name)
+    folder, record = os.path.join(entry, "files"), os.path.join(entry, "record.pickle")
+    os.makedirs(cache, exist_ok=True)
+    with open(os.path.join(cache, f"{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # mutmut's workers run mutants side by side: one makes it, the other waits
+        kept = None
+        if os.path.exists(record):
+            with open(record, "rb") as handle:
+                kept = pickle.load(handle)
+        if kept is None or kept["files"] != listing(folder):
+            shutil.rmtree(entry, ignore_errors=True)
+            os.makedirs(folder)
+            with reach() as reached:
+                value = make(folder)
+            for earlier in after:
+                reached |= _reached.get(earlier, set())
+            kept = {"value": value, "reached": reached, "files": listing(folder)}
+            with open(record + ".part", "wb") as handle:
+                pickle.dump(kept, handle)
+            os.replace(record + ".part", record)
+    _reached[name] = kept["reached"]
+    if mangled(mutant) in kept["reached"]:
+        _made_fresh.add(name)
+        return make(fresh_folder())
+    return kept["value"]
