@@ -98,6 +98,16 @@ def gif_last_colour_transparent() -> bytes:
     return encoded(small, "GIF", transparency=3, optimize=False)
 
 
+def gif_frame_size_bits_without_a_table() -> bytes:
+    """``gif_last_colour_transparent`` with its frame's table-size bits set but not the flag that says it has a table
+    (as some writers leave them): the frame has no table of its own, and the global table's last colour is the
+    transparent one."""
+    content = gif_last_colour_transparent()
+    descriptor = content.index(b"\x2c\x00\x00\x00\x00", 13 + 3 * 2 ** ((content[10] & 7) + 1))  # the frame's
+    assert content[descriptor + 9] == 0  # (Pillow writes no table and no bits for the frame)
+    return content[: descriptor + 9] + b"\x01" + content[descriptor + 10 :]
+
+
 def gif_frame_table_only() -> bytes:
     """A GIF whose colours are its frame's own table, with no global table (the global table's size bits left set,
     as some writers leave them), and one transparent index."""
@@ -180,6 +190,7 @@ def corpus() -> dict[str, bytes]:
         "gif, transparent index past its colour table": gif_index_past_its_table(),
         "gif, a colour table in the frame alone, one transparent index": gif_frame_table_only(),
         "gif, its table's last colour transparent": gif_last_colour_transparent(),
+        "gif, its frame's table-size bits set without a table": gif_frame_size_bits_without_a_table(),
         "gif with a comment after its graphic control, one transparent index": gif_comment_after_control(rgb),
         # chunks of 256 bytes and more before its tRNS (a 70,005-byte tEXt, a 768-byte PLTE): every byte of a
         # chunk's length counts in the walk to tRNS
@@ -373,13 +384,43 @@ def test_the_serving_graphs_pixels_have_a_static_shape():
     assert traced.structured_outputs.dtype == tf.uint8
 
 
-def xmp_packet(orientation: int, element: bool) -> bytes:
-    """An XMP packet with the orientation as cameras and editors write it: as an attribute or as an element."""
+def xmp_packet(orientation: int | None, element: bool) -> bytes:
+    """An XMP packet with the orientation as cameras and editors write it: as an attribute or as an element; with
+    ``None``, a packet that says nothing of it (an editor's name only)."""
     value = (f"><tiff:Orientation>{orientation}</tiff:Orientation></rdf:Description>" if element
              else f' tiff:Orientation="{orientation}"/>')  # fmt: skip
+    if orientation is None:
+        value = ' xmlns:xmp="http://ns.adobe.com/xap/1.0/" xmp:CreatorTool="Adobe Photoshop 25.0"/>'
     rdf, tiff = "http://www.w3.org/1999/02/22-rdf-syntax-ns#", "http://ns.adobe.com/tiff/1.0/"
     return (f'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="{rdf}">'
             f'<rdf:Description xmlns:tiff="{tiff}"{value}</rdf:RDF></x:xmpmeta>').encode()  # fmt: skip
+
+
+def with_xmp(stored, fmt: str, packet: bytes) -> bytes:
+    """``stored`` encoded as ``fmt`` with the XMP ``packet``: in a JPEG's APP1 segment, or a PNG's iTXt chunk."""
+    from PIL import PngImagePlugin
+
+    if fmt == "PNG":
+        info = PngImagePlugin.PngInfo()
+        info.add_itxt("XML:com.adobe.xmp", packet.decode())
+        return encoded(stored, "PNG", pnginfo=info)
+    return encoded(stored, "JPEG", xmp=packet, quality=95)
+
+
+def assert_upright(content: bytes, upright: np.ndarray) -> None:
+    """Both decoders give ``upright``: each of its quadrants where it is."""
+    import tensorflow as tf
+
+    from components.decoding import decode_rgb_image
+    from components.imaging import decode_rgb
+
+    for decoder, decoded in (("conversion", np.asarray(decode_rgb_image(content))),
+                             ("serving", decode_rgb(tf.constant(content)).numpy())):  # fmt: skip
+        assert decoded.shape == upright.shape, decoder
+        for index, colour in enumerate(QUADRANTS):  # each quadrant's middle (JPEG blurs the edges between them)
+            rows, columns = divmod(index, 2)
+            middle = decoded[12 + rows * 24, 8 + columns * 16].astype(int)
+            assert np.abs(middle - colour).max() <= 12, (decoder, index, middle, colour)
 
 
 @pytest.mark.parametrize("element", [False, True], ids=["attribute", "element"])
@@ -388,26 +429,21 @@ def xmp_packet(orientation: int, element: bool) -> bytes:
 def test_an_orientation_written_in_xmp_alone_shows_the_picture_upright(orientation, fmt, element):
     """No EXIF: the orientation is in the XMP packet only (a JPEG's APP1 segment, a PNG's iTXt chunk), as some
     editors write it. Both decoders turn the picture upright."""
-    import tensorflow as tf
-    from PIL import Image, PngImagePlugin
-
-    from components.decoding import decode_rgb_image
-    from components.imaging import decode_rgb
+    from PIL import Image
 
     upright = quadrant_picture()
     stored = Image.fromarray(np.ascontiguousarray(STORED_FOR_UPRIGHT[orientation](upright)))
-    packet = xmp_packet(orientation, element)
-    if fmt == "PNG":
-        info = PngImagePlugin.PngInfo()
-        info.add_itxt("XML:com.adobe.xmp", packet.decode())
-        content = encoded(stored, "PNG", pnginfo=info)
-    else:
-        content = encoded(stored, "JPEG", xmp=packet, quality=95)
+    content = with_xmp(stored, fmt, xmp_packet(orientation, element))
     assert b"tiff:Orientation" in content and b"Exif" not in content
-    for decoder, decoded in (("conversion", np.asarray(decode_rgb_image(content))),
-                             ("serving", decode_rgb(tf.constant(content)).numpy())):  # fmt: skip
-        assert decoded.shape == upright.shape, decoder
-        for index, colour in enumerate(QUADRANTS):  # each quadrant's middle (JPEG blurs the edges between them)
-            rows, columns = divmod(index, 2)
-            middle = decoded[12 + rows * 24, 8 + columns * 16].astype(int)
-            assert np.abs(middle - colour).max() <= 12, (decoder, index, middle, colour)
+    assert_upright(content, upright)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_an_xmp_packet_without_an_orientation_leaves_the_picture_as_it_is_stored(fmt):
+    """Most XMP packets (an editor's, a phone's) say nothing of the orientation: both decoders keep the picture."""
+    from PIL import Image
+
+    upright = quadrant_picture()
+    content = with_xmp(Image.fromarray(upright), fmt, xmp_packet(None, False))
+    assert b"xmp:CreatorTool" in content and b"tiff:Orientation" not in content and b"Exif" not in content
+    assert_upright(content, upright)
