@@ -68,8 +68,9 @@ def write_image_folder(root, per_class: int = 12) -> str:
 
 
 def session_fixture(name: str, tmp_path_factory, make, after: tuple[str, ...] = ()):
-    """A session fixture that converts or trains: ``make(folder)`` in a new temporary folder, or under ``make
-    mutants`` once for the whole run, unless the mutant is in code it runs (tests/fixture_cache.py)."""
+    """The session fixture ``name`` (one that converts or trains, made after the fixtures ``after``): ``make(folder)``
+    in a new temporary folder, or under ``make mutants`` once for the whole run, unless the mutant is in code it runs
+    (tests/fixture_cache.py)."""
     from tests.fixture_cache import made_once
 
     return made_once(name, make, lambda: str(tmp_path_factory.mktemp(name)), after)
@@ -77,7 +78,7 @@ def session_fixture(name: str, tmp_path_factory, make, after: tuple[str, ...] = 
 
 @pytest.fixture(scope="session")
 def image_folder(tmp_path_factory) -> str:
-    return session_fixture("images", tmp_path_factory, lambda folder: write_image_folder(folder, per_class=20))
+    return session_fixture("image_folder", tmp_path_factory, lambda folder: write_image_folder(folder, per_class=20))
 
 
 @pytest.fixture(scope="session")
@@ -90,7 +91,7 @@ def converted(image_folder, tmp_path_factory) -> tuple[str, dict]:
                                test_fraction=0.2, pipeline_args=IN_MEMORY)  # fmt: skip
         return output, run(config)
 
-    return session_fixture("examples", tmp_path_factory, make, after=("images",))
+    return session_fixture("converted", tmp_path_factory, make, after=("image_folder",))
 
 
 @pytest.fixture(scope="session")
@@ -113,7 +114,7 @@ def trained(converted, tmp_path_factory) -> tuple[str, dict]:
         )
         return model_dir, run(config)
 
-    return session_fixture("model", tmp_path_factory, make, after=("examples",))
+    return session_fixture("trained", tmp_path_factory, make, after=("converted",))
 
 
 @pytest.fixture(scope="session")
@@ -124,7 +125,7 @@ def exported(converted, trained, tmp_path_factory) -> tuple[str, dict]:
     def make(output: str) -> tuple[str, dict]:
         return output, run(ExportConfig(model_dir=trained[0], examples_dir=converted[0], output_dir=output))
 
-    return session_fixture("export", tmp_path_factory, make, after=("examples", "model"))
+    return session_fixture("exported", tmp_path_factory, make, after=("converted", "trained"))
 
 
 # the test files that take longest (whole-DAG runs, multi-process training, trained models), run first, longest
@@ -148,6 +149,17 @@ LONGEST_FIRST = (
 # the session fixtures that convert or train (seconds to a minute each): under make mutants (mutmut sets
 # MUTANT_UNDER_TEST) the tests without them run first, so that a mutant a quick test kills stops there (pytest -x)
 SLOW_FIXTURES = {"converted", "trained", "exported", "text_examples", "trained_text", "exported_text"}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    """Under mutmut's stats run: each test counts as reaching what the making of its session fixtures reached, not
+    only the first test to use one (tests/fixture_cache.py)."""
+    yield
+    if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+        from tests.fixture_cache import count_reach
+
+        count_reach(item.fixturenames)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -231,7 +243,7 @@ def text_examples(tmp_path_factory) -> tuple[str, dict]:
                                    sequence_length=TEXT_SEQUENCE_LENGTH, pipeline_args=IN_MEMORY)  # fmt: skip
         return output, run_text(config)
 
-    return session_fixture("text", tmp_path_factory, make)
+    return session_fixture("text_examples", tmp_path_factory, make)
 
 
 @pytest.fixture(scope="session")
@@ -245,7 +257,7 @@ def trained_text(text_examples, tmp_path_factory) -> tuple[str, dict]:
                              per_replica_batch_size=16, backend="tensorflow", precision="float32")  # fmt: skip
         return model_dir, run(config, env={})
 
-    return session_fixture("text-model", tmp_path_factory, make, after=("text",))
+    return session_fixture("trained_text", tmp_path_factory, make, after=("text_examples",))
 
 
 @pytest.fixture(scope="session")
@@ -257,7 +269,7 @@ def exported_text(text_examples, trained_text, tmp_path_factory) -> tuple[str, d
         output = os.path.join(folder, "export")
         return output, run(ExportConfig(model_dir=trained_text[0], examples_dir=text_examples[0], output_dir=output))
 
-    return session_fixture("text-export", tmp_path_factory, make, after=("text", "text-model"))
+    return session_fixture("exported_text", tmp_path_factory, make, after=("text_examples", "trained_text"))
 
 
 def run_cli(*args: str, cwd: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:

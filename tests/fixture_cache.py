@@ -8,6 +8,10 @@ code and records every mutated function it reaches; a mutant of one of those fun
 with the mutant in it, as without the cache. ``tests/mutation.py`` points ``MUTATION_FIXTURE_CACHE`` at an empty
 folder for each run; outside ``make mutants`` (no such folder, or no mutant under test) nothing is cached.
 
+In mutmut's own stats run, which maps each test to the functions it reaches, each test that uses a fixture counts
+as reaching what making it reached (mutmut alone counts that for the first test to use it), so that a mutant of the
+code a fixture runs runs every test that reads what the fixture made.
+
 A cached fixture's files stay at one path, since the values fixtures return name their folders (and the converted
 statistics name the source); a test that changed them (a file added, resized or touched) has them made again for the
 next mutant.
@@ -27,7 +31,7 @@ CACHE_ENV = "MUTATION_FIXTURE_CACHE"
 
 # the fixtures this process made with the mutant under test in them: those made after them are made so too
 _made_fresh: set[str] = set()
-# the mutated functions each fixture's making reached, its dependencies' included
+# the mutated functions each fixture's making reached, its dependencies' included (in mutmut's stats run too)
 _reached: dict[str, set[str]] = {}
 
 
@@ -48,7 +52,20 @@ def mutmut_reach() -> Iterator[set[str]]:
         os.environ["MUTANT_UNDER_TEST"] = mutant
         reached.update(hits)
         hits.clear()
-        hits.update(before)
+        hits.update(before | (reached if mutant == "stats" else set()))  # (in mutmut's stats run: its test's too)
+
+
+def count_reach(fixtures, hits: set[str] | None = None) -> None:
+    """In mutmut's stats run, which maps each test to the mutated functions it reaches (``hits``: mutmut's record for
+    the running test): counts for the running test what the making of its session ``fixtures`` reached. mutmut itself
+    counts it for the first test that uses one only, since a session fixture is made once: a mutant of export's
+    conversion, which the ``exported`` fixture runs, would run one of the tests that read the exported files."""
+    if hits is None:
+        from mutmut.state import state
+
+        hits = state()._stats
+    for name in fixtures:
+        hits.update(_reached.get(name, set()))
 
 
 def mangled(mutant: str) -> str:
@@ -74,6 +91,11 @@ def made_once(name: str, make: Callable[[str], Any], fresh_folder: Callable[[], 
     is in a function that making it (or a fixture in ``after``, made before it) reached; otherwise made in
     ``fresh_folder()``, as pytest makes any fixture."""
     cache, mutant = os.environ.get(CACHE_ENV), os.environ.get("MUTANT_UNDER_TEST", "")
+    if mutant == "stats":  # mutmut's stats run: made as always, what it reaches kept for the tests that use it
+        with reach() as reached:
+            value = make(fresh_folder())
+        _reached[name] = reached.union(*(_reached.get(earlier, set()) for earlier in after))
+        return value
     if not cache or "__mutmut_" not in mutant or _made_fresh & set(after):
         _made_fresh.add(name)
         return make(fresh_folder())

@@ -222,6 +222,10 @@ def test_make_mutants_makes_a_slow_fixture_once_and_again_for_a_mutant_of_code_i
     # to fresh-3)
     assert fixtures("m.x_other__mutmut_1", cache=False)[0][0].startswith(str(tmp_path / "fresh"))
     assert fixtures("stats")[0][0].startswith(str(tmp_path / "fresh"))
+    # mutmut's stats run: every test that uses the model counts as reaching what making it (and its examples) reached
+    counted: set[str] = set()
+    fixture_cache.count_reach(["tmp_path", "model"], counted)
+    assert counted == {"m.x_convert", "m.x_train"}
     made.clear()
     # the first mutant's session makes them in the cache; the next mutant's, of other code, takes them as they are
     first = fixtures("m.x_other__mutmut_1")
