@@ -303,6 +303,26 @@ def test_the_formats_row_counts_each_sources_format_over_the_splits():
     assert formats["detail"] == "source formats: jpg 490, png 100, webp 10"
 
 
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("gs://b/photos/cat/a.JPEG", "jpg"),
+        ("/data/scan.tif", "tiff"),
+        ("/data/photo.png", "png"),
+        ("/data/digits.npz#12", "npz"),  # an array file's item
+        ("/data/DIGITS.NPZ#3", "npz"),
+        ("/data/run#2/digits.npz#7", "npz"),  # a "#" in a folder's name too: the item is after the last one
+        ("/data/photos/#1 best.jpg", "jpg"),  # a "#" in a file's name: not an array item
+        ("/data/README", "none"),
+        ("", "unknown"),  # adopted TFRecords: no source recorded
+    ],
+)
+def test_a_sources_format_is_its_extension_and_an_array_files_item_is_npz(source, expected):
+    from components.check_data.statistics import source_format
+
+    assert source_format(source) == expected
+
+
 def test_a_distribution_is_compared_over_the_baselines_decile_bins():
     """Brightness spread evenly over 100 levels in the baseline: its deciles are 10 levels wide. A new version with
     every level shifted by 10 moves a tenth of its mass into the bin above the baseline's range: by hand, JS of
