@@ -824,7 +824,8 @@ def test_image_statistics_of_hand_written_records_count_each_histogram_by_hand(t
     assert keys.shape == (8, data_statistics.THUMBNAIL_SIDE**2) and keys.dtype == np.uint8
     assert (keys[0] == 100).all() and (keys[4] == 255).all()
     empty, none = data_statistics.image_statistics(str(tmp_path), "validation")  # a split without examples
-    assert none.shape == (0, data_statistics.THUMBNAIL_SIDE**2) and empty["formats"] == {}
+    assert none.shape == (0, data_statistics.THUMBNAIL_SIDE**2) and none.dtype == np.uint8  # as near_duplicates.npz
+    assert empty["formats"] == {}  # keeps every split's keys
     assert not any(any(empty[name]) for name in ("brightness", "contrast", "width", "height", "aspect"))
 
 
