@@ -141,6 +141,21 @@ def report(codes: dict[str, int | None], groups: dict[str, list[str]]) -> dict:
     return {"groups": summary, "tried": tried, "killed": killed, "score": round(killed / max(tried, 1), 4)}
 
 
+# what mutmut's folder holds of its own: its copy of the sources, the tests and the files it copies, its stats
+MUTMUT_FILES = {"components", "pipeline", "tests", "pyproject.toml", "uv.lock", "pipeline.yaml", "mutmut-stats.json"}
+
+
+def remove_strays(folder: str) -> list[str]:
+    """Removes from mutmut's folder, where each mutant's tests run, what a mutant wrote there (a relative path, a
+    ``gs://`` path taken for a local one): a later mutant that reads the same path would find it and pass. Returns
+    the names removed."""
+    strays = sorted(set(os.listdir(folder)) - MUTMUT_FILES) if os.path.isdir(folder) else []
+    for name in strays:
+        path = os.path.join(folder, name)
+        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+    return strays
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--groups", default="", help="comma-separated group names (default: all)")
@@ -159,10 +174,10 @@ def main() -> None:
             mutmut = os.path.join(os.path.dirname(sys.executable), "mutmut")
             restricted = {pattern: GROUP_TESTS[group] for group in groups if group in GROUP_TESTS
                           for pattern in groups[group]}  # fmt: skip
-            # the slow session fixtures, made once for this run and reused (tests/fixture_cache.py): made again
-            # after any change, since the folder starts empty
+            # what earlier runs left in mutmut's folder goes: a mutant's stray files, and the slow session fixtures,
+            # made once for each run and reused by its mutants (tests/fixture_cache.py), so after any change
+            remove_strays(os.path.join(REPO_ROOT, "mutants"))
             cache = os.path.join(REPO_ROOT, "mutants", "fixture-cache")
-            shutil.rmtree(cache, ignore_errors=True)
             environment = {**os.environ, "MUTATION_TEST_FILES": json.dumps(restricted), CACHE_ENV: cache}
             run = subprocess.run([mutmut, "run", *names], cwd=REPO_ROOT, env=environment)
             if run.returncode:

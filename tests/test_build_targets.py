@@ -243,3 +243,17 @@ def test_make_mutants_makes_a_slow_fixture_once_and_again_for_a_mutant_of_code_i
         handle.write("changed by a test")
     fixtures("m.x_other__mutmut_4")
     assert made[5:] == ["model in cache/model/files"]
+
+
+def test_make_mutants_clears_what_a_mutant_wrote_into_mutmuts_folder(tmp_path):
+    # a mutant that exported to a relative path left a SavedModel there, which a later mutant reading that path
+    # found and passed with
+    from tests.mutation import MUTMUT_FILES, remove_strays
+
+    for name in ("components", "tests", "fixture-cache", "pixels", "gs:"):
+        (tmp_path / name / "inside").mkdir(parents=True)
+    (tmp_path / "mutmut-stats.json").write_text("{}")
+    (tmp_path / "stray.txt").write_text("x")
+    assert remove_strays(str(tmp_path)) == ["fixture-cache", "gs:", "pixels", "stray.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["components", "mutmut-stats.json", "tests"]
+    assert {"components", "tests", "mutmut-stats.json"} <= MUTMUT_FILES
