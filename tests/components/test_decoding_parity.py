@@ -78,6 +78,29 @@ def bmp_bgra(pixels: np.ndarray) -> bytes:
     return b"BM" + struct.pack("<IHHI", 14 + len(info) + len(rows), 0, 0, 14 + len(info)) + info + rows
 
 
+def bmp32(pixels: np.ndarray, header_size: int, compression: int) -> bytes:
+    """A 32-bit BMP of ``pixels`` (RGB and a fourth byte, stored B G R and that byte) with an info header of
+    ``header_size`` bytes (40, 56 or 108) and ``compression`` (0: BI_RGB, 3: BITFIELDS); the BGRA masks inside the
+    header (56, 108: filled in even for BI_RGB, as some writers do), or after it (40 with BITFIELDS: no alpha mask)."""
+    height, width = pixels.shape[:2]
+    rows = np.ascontiguousarray(pixels[::-1][..., [2, 1, 0, 3]]).tobytes()  # bottom-up
+    info = struct.pack("<IiiHHIIiiII", header_size, width, height, 1, 32, compression, len(rows), 2835, 2835, 0, 0)
+    if header_size == 40:
+        info += struct.pack("<III", 0xFF0000, 0xFF00, 0xFF) if compression == 3 else b""
+    else:
+        info += struct.pack("<IIII", 0xFF0000, 0xFF00, 0xFF, 0xFF000000) + (b"BGRs" + b"\0" * 48) * (header_size == 108)
+    return b"BM" + struct.pack("<IHHI", 14 + len(info) + len(rows), 0, 0, 14 + len(info)) + info + rows
+
+
+def fourth_bytes(first: tuple[int, int, int, int]) -> np.ndarray:
+    """8x8 colours whose fourth bytes vary (0 to 252), the first stored pixel (bottom left) ``first``."""
+    pixels = np.zeros((8, 8, 4), np.uint8)
+    pixels[..., 0], pixels[..., 1] = np.arange(64).reshape(8, 8) * 4, 200
+    pixels[..., 2], pixels[..., 3] = 90, np.arange(64).reshape(8, 8)[::-1] * 4
+    pixels[-1, 0] = first
+    return pixels
+
+
 def gif_index_past_its_table() -> bytes:
     """A GIF of 4 colours whose graphic control extension names transparent index 4, just past its colour table
     (real files do): nothing is transparent, and the file must not be edited past its table."""
@@ -184,6 +207,13 @@ def corpus() -> dict[str, bytes]:
         "bmp palette": encoded(rgb.quantize(64), "BMP"),
         "bmp rgba": encoded(Image.fromarray(np.dstack([pixels, ramp])), "BMP"),
         "bmp 32-bit with an alpha mask": bmp_bgra(np.dstack([pixels, ramp])),
+        # headers no writer above makes: where a V4 header keeps its alpha mask (bytes 66-69), a 40-byte header with
+        # BITFIELDS has its first pixel, here once the bytes of an alpha mask and once a blue one (no alpha either
+        # way); a 56-byte V3 header with an alpha mask (alpha); BI_RGB with the masks filled in (no alpha)
+        "bmp 32-bit BITFIELDS, 40-byte header, first pixel 0 0 0 255": bmp32(fourth_bytes((0, 0, 0, 255)), 40, 3),
+        "bmp 32-bit BITFIELDS, 40-byte header, first pixel blue": bmp32(fourth_bytes((0, 0, 64, 0)), 40, 3),
+        "bmp 32-bit BITFIELDS, 56-byte header, alpha mask": bmp32(fourth_bytes((0, 0, 0, 255)), 56, 3),
+        "bmp 32-bit BI_RGB, V4 header with masks": bmp32(fourth_bytes((0, 0, 0, 255)), 108, 0),
         "gif grey, one transparent index": encoded(
             Image.fromarray(np.arange(256, dtype=np.uint8).reshape(16, 16), "L"), "GIF", transparency=0, optimize=False
         ),
@@ -421,6 +451,27 @@ def assert_upright(content: bytes, upright: np.ndarray) -> None:
             rows, columns = divmod(index, 2)
             middle = decoded[12 + rows * 24, 8 + columns * 16].astype(int)
             assert np.abs(middle - colour).max() <= 12, (decoder, index, middle, colour)
+
+
+def test_a_pngs_orientation_after_a_long_text_chunk_shows_the_picture_upright():
+    """The serving graph walks a PNG's chunks by their lengths to its eXIf: a 70 KB text chunk before it (an
+    editor's history, a prompt) has a length of three significant bytes, each of which must weigh right."""
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    upright = quadrant_picture()
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    content = encoded(Image.fromarray(np.ascontiguousarray(STORED_FOR_UPRIGHT[6](upright))), "PNG",
+                      exif=exif.tobytes())  # fmt: skip
+    text = b"history\0" + bytes(range(32, 127)) * 750  # 71,258 bytes: 0x01 0x16 0x5A in its length
+    chunk = struct.pack(">I", len(text)) + b"tEXt" + text + struct.pack(">I", zlib.crc32(b"tEXt" + text))
+    ihdr_end = 8 + 8 + 13 + 4  # the signature, then IHDR: its length and type, 13 bytes, its CRC
+    content = content[:ihdr_end] + chunk + content[ihdr_end:]
+    assert content.index(b"tEXt") < content.index(b"eXIf") and len(text) >> 16 and len(text) >> 8 & 0xFF
+    assert_upright(content, upright)
 
 
 @pytest.mark.parametrize("element", [False, True], ids=["attribute", "element"])
