@@ -151,15 +151,16 @@ LONGEST_FIRST = (
 SLOW_FIXTURES = {"converted", "trained", "exported", "text_examples", "trained_text", "exported_text"}
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
     """Under mutmut's stats run: each test counts as reaching what the making of its session fixtures reached, not
     only the first test to use one (tests/fixture_cache.py)."""
-    yield
+    result = yield  # (its fixtures set up)
     if os.environ.get("MUTANT_UNDER_TEST") == "stats":
         from tests.fixture_cache import count_reach
 
         count_reach(item.fixturenames)
+    return result
 
 
 def pytest_collection_modifyitems(config, items):
