@@ -102,6 +102,14 @@ def codelab_loop(root: str, output: str, size: int, shards: int = 16, faithful: 
     return time.perf_counter() - started
 
 
+def per_item_ms(function, inputs: list) -> tuple[list, float]:
+    """``function`` over ``inputs`` one at a time, after one call to warm it: (outputs, milliseconds per input)."""
+    function(inputs[0])
+    started = time.perf_counter()
+    outputs = [function(item) for item in inputs]
+    return outputs, (time.perf_counter() - started) * 1000 / len(inputs)
+
+
 def stage_costs(root: str, size: int, samples: int = 200) -> dict:
     """Milliseconds per image for each stage alone, one image at a time on one thread: what this conversion does
     (Pillow decode, triangle-filter resize and crop, encode) and, for comparison, TensorFlow's decode and resize."""
@@ -123,29 +131,15 @@ def stage_costs(root: str, size: int, samples: int = 200) -> dict:
         image.save(buffer, format="JPEG", quality=95)
         return buffer.getvalue()
 
-    def timed(function, inputs):
-        function(inputs[0])  # trace / warm
-        started = time.perf_counter()
-        outputs = [function(item) for item in inputs]
-        return outputs, (time.perf_counter() - started) * 1000 / len(inputs)
-
-    images, decode_ms = timed(lambda c: decode_rgb_image(c, at_least=decoded_at_least(size)), contents)
-    resized, resize_ms = timed(lambda image: fill_square_pillow(image, size), images)
-    _, encode_ms = timed(encode, resized)
-    _, whole_ms = timed(lambda c: encode_image(c, size, 95), contents)
-    decoded, tf_decode_ms = timed(lambda c: tf.io.decode_jpeg(c, channels=3), contents)
-    _, tf_resize_ms = timed(tf_resize, decoded)
+    images, decode_ms = per_item_ms(lambda c: decode_rgb_image(c, at_least=decoded_at_least(size)), contents)
+    resized, resize_ms = per_item_ms(lambda image: fill_square_pillow(image, size), images)
+    _, encode_ms = per_item_ms(encode, resized)
+    _, whole_ms = per_item_ms(lambda c: encode_image(c, size, 95), contents)
+    decoded, tf_decode_ms = per_item_ms(lambda c: tf.io.decode_jpeg(c, channels=3), contents)
+    _, tf_resize_ms = per_item_ms(tf_resize, decoded)
     return {"decode_ms": decode_ms, "resize_crop_ms": resize_ms, "encode_ms": encode_ms,
             "decode_resize_encode_ms": whole_ms,
             "tf_decode_ms": tf_decode_ms, "tf_resize_crop_ms": tf_resize_ms}  # fmt: skip
-
-
-def per_item_ms(function, inputs: list) -> tuple[list, float]:
-    """``function`` over ``inputs`` one at a time, after one call to warm it: (outputs, milliseconds per input)."""
-    function(inputs[0])
-    started = time.perf_counter()
-    outputs = [function(item) for item in inputs]
-    return outputs, (time.perf_counter() - started) * 1000 / len(inputs)
 
 
 def library_floors(root: str, size: int, samples: int = 200) -> dict:
@@ -257,23 +251,24 @@ def library_floors(root: str, size: int, samples: int = 200) -> dict:
     return {**found, **rounded, "floor_ms": round(found["floor_ms"], 3)}
 
 
-def whole_processes(root: str, directory: str, size: int) -> dict:
-    """Seconds of each conversion as a user runs it, a fresh ``python`` each: the notebook's loop and
-    ``python -m components.convert``."""
+def fresh_process(*args: str) -> tuple[float, str]:
+    """``python *args`` in a fresh process, from the repository's root: (its seconds, the last line it printed)."""
     import subprocess
     import sys
 
-    def fresh(*args: str) -> float:
-        begun = time.perf_counter()
-        subprocess.run([sys.executable, *args], capture_output=True, check=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # fmt: skip
-        return time.perf_counter() - begun
+    begun = time.perf_counter()
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # fmt: skip
+    return time.perf_counter() - begun, done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
 
-    return {
-        "codelab_loop_process_s": fresh("-c", NOTEBOOK, root, os.path.join(directory, "loop-process"), str(size)),
-        "beam_process_s": fresh("-m", "components.convert", "--source", root, "--output",
-                                os.path.join(directory, "beam-process"), "--image-size", str(size)),
-    }  # fmt: skip
+
+def whole_processes(root: str, directory: str, size: int) -> dict:
+    """Seconds of each conversion as a user runs it, a fresh ``python`` each: the notebook's loop and
+    ``python -m components.convert``."""
+    loop = fresh_process("-c", NOTEBOOK, root, os.path.join(directory, "loop-process"), str(size))
+    beam = fresh_process("-m", "components.convert", "--source", root, "--output",
+                         os.path.join(directory, "beam-process"), "--image-size", str(size))  # fmt: skip
+    return {"codelab_loop_process_s": loop[0], "beam_process_s": beam[0]}
 
 
 # the notebook's loop (codelab_loop) as a program of its own
@@ -321,27 +316,19 @@ print(time.perf_counter() - started)
 def startup(repeats: int, image_size: int) -> dict:
     """The phases of converting 10 photos, each the median of ``repeats`` fresh processes (seconds)."""
     import statistics
-    import subprocess
-    import sys
-
-    def fresh(*args: str) -> tuple[float, str]:
-        begun = time.perf_counter()
-        done = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True,
-                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # fmt: skip
-        return time.perf_counter() - begun, done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
 
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as directory:
         root = os.path.join(directory, "photos")
         write_photos(root, 10)
         runs, starts, floors, wholes = [], [], [], []
         for attempt in range(repeats):
-            starts.append(fresh("-c", "pass")[0])
-            wall, line = fresh("-c", PHASES, root, os.path.join(directory, f"out-{attempt}"), str(image_size))
+            starts.append(fresh_process("-c", "pass")[0])
+            wall, line = fresh_process("-c", PHASES, root, os.path.join(directory, f"out-{attempt}"), str(image_size))
             runs.append({**json.loads(line), "process_s": wall})
-            floors.append(float(fresh("-c", FLOOR, os.path.join(directory, f"floor-{attempt}", "lines"))[1]))
+            floors.append(float(fresh_process("-c", FLOOR, os.path.join(directory, f"floor-{attempt}", "lines"))[1]))
             output = os.path.join(directory, f"cli-{attempt}")
-            wholes.append(fresh("-m", "components.convert", "--source", root, "--output", output, "--image-size",
-                                str(image_size))[0])  # fmt: skip
+            wholes.append(fresh_process("-m", "components.convert", "--source", root, "--output", output,
+                                        "--image-size", str(image_size))[0])  # fmt: skip
         costs = stage_costs(root, image_size, samples=10)
     median = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
     return {

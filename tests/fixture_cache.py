@@ -84,6 +84,12 @@ def listing(folder: str) -> list[tuple[str, int, int]]:
     return sorted(found)
 
 
+def with_earlier(reached: set[str], after: tuple[str, ...]) -> set[str]:
+    """What making a fixture reached, with what making the fixtures ``after`` (made before it, from which it is made)
+    reached."""
+    return reached.union(*(_reached.get(earlier, set()) for earlier in after))
+
+
 def made_once(name: str, make: Callable[[str], Any], fresh_folder: Callable[[], str], after: tuple[str, ...] = (),
               reach: Callable[[], contextlib.AbstractContextManager[set[str]]] = mutmut_reach) -> Any:  # fmt: skip
     """The session fixture ``name``: ``make(folder)`` builds it in an empty ``folder`` and returns its value (paths in
@@ -94,7 +100,7 @@ def made_once(name: str, make: Callable[[str], Any], fresh_folder: Callable[[], 
     if mutant == "stats":  # mutmut's stats run: made as always, what it reaches kept for the tests that use it
         with reach() as reached:
             value = make(fresh_folder())
-        _reached[name] = reached.union(*(_reached.get(earlier, set()) for earlier in after))
+        _reached[name] = with_earlier(reached, after)
         return value
     if not cache or "__mutmut_" not in mutant or _made_fresh & set(after):
         _made_fresh.add(name)
@@ -113,9 +119,7 @@ def made_once(name: str, make: Callable[[str], Any], fresh_folder: Callable[[], 
             os.makedirs(folder)
             with reach() as reached:
                 value = make(folder)
-            for earlier in after:
-                reached |= _reached.get(earlier, set())
-            kept = {"value": value, "reached": reached, "files": listing(folder)}
+            kept = {"value": value, "reached": with_earlier(reached, after), "files": listing(folder)}
             with open(record + ".part", "wb") as handle:
                 pickle.dump(kept, handle)
             os.replace(record + ".part", record)

@@ -141,8 +141,18 @@ def report(codes: dict[str, int | None], groups: dict[str, list[str]]) -> dict:
     return {"groups": summary, "tried": tried, "killed": killed, "score": round(killed / max(tried, 1), 4)}
 
 
-# what mutmut's folder holds of its own: its copy of the sources, the tests and the files it copies, its stats
-MUTMUT_FILES = {"components", "pipeline", "tests", "pyproject.toml", "uv.lock", "pipeline.yaml", "mutmut-stats.json"}
+def mutmut_files() -> set[str]:
+    """What mutmut's folder holds of its own: its copy of the sources and of the files pyproject.toml's
+    ``[tool.mutmut]`` names, the tests, the files mutmut always copies, and its stats."""
+    import tomllib
+
+    with open(os.path.join(REPO_ROOT, "pyproject.toml"), "rb") as handle:
+        config = tomllib.load(handle)["tool"]["mutmut"]
+    named = {path.strip("/").split("/")[0] for path in [*config["source_paths"], *config.get("also_copy", [])]}
+    return named | {"tests", "pyproject.toml", "uv.lock", "mutmut-stats.json"}
+
+
+MUTMUT_FILES = mutmut_files()
 
 
 def remove_strays(folder: str) -> list[str]:

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from components.artifacts.evaluation import METRICS_FILE
+from components.artifacts.evaluation import METRICS_FILE, answered_counts
 from components.artifacts.examples import input_size, make_dataset
 from components.artifacts.model import HISTORY_FILE, MODEL_FILE, article, check_examples_match, load_model_config
 from components.cli import UsageError
@@ -402,8 +402,6 @@ def baseline_figures(baseline, config: EvaluateConfig, model_config: dict, y_tru
     )
     order = [baseline.class_names.index(name) for name in model_config["class_names"]]
     probabilities = probabilities[:, order]
-    from components.artifacts.evaluation import answered_counts
-
     answers = probabilities.argmax(axis=-1)
     judged = classification_metrics(y_true, answers, model_config["class_names"])
     return (
@@ -431,8 +429,6 @@ def prediction_mix(answered: dict[str, int], kept: dict | None, split: str, warn
     if kept is None:
         return row("skipped", detail="the model in service keeps no evaluation of its own (a version that the "
                    "register step keeps with its metrics.json does): nothing to compare its answers with")  # fmt: skip
-    from components.artifacts.evaluation import answered_counts
-
     before = answered_counts(kept)
     if sorted(before) != sorted(answered):
         return row("skipped", detail="the model in service's own evaluation was of other classes")
