@@ -437,15 +437,18 @@ def with_xmp(stored, fmt: str, packet: bytes) -> bytes:
     return encoded(stored, "JPEG", xmp=packet, quality=95)
 
 
-def assert_upright(content: bytes, upright: np.ndarray) -> None:
-    """Both decoders give ``upright``: each of its quadrants where it is."""
+def assert_upright(content: bytes, upright: np.ndarray, as_stored: tuple = (), serving=None) -> None:
+    """Both decoders give ``upright``: each of its quadrants where it is. The decoders named in ``as_stored`` keep
+    instead the picture as stored for orientation 6: turned back by numpy, it is upright. ``serving``: the serving
+    graph's decode traced (default: run eagerly)."""
     import tensorflow as tf
 
     from components.decoding import decode_rgb_image
     from components.imaging import decode_rgb
 
     for decoder, decoded in (("conversion", np.asarray(decode_rgb_image(content))),
-                             ("serving", decode_rgb(tf.constant(content)).numpy())):  # fmt: skip
+                             ("serving", (serving or decode_rgb)(tf.constant(content)).numpy())):  # fmt: skip
+        decoded = np.rot90(decoded, -1) if decoder in as_stored else decoded  # undoes STORED_FOR_UPRIGHT[6]
         assert decoded.shape == upright.shape, decoder
         for index, colour in enumerate(QUADRANTS):  # each quadrant's middle (JPEG blurs the edges between them)
             rows, columns = divmod(index, 2)
@@ -498,3 +501,147 @@ def test_an_xmp_packet_without_an_orientation_leaves_the_picture_as_it_is_stored
     content = with_xmp(Image.fromarray(upright), fmt, xmp_packet(None, False))
     assert b"xmp:CreatorTool" in content and b"tiff:Orientation" not in content and b"Exif" not in content
     assert_upright(content, upright)
+
+
+def jpeg_with_exif_after(before: bytes, after_quantisation: bool = False, orientation: int = 6, cut: int = 0) -> tuple:
+    """A JPEG of the quadrant picture stored for ``orientation``, its EXIF APP1 segment after the bytes ``before``
+    (where the APP0 ends, or past the first quantisation table's segment), its TIFF block's last ``cut`` bytes left
+    out; and the upright picture."""
+    from PIL import Image
+
+    upright = quadrant_picture()
+    jpeg = encoded(Image.fromarray(np.ascontiguousarray(STORED_FOR_UPRIGHT[orientation](upright))), "JPEG", quality=95)
+    at = jpeg.index(b"\xff\xdb") if after_quantisation else 4 + struct.unpack(">H", jpeg[4:6])[0]
+    if after_quantisation:  # past the whole DQT segment: its marker, then its length
+        at += 2 + struct.unpack(">H", jpeg[at + 2 : at + 4])[0]
+    payload = b"Exif\0\0" + exif_bytes(orientation)[: len(exif_bytes(orientation)) - cut]
+    app1 = b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
+    return jpeg[:at] + before + app1 + jpeg[at:], upright
+
+
+@pytest.mark.parametrize(
+    "before, after_quantisation",
+    [
+        (b"\xff\xff\xff", False),  # fill bytes: a marker may be preceded by any number of 0xFF
+        (b"\xff\xd0", False),  # RST0 and RST7, markers without a length (the first and last of the eight)
+        (b"\xff\xd7", False),
+        (b"\xff\xfe\x00\x02", False),  # an empty comment: a segment of length 2, its length field alone
+        (b"", True),  # the EXIF segment after the quantisation table, not before it: any order is allowed
+    ],
+    ids=["fill bytes", "RST0", "RST7", "empty segment", "after DQT"],
+)
+def test_the_jpeg_walk_steps_over_what_may_come_before_the_exif_segment(before, after_quantisation):
+    """The serving graph walks a JPEG's markers to its APP1 as libjpeg and Pillow do: fill bytes are one byte each,
+    RSTn markers have no length, a segment's length counts its own 2 bytes (so 2 is an empty segment), and the walk
+    ends at the scan (SOS), not at the first table."""
+    content, upright = jpeg_with_exif_after(before, after_quantisation=after_quantisation)
+    assert_upright(content, upright)
+
+
+def test_a_tem_marker_before_the_exif_segment_is_stepped_over_by_the_serving_graph():
+    """TEM (0xFF01) has no length either. libjpeg, which TensorFlow decodes with, steps over it; Pillow refuses the
+    file (so the conversion quarantines it), and the serving graph still reads its orientation as libjpeg would."""
+    import tensorflow as tf
+
+    from components.decoding import UnusableImageError, decode_rgb_image
+    from components.imaging import decode_rgb
+
+    content, upright = jpeg_with_exif_after(b"\xff\x01")
+    with pytest.raises(UnusableImageError, match="no known image format"):
+        decode_rgb_image(content)
+    served = decode_rgb(tf.constant(content)).numpy()
+    assert served.shape == upright.shape
+    for index, colour in enumerate(QUADRANTS):
+        rows, columns = divmod(index, 2)
+        assert np.abs(served[12 + rows * 24, 8 + columns * 16].astype(int) - colour).max() <= 12, index
+
+
+@pytest.mark.filterwarnings("ignore:Corrupt EXIF data")  # Pillow's word on the short block, which it still reads
+def test_an_exif_segment_cut_short_is_read_up_to_its_end_as_pillow_reads_it():
+    """The TIFF block is the APP1 segment's bytes, no more and no fewer. Without its last 4 bytes (the pointer to a
+    next directory, which many writers leave out), the orientation entry is whole: the picture is turned. One byte
+    shorter, the entry is cut: no orientation, the picture stays as stored, in Pillow and in the serving graph."""
+    content, upright = jpeg_with_exif_after(b"", cut=4)
+    assert_upright(content, upright)
+    content, upright = jpeg_with_exif_after(b"", cut=5)
+    assert_upright(content, upright, as_stored=("conversion", "serving"))
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_an_xmp_packet_that_begins_with_the_orientation_is_read_from_its_first_byte(fmt):
+    """The XMP reader searches the packet from its first byte, where Pillow searches it: a packet of the orientation
+    alone, with no XML around it, still turns the picture."""
+    from PIL import Image
+
+    upright = quadrant_picture()
+    stored = Image.fromarray(np.ascontiguousarray(STORED_FOR_UPRIGHT[6](upright)))
+    assert_upright(with_xmp(stored, fmt, b'tiff:Orientation="6"'), upright)
+
+
+@pytest.fixture(scope="module")
+def traced_decode():
+    """The serving graph's decode traced once, as the SavedModel runs it: a walk of thousands of steps takes seconds
+    eagerly."""
+    import tensorflow as tf
+
+    from components.imaging import decode_rgb
+
+    return tf.function(decode_rgb)
+
+
+def test_the_jpeg_walk_looks_for_the_orientation_in_the_first_512_segments(traced_decode):
+    """The serving graph walks at most 512 marker segments (``MAX_SEGMENTS``), so that a hostile file cannot keep it
+    long; Pillow walks them all. With the APP0 and 510 empty comments before it, the EXIF segment is the 512th: both
+    turn the picture. One comment more, and the serving graph keeps the picture as stored (a known limit)."""
+    empty_comment = b"\xff\xfe\x00\x02"
+    content, upright = jpeg_with_exif_after(empty_comment * 510)
+    assert_upright(content, upright, serving=traced_decode)
+    content, upright = jpeg_with_exif_after(empty_comment * 511)
+    assert_upright(content, upright, as_stored=("serving",), serving=traced_decode)
+
+
+def test_the_png_walk_looks_for_transparency_in_the_first_4096_chunks(traced_decode):
+    """The serving graph walks at most 4,096 chunks to a palette PNG's tRNS, so that a hostile file cannot keep it
+    long; Pillow reads them all. With IHDR, 4,093 empty chunks and the PLTE before it, the tRNS is the 4,096th: both
+    whiten the transparent index. One chunk more, and the serving graph shows that index's colour (a known limit)."""
+    import tensorflow as tf
+
+    from components.decoding import decode_rgb_image
+
+    indices = np.zeros((8, 8, 1), np.uint8)
+    indices[:4] = 1  # the top half index 1, transparent; the bottom half index 0, opaque blue
+    table = (b"PLTE", bytes([0, 0, 200, 10, 10, 10])), (b"tRNS", b"\xff\x00")
+    for before, top in ((4093, 255), (4094, 10)):
+        content = png_bytes(indices, 3, 8, chunks=((b"teSt", b""),) * before + table)  # ancillary, private
+        for decoder, decoded in (("conversion", np.asarray(decode_rgb_image(content))),
+                                 ("serving", traced_decode(tf.constant(content)).numpy())):  # fmt: skip
+            expected = 255 if decoder == "conversion" else top
+            assert (decoded[:4] == expected).all() and (decoded[4:] == (0, 0, 200)).all(), (before, decoder)
+
+
+def png_with_exif_after(empty_chunks: int = 0, cut: int = 0, orientation: int = 6) -> tuple[bytes, np.ndarray]:
+    """A PNG of the quadrant picture stored for ``orientation``, its eXIf chunk after ``empty_chunks`` empty chunks
+    (ancillary, private), the TIFF block's last ``cut`` bytes left out; and the upright picture."""
+    upright = quadrant_picture()
+    tiff = exif_bytes(orientation)
+    chunks = ((b"teSt", b""),) * empty_chunks + ((b"eXIf", tiff[: len(tiff) - cut]),)
+    return png_bytes(np.ascontiguousarray(STORED_FOR_UPRIGHT[orientation](upright)), 2, 8, chunks), upright
+
+
+@pytest.mark.filterwarnings("ignore:Corrupt EXIF data")
+def test_a_png_exif_chunk_cut_short_is_read_up_to_its_end_as_pillow_reads_it():
+    """As for a JPEG's APP1: the TIFF block is the eXIf chunk's data, not its CRC after it."""
+    content, upright = png_with_exif_after(cut=4)
+    assert_upright(content, upright)
+    content, upright = png_with_exif_after(cut=5)
+    assert_upright(content, upright, as_stored=("conversion", "serving"))
+
+
+def test_the_png_walk_looks_for_the_orientation_in_the_first_65536_chunks(traced_decode):
+    """The orientation walk goes on past the image data (an eXIf may follow thousands of IDAT chunks), up to 65,536
+    chunks (``MAX_CHUNKS``); Pillow reads them all. After IHDR and 65,534 empty chunks the eXIf is the 65,536th: both
+    turn the picture. One chunk more, and the serving graph keeps it as stored (a known limit)."""
+    content, upright = png_with_exif_after(empty_chunks=65_534)
+    assert_upright(content, upright, serving=traced_decode)
+    content, upright = png_with_exif_after(empty_chunks=65_535)
+    assert_upright(content, upright, as_stored=("serving",), serving=traced_decode)
