@@ -152,9 +152,20 @@ SLOW_FIXTURES = {"converted", "trained", "exported", "text_examples", "trained_t
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """Under mutmut's stats run: what setting up each fixture reaches is kept (tests/fixture_cache.py)."""
+    if os.environ.get("MUTANT_UNDER_TEST") != "stats":
+        return (yield)
+    from tests.fixture_cache import fixture_reach
+
+    with fixture_reach(fixturedef.argname):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
-    """Under mutmut's stats run: each test counts as reaching what the making of its session fixtures reached, not
-    only the first test to use one (tests/fixture_cache.py)."""
+    """Under mutmut's stats run: each test counts as reaching what setting up its fixtures reached, not only the
+    first test to use one (tests/fixture_cache.py)."""
     result = yield  # (its fixtures set up)
     if os.environ.get("MUTANT_UNDER_TEST") == "stats":
         from tests.fixture_cache import count_reach

@@ -9,8 +9,8 @@ with the mutant in it, as without the cache. ``tests/mutation.py`` points ``MUTA
 folder for each run; outside ``make mutants`` (no such folder, or no mutant under test) nothing is cached.
 
 In mutmut's own stats run, which maps each test to the functions it reaches, each test that uses a fixture counts
-as reaching what making it reached (mutmut alone counts that for the first test to use it), so that a mutant of the
-code a fixture runs runs every test that reads what the fixture made.
+as reaching what setting it up reached (mutmut alone counts that for the first test to use it), so that a mutant of
+the code a fixture runs runs every test that reads what the fixture made, or runs the graph it traced.
 
 A cached fixture's files stay at one path, since the values fixtures return name their folders (and the converted
 statistics name the source); a test that changed them (a file added, resized or touched) has them made again for the
@@ -53,6 +53,17 @@ def mutmut_reach() -> Iterator[set[str]]:
         reached.update(hits)
         hits.clear()
         hits.update(before | (reached if mutant == "stats" else set()))  # (in mutmut's stats run: its test's too)
+
+
+@contextlib.contextmanager
+def fixture_reach(name: str, reach: Callable[[], contextlib.AbstractContextManager[set[str]]] = mutmut_reach):
+    """In mutmut's stats run: what setting up the fixture ``name`` inside reaches, kept for ``count_reach``. Any
+    fixture, not only the cached ones: a module's serving graph is traced once, in its setup, and the tests that
+    then run the traced graph never call the Python functions it was traced from, so mutmut alone maps a mutant of
+    the serving decoder to the first of them."""
+    with reach() as reached:
+        yield
+    _reached[name] = _reached.get(name, set()) | reached
 
 
 def count_reach(fixtures, hits: set[str] | None = None) -> None:

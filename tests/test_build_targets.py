@@ -257,3 +257,25 @@ def test_make_mutants_clears_what_a_mutant_wrote_into_mutmuts_folder(tmp_path):
     assert remove_strays(str(tmp_path)) == ["fixture-cache", "gs:", "pixels", "stray.txt"]
     assert sorted(os.listdir(tmp_path)) == ["components", "mutmut-stats.json", "tests"]
     assert {"components", "tests", "mutmut-stats.json"} <= MUTMUT_FILES
+
+
+def test_in_mutmuts_stats_run_every_test_that_uses_a_traced_fixture_reaches_what_tracing_reached(tmp_path):
+    # a module's fixture traces the serving graph once; the tests that then run the traced graph call no Python
+    # function of it, so mutmut alone would map a mutant of the decoder to the first of them only
+    (tmp_path / "mutmut").mkdir()
+    (tmp_path / "mutmut" / "__init__.py").write_text("")
+    (tmp_path / "mutmut" / "state.py").write_text(  # a stand-in for mutmut's record of the running test's reach
+        "class _State:\n    _stats = set()\n\n\ndef state():\n    return _State\n"
+    )
+    (tmp_path / "test_traced.py").write_text(
+        "import pytest\nfrom mutmut.state import state\n\n\n"
+        "@pytest.fixture(scope='module')\ndef traced():\n    state()._stats.add('m.x_decode')  # the tracing\n\n\n"
+        "def test_first(traced):\n    assert 'm.x_decode' in state()._stats\n"
+        "    state()._stats.clear()  # as mutmut clears its record between tests\n\n\n"
+        "def test_second(traced):\n    assert 'm.x_decode' in state()._stats\n"
+    )
+    environment = {**os.environ, "MUTANT_UNDER_TEST": "stats", "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO_ROOT}"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=",
+               "-p", "tests.conftest", "test_traced.py"]  # fmt: skip
+    result = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True)
+    assert result.returncode == 0 and "2 passed" in result.stdout, result.stdout + result.stderr

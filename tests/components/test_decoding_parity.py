@@ -190,6 +190,8 @@ def corpus() -> dict[str, bytes]:
         "png palette, one transparent index": encoded(rgb.quantize(64), "PNG", transparency=3),
         "png palette, alpha per entry": encoded(rgb.quantize(16), "PNG", transparency=bytes(range(0, 256, 16))),
         "png 16-bit grey": png_bytes((ramp.astype(np.uint32) * 257 + 91)[..., None].clip(0, 65535), 0, 16),
+        # every value once: each rounding edge of the scaling to 8 bits (v * 255 / 65535 near a half)
+        "png 16-bit grey, every value": png_bytes(np.arange(65536, dtype=np.uint32).reshape(256, 256, 1), 0, 16),
         "png 16-bit rgb": png_bytes(pixels.astype(np.uint32) * 257 + 129, 2, 16),
         "png 16-bit rgba": png_bytes(np.dstack([pixels, ramp]).astype(np.uint32) * 257 + 77, 6, 16),
         "png 16-bit grey + alpha": png_bytes(np.dstack([pixels[..., 1], ramp]).astype(np.uint32) * 257, 4, 16),
@@ -266,6 +268,8 @@ def serving_decode():
     from components.imaging import serving_decoder
 
     decoders = {size: serving_decoder(size) for size in SIZES}
+    for decoder in decoders.values():  # traced here, in the fixture's setup (make mutants maps each test using it)
+        decoder.get_concrete_function()
     return {size: (lambda content, size=size: decoders[size]([content])[0]) for size in SIZES}
 
 
@@ -586,7 +590,9 @@ def traced_decode():
 
     from components.imaging import decode_rgb
 
-    return tf.function(decode_rgb)
+    traced = tf.function(decode_rgb)
+    traced.get_concrete_function(tf.TensorSpec([], tf.string))  # traced here, as serving_decode is
+    return traced
 
 
 def test_the_jpeg_walk_looks_for_the_orientation_in_the_first_512_segments(traced_decode):
@@ -645,3 +651,20 @@ def test_the_png_walk_looks_for_the_orientation_in_the_first_65536_chunks(traced
     assert_upright(content, upright, serving=traced_decode)
     content, upright = png_with_exif_after(empty_chunks=65_535)
     assert_upright(content, upright, as_stored=("serving",), serving=traced_decode)
+
+
+@pytest.mark.parametrize("width, height", [(12, 40), (40, 12)])
+def test_a_jpeg_asked_for_at_least_one_pixel_is_drafted_at_an_eighth(width, height):
+    """At its smallest ask the draft rule reduces by 8 whenever the shorter side allows it (12 // 8 >= 1): both
+    decoders give ceil(side / 8) pixels a side, the same pixels."""
+    import tensorflow as tf
+    from PIL import Image
+
+    from components.decoding import decode_rgb_image
+    from components.imaging import decode_rgb
+
+    content = encoded(Image.fromarray(photo(width, height)), "JPEG", quality=90)
+    converted = np.asarray(decode_rgb_image(content, at_least=1))
+    served = decode_rgb(tf.constant(content), 1).numpy()
+    assert converted.shape == served.shape == (-(-height // 8), -(-width // 8), 3)
+    np.testing.assert_array_equal(served, converted)
