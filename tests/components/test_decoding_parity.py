@@ -680,3 +680,17 @@ def test_a_jpeg_asked_for_at_least_one_pixel_is_drafted_at_an_eighth(width, heig
     served = decode_rgb(tf.constant(content), 1).numpy()
     assert converted.shape == served.shape == (-(-height // 8), -(-width // 8), 3)
     np.testing.assert_array_equal(served, converted)
+
+
+@pytest.mark.parametrize("big_endian", [False, True], ids=["II", "MM"])
+def test_an_exif_directory_far_into_a_large_block_is_found(big_endian):
+    """A PNG's eXIf chunk has no 64 KB cap as a JPEG segment has: with its first directory 66,051 bytes in (offset
+    0x010203, three significant bytes), each byte of the offset must weigh right, in either byte order."""
+    order = ">" if big_endian else "<"
+    offset = 0x010203
+    directory = struct.pack(order + "H", 1) + struct.pack(order + "HHIHH", 0x0112, 3, 1, 6, 0) + b"\0" * 4
+    tiff = (b"MM" if big_endian else b"II") + struct.pack(order + "HI", 42, offset)
+    tiff += b"\0" * (offset - len(tiff)) + directory
+    upright = quadrant_picture()
+    stored = np.ascontiguousarray(STORED_FOR_UPRIGHT[6](upright))
+    assert_upright(png_bytes(stored, 2, 8, chunks=((b"eXIf", tiff),)), upright)
