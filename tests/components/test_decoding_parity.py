@@ -262,6 +262,10 @@ def corpus() -> dict[str, bytes]:
             encoded(upright, "JPEG"), exif_bytes(orientation)
         )
         cases[f"png exif orientation {orientation}"] = encoded(upright, "PNG", exif=exif.tobytes())
+    # as a camera writes it: the orientation the third entry of its directory, after the make and model
+    camera = Image.Exif()
+    camera[0x010F], camera[0x0110], camera[0x0112] = "Phone maker", "Phone model 12", 6
+    cases["jpeg exif orientation 6 after the make and model"] = encoded(upright, "JPEG", exif=camera.tobytes())
     # a block with neither byte-order mark, or whose directory lies past its end, is no orientation in either decoder
     cases["jpeg exif orientation 6, byte-order mark IM"] = with_app1(
         encoded(upright, "JPEG"), b"IM" + exif_bytes(6, big_endian=True)[2:]
