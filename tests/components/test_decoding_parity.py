@@ -162,6 +162,18 @@ def gif_comment_after_control(rgb) -> bytes:
     return without[: control + 8] + comment_block + without[control + 8 :]
 
 
+def xmp_packet(orientation: int | None, element: bool) -> bytes:
+    """An XMP packet with the orientation as cameras and editors write it: as an attribute or as an element; with
+    ``None``, a packet that says nothing of it (an editor's name only)."""
+    value = (f"><tiff:Orientation>{orientation}</tiff:Orientation></rdf:Description>" if element
+             else f' tiff:Orientation="{orientation}"/>')  # fmt: skip
+    if orientation is None:
+        value = ' xmlns:xmp="http://ns.adobe.com/xap/1.0/" xmp:CreatorTool="Adobe Photoshop 25.0"/>'
+    rdf, tiff = "http://www.w3.org/1999/02/22-rdf-syntax-ns#", "http://ns.adobe.com/tiff/1.0/"
+    return (f'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="{rdf}">'
+            f'<rdf:Description xmlns:tiff="{tiff}"{value}</rdf:RDF></x:xmpmeta>').encode()  # fmt: skip
+
+
 def long_text():
     from PIL import PngImagePlugin
 
@@ -266,6 +278,12 @@ def corpus() -> dict[str, bytes]:
     camera = Image.Exif()
     camera[0x010F], camera[0x0110], camera[0x0112] = "Phone maker", "Phone model 12", 6
     cases["jpeg exif orientation 6 after the make and model"] = encoded(upright, "JPEG", exif=camera.tobytes())
+    # an EXIF directory without the orientation: Pillow takes XMP's; a short first entry is no orientation
+    del camera[0x0112]
+    camera[0x0100] = 3  # the width, a SHORT of 3, first in the directory
+    cases["jpeg exif without orientation, xmp orientation 6"] = encoded(
+        upright, "JPEG", exif=camera.tobytes(), xmp=xmp_packet(6, element=False)
+    )
     # a block with neither byte-order mark, or whose directory lies past its end, is no orientation in either decoder
     cases["jpeg exif orientation 6, byte-order mark IM"] = with_app1(
         encoded(upright, "JPEG"), b"IM" + exif_bytes(6, big_endian=True)[2:]
@@ -434,18 +452,6 @@ def test_the_serving_graphs_pixels_have_a_static_shape():
     traced = serving_decoder(24).get_concrete_function()
     assert traced.structured_outputs.shape.as_list() == [None, 24, 24, 3]
     assert traced.structured_outputs.dtype == tf.uint8
-
-
-def xmp_packet(orientation: int | None, element: bool) -> bytes:
-    """An XMP packet with the orientation as cameras and editors write it: as an attribute or as an element; with
-    ``None``, a packet that says nothing of it (an editor's name only)."""
-    value = (f"><tiff:Orientation>{orientation}</tiff:Orientation></rdf:Description>" if element
-             else f' tiff:Orientation="{orientation}"/>')  # fmt: skip
-    if orientation is None:
-        value = ' xmlns:xmp="http://ns.adobe.com/xap/1.0/" xmp:CreatorTool="Adobe Photoshop 25.0"/>'
-    rdf, tiff = "http://www.w3.org/1999/02/22-rdf-syntax-ns#", "http://ns.adobe.com/tiff/1.0/"
-    return (f'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="{rdf}">'
-            f'<rdf:Description xmlns:tiff="{tiff}"{value}</rdf:RDF></x:xmpmeta>').encode()  # fmt: skip
 
 
 def with_xmp(stored, fmt: str, packet: bytes) -> bytes:
