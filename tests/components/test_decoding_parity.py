@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 SIZES = (32, 192)
-# Pillow's word on the broken EXIF blocks below, which it reads as far as they go
-pytestmark = pytest.mark.filterwarnings("ignore:Corrupt EXIF data")
+# Pillow's words on the broken or unusual EXIF blocks below, which it reads as far as they go
+pytestmark = [pytest.mark.filterwarnings("ignore:Corrupt EXIF data"),
+              pytest.mark.filterwarnings("ignore:Metadata Warning, tag 274 had too many entries")]  # fmt: skip
 
 
 def blocks(side: int = 480, block: int = 80) -> np.ndarray:
@@ -57,11 +58,17 @@ def png_bytes(pixels: np.ndarray, color_type: int, depth: int, chunks: tuple = (
     )
 
 
-def exif_bytes(orientation: int, big_endian: bool = False) -> bytes:
-    """A TIFF block with IFD0 holding one tag: the orientation (SHORT)."""
+def exif_bytes(orientation: int, big_endian: bool = False, kind: int = 3, count: int = 1) -> bytes:
+    """A TIFF block with IFD0 holding one tag: the orientation, of TIFF type ``kind`` (SHORT 3, LONG 4, SSHORT 8,
+    SLONG 9), ``count`` values in the entry (the first the orientation, a second one 1)."""
     order = ">" if big_endian else "<"
     head = (b"MM" if big_endian else b"II") + struct.pack(order + "HI", 42, 8)
-    return head + struct.pack(order + "H", 1) + struct.pack(order + "HHIHH", 0x0112, 3, 1, orientation, 0) + b"\0" * 4
+    if kind in (3, 8):  # two 16-bit values fit the entry's 4 bytes
+        values = struct.pack(order + "HH", orientation, 1 if count > 1 else 0)
+    else:
+        values = struct.pack(order + "I", orientation)
+    entry = struct.pack(order + "HHI", 0x0112, kind, count) + values
+    return head + struct.pack(order + "H", 1) + entry + b"\0" * 4
 
 
 def with_app1(jpeg: bytes, tiff: bytes) -> bytes:
@@ -274,6 +281,10 @@ def corpus() -> dict[str, bytes]:
             encoded(upright, "JPEG"), exif_bytes(orientation)
         )
         cases[f"png exif orientation {orientation}"] = encoded(upright, "PNG", exif=exif.tobytes())
+    # the orientation as each integer type Pillow turns by (SHORT the usual one), and two SHORTs (the first counts)
+    for kind, name in ((4, "LONG"), (8, "SSHORT"), (9, "SLONG")):
+        cases[f"jpeg exif orientation 6 as a {name}"] = with_app1(encoded(upright, "JPEG"), exif_bytes(6, kind=kind))
+    cases["jpeg exif orientation 6, two SHORTs"] = with_app1(encoded(upright, "JPEG"), exif_bytes(6, count=2))
     # as a camera writes it: the orientation the third entry of its directory, after the make and model
     camera = Image.Exif()
     camera[0x010F], camera[0x0110], camera[0x0112] = "Phone maker", "Phone model 12", 6
