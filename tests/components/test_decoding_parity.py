@@ -60,15 +60,16 @@ def png_bytes(pixels: np.ndarray, color_type: int, depth: int, chunks: tuple = (
 
 def exif_bytes(orientation: int, big_endian: bool = False, kind: int = 3, count: int = 1) -> bytes:
     """A TIFF block with IFD0 holding one tag: the orientation, of TIFF type ``kind`` (SHORT 3, LONG 4, SSHORT 8,
-    SLONG 9), ``count`` values in the entry (the first the orientation, a second one 1)."""
+    SLONG 9), ``count`` values (the first the orientation, the others 1): in the entry where they fit its 4 bytes,
+    otherwise after the directory, at the offset the entry gives."""
     order = ">" if big_endian else "<"
     head = (b"MM" if big_endian else b"II") + struct.pack(order + "HI", 42, 8)
-    if kind in (3, 8):  # two 16-bit values fit the entry's 4 bytes
-        values = struct.pack(order + "HH", orientation, 1 if count > 1 else 0)
-    else:
-        values = struct.pack(order + "I", orientation)
-    entry = struct.pack(order + "HHI", 0x0112, kind, count) + values
-    return head + struct.pack(order + "H", 1) + entry + b"\0" * 4
+    values = struct.pack(order + ("H" if kind in (3, 8) else "I") * count, orientation, *[1] * (count - 1))
+    after = b""
+    if len(values) > 4:  # after the header, the count, the entry and the next directory's offset
+        values, after = struct.pack(order + "I", 8 + 2 + 12 + 4), values
+    entry = struct.pack(order + "HHI", 0x0112, kind, count) + values.ljust(4, b"\0")
+    return head + struct.pack(order + "H", 1) + entry + b"\0" * 4 + after
 
 
 def with_app1(jpeg: bytes, tiff: bytes) -> bytes:
@@ -285,6 +286,9 @@ def corpus() -> dict[str, bytes]:
     for kind, name in ((4, "LONG"), (8, "SSHORT"), (9, "SLONG")):
         cases[f"jpeg exif orientation 6 as a {name}"] = with_app1(encoded(upright, "JPEG"), exif_bytes(6, kind=kind))
     cases["jpeg exif orientation 6, two SHORTs"] = with_app1(encoded(upright, "JPEG"), exif_bytes(6, count=2))
+    cases["jpeg exif orientation 6, three SHORTs, after the directory"] = with_app1(
+        encoded(upright, "JPEG"), exif_bytes(6, count=3)
+    )
     # as a camera writes it: the orientation the third entry of its directory, after the make and model
     camera = Image.Exif()
     camera[0x010F], camera[0x0110], camera[0x0112] = "Phone maker", "Phone model 12", 6
