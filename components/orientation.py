@@ -81,17 +81,19 @@ def _tiff_orientation(data, length, start, end):
     where = ifd + 2 + 12 * first
     kind = u16(where + 2)
     number = u32(where + 4)
-    # Pillow keeps the first value when there are several; only integer types give Pillow an int that
-    # exif_transpose acts on: SHORT (3) / SSHORT (8) / LONG (4) / SLONG (9); inline when the values fit in 4 bytes
-    # (BYTE gives bytes and ASCII a str there, so no transform)
+    # Pillow keeps the first value when there are several; the values sit in the entry when they fit its 4 bytes,
+    # otherwise at the offset it gives. Pillow skips, as if absent (so XMP may say), a tag of no value, of a type it
+    # does not know, or whose values run past the block. The serving graph turns by SHORT (3), LONG (4), SSHORT (8)
+    # and SLONG (9), what cameras write; a tag of another type is present but no orientation here (0: no XMP)
+    sizes = tf.constant([0, 1, 1, 2, 4, 8, 1, 1, 2, 4, 8, 4, 8, 4, 0, 0, 8, 0], tf.int64)  # a value's bytes, by type
+    unit = tf.gather(sizes, tf.minimum(kind, 17))
+    total = number * unit
+    at_value = tf.where(total <= 4, where + 8, u32(where + 8))
+    read = tf.logical_and(tf.logical_and(unit > 0, number >= 1), at_value + total <= n)
     short = tf.logical_or(tf.equal(kind, 3), tf.equal(kind, 8))
     long = tf.logical_or(tf.equal(kind, 4), tf.equal(kind, 9))
-    width = tf.where(short, tf.constant(2, tf.int64), tf.constant(4, tf.int64))
-    at_value = tf.where(number * width <= 4, where + 8, u32(where + 8))
     value = tf.where(short, u16(at_value), u32(at_value))
-    usable = tf.logical_and(tf.logical_or(short, long), tf.logical_and(number >= 1, at_value + width <= n))
-    # a present tag that is unusable: 0 (present, so no XMP fallback; no transform)
-    return tf.cast(tf.where(found, tf.where(usable, value, 0), -1), tf.int32)
+    return tf.cast(tf.where(tf.logical_and(found, read), tf.where(short | long, value, 0), -1), tf.int32)
 
 
 def _xmp_orientation(data, length, start, end):

@@ -16,6 +16,7 @@ import pytest
 SIZES = (32, 192)
 # Pillow's words on the broken or unusual EXIF blocks below, which it reads as far as they go
 pytestmark = [pytest.mark.filterwarnings("ignore:Corrupt EXIF data"),
+              pytest.mark.filterwarnings("ignore:Truncated File Read"),
               pytest.mark.filterwarnings("ignore:Metadata Warning, tag 274 had too many entries")]  # fmt: skip
 
 
@@ -289,6 +290,18 @@ def corpus() -> dict[str, bytes]:
     cases["jpeg exif orientation 6, three SHORTs, after the directory"] = with_app1(
         encoded(upright, "JPEG"), exif_bytes(6, count=3)
     )
+    # tags Pillow skips as if absent, so that it takes XMP's orientation (8 here): values that run past the block, no
+    # value, a type it does not know; and one it keeps, so that XMP is not read: a text "6", which turns nothing
+    skipped_or_kept = {
+        "three SHORTs after the directory, cut short": exif_bytes(6, count=3)[:-4],
+        "no value": exif_bytes(6)[:14] + struct.pack("<I", 0) + exif_bytes(6)[18:],
+        "of type 14": exif_bytes(6)[:12] + struct.pack("<H", 14) + exif_bytes(6)[14:],
+        "the text 6": exif_bytes(6)[:12] + struct.pack("<HI", 2, 2) + b"6\0\0\0" + exif_bytes(6)[22:],
+    }
+    for name, tiff in skipped_or_kept.items():
+        cases[f"jpeg exif orientation {name}, xmp orientation 8"] = encoded(
+            upright, "JPEG", exif=b"Exif\0\0" + tiff, xmp=xmp_packet(8, element=False)
+        )
     # as a camera writes it: the orientation the third entry of its directory, after the make and model
     camera = Image.Exif()
     camera[0x010F], camera[0x0110], camera[0x0112] = "Phone maker", "Phone model 12", 6
