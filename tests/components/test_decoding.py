@@ -289,3 +289,20 @@ def test_32_bit_grey_past_sixteen_bits_is_clipped_never_wrapped():
     assert np.asarray(to_rgb(wide))[0, :, 0].tolist() == [0, 0, 1, 255]
     barely = Image.frombytes("I", (2, 1), np.array([[0, 256]], dtype="<i4").tobytes())
     assert np.asarray(to_rgb(barely))[0, :, 0].tolist() == [0, 1]
+
+
+def test_the_conversion_decodes_a_large_jpeg_at_the_smallest_scale_that_keeps_twice_its_size(monkeypatch):
+    """1600x1536 to 192: twice 192 is 384, so the JPEG is reduced by 4 in the DCT domain (400x384), not by 8 (under
+    384) nor only by 2 (a slower decode for the same square)."""
+    import components.imaging
+    from components.decoding import conversion_square
+
+    seen = []
+    resize = components.imaging.fill_square_pillow
+    monkeypatch.setattr(
+        components.imaging, "fill_square_pillow", lambda image, size: seen.append(image.size) or resize(image, size)
+    )
+    rng = np.random.default_rng(0)
+    content = encoded(Image.fromarray(rng.integers(0, 255, (1536, 1600, 3), dtype=np.uint8)), "JPEG")
+    assert conversion_square(content, 192).size == (192, 192)
+    assert seen == [(400, 384)]
