@@ -312,6 +312,10 @@ def corpus() -> dict[str, bytes]:
     cases["jpeg exif without orientation, xmp orientation 6"] = encoded(
         upright, "JPEG", exif=camera.tobytes(), xmp=xmp_packet(6, element=False)
     )
+    # bytes after a PNG's IEND are not the PNG: an eXIf there turns nothing in either decoder
+    tiff = exif_bytes(6)
+    after_end = struct.pack(">I", len(tiff)) + b"eXIf" + tiff + struct.pack(">I", zlib.crc32(b"eXIf" + tiff))
+    cases["png, an exif orientation 6 after its IEND"] = encoded(upright, "PNG") + after_end
     # a block with neither byte-order mark, or whose directory lies past its end, is no orientation in either decoder
     cases["jpeg exif orientation 6, byte-order mark IM"] = with_app1(
         encoded(upright, "JPEG"), b"IM" + exif_bytes(6, big_endian=True)[2:]
