@@ -73,6 +73,22 @@ def exif_bytes(orientation: int, big_endian: bool = False, kind: int = 3, count:
     return head + struct.pack(order + "H", 1) + entry + b"\0" * 4 + after
 
 
+# bytes a value takes, by TIFF type (the TIFF 6.0 specification, and BigTIFF's LONG8, which Pillow reads too)
+TIFF_SIZES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2, 9: 4, 10: 8, 11: 4, 12: 8, 13: 4, 16: 8}
+
+
+def exif_of_type(kind: int) -> bytes:
+    """A little-endian TIFF block whose orientation tag is of TIFF type ``kind``, with values that turn nothing: as
+    many as fill the entry's 4 bytes, each byte 0xFF (read as an offset, it points past the block); one value of 8
+    bytes, zero, at the block's very end; for a type Pillow does not know, one value of 0xFF bytes."""
+    size = TIFF_SIZES.get(kind, 4)
+    count = max(1, 4 // size)
+    head = b"II" + struct.pack("<HI", 42, 8) + struct.pack("<H", 1)
+    if size > 4:  # after the header, the count, the entry and the next directory's offset
+        return head + struct.pack("<HHII", 0x0112, kind, count, 26) + b"\0" * 4 + b"\0" * size
+    return head + struct.pack("<HHI", 0x0112, kind, count) + b"\xff" * 4 + b"\0" * 4
+
+
 def with_app1(jpeg: bytes, tiff: bytes) -> bytes:
     """The JPEG with an EXIF APP1 segment after its APP0 (JFIF), where cameras and phones put it."""
     app0_end = 4 + struct.unpack(">H", jpeg[4:6])[0]
@@ -287,6 +303,7 @@ def corpus() -> dict[str, bytes]:
     for kind, name in ((4, "LONG"), (8, "SSHORT"), (9, "SLONG")):
         cases[f"jpeg exif orientation 6 as a {name}"] = with_app1(encoded(upright, "JPEG"), exif_bytes(6, kind=kind))
     cases["jpeg exif orientation 6, two SHORTs"] = with_app1(encoded(upright, "JPEG"), exif_bytes(6, count=2))
+    cases["jpeg exif orientation 6, two SSHORTs"] = with_app1(encoded(upright, "JPEG"), exif_bytes(6, 0, 8, 2))
     cases["jpeg exif orientation 6, three SHORTs, after the directory"] = with_app1(
         encoded(upright, "JPEG"), exif_bytes(6, count=3)
     )
@@ -295,9 +312,11 @@ def corpus() -> dict[str, bytes]:
     skipped_or_kept = {
         "three SHORTs after the directory, cut short": exif_bytes(6, count=3)[:-4],
         "no value": exif_bytes(6)[:14] + struct.pack("<I", 0) + exif_bytes(6)[18:],
-        "of type 14": exif_bytes(6)[:12] + struct.pack("<H", 14) + exif_bytes(6)[14:],
         "the text 6": exif_bytes(6)[:12] + struct.pack("<HI", 2, 2) + b"6\0\0\0" + exif_bytes(6)[22:],
     }
+    # every type but the four the serving graph turns by: Pillow keeps a tag of a type it knows (its value turns
+    # nothing here), and skips one of a type it does not (0, 14, 15, 17)
+    skipped_or_kept.update({f"of type {kind}": exif_of_type(kind) for kind in range(18) if kind not in (3, 4, 8, 9)})
     for name, tiff in skipped_or_kept.items():
         cases[f"jpeg exif orientation {name}, xmp orientation 8"] = encoded(
             upright, "JPEG", exif=b"Exif\0\0" + tiff, xmp=xmp_packet(8, element=False)
