@@ -315,8 +315,11 @@ def corpus() -> dict[str, bytes]:
         "the text 6": exif_bytes(6)[:12] + struct.pack("<HI", 2, 2) + b"6\0\0\0" + exif_bytes(6)[22:],
     }
     # every type but the four the serving graph turns by: Pillow keeps a tag of a type it knows (its value turns
-    # nothing here), and skips one of a type it does not (0, 14, 15, 17)
-    skipped_or_kept.update({f"of type {kind}": exif_of_type(kind) for kind in range(18) if kind not in (3, 4, 8, 9)})
+    # nothing here), and skips one of a type it does not (0, 14, 15, 17 and up)
+    kinds = [kind for kind in (*range(19), 255) if kind not in (3, 4, 8, 9)]
+    skipped_or_kept.update({f"of type {kind}": exif_of_type(kind) for kind in kinds})
+    # five BYTEs do not fit the entry: they are at its offset, here past the block, and Pillow skips the tag
+    skipped_or_kept["five BYTEs past the block"] = exif_of_type(1)[:14] + struct.pack("<I", 5) + exif_of_type(1)[18:]
     for name, tiff in skipped_or_kept.items():
         cases[f"jpeg exif orientation {name}, xmp orientation 8"] = encoded(
             upright, "JPEG", exif=b"Exif\0\0" + tiff, xmp=xmp_packet(8, element=False)
