@@ -68,9 +68,10 @@ def fixture_reach(name: str, reach: Callable[[], contextlib.AbstractContextManag
 
 def count_reach(fixtures, hits: set[str] | None = None) -> None:
     """In mutmut's stats run, which maps each test to the mutated functions it reaches (``hits``: mutmut's record for
-    the running test): counts for the running test what the making of its session ``fixtures`` reached. mutmut itself
-    counts it for the first test that uses one only, since a session fixture is made once: a mutant of export's
-    conversion, which the ``exported`` fixture runs, would run one of the tests that read the exported files."""
+    the running test): counts for the running test what setting up its ``fixtures`` reached. mutmut itself
+    counts it for the first test that uses one only, since a module's or a session's fixture is set up once: a
+    mutant of export's conversion, which the ``exported`` fixture runs, would run one of the tests that read the
+    exported files."""
     if hits is None:
         from mutmut.state import state
 
