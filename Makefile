@@ -75,7 +75,8 @@ test-heavy: setup ## the heavy tests: the simulated year of scheduled retraining
 	$(VENV)/bin/python -m pytest -m heavy
 
 # mutation testing, outside make test and CI (tests/mutation.py; mutmut from the lock's `mutants` group): GROUPS=a,b
-# runs only those groups; ONLY=untried goes on with what a stopped run left, ONLY=survivors tries the survivors again
+# runs only those groups; ONLY=untried goes on with what a stopped run left and tries the code changed since,
+# ONLY=survivors tries the survivors again
 GROUPS ?=
 ONLY ?= all
 mutants: setup ## mutation testing of the code whose wrong answer is silent: the score of each group, the survivors

@@ -7,16 +7,18 @@ killed by a test since or explained there.
 
     make mutants                          # every mutant of every group, tried again
     make mutants GROUPS=tokenizing         # one group (comma-separated names)
-    make mutants ONLY=untried              # only those a stopped run left untried
+    make mutants ONLY=untried              # those a stopped run left untried, and those of code changed since
     make mutants ONLY=survivors            # only those not killed last time (after adding tests)
 
 mutmut tries again every mutant it is named, so ``untried`` and ``survivors`` name the mutants themselves, from the
-last run's results; a mutant of code changed since then is only tried by a whole run.
+last run's results; ``untried`` also names every mutant of a function changed since (or new), whose results are of
+the code before.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import fnmatch
 import glob
 import json
@@ -107,16 +109,63 @@ def is_killed(code: int | None) -> bool:
     return code == KILLED or (code is not None and code < 0 and code != TIMEOUT)
 
 
-def to_try(groups: dict[str, list[str]], only: str, codes: dict[str, int | None]) -> list[str]:
+def to_try(groups: dict[str, list[str]], only: str, codes: dict[str, int | None], changed: set[str] = frozenset()
+           ) -> list[str]:  # fmt: skip
     """What to name to mutmut: the groups' patterns (``all``: every mutant, tried again), or the mutants themselves
-    that the last run left untried or did not kill."""
+    that the last run left untried or did not kill. ``untried`` also names every mutant of the functions ``changed``
+    since the last run (``changed_functions``): their results are of the code before."""
     if only == "all":
         return [pattern for patterns in groups.values() for pattern in patterns]
+    stale = {function for function in changed if any(in_group(f"{function}__mutmut_1", patterns)
+                                                     for patterns in groups.values())}  # fmt: skip
     wanted = (
         (lambda code: code is None) if only == "untried" else (lambda code: code is not None and not is_killed(code))
     )
-    return sorted(name for name, code in codes.items()
-                  if wanted(code) and any(in_group(name, patterns) for patterns in groups.values()))  # fmt: skip
+    names = {name for name, code in codes.items()
+             if wanted(code) and any(in_group(name, patterns) for patterns in groups.values())}  # fmt: skip
+    if only == "untried":
+        names = {name for name in names if name.rpartition("__mutmut_")[0] not in stale}
+        names |= {f"{function}__mutmut_*" for function in stale}
+    return sorted(names)
+
+
+def functions_of(tree: ast.Module, suffix: str = "") -> dict[str, ast.FunctionDef]:
+    """The functions of a module, and its classes' methods, by mutmut's mangled name less the module's: ``x_f`` and
+    ``xǁClassǁmethod``; with ``suffix``, only those whose name ends so (mutmut's ``__mutmut_orig``), without it."""
+    found = {}
+    for node in tree.body:
+        methods = [(f"xǁ{node.name}ǁ", item) for item in node.body] if isinstance(node, ast.ClassDef) else []
+        for prefix, item in [("x_", node), *methods]:
+            if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name.endswith(suffix):
+                found[item.name.removesuffix(suffix) if suffix else prefix + item.name] = item
+    return found
+
+
+def changed_functions(root: str = REPO_ROOT) -> set[str]:
+    """The functions (mutmut's mangled names, ``module.x_f``) whose source differs from the original that mutmut's
+    folder keeps from its last run, or that it does not hold at all (new since): their mutants' results are stale.
+    A function mutmut holds as it is (one it does not mutate) is left out."""
+    import tomllib
+
+    with open(os.path.join(root, "pyproject.toml"), "rb") as handle:
+        paths = tomllib.load(handle)["tool"]["mutmut"]["only_mutate"]
+
+    def source(node: ast.FunctionDef) -> list[str]:
+        return [ast.dump(node.args), *map(ast.dump, node.body)]
+
+    changed = set()
+    for path in paths:
+        kept = os.path.join(root, "mutants", path)
+        if not os.path.exists(kept):
+            continue
+        with open(os.path.join(root, path)) as now, open(kept) as before:
+            current, held = ast.parse(now.read()), ast.parse(before.read())
+        original, unmutated = functions_of(held, "__mutmut_orig"), functions_of(held)
+        module = path.removesuffix(".py").replace("/", ".")
+        for name, node in functions_of(current).items():
+            if (name in original and source(node) != source(original[name])) or name not in unmutated:
+                changed.add(f"{module}.{name}")
+    return changed
 
 
 def report(codes: dict[str, int | None], groups: dict[str, list[str]]) -> dict:
@@ -179,7 +228,7 @@ def main() -> None:
         raise SystemExit(2)
     groups = {name: GROUPS[name] for name in wanted} if wanted else GROUPS
     if not args.report_only:
-        names = to_try(groups, args.only, results())
+        names = to_try(groups, args.only, results(), changed_functions())
         if names:
             mutmut = os.path.join(os.path.dirname(sys.executable), "mutmut")
             restricted = {pattern: GROUP_TESTS[group] for group in groups if group in GROUP_TESTS

@@ -121,6 +121,8 @@ def test_make_mutants_names_what_a_stopped_run_left_or_what_survived_and_scores_
              "m.x_f__mutmut_5": -11, "m.x_g__mutmut_1": 0, "m.x_g__mutmut_2": None, "m.x_h__mutmut_1": 0}  # fmt: skip
     assert to_try(groups, "all", codes) == ["m.x_f__mutmut_*", "m.x_g__mutmut_*"]
     assert to_try(groups, "untried", codes) == ["m.x_f__mutmut_3", "m.x_g__mutmut_2"]
+    # a function changed since the last run: every mutant of it, those tried before too (their results are stale)
+    assert to_try(groups, "untried", codes, {"m.x_f", "m.x_h"}) == ["m.x_f__mutmut_*", "m.x_g__mutmut_2"]
     # a timeout is not a kill; a crash (another signal) is
     assert to_try(groups, "survivors", codes) == ["m.x_f__mutmut_2", "m.x_f__mutmut_4", "m.x_g__mutmut_1"]
     summary = report(codes, groups)
@@ -279,3 +281,25 @@ def test_in_mutmuts_stats_run_every_test_that_uses_a_traced_fixture_reaches_what
                "-p", "tests.conftest", "test_traced.py"]  # fmt: skip
     result = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True)
     assert result.returncode == 0 and "2 passed" in result.stdout, result.stdout + result.stderr
+
+
+def test_make_mutants_finds_the_functions_changed_since_mutmuts_last_run(tmp_path):
+    # mutmut keeps each mutated function's original in its folder (x_f__mutmut_orig) beside a trampoline of the
+    # function's own name, and a function it does not mutate as it is
+    from tests.mutation import changed_functions
+
+    (tmp_path / "pyproject.toml").write_text('[tool.mutmut]\nonly_mutate = ["pkg/m.py"]\n')
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "mutants" / "pkg").mkdir(parents=True)
+    (tmp_path / "pkg" / "m.py").write_text(
+        "def f(a):\n    return a + 1\n\n\ndef g(a):\n    return a * 3\n\n\ndef h():\n    return 0\n\n\n"
+        "def k():\n    return 1\n\n\nclass C:\n    def run(self):\n        return 2\n"
+    )
+    (tmp_path / "mutants" / "pkg" / "m.py").write_text(
+        "def f(a):\n    return trampoline()\n\n\ndef x_f__mutmut_orig(a):\n    return a + 1\n\n\n"
+        "def g(a):\n    return trampoline()\n\n\ndef x_g__mutmut_orig(a):\n    return a * 2\n\n\n"
+        "def k():\n    return 1\n\n\nclass C:\n    def run(self):\n        return trampoline()\n\n"
+        "    def xǁCǁrun__mutmut_orig(self):\n        return 2\n"
+    )
+    # g's body changed; h is new; f, k (not mutated) and C.run are as mutmut holds them
+    assert changed_functions(str(tmp_path)) == {"pkg.m.x_g", "pkg.m.x_h"}
