@@ -407,6 +407,11 @@ def test_a_threshold_can_be_set_and_an_unknown_one_is_refused():
         UsageError, match=r"^data threshold class_mix_blok is not one of class_mix_warn, class_mix_block, "
     ):
         CheckDataConfig(examples_dir="e", output_dir="o", thresholds={"class_mix_blok": 0.1})
+    # 0 or more: 0 is a threshold (nothing may move), a negative number or a word is refused in one line
+    CheckDataConfig(examples_dir="e", output_dir="o", thresholds={"class_mix_warn": 0})
+    for value in (-0.1, "high"):
+        with pytest.raises(UsageError, match=rf"^data threshold class_mix_warn={value} must be a number of 0 or more$"):
+            CheckDataConfig(examples_dir="e", output_dir="o", thresholds={"class_mix_warn": value})
 
 
 # each check's severity, as the data checks' issue set them: what a verdict at its worst does to the run
@@ -686,9 +691,11 @@ def test_the_report_logs_each_check_that_did_not_pass_and_the_outcome(caplog):
               {"check": "class mix", "verdict": "warn", "split": "train", "detail": "class ant 25.0% -> 45.0%"},
               {"check": "class mix", "verdict": "skipped", "split": "test", "detail": "10 examples on one side"},
               {"check": "examples", "verdict": "block", "detail": "100 examples against the baseline's 600"},
-              {"check": "brightness", "verdict": "warn", "detail": "Jensen-Shannon divergence"}]  # fmt: skip
+              {"check": "brightness", "verdict": "warn", "detail": "Jensen-Shannon divergence"},
+              {"check": "leakage across splits", "verdict": "block", "detail": "3 test images in train"}]  # fmt: skip
     accepted = {"baseline_note": "a note", "checks": checks, "blocked": False, "accepted_data_change": True,
-                "blocking": ["examples: 100 examples against the baseline's 600"]}  # fmt: skip
+                "blocking": ["examples: 100 examples against the baseline's 600",
+                             "leakage across splits: 3 test images in train"]}  # fmt: skip
     caplog.set_level("INFO", logger="components.check_data.core")
     report(accepted)
     assert [record.getMessage() for record in caplog.records] == [
@@ -697,8 +704,9 @@ def test_the_report_logs_each_check_that_did_not_pass_and_the_outcome(caplog):
         "check data: skipped class mix (test): 10 examples on one side",
         "check data: block, accepted examples: 100 examples against the baseline's 600",
         "check data: warn brightness: Jensen-Shannon divergence",
-        "check data: 1 pass, 2 warn, 1 block, 1 skipped; blocking checks accepted (--accept-data-change): examples: "
-        "100 examples against the baseline's 600",
+        "check data: block, accepted leakage across splits: 3 test images in train",
+        "check data: 1 pass, 2 warn, 2 block, 1 skipped; blocking checks accepted (--accept-data-change): examples: "
+        "100 examples against the baseline's 600; leakage across splits: 3 test images in train",
     ]  # fmt: skip
     caplog.clear()
     report({**accepted, "baseline_note": "", "blocked": True, "accepted_data_change": False})  # (the error says why)
@@ -706,7 +714,7 @@ def test_the_report_logs_each_check_that_did_not_pass_and_the_outcome(caplog):
         "check data: warn class mix (train): class ant 25.0% -> 45.0%",
         "check data: skipped class mix (test): 10 examples on one side",
         "check data: warn brightness: Jensen-Shannon divergence",
-        "check data: 1 pass, 2 warn, 1 block, 1 skipped",
+        "check data: 1 pass, 2 warn, 2 block, 1 skipped",
     ]  # fmt: skip
 
 
@@ -740,6 +748,34 @@ def test_a_registered_version_is_found_from_its_saved_model_folder_and_an_older_
     (tmp_path / "2" / "saved_model").mkdir(parents=True)  # registered before the data checks
     found, folder, note = load_baseline(str(tmp_path / "2" / "saved_model"))
     assert found is None and "holds no data_stats.json (an export step's output, or a model registered before" in note
+
+
+def test_a_baseline_is_read_where_it_is_typed_and_one_that_is_not_there_is_one_line(tmp_path, converted, gcs):
+    from components.check_data.core import load_baseline
+    from tests.conftest import BUCKET
+
+    first = "the first version, with no baseline: nothing to compare with; its own leakage is reported, never blocking"
+    assert load_baseline("") == (None, "", first)
+    statistics, keys = version(BALANCED)
+    kept = tmp_path / "check-dataX"  # typed with a trailing slash; only the slash goes
+    data_statistics.write(str(kept), statistics, keys)
+    found, folder, note = load_baseline(f"{kept}/")
+    assert (found[0], folder, note) == (statistics, str(kept), "")
+    examples_dir, _ = converted  # a convert output: its statistics computed here, no note
+    found, folder, note = load_baseline(f"{examples_dir}/")
+    assert found is not None and (folder, note) == (examples_dir, "")
+    missing = tmp_path / "nowhere"
+    with pytest.raises(UsageError) as raised:
+        load_baseline(str(missing))
+    assert str(raised.value) == (f"--baseline {missing} does not exist: pass the check-data output, the examples or "
+                                 "the registered model of the model in service")  # fmt: skip
+    # a folder without statistics, here or on Cloud Storage (where a folder is no object): no baseline, and why
+    (tmp_path / "export").mkdir()
+    for bare in (str(tmp_path / "export"), f"gs://{BUCKET}/export"):
+        assert load_baseline(bare) == (None, "", (
+            f"the baseline {bare} holds no data_stats.json (an export step's output, or a model registered before the "
+            "data checks: a registered version keeps them): nothing to compare with; the new data's own leakage is "
+            "reported, never blocking"))  # fmt: skip
 
 
 def test_the_statistics_read_the_bytes_features_tensorflow_reads_without_importing_it():
@@ -945,16 +981,20 @@ def test_computing_statistics_imports_neither_tensorflow_nor_beam(converted):
 def test_many_held_out_examples_are_compared_through_an_even_sample(monkeypatch):
     import components.check_data.core as core
 
-    monkeypatch.setattr(core, "MAX_COMPARED", 50)
-    new, keys = version(BALANCED)  # 200 held-out examples, 50 of them compared
-    keys["train"][:100] = keys["validation"]  # the first 100 of the 200: 25 of the 50 evenly spread
+    monkeypatch.setattr(core, "MAX_COMPARED", 40)
+    new, keys = version(BALANCED)  # 200 held-out examples, 40 of them compared
+    keys["train"][:100] = keys["validation"]  # the first 100 of the 200: 20 of the 40 evenly spread
     rows, _ = outcome((new, keys), version(BALANCED))
     leak = next(found for found in rows if found["check"] == "leakage across splits")
     assert (
         leak["detail"]
-        == "25 of 50 validation and test examples (an even sample of their 200) have a near-copy in train"
+        == "20 of 40 validation and test examples (an even sample of their 200) have a near-copy in train"
     )
     assert leak["value"] == 0.5
+    # nothing held out: nothing leaks, of nothing
+    empty = keys["test"][:0]
+    limits = core.threshold_values({})
+    assert core.leakage_share({"validation": empty, "test": empty}, keys["train"], limits, False) == (0.0, 0, 0)
 
 
 def test_texts_are_checked_under_the_served_models_vocabulary(text_examples, tmp_path):
