@@ -991,6 +991,12 @@ def test_many_held_out_examples_are_compared_through_an_even_sample(monkeypatch)
         == "20 of 40 validation and test examples (an even sample of their 200) have a near-copy in train"
     )
     assert leak["value"] == 0.5
+    # the sample takes the first and the last held-out example: copies of those two alone are 2 of the 40
+    new, keys = version(BALANCED)
+    keys["train"][0], keys["train"][1] = keys["validation"][0], keys["test"][-1]
+    rows, _ = outcome((new, keys), version(BALANCED))
+    leak = next(found for found in rows if found["check"] == "leakage across splits")
+    assert leak["detail"].startswith("2 of 40 validation and test examples")
     # nothing held out: nothing leaks, of nothing
     empty = keys["test"][:0]
     limits = core.threshold_values({})
