@@ -389,6 +389,7 @@ def test_without_a_baseline_blocking_rows_are_only_warnings():
     assert [(found["check"], found["verdict"], found["severity"]) for found in rows] == [
         ("leakage across splits", "warn", "warn")
     ]
+    assert rows[0]["thresholds"] == {"warn": 0.0, "block": 0.05}  # any leak warns; no baseline raises the warning
     result = verdict_of(rows, has_baseline=False, accepted=False)
     assert not result["blocked"] and result["warnings"][0].startswith("leakage across splits:")
 
