@@ -109,6 +109,14 @@ def is_killed(code: int | None) -> bool:
     return code == KILLED or (code is not None and code < 0 and code != TIMEOUT)
 
 
+def mutmut_config(root: str) -> dict:
+    """pyproject.toml's ``[tool.mutmut]`` under ``root``."""
+    import tomllib
+
+    with open(os.path.join(root, "pyproject.toml"), "rb") as handle:
+        return tomllib.load(handle)["tool"]["mutmut"]
+
+
 def to_try(groups: dict[str, list[str]], only: str, codes: dict[str, int | None], changed: set[str] = frozenset()
            ) -> list[str]:  # fmt: skip
     """What to name to mutmut: the groups' patterns (``all``: every mutant, tried again), or the mutants themselves
@@ -145,10 +153,7 @@ def changed_functions(root: str = REPO_ROOT) -> set[str]:
     """The functions (mutmut's mangled names, ``module.x_f``) whose source differs from the original that mutmut's
     folder keeps from its last run, or that it does not hold at all (new since): their mutants' results are stale.
     A function mutmut holds as it is (one it does not mutate) is left out."""
-    import tomllib
-
-    with open(os.path.join(root, "pyproject.toml"), "rb") as handle:
-        paths = tomllib.load(handle)["tool"]["mutmut"]["only_mutate"]
+    paths = mutmut_config(root)["only_mutate"]
 
     def source(node: ast.FunctionDef) -> list[str]:
         return [ast.dump(node.args), *map(ast.dump, node.body)]
@@ -193,10 +198,7 @@ def report(codes: dict[str, int | None], groups: dict[str, list[str]]) -> dict:
 def mutmut_files() -> set[str]:
     """What mutmut's folder holds of its own: its copy of the sources and of the files pyproject.toml's
     ``[tool.mutmut]`` names, the tests, the files mutmut always copies, and its stats."""
-    import tomllib
-
-    with open(os.path.join(REPO_ROOT, "pyproject.toml"), "rb") as handle:
-        config = tomllib.load(handle)["tool"]["mutmut"]
+    config = mutmut_config(REPO_ROOT)
     named = {path.strip("/").split("/")[0] for path in [*config["source_paths"], *config.get("also_copy", [])]}
     return named | {"tests", "pyproject.toml", "uv.lock", "mutmut-stats.json"}
 

@@ -42,20 +42,25 @@ def encoded(image, fmt: str, **options) -> bytes:
     return buffer.getvalue()
 
 
+def png_chunk(kind: bytes, data: bytes) -> bytes:
+    """A PNG chunk: its length, its type, its data and their CRC."""
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
 def png_bytes(pixels: np.ndarray, color_type: int, depth: int, chunks: tuple = ()) -> bytes:
     """A PNG written by hand (Pillow writes no 16-bit colour): ``pixels`` [H, W, C] of the colour type's channels."""
     height, width = pixels.shape[:2]
     dtype = ">u2" if depth == 16 else "u1"
     rows = pixels.astype(dtype).reshape(height, -1)
     raw = b"".join(b"\0" + row.tobytes() for row in rows)
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
     header = struct.pack(">IIBBBBB", width, height, depth, color_type, 0, 0, 0)
-    extra = b"".join(chunk(kind, data) for kind, data in chunks)
+    extra = b"".join(png_chunk(kind, data) for kind, data in chunks)
     return (
-        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + extra + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+        b"\x89PNG\r\n\x1a\n"
+        + png_chunk(b"IHDR", header)
+        + extra
+        + png_chunk(b"IDAT", zlib.compress(raw))
+        + png_chunk(b"IEND", b"")
     )
 
 
@@ -89,11 +94,12 @@ def exif_of_type(kind: int) -> bytes:
     return head + struct.pack("<HHI", 0x0112, kind, count) + b"\xff" * 4 + b"\0" * 4
 
 
-def with_app1(jpeg: bytes, tiff: bytes) -> bytes:
-    """The JPEG with an EXIF APP1 segment after its APP0 (JFIF), where cameras and phones put it."""
-    app0_end = 4 + struct.unpack(">H", jpeg[4:6])[0]
+def with_app1(jpeg: bytes, tiff: bytes, at: int | None = None, before: bytes = b"") -> bytes:
+    """The JPEG with an EXIF APP1 segment holding ``tiff`` after its APP0 (JFIF), where cameras and phones put it
+    (or at byte ``at``), after the bytes ``before``."""
+    at = 4 + struct.unpack(">H", jpeg[4:6])[0] if at is None else at
     payload = b"Exif\0\0" + tiff
-    return jpeg[:app0_end] + b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload + jpeg[app0_end:]
+    return jpeg[:at] + before + b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload + jpeg[at:]
 
 
 def bmp_bgra(pixels: np.ndarray) -> bytes:
@@ -336,8 +342,7 @@ def corpus() -> dict[str, bytes]:
     )
     # bytes after a PNG's IEND are not the PNG: an eXIf there turns nothing in either decoder
     tiff = exif_bytes(6)
-    after_end = struct.pack(">I", len(tiff)) + b"eXIf" + tiff + struct.pack(">I", zlib.crc32(b"eXIf" + tiff))
-    cases["png, an exif orientation 6 after its IEND"] = encoded(upright, "PNG") + after_end
+    cases["png, an exif orientation 6 after its IEND"] = encoded(upright, "PNG") + png_chunk(b"eXIf", tiff)
     # a block with neither byte-order mark, or whose directory lies past its end, is no orientation in either decoder
     cases["jpeg exif orientation 6, byte-order mark IM"] = with_app1(
         encoded(upright, "JPEG"), b"IM" + exif_bytes(6, big_endian=True)[2:]
@@ -541,9 +546,6 @@ def assert_upright(content: bytes, upright: np.ndarray, as_stored: tuple = (), s
 def test_a_pngs_orientation_after_a_long_text_chunk_shows_the_picture_upright():
     """The serving graph walks a PNG's chunks by their lengths to its eXIf: a 70 KB text chunk before it (an
     editor's history, a prompt) has a length of three significant bytes, each of which must weigh right."""
-    import struct
-    import zlib
-
     from PIL import Image
 
     upright = quadrant_picture()
@@ -552,9 +554,8 @@ def test_a_pngs_orientation_after_a_long_text_chunk_shows_the_picture_upright():
     content = encoded(Image.fromarray(np.ascontiguousarray(STORED_FOR_UPRIGHT[6](upright))), "PNG",
                       exif=exif.tobytes())  # fmt: skip
     text = b"history\0" + bytes(range(32, 127)) * 750  # 71,258 bytes: 0x01 0x16 0x5A in its length
-    chunk = struct.pack(">I", len(text)) + b"tEXt" + text + struct.pack(">I", zlib.crc32(b"tEXt" + text))
     ihdr_end = 8 + 8 + 13 + 4  # the signature, then IHDR: its length and type, 13 bytes, its CRC
-    content = content[:ihdr_end] + chunk + content[ihdr_end:]
+    content = content[:ihdr_end] + png_chunk(b"tEXt", text) + content[ihdr_end:]
     assert content.index(b"tEXt") < content.index(b"eXIf") and len(text) >> 16 and len(text) >> 8 & 0xFF
     assert_upright(content, upright)
 
@@ -593,12 +594,12 @@ def jpeg_with_exif_after(before: bytes, after_quantisation: bool = False, orient
 
     upright = quadrant_picture()
     jpeg = encoded(Image.fromarray(np.ascontiguousarray(STORED_FOR_UPRIGHT[orientation](upright))), "JPEG", quality=95)
-    at = jpeg.index(b"\xff\xdb") if after_quantisation else 4 + struct.unpack(">H", jpeg[4:6])[0]
+    at = None
     if after_quantisation:  # past the whole DQT segment: its marker, then its length
+        at = jpeg.index(b"\xff\xdb")
         at += 2 + struct.unpack(">H", jpeg[at + 2 : at + 4])[0]
-    payload = b"Exif\0\0" + exif_bytes(orientation)[: len(exif_bytes(orientation)) - cut]
-    app1 = b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
-    return jpeg[:at] + before + app1 + jpeg[at:], upright
+    tiff = exif_bytes(orientation)
+    return with_app1(jpeg, tiff[: len(tiff) - cut], at, before), upright
 
 
 @pytest.mark.parametrize(
