@@ -304,8 +304,7 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
     text = new["modality"] == "text"
     floor = 0.0
     if base is not None:  # (capped: a leaky baseline raises the warning up to the block level, never the block)
-        floor = min(2 * leakage_share(base_keys, base_keys.get("train", np.zeros(0)), limits, text)[0],
-                    limits["leakage_block"])  # fmt: skip
+        floor = min(2 * leakage_share(base_keys, base_keys["train"], limits, text)[0], limits["leakage_block"])
     warn, block = max(limits["leakage_warn"], floor), limits["leakage_block"]
     thresholds = {"warn": round(warn, 4), "block": round(block, 4)}
     held_out = new["counts"]["validation"] + new["counts"]["test"]
@@ -314,13 +313,13 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
         return f" (an even sample of their {held_out})" if compared < held_out else ""
 
     rows = []
-    share, found, total = leakage_share(new_keys, new_keys.get("train", np.zeros(0)), limits, text)
+    share, found, total = leakage_share(new_keys, new_keys["train"], limits, text)
     rows.append(row("leakage across splits", graded(share, warn, block), "block", value=round(share, 4),
                     thresholds=thresholds,
                     detail=f"{found} of {total} validation and test examples{sampled(total)} have a near-copy in "
                            "train"))  # fmt: skip
     if base is not None:
-        share, found, total = leakage_share(new_keys, base_keys.get("train", np.zeros(0)), limits, text)
+        share, found, total = leakage_share(new_keys, base_keys["train"], limits, text)
         detail = f"{found} of {total} validation and test examples{sampled(total)} have a near-copy in the baseline's"
         rows.append(row("leakage across versions", graded(share, warn, block), "block", value=round(share, 4),
                         thresholds=thresholds, detail=f"{detail} train split"))  # fmt: skip
