@@ -122,7 +122,7 @@ def threshold_values(overrides: dict) -> dict[str, float]:
     return {name: overrides.get(name, default) for name, (default, _) in THRESHOLDS.items()}
 
 
-def row(check: str, verdict: str, severity: str, value=None, thresholds: dict | None = None, detail: str = "",
+def row(check: str, verdict: str, severity: str, *, detail: str, value=None, thresholds: dict | None = None,
         split: str = "") -> dict:  # fmt: skip
     """One line of ``data_checks.json``."""
     found = {"check": check, "verdict": verdict, "severity": severity, "value": value,
@@ -250,14 +250,11 @@ def check_quarantine(new: dict, base: dict, limits: dict) -> dict:
 FLAT_SIMILARITY = 0.95
 
 
-def near_copies(held_out: np.ndarray, train: np.ndarray, similarity: float, text: bool,
-                levels: float = 0.0) -> int:  # fmt: skip
+def near_copies(held_out: np.ndarray, train: np.ndarray, similarity: float, text: bool, levels: float) -> int:
     """How many of ``held_out``'s examples have a near-copy in ``train``: images whose thumbnails correlate at least
     at ``similarity``, or (pictures of little contrast, whose correlation JPEG noise lowers most) at least at
     ``FLAT_SIMILARITY`` with a root-mean-square difference of at most ``levels`` grey levels; texts by the hash of
     their standardised text."""
-    if not len(held_out) or not len(train):
-        return 0
     if text:
         return int(np.isin(held_out, train).sum())
     unit = data_statistics.unit_thumbnails

@@ -223,11 +223,12 @@ def test_a_copy_is_found_through_noise_and_a_different_picture_is_not():
     copies = np.clip(originals + rng.normal(0, 2, originals.shape), 0, 255).astype(np.uint8)  # re-encoding's noise
     from components.check_data.core import near_copies
 
-    assert near_copies(copies, originals, LIMITS["near_duplicate_similarity"], text=False) == 20
+    similarity, levels = LIMITS["near_duplicate_similarity"], LIMITS["near_duplicate_levels"]
+    assert near_copies(copies, originals, similarity, text=False, levels=levels) == 20
     others = np.clip(smooth + rng.normal(0, 40, (20, SIDE)), 0, 255).astype(np.uint8)
-    assert near_copies(others, originals, LIMITS["near_duplicate_similarity"], text=False) == 0
+    assert near_copies(others, originals, similarity, text=False, levels=levels) == 0
     flat = np.full((1, SIDE), 7, np.uint8)  # a flat picture has no shape to compare: never a copy
-    assert near_copies(flat, flat, LIMITS["near_duplicate_similarity"], text=False) == 0
+    assert near_copies(flat, flat, similarity, text=False, levels=levels) == 0
 
 
 def low_contrast_pair(extra: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -1170,3 +1171,25 @@ def test_both_leakage_rows_say_their_share_thresholds_and_counts_to_four_places(
          "thresholds": thresholds,
          "detail": "1 of 201 validation and test examples have a near-copy in the baseline's train split"},
     ]  # fmt: skip
+
+
+def test_a_version_of_the_other_modality_blocks_with_nothing_else_compared():
+    base, base_keys = version(BALANCED)
+    new, keys = version(BALANCED, first_id=10_000)
+    new = {**new, "modality": "text"}  # texts where the model in service learned images
+    rows, result = outcome((new, keys), (base, base_keys))
+    assert rows[1:] == [{"check": "modality", "verdict": "block", "severity": "block", "value": None,
+                         "thresholds": {}, "detail": "image -> text"}]  # fmt: skip
+    assert [found["check"] for found in rows] == ["label set", "modality"] and result["blocked"]
+
+
+def test_without_a_baseline_a_version_that_does_not_leak_passes():
+    new, keys = version(BALANCED)
+    assert [(found["verdict"], found["severity"]) for found in compare(new, keys, None, None, LIMITS)] == [
+        ("pass", "block")
+    ]
+    from components.check_data.core import near_copies
+
+    # nothing to compare with: no copy, texts or images
+    for text in (False, True):
+        assert near_copies(keys["test"], keys["train"][:0], 0.5, text=text, levels=3.0) == 0
