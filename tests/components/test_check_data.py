@@ -1193,3 +1193,51 @@ def test_without_a_baseline_a_version_that_does_not_leak_passes():
     # nothing to compare with: no copy, texts or images
     for text in (False, True):
         assert near_copies(keys["test"], keys["train"][:0], 0.5, text=text, levels=3.0) == 0
+
+
+def test_the_quarantine_is_counted_by_the_kind_of_each_reason_here_and_on_gcs(tmp_path, gcs):
+    from components.schema import QUARANTINE_FILE
+    from tests.conftest import BUCKET
+
+    records = [{"path": "a.jpg", "reason": "missing file"},
+               {"path": "b.jpg", "reason": "not an image: cannot identify image file"},
+               {"path": "c.png", "reason": "too large: 90000000 pixels"},
+               {"path": "d.png", "reason": "not an image: truncated"}]  # fmt: skip
+    content = "".join(json.dumps(record) + "\n" for record in records) + "\n"  # (a last empty line)
+    expected = [("missing file", 1), ("not an image", 2), ("too large", 1)]  # by hand, in the order of the words
+    local = tmp_path / "examples"
+    local.mkdir()
+    (local / QUARANTINE_FILE).write_text(content)
+    assert list(data_statistics.quarantine_reasons(f"{local}/").items()) == expected
+    gcs.blob(f"quarantineX/{QUARANTINE_FILE}").upload_from_string(content)
+    assert list(data_statistics.quarantine_reasons(f"gs://{BUCKET}/quarantineX/").items()) == expected
+    assert data_statistics.quarantine_reasons(str(tmp_path)) == {}  # no quarantine: nothing counted
+
+
+def test_near_copies_are_counted_over_every_block_of_held_out_examples_and_texts_by_their_hash():
+    from components.check_data.core import near_copies
+
+    rng = np.random.default_rng(5)
+    held_out = rng.integers(0, 256, (600, SIDE), dtype=np.uint8)  # noise: no two alike
+    train = held_out[[0, 255, 256, 599]]  # the first and last of the first block, the first of the second, the last
+    assert near_copies(held_out, train, LIMITS["near_duplicate_similarity"], text=False, levels=0.0) == 4
+    # texts: a held-out text whose hash is in train is a copy
+    assert near_copies(np.array([11, 12, 13]), np.array([12, 13, 14, 15]), 1.0, text=True, levels=0.0) == 2
+
+
+def test_a_pair_exactly_at_either_similarity_is_a_copy(monkeypatch):
+    import components.check_data.core as core
+
+    # grey 119 and 121 in a pattern: less their mean, every pixel is -1 or +1, at unit length -1/16 or +1/16 exactly;
+    # the copy swaps 4 pixels (two each way), so they correlate at (256 - 2 * 4) / 256 = 0.96875 exactly, and differ
+    # by a root-mean-square of sqrt(4 * 2**2 / 256) = 0.25 levels
+    picture = np.where(np.arange(SIDE) % 2 == 0, 121, 119).astype(np.uint8)
+    copy = picture.copy()
+    copy[:4] = picture[[1, 0, 3, 2]]
+    picture, copy = picture[None], copy[None]
+    assert core.near_copies(copy, picture, 0.96875, text=False, levels=0.0) == 1
+    # under the similarity, found by the small difference where the correlation reaches the flat pictures' level
+    assert core.near_copies(copy, picture, 0.99, text=False, levels=1.0) == 1
+    assert core.near_copies(copy, picture, 0.99, text=False, levels=0.0) == 0
+    monkeypatch.setattr(core, "FLAT_SIMILARITY", 0.96875)
+    assert core.near_copies(copy, picture, 0.99, text=False, levels=1.0) == 1
