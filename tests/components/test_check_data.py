@@ -1241,3 +1241,36 @@ def test_a_pair_exactly_at_either_similarity_is_a_copy(monkeypatch):
     assert core.near_copies(copy, picture, 0.99, text=False, levels=0.0) == 0
     monkeypatch.setattr(core, "FLAT_SIMILARITY", 0.96875)
     assert core.near_copies(copy, picture, 0.99, text=False, levels=1.0) == 1
+
+
+def test_the_statistics_say_which_conversion_they_describe_and_count_each_split(tmp_path, converted):
+    from components.check_data.statistics import compute
+    from components.convert.text import TextConvertConfig, run_text
+    from components.schema import STATS_FILE
+    from tests.conftest import IN_MEMORY
+
+    lines = [{"text": f"review number {i} was {('bad', 'good')[i % 2]}", "label": ("neg", "pos")[i % 2]}
+             for i in range(20)]  # fmt: skip
+    lines += [lines[3], lines[4], {"label": "pos"}]  # two copies, kept once, and a row without a text
+    source = tmp_path / "texts.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    examples = tmp_path / "examples"
+    run_text(TextConvertConfig(source=str(source), output_dir=str(examples), vocabulary_size=100,
+                               sequence_length=8, max_bad_fraction=0.1, pipeline_args=IN_MEMORY))  # fmt: skip
+    written = json.loads((examples / STATS_FILE).read_text())
+    statistics, keys = compute(str(examples))
+    assert (statistics["num_examples"], statistics["quarantined"], statistics["duplicates"]) == (20, 1, 2)
+    assert statistics["source"] == str(source) and statistics["class_names"] == ["neg", "pos"]
+    assert statistics["fingerprint"] == written["fingerprint"] and len(statistics["fingerprint"]) >= 16
+    assert statistics["counts"] == written["counts"] and sum(statistics["counts"].values()) == 20
+    # a conversion from before these fields: none of them, read as nothing
+    for name in ("duplicates", "fingerprint", "source"):
+        del written[name]
+    (examples / STATS_FILE).write_text(json.dumps(written))
+    older, _ = compute(str(examples))
+    assert (older["duplicates"], older["fingerprint"], older["source"]) == (0, "", "")
+    # images: every split's examples are in its histograms and its near-copy keys
+    examples_dir, stats = converted
+    statistics, keys = compute(examples_dir)
+    for split, count in stats["counts"].items():
+        assert sum(statistics["image"][split]["brightness"]) == count == len(keys[split]) > 0, split
