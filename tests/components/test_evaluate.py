@@ -372,7 +372,6 @@ def test_a_baseline_with_the_same_classes_in_another_order_is_compared_class_by_
     import shutil
 
     import keras
-    import numpy as np
 
     from components.artifacts.model import MODEL_CONFIG_FILE, MODEL_FILE
 
@@ -392,7 +391,6 @@ def test_a_baseline_with_the_same_classes_in_another_order_is_compared_class_by_
     blessing = metrics["blessing"]
     assert blessing["baseline_comparable"] is True
     assert blessing["baseline_accuracy"] == pytest.approx(metrics["accuracy"])
-    assert np.isclose(metrics["accuracy"], blessing["baseline_accuracy"])
 
 
 @pytest.mark.parametrize("change", ["reordered", "renamed", "resized"])
