@@ -29,11 +29,11 @@ def read_bytes(data, length, pos, n):
     return tf.cast(tf.io.decode_raw(piece, tf.uint8), tf.int32)
 
 
-def _be16(b, i=0):
+def _be16(b, i):
     return b[i] * 256 + b[i + 1]
 
 
-def _be32(b, i=0):
+def _be32(b, i):
     import tensorflow as tf
 
     return (
