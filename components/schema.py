@@ -80,13 +80,26 @@ class RecordError(ValueError):
     """A record or file that does not hold the codelab schema."""
 
 
+def masked_crc(crc: int) -> int:
+    """TFRecord's masked form of a CRC-32C (what each record stores beside its length and its data)."""
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def record_bytes(data: bytes, crc: int) -> bytes:
+    """One TFRecord record of ``data``, whose CRC-32C is ``crc``: its length, the length's CRC, the data, its CRC."""
+    import google_crc32c
+
+    length = struct.pack("<Q", len(data))
+    head = struct.pack("<I", masked_crc(google_crc32c.value(length)))
+    return length + head + data + struct.pack("<I", masked_crc(crc))
+
+
 def read_records(handle):
     """The records of a TFRecord file, checking both CRCs of each (as TensorFlow's reader does)."""
     import google_crc32c
 
     def masked(data: bytes) -> int:
-        crc = google_crc32c.value(data)
-        return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+        return masked_crc(google_crc32c.value(data))
 
     while True:
         header = handle.read(12)

@@ -23,6 +23,7 @@ from components.schema import (
     SHARD_SUFFIX,
     SMALL_CLASS_EXAMPLES,
     SPLITS,
+    record_bytes,
     small_classes,
 )
 from components.storage import write_atomically
@@ -140,6 +141,19 @@ def marked_if_it_fails(output_dir: str):
         raise
 
 
+def duplicates_of(copies: Sequence[tuple[str, int]]) -> list[dict]:
+    """Of byte-identical copies, (path, class index) each, in path order: the duplicates records of all but the first,
+    which is kept, flagged when their folder says another class."""
+    kept_path, kept_class = copies[0]
+    records = []
+    for path, class_index in copies[1:]:
+        record = {"path": path, "duplicate_of": kept_path}
+        if class_index != kept_class:
+            record["label_conflict"] = True
+        records.append(record)
+    return records
+
+
 class KeepFirstCopy(beam.DoFn):
     """Byte-identical images are kept once (the first path in order), so that no image is in two splits or twice
     in one; the others are listed as duplicates, with a flag when their folder says another class. The kept example
@@ -151,32 +165,141 @@ class KeepFirstCopy(beam.DoFn):
     def process(self, element):
         digest, copies = element
         copies = sorted(copies, key=lambda copy: copy[0])
-        kept_path, kept_class, source_split, example = copies[0]
-        for path, class_index, _, _ in copies[1:]:
-            record = {"path": path, "duplicate_of": kept_path}
-            if class_index != kept_class:
-                record["label_conflict"] = True
+        for record in duplicates_of([(path, class_index) for path, class_index, _, _ in copies]):
             yield beam.pvalue.TaggedOutput(DUPLICATE_TAG, record)
+        _, kept_class, source_split, example = copies[0]
         split = source_split or split_for_digest(digest, *self._fractions)
         yield beam.pvalue.TaggedOutput(split, (kept_class, example))
 
 
-def count_key(element, split: str):
-    class_index, _ = element
-    return (split, class_index)
+def shard_path(output_dir: str, split: str, shard: int, num_shards: int) -> str:
+    """``<dir>/<split>/<split>-SSSSS-of-NNNNN.tfrec``, the names Beam's own TFRecord writer gives."""
+    return f"{output_dir}/{split}/{split}-{shard:05d}-of-{num_shards:05d}{SHARD_SUFFIX}"
+
+
+def shard_key(element, split: str, num_shards: int):
+    """(class index, serialized example) -> ((split, shard), (CRC-32C, class index, example)). The shard comes from
+    the example's CRC-32C, which its record stores anyway: every rerun writes an example to the same shard."""
+    import google_crc32c
+
+    class_index, example = element
+    crc = google_crc32c.value(example)
+    return (split, crc % num_shards), (crc, class_index, example)
+
+
+class WriteShard(beam.DoFn):
+    """((split, shard), its examples) -> one shard, written whole under a temporary name then renamed (a reader, or
+    a retried bundle, never sees half a shard) -> (split, shard, {class index: examples})."""
+
+    def __init__(self, output_dir: str, shards: dict[str, int]):
+        self._output_dir = output_dir
+        self._shards = dict(shards)
+
+    def process(self, element):
+        (split, shard), records = element
+        path = shard_path(self._output_dir, split, shard, self._shards[split])
+        counts: dict[int, int] = {}
+        with written_atomically(path) as handle:
+            for crc, class_index, example in records:
+                handle.write(record_bytes(example, crc))
+                counts[class_index] = counts.get(class_index, 0) + 1
+        yield split, shard, counts
+
+
+def content_shard_key(element, fractions: tuple[float, float], shards: dict[str, int]):
+    """(content digest, (path, class index, split, example)) -> ((split, shard), the same): the split and the shard
+    both from the digest, for a source that names no split, so that byte-identical copies meet in one shard."""
+    digest, _ = element
+    split = split_for_digest(digest, *fractions)
+    return (split, int.from_bytes(digest[8:16], "big") % shards[split]), element
+
+
+class WriteUniqueShard(beam.DoFn):
+    """((split, shard), its (content digest, (path, class index, split, example)) pairs) -> one shard holding each
+    content once, its first path's example (``KeepFirstCopy``'s rule, here within the shard all copies meet in),
+    written as ``WriteShard`` writes; the other copies as duplicates records -> (split, shard, {class index: count}).
+    Two passes over the shard's examples: the first keeps paths alone, so that no more than one example at a time
+    is held in memory."""
+
+    def __init__(self, output_dir: str, shards: dict[str, int]):
+        self._output_dir = output_dir
+        self._shards = dict(shards)
+
+    def process(self, element):
+        import google_crc32c
+
+        (split, shard), pairs = element
+        copies: dict[bytes, list[tuple[str, int]]] = {}
+        for digest, (path, class_index, _, _) in pairs:
+            copies.setdefault(digest, []).append((path, class_index))
+        kept = {}
+        for digest, paths in copies.items():
+            paths.sort()
+            kept[digest] = paths[0][0]
+            for record in duplicates_of(paths):
+                yield beam.pvalue.TaggedOutput(DUPLICATE_TAG, record)
+        counts: dict[int, int] = {}
+        with written_atomically(shard_path(self._output_dir, split, shard, self._shards[split])) as handle:
+            for digest, (path, class_index, _, example) in pairs:
+                if kept.get(digest) == path:
+                    del kept[digest]  # (the same path twice is one image)
+                    handle.write(record_bytes(example, google_crc32c.value(example)))
+                    counts[class_index] = counts.get(class_index, 0) + 1
+        yield split, shard, counts
+
+
+@contextlib.contextmanager
+def written_atomically(path: str):
+    """A handle on a temporary file beside ``path`` (any Beam filesystem), renamed to ``path`` once written, removed
+    if writing fails."""
+    import uuid
+
+    temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    handle = FileSystems.create(temporary)
+    try:
+        yield handle
+        handle.close()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            handle.close()
+            FileSystems.delete([temporary])
+        raise
+    FileSystems.rename([temporary], [path])
+
+
+def finish_shards(written: Iterable[tuple[str, int, dict[int, int]]], output_dir: str,
+                  shards: dict[str, int]) -> list[tuple[tuple[str, int], int]]:  # fmt: skip
+    """Writes the shards no example went to, empty (each split has all of its ``shards``), and returns the counts
+    as ``((split, class index), count)`` pairs."""
+    written = list(written)
+    done = {(split, shard) for split, shard, _ in written}
+    for split in SPLITS:
+        for shard in range(shards[split]):
+            if (split, shard) not in done:
+                with written_atomically(shard_path(output_dir, split, shard, shards[split])):
+                    pass
+    return [((split, class_index), count) for split, _, counts in written for class_index, count in counts.items()]
 
 
 @beam.ptransform_fn
-def WriteSplit(pcoll, output_dir: str, split: str, num_shards: int):  # noqa: N802 (a PTransform's name)
-    """(class index, serialized example) -> ``<dir>/<split>/<split>-SSSSS-of-NNNNN.tfrec``."""
+def WriteShards(splits, output_dir: str, shards: dict[str, int]):  # noqa: N802 (a PTransform's name)
+    """{split: (class index, serialized example)} -> ``<dir>/<split>/<split>-SSSSS-of-NNNNN.tfrec``, ``shards[split]``
+    shards each, through one grouping for all splits; -> one element: the ``((split, class index), count)`` pairs."""
+    keyed = [splits[split] | f"Shard{split.title()}" >> beam.Map(shard_key, split, shards[split]) for split in SPLITS]
     return (
-        pcoll
-        | "Payload" >> beam.Map(lambda element: element[1])
-        | "Shards"
-        >> beam.io.WriteToTFRecord(
-            f"{output_dir}/{split}/{split}", file_name_suffix=SHARD_SUFFIX, num_shards=num_shards
-        )
+        keyed
+        | "AllSplits" >> beam.Flatten()
+        | "GroupByShard" >> beam.GroupByKey()
+        | "Write" >> beam.ParDo(WriteShard(output_dir, shards))
+        | "Finish" >> FinishShards(output_dir, shards)
     )
+
+
+@beam.ptransform_fn
+def FinishShards(written, output_dir: str, shards: dict[str, int]):  # noqa: N802 (a PTransform's name)
+    """(split, shard, {class index: count}) of each shard written -> one element: the ``((split, class index), count)``
+    pairs, once every shard no example went to is written too, empty (``finish_shards``)."""
+    return written | "Gather" >> beam.combiners.ToList() | "EmptyShards" >> beam.Map(finish_shards, output_dir, shards)
 
 
 def write_records(output_dir: str, quarantine: list[dict], duplicates: list[dict]) -> None:

@@ -29,13 +29,15 @@ from components.convert.common import (
     QUARANTINE_FILE,
     QUARANTINE_TAG,
     ConversionError,
+    FinishShards,
     KeepFirstCopy,
-    WriteSplit,
+    WriteShards,
+    WriteUniqueShard,
     check_beam_args,
     check_output_is_empty,
     check_split_options,
     content_digest,
-    count_key,
+    content_shard_key,
     marked_if_it_fails,
     split_for_digest,
     summarize_counts,
@@ -49,7 +51,7 @@ from components.convert.listing import (
     is_tfrecord_source,
     list_source,
 )
-from components.convert.staging import ReadRows, default_pipeline_args, staged_rows
+from components.convert.staging import ReadRows, default_pipeline_args, one_local_worker, staged_rows
 from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError
 from components.imaging import AUTO_IMAGE_SIZE, MAX_AUTO_IMAGE_SIZE
 from components.params import CONVERT
@@ -294,37 +296,41 @@ def conversion_graph(pipeline, config: ConvertConfig, listing: ImageListing, sta
     rejected = pipeline | "ListingRejects" >> ReadRows(staged["rejected"])
     converted = (
         pipeline
-        | "ListImages" >> ReadRows(staged["items"])
-        | "Spread" >> beam.Reshuffle()
+        | "ListImages" >> ReadRows(staged["items"], spread=not one_local_worker(pipeline.options))
         | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
         | "Convert"
         >> beam.ParDo(ConvertImages(config, listing.class_names, len(listing.items))).with_outputs(
             QUARANTINE_TAG, main="converted"
         )
     )
-    # byte-identical images meet here (keyed by content digest), so that each is kept once, in one split
-    unique = (
-        converted["converted"]
-        | "GroupByContent" >> beam.GroupByKey()
-        | "KeepOnePerContent"
-        >> beam.ParDo(KeepFirstCopy(config.validation_fraction, config.test_fraction)).with_outputs(
-            DUPLICATE_TAG, *SPLITS
+    fractions = (config.validation_fraction, config.test_fraction)
+    if any(split for _, _, split in listing.items):
+        # a manifest names splits: byte-identical images meet first (keyed by content digest), so that each is kept
+        # once, in the split of its first path; then each split's examples meet in their shards
+        unique = (
+            converted["converted"]
+            | "GroupByContent" >> beam.GroupByKey()
+            | "KeepOnePerContent" >> beam.ParDo(KeepFirstCopy(*fractions)).with_outputs(DUPLICATE_TAG, *SPLITS)
         )
-    )
-    for split in SPLITS:
-        _ = unique[split] | f"Write{split.title()}" >> WriteSplit(output_dir, split, shards[split])
-    counts = (
-        [unique[split] | f"Key{split.title()}" >> beam.Map(count_key, split) for split in SPLITS]
-        | "AllCounts" >> beam.Flatten()
-        | "CountPerClass" >> beam.combiners.Count.PerElement()
-        | "GatherCounts" >> beam.combiners.ToList()
-    )
+        counts = {split: unique[split] for split in SPLITS} | "Write" >> WriteShards(output_dir, shards)
+        duplicates = unique[DUPLICATE_TAG]
+    else:
+        # the content picks both the split and the shard: byte-identical images meet in the shard they are written
+        # to, one grouping for both
+        unique = (
+            converted["converted"]
+            | "ContentShard" >> beam.Map(content_shard_key, fractions, shards)
+            | "GroupByShard" >> beam.GroupByKey()
+            | "Write" >> beam.ParDo(WriteUniqueShard(output_dir, shards)).with_outputs(DUPLICATE_TAG, main="written")
+        )
+        counts = unique["written"] | "Finish" >> FinishShards(output_dir, shards)
+        duplicates = unique[DUPLICATE_TAG]
     quarantined = (
         (rejected, converted[QUARANTINE_TAG])
         | "AllQuarantined" >> beam.Flatten()
         | "GatherQuarantine" >> beam.combiners.ToList()
     )
-    duplicates = unique[DUPLICATE_TAG] | "GatherDuplicates" >> beam.combiners.ToList()
+    duplicates = duplicates | "GatherDuplicates" >> beam.combiners.ToList()
     _ = counts | "WriteStats" >> beam.Map(
         write_stats,
         quarantine=beam.pvalue.AsSingleton(quarantined),

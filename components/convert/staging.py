@@ -103,8 +103,25 @@ def _row(line: str):
     return tuple(value) if isinstance(value, list) else value
 
 
+def one_local_worker(options: PipelineOptions) -> bool:
+    """Whether the pipeline runs on Beam's in-process engine with one worker (``default_pipeline_args``' default):
+    its bundles run one after another in this process, where the conversion's own threads use every core."""
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    runner = options.view_as(StandardOptions).runner
+    direct = options.view_as(DirectOptions)
+    return (
+        runner in ("DirectRunner", LOCAL_RUNNER)
+        and direct.direct_running_mode == "in_memory"
+        and direct.direct_num_workers == 1
+    )
+
+
 @beam.ptransform_fn
-def ReadRows(pbegin, path: str):  # noqa: N802 (a PTransform's name)
-    """The rows ``staged_rows`` wrote to ``path``, as tuples (or dicts), read in parallel by the workers."""
+def ReadRows(pbegin, path: str, spread: bool = False):  # noqa: N802 (a PTransform's name)
+    """The rows ``staged_rows`` wrote to ``path``, as tuples (or dicts), read in parallel by the workers.
+    ``spread``: then spread over the workers (a ``Reshuffle``: a small file is read as one bundle, on one worker);
+    not worth its grouping where one local worker runs every bundle (``one_local_worker``)."""
     # validate=False: the file is written before the pipeline runs, not before its graph is built
-    return pbegin | "Lines" >> beam.io.ReadFromText(path, validate=False) | "Parse" >> beam.Map(_row)
+    rows = pbegin | "Lines" >> beam.io.ReadFromText(path, validate=False) | "Parse" >> beam.Map(_row)
+    return rows | "Spread" >> beam.Reshuffle() if spread else rows

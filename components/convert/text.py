@@ -31,19 +31,18 @@ from components.convert.common import (
     QUARANTINE_TAG,
     ConversionError,
     KeepFirstCopy,
-    WriteSplit,
+    WriteShards,
     check_beam_args,
     check_output_is_empty,
     check_split_options,
     content_digest,
-    count_key,
     marked_if_it_fails,
     summarize_counts,
     warn_small_classes,
     write_records,
 )
 from components.convert.listing import TextListing, list_text_source
-from components.convert.staging import ReadRows, default_pipeline_args, staged_rows
+from components.convert.staging import ReadRows, default_pipeline_args, one_local_worker, staged_rows
 from components.params import CONVERT, TEXT
 from components.schema import (
     SPLITS,
@@ -256,8 +255,7 @@ def text_graph(pipeline, config: TextConvertConfig, listing: TextListing, staged
     rejected = pipeline | "ListingRejects" >> ReadRows(staged["rejected"])
     read = (
         pipeline
-        | "ListTexts" >> ReadRows(staged["items"])
-        | "Spread" >> beam.Reshuffle()
+        | "ListTexts" >> ReadRows(staged["items"], spread=not one_local_worker(pipeline.options))
         | "Read" >> beam.ParDo(ReadTexts()).with_outputs(QUARANTINE_TAG, main="read")
     )
     # byte-identical texts meet here (keyed by content digest): each is kept once, in one split; a test item
@@ -275,16 +273,14 @@ def text_graph(pipeline, config: TextConvertConfig, listing: TextListing, staged
         | "AllTokenCounts" >> beam.combiners.ToList()
         | "Vocabulary" >> beam.Map(build_vocabulary, config.vocabulary_size)
     )
-    tallies, written = [], []
+    tallies, examples = [], {}
     for split in SPLITS:
         tokenized = unique[split] | f"Tokenize{split.title()}" >> beam.ParDo(
             Tokenize(listing.class_names, config.sequence_length), beam.pvalue.AsSingleton(vocabulary), split
         ).with_outputs("tally", main="examples")
-        _ = tokenized["examples"] | f"Write{split.title()}" >> WriteSplit(output_dir, split, shards[split])
-        written.append(tokenized["examples"] | f"Key{split.title()}" >> beam.Map(count_key, split))
+        examples[split] = tokenized["examples"]
         tallies.append(tokenized["tally"])
-    counts = (written | "AllCounts" >> beam.Flatten() | "CountPerClass" >> beam.combiners.Count.PerElement()
-              | "GatherCounts" >> beam.combiners.ToList())  # fmt: skip
+    counts = examples | "Write" >> WriteShards(output_dir, shards)
     tally = (tallies | "AllTallies" >> beam.Flatten() | "SumTallies" >> beam.CombinePerKey(_sum_tallies)
              | "GatherTallies" >> beam.combiners.ToList())  # fmt: skip
     quarantined = ((rejected, read[QUARANTINE_TAG]) | "AllQuarantined" >> beam.Flatten()

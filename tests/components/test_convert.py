@@ -372,6 +372,85 @@ def test_byte_identical_images_are_kept_once_and_counted(tmp_path):
     assert len(images) == len(set(images)) == 12
 
 
+def shard_contents(output) -> dict[str, list[str]]:
+    """{shard file: the sources of its examples, in order}, read with both CRCs of every record checked."""
+    from components.schema import bytes_features, read_records
+
+    found = {}
+    for path in sorted(glob.glob(f"{output}/*/*")):
+        if os.path.isfile(path):
+            with open(path, "rb") as handle:
+                records = list(read_records(handle))
+            found[os.path.relpath(path, output)] = [bytes_features(r, ["source"])["source"].decode() for r in records]
+    return found
+
+
+@pytest.mark.parametrize("named_splits", [False, True], ids=["splits-from-content", "splits-from-a-manifest"])
+def test_every_split_is_written_in_its_shards_and_a_rerun_writes_the_same(tmp_path, named_splits):
+    """Each split has exactly its shard count, the empty shards too (as Beam's own writer leaves them); each example
+    is in one shard, whose records both CRCs check; a rerun puts every example in the same shard; no temporary file
+    is left."""
+    source = write_image_folder(tmp_path / "images", per_class=8)
+    if named_splits:  # the other grouping: copies meet by content first, then each split's examples by shard
+        rows = [f"{'TEST' if n % 5 == 0 else 'TRAINING'},{source}/{name}/{n:03d}.{'png' if n % 4 == 0 else 'jpg'},"
+                f"{name}" for name in CLASSES for n in range(8)]  # fmt: skip
+        (tmp_path / "manifest.csv").write_text("\n".join(rows) + "\n")
+        source = str(tmp_path / "manifest.csv")
+    runs = []
+    for name in ("first", "again"):
+        output = tmp_path / name
+        config = ConvertConfig(source=source, output_dir=str(output), image_size=8, num_shards=4,
+                               validation_fraction=0.0 if named_splits else 0.25, pipeline_args=IN_MEMORY)  # fmt: skip
+        stats = run(config)
+        assert stats["shards"] == {split: 4 for split in SPLITS}
+        contents = shard_contents(output)
+        assert sorted(name for name in contents if "/" in name) == sorted(
+            f"{split}/{split}-{shard:05d}-of-00004.tfrec" for split in SPLITS for shard in range(4)
+        )
+        for split in SPLITS:
+            sources = [s for name, found in contents.items() if name.startswith(f"{split}/") for s in found]
+            assert len(sources) == len(set(sources)) == stats["counts"][split]
+        assert sum(map(len, contents.values())) == stats["num_examples"] == 8 * len(CLASSES)
+        runs.append({name: set(found) for name, found in contents.items()})
+    assert runs[0] == runs[1]
+    train = [name for name, found in runs[0].items() if name.startswith("train/") and found]
+    assert len(train) > 1, "the examples of a split are spread over its shards"
+
+
+def test_a_shard_whose_writing_fails_leaves_nothing_behind(tmp_path):
+    from components.convert.common import WriteShard
+
+    def records():
+        yield 0, 0, b"an example"
+        raise OSError("No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        list(WriteShard(str(tmp_path), {"train": 2}).process((("train", 1), records())))
+    assert os.listdir(tmp_path / "train") == []  # neither the shard nor its temporary file
+
+
+def test_copies_meeting_in_a_shard_keep_the_first_path_whatever_order_they_come_in(tmp_path):
+    from components.convert.common import DUPLICATE_TAG, WriteUniqueShard
+    from components.schema import read_records
+
+    one, other = b"d" * 32, b"e" * 32
+    pairs = [
+        (one, ("b/2.jpg", 1, None, b"example of b/2")),
+        (other, ("c/9.jpg", 2, None, b"example of c/9")),
+        (one, ("a/1.jpg", 0, None, b"example of a/1")),
+        (one, ("a/3.jpg", 0, None, b"example of a/3")),
+    ]
+    out = list(WriteUniqueShard(str(tmp_path), {"test": 1}).process((("test", 0), pairs)))
+    duplicates = sorted((o.value for o in out if getattr(o, "tag", None) == DUPLICATE_TAG), key=lambda r: r["path"])
+    assert duplicates == [
+        {"path": "a/3.jpg", "duplicate_of": "a/1.jpg"},
+        {"path": "b/2.jpg", "duplicate_of": "a/1.jpg", "label_conflict": True},
+    ]
+    assert [o for o in out if getattr(o, "tag", None) is None] == [("test", 0, {0: 1, 2: 1})]
+    with open(tmp_path / "test" / "test-00000-of-00001.tfrec", "rb") as handle:
+        assert sorted(read_records(handle)) == [b"example of a/1", b"example of c/9"]
+
+
 def test_dataflow_options_reach_beam_without_launching_a_job():
     from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions, WorkerOptions
 

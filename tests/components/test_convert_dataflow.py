@@ -121,6 +121,31 @@ def test_the_job_graph_of_a_million_images_stays_under_one_megabyte(tmp_path):
     assert size < 1_000_000, f"the job graph is {size} bytes"
 
 
+@pytest.mark.parametrize(
+    "args, spread",
+    [
+        ((STAND_IN,), True),
+        (IN_MEMORY, False),
+        (("--direct_running_mode=multi_threading", "--direct_num_workers=2"), True),
+    ],
+)
+def test_the_rows_are_spread_over_workers_unless_one_local_worker_runs_them_all(args, spread):
+    """A remote runner reads the small listing file as one bundle, on one worker: a Reshuffle spreads its rows. Beam's
+    local engine with one worker runs every bundle in this process, on the conversion's own threads: no grouping."""
+    import apache_beam as beam
+
+    from components.convert.core import default_pipeline_args
+
+    listing = ImageListing(("a", "b"), (("a/1.jpg", 0, ""), ("b/1.jpg", 1, "")), total_bytes=2, fingerprint="f")
+    config = ConvertConfig(source="photos", output_dir="out", image_size=8)
+    options = beam.options.pipeline_options.PipelineOptions(default_pipeline_args(args))
+    pipeline = beam.Pipeline(runner="FnApiRunner", options=options)
+    conversion_graph(pipeline, config, listing, {"items": "i.jsonl", "rejected": "r.jsonl"}, dict.fromkeys(SPLITS, 1),
+                     8, None)  # fmt: skip
+    labels = [t.unique_name for t in pipeline.to_runner_api().components.transforms.values()]
+    assert any(label.endswith("ListImages/Spread") for label in labels) == spread
+
+
 def test_the_text_job_graph_holds_no_row_of_a_large_table(tmp_path):
     import apache_beam as beam
 
