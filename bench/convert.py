@@ -118,7 +118,7 @@ def stage_costs(root: str, size: int, samples: int = 200) -> dict:
 
     import tensorflow as tf
 
-    from components.convert.core import encode_image
+    from components.convert.items import encode_image
     from components.decoding import decode_rgb_image
     from components.imaging import decoded_at_least, fill_square, fill_square_pillow
 

@@ -105,7 +105,7 @@ def digits() -> None:
     from PIL import Image
     from sklearn.datasets import load_digits
 
-    from components.convert.core import encode_image
+    from components.convert.items import encode_image
     from components.demo_data import DEFAULT_SIZE
 
     scans = (255 - np.round(load_digits().images * (255.0 / 16.0))).astype(np.uint8)
@@ -140,7 +140,7 @@ def digits() -> None:
 def photos(folder: str, image_size: int) -> None:
     from PIL import Image
 
-    from components.convert.core import encode_image
+    from components.convert.items import encode_image
 
     names = sorted(name for name in os.listdir(folder) if not name.startswith("."))
     sources = []

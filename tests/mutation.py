@@ -53,7 +53,8 @@ GROUPS = {
         "is_hidden",
     )
     + functions("components.convert.core", "assign_split")
-    + functions("components.convert.common", "content_digest", "split_for_digest", "check_split_options"),
+    + functions("components.convert.items", "content_digest")
+    + functions("components.convert.common", "split_for_digest", "check_split_options"),
     "tokenizing": ["components.tokenizing.*"],
     "blessing and metrics": functions(
         "components.evaluate.core",

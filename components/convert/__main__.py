@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads",
         type=int,
         default=defaults.threads,
-        help="conversion threads per worker process; 0: one per core, four per core for gs:// (default %(default)s)",
+        help="parallel conversions per worker: processes of their own on the local engine for local files, threads "
+        "elsewhere; 0: one per core, four threads per core for gs:// (default %(default)s)",
     )
     texts = parser.add_argument_group("text sources")
     for name in TEXT:

@@ -5,7 +5,6 @@ options and the output folder."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -74,10 +73,6 @@ def check_beam_args(args: Sequence[str], own_flags: Sequence[str] = ()) -> None:
 
 class ConversionError(RuntimeError):
     """The conversion ran but its result cannot be trusted (too many bad images)."""
-
-
-def content_digest(content: bytes) -> bytes:
-    return hashlib.sha256(content).digest()
 
 
 def split_for_digest(digest: bytes, validation_fraction: float, test_fraction: float) -> str:
@@ -284,22 +279,36 @@ def finish_shards(written: Iterable[tuple[str, int, dict[int, int]]], output_dir
 @beam.ptransform_fn
 def WriteShards(splits, output_dir: str, shards: dict[str, int]):  # noqa: N802 (a PTransform's name)
     """{split: (class index, serialized example)} -> ``<dir>/<split>/<split>-SSSSS-of-NNNNN.tfrec``, ``shards[split]``
-    shards each, through one grouping for all splits; -> one element: the ``((split, class index), count)`` pairs."""
+    shards each, through one grouping for all splits; -> (split, shard, {class index: count}) of each shard written
+    (``finish_shards`` writes the others)."""
     keyed = [splits[split] | f"Shard{split.title()}" >> beam.Map(shard_key, split, shards[split]) for split in SPLITS]
     return (
         keyed
         | "AllSplits" >> beam.Flatten()
         | "GroupByShard" >> beam.GroupByKey()
         | "Write" >> beam.ParDo(WriteShard(output_dir, shards))
-        | "Finish" >> FinishShards(output_dir, shards)
     )
 
 
 @beam.ptransform_fn
-def FinishShards(written, output_dir: str, shards: dict[str, int]):  # noqa: N802 (a PTransform's name)
-    """(split, shard, {class index: count}) of each shard written -> one element: the ``((split, class index), count)``
-    pairs, once every shard no example went to is written too, empty (``finish_shards``)."""
-    return written | "Gather" >> beam.combiners.ToList() | "EmptyShards" >> beam.Map(finish_shards, output_dir, shards)
+def Gather(named):  # noqa: N802 (a PTransform's name)
+    """{name: PCollection} -> one element: {name: the elements of its PCollection, in a list}: what the stats are
+    written from, gathered through one grouping (each costs Beam's local engine stages of its own)."""
+    tagged = [pcoll | f"Tag{name.title()}" >> beam.Map(lambda element, name: (name, element), name)
+              for name, pcoll in named.items()]  # fmt: skip
+    return (
+        tagged
+        | "All" >> beam.Flatten()
+        | "Gather" >> beam.combiners.ToList()
+        | "ByName" >> beam.Map(by_name, sorted(named))
+    )
+
+
+def by_name(pairs: Iterable[tuple[str, object]], names: Sequence[str]) -> dict[str, list]:
+    found: dict[str, list] = {name: [] for name in names}
+    for name, element in pairs:
+        found[name].append(element)
+    return found
 
 
 def write_records(output_dir: str, quarantine: list[dict], duplicates: list[dict]) -> None:

@@ -15,44 +15,49 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from components.cli import UsageError, one_line
+from components.cli import UsageError
 from components.convert.adopt import adopt
 from components.convert.common import (
     DUPLICATE_TAG,
     QUARANTINE_FILE,
     QUARANTINE_TAG,
     ConversionError,
-    FinishShards,
+    Gather,
     KeepFirstCopy,
     WriteShards,
     WriteUniqueShard,
     check_beam_args,
     check_output_is_empty,
     check_split_options,
-    content_digest,
     content_shard_key,
+    finish_shards,
     marked_if_it_fails,
     split_for_digest,
     summarize_counts,
     warn_small_classes,
     write_records,
 )
+from components.convert.items import (
+    Converter,
+    ItemSettings,
+    content_digest,
+    worker_processes,
+)
 from components.convert.listing import (
     FINGERPRINT_BASIS,
     ImageListing,
-    _npz_arrays,
     is_tfrecord_source,
     list_source,
 )
 from components.convert.staging import ReadRows, default_pipeline_args, one_local_worker, staged_rows
-from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError
+from components.decoding import DEFAULT_MAX_PIXELS
 from components.imaging import AUTO_IMAGE_SIZE, MAX_AUTO_IMAGE_SIZE
 from components.params import CONVERT
 from components.schema import (
@@ -60,7 +65,6 @@ from components.schema import (
     STATS_FILE,
     check_class_count,
     read_stats,
-    serialize_example,
 )
 from components.storage import check_writable, write_json
 
@@ -88,7 +92,8 @@ class ConvertConfig:
         max_pixels: images with more pixels are quarantined as decompression bombs.
         classes: the class names in index order; empty: the sorted folder names or manifest labels. Labels outside
             it are quarantined (manifests) or refused (folders).
-        threads: conversion threads per worker process; 0: one per core (four per core for ``gs://`` sources).
+        threads: parallel conversions per worker: worker processes of their own on the local engine for local files
+            (``local_processes``), threads elsewhere; 0: one per core (four threads per core for ``gs://`` sources).
         pipeline_args: Beam pipeline options passed through as they are (``--runner DataflowRunner ...``).
     """
 
@@ -167,24 +172,6 @@ def auto_image_size(source_side: int | None) -> tuple[int, str]:
                   f"{MAX_AUTO_IMAGE_SIZE} and at least {least}")  # fmt: skip
 
 
-def read_item(path: str) -> bytes:
-    """The encoded bytes of one item: a file, or ``<file.npz>#<index>`` as a lossless PNG."""
-    file, separator, index = path.rpartition("#")
-    if separator and file.lower().endswith(".npz"):
-        import io
-
-        from PIL import Image
-
-        pixels = _npz_arrays(file)["x"][int(index)]
-        buffer = io.BytesIO()
-        Image.fromarray(pixels.squeeze(-1) if pixels.ndim == 3 and pixels.shape[2] == 1 else pixels).save(
-            buffer, format="PNG"
-        )
-        return buffer.getvalue()
-    with FileSystems.open(path) as handle:
-        return handle.read()
-
-
 def assign_split(content: bytes, validation_fraction: float, test_fraction: float) -> str:
     """The split of an image, from a hash of its bytes: stable across reruns, paths and machines."""
     return split_for_digest(content_digest(content), validation_fraction, test_fraction)
@@ -194,37 +181,6 @@ def auto_num_shards(expected_examples: float, image_size: int) -> int:
     """Shards for one split so that each is about ``TARGET_SHARD_BYTES``."""
     estimated_bytes = expected_examples * image_size * image_size * ESTIMATED_JPEG_BYTES_PER_PIXEL
     return max(1, math.ceil(estimated_bytes / TARGET_SHARD_BYTES))
-
-
-def encode_image(content: bytes, image_size: int, jpeg_quality: int, max_pixels: int = DEFAULT_MAX_PIXELS) -> bytes:
-    """Decodes image bytes (any format, see ``components.decoding``), resizes to fill the square, centre-crops and
-    re-encodes as JPEG; raises ``UnusableImageError`` with the reason for a file that is not a usable image.
-
-    All in Pillow, which releases the GIL, so that a worker's threads convert on every core. A large JPEG is decoded
-    at a reduced DCT scale that keeps both sides at least twice the target (as Pillow's ``thumbnail`` does), then
-    resized with the same triangle filter as the serving signature (``components.imaging``).
-    """
-    import io
-
-    from components.decoding import conversion_square
-
-    image = conversion_square(content, image_size, max_pixels)
-    buffer = io.BytesIO()
-    image.save(buffer, format="JPEG", quality=jpeg_quality)
-    return buffer.getvalue()
-
-
-def oriented_size(content: bytes) -> tuple[int, int]:
-    """(width, height) of an image file as its EXIF orientation turns it, from its header (a converted file decodes,
-    so its header reads); for the data checks' statistics of the sources."""
-    import io
-
-    from PIL import Image
-
-    with Image.open(io.BytesIO(content)) as image:
-        width, height = image.size
-        turned = image.getexif().get(0x0112, 1) in (5, 6, 7, 8)  # Orientation: a quarter turn, mirrored or not
-    return (height, width) if turned else (width, height)
 
 
 def run(config: ConvertConfig) -> dict:
@@ -238,6 +194,9 @@ def run(config: ConvertConfig) -> dict:
         return adopt(config, conversion_threads(config))
     listing = list_source(config.source, config.classes)
     check_class_count(listing.class_names, config.source)
+    processes = local_processes(pipeline_options(config), config, listing)
+    if processes:
+        worker_processes(processes)  # they start importing now, while the graph is built
     source_side = listing.shorter_side or typical_shorter_side([item[0] for item in listing.items])
     auto = None
     if config.image_size == AUTO_IMAGE_SIZE:
@@ -293,13 +252,14 @@ def conversion_graph(pipeline, config: ConvertConfig, listing: ImageListing, sta
     """Adds the conversion to ``pipeline``: the listing's rows read from the ``staged`` files (``staged_rows``), each
     image converted, byte-identical images kept once, the splits written in ``shards`` shards, and the stats."""
     output_dir = config.output_dir.rstrip("/")
+    processes = local_processes(pipeline.options, config, listing)
     rejected = pipeline | "ListingRejects" >> ReadRows(staged["rejected"])
     converted = (
         pipeline
         | "ListImages" >> ReadRows(staged["items"], spread=not one_local_worker(pipeline.options))
         | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
         | "Convert"
-        >> beam.ParDo(ConvertImages(config, listing.class_names, len(listing.items))).with_outputs(
+        >> beam.ParDo(ConvertImages(config, listing.class_names, len(listing.items), processes)).with_outputs(
             QUARANTINE_TAG, main="converted"
         )
     )
@@ -312,8 +272,7 @@ def conversion_graph(pipeline, config: ConvertConfig, listing: ImageListing, sta
             | "GroupByContent" >> beam.GroupByKey()
             | "KeepOnePerContent" >> beam.ParDo(KeepFirstCopy(*fractions)).with_outputs(DUPLICATE_TAG, *SPLITS)
         )
-        counts = {split: unique[split] for split in SPLITS} | "Write" >> WriteShards(output_dir, shards)
-        duplicates = unique[DUPLICATE_TAG]
+        written = {split: unique[split] for split in SPLITS} | "Write" >> WriteShards(output_dir, shards)
     else:
         # the content picks both the split and the shard: byte-identical images meet in the shard they are written
         # to, one grouping for both
@@ -323,18 +282,15 @@ def conversion_graph(pipeline, config: ConvertConfig, listing: ImageListing, sta
             | "GroupByShard" >> beam.GroupByKey()
             | "Write" >> beam.ParDo(WriteUniqueShard(output_dir, shards)).with_outputs(DUPLICATE_TAG, main="written")
         )
-        counts = unique["written"] | "Finish" >> FinishShards(output_dir, shards)
-        duplicates = unique[DUPLICATE_TAG]
-    quarantined = (
-        (rejected, converted[QUARANTINE_TAG])
-        | "AllQuarantined" >> beam.Flatten()
-        | "GatherQuarantine" >> beam.combiners.ToList()
-    )
-    duplicates = duplicates | "GatherDuplicates" >> beam.combiners.ToList()
-    _ = counts | "WriteStats" >> beam.Map(
+        written = unique["written"]
+    quarantined = (rejected, converted[QUARANTINE_TAG]) | "AllQuarantined" >> beam.Flatten()
+    outcome = {
+        "written": written,
+        "quarantine": quarantined,
+        "duplicates": unique[DUPLICATE_TAG],
+    } | "Outcome" >> Gather()
+    _ = outcome | "WriteStats" >> beam.Map(
         write_stats,
-        quarantine=beam.pvalue.AsSingleton(quarantined),
-        duplicates=beam.pvalue.AsSingleton(duplicates),
         output_dir=output_dir,
         class_names=listing.class_names,
         config=config,
@@ -395,12 +351,14 @@ _progress_lock = threading.Lock()
 
 class ConvertImages(beam.DoFn):
     """A batch of (path, class index, split) -> (content digest, (path, class index, split, serialized example)),
-    or quarantine records. Each batch is read and converted on a pool of threads (I/O and Pillow release the GIL),
-    so one worker process uses every core, and reads from Cloud Storage overlap."""
+    or quarantine records. Each batch is read and converted on ``processes`` worker processes of this machine
+    (``local_processes``), or else on a pool of threads (I/O and Pillow release the GIL), so that one worker process
+    uses every core, and reads from Cloud Storage overlap."""
 
-    def __init__(self, config: ConvertConfig, class_names: Sequence[str], total: int):
+    def __init__(self, config: ConvertConfig, class_names: Sequence[str], total: int, processes: int = 0):
         self._config = config
-        self._class_names = tuple(class_names)
+        self._settings = ItemSettings(config.image_size, config.jpeg_quality, config.max_pixels, tuple(class_names))
+        self._processes = processes
         self._total = total
         self._driver_pid = os.getpid()
         self._job = uuid.uuid4().hex  # the progress key: one count per job and process
@@ -408,44 +366,49 @@ class ConvertImages(beam.DoFn):
         self._quarantined = beam.metrics.Metrics.counter("convert", "images_quarantined")
 
     def setup(self):
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._pool = ThreadPoolExecutor(max_workers=conversion_threads(self._config), thread_name_prefix="convert")
+        if self._processes:
+            worker_processes(self._processes)  # (started already by ``run``, or now)
+        self._converter = Converter(self._settings, self._processes, conversion_threads(self._config))
         with _progress_lock:  # one per process and job, shared by the DoFn instances of its threads
             self._progress = _progress.setdefault(self._job, Progress(self._total))
 
     def teardown(self):
-        self._pool.shutdown(wait=False)
+        self._converter.close()
 
     def process(self, batch):
-        for result in self._pool.map(self._convert_one, batch):
+        self._converter.submit(batch)
+        yield from self._outputs(self._converter.results(keep=self._converter.in_flight))
+
+    def finish_bundle(self):
+        from apache_beam.transforms.window import GlobalWindows
+
+        for output in self._outputs(self._converter.results()):
+            if isinstance(output, beam.pvalue.TaggedOutput):
+                yield beam.pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
+            else:
+                yield GlobalWindows.windowed_value(output)
+
+    def _outputs(self, results):
+        done = 0
+        for result in results:
+            done += 1
             if isinstance(result, dict):
                 self._quarantined.inc()
                 yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, result)
             else:
                 self._converted.inc()
                 yield result
-        self._progress.add(len(batch), self._driver_pid)
+        if done:
+            self._progress.add(done, self._driver_pid)
 
-    def _convert_one(self, item):
-        path, class_index, split = item
-        try:
-            content = read_item(path)
-        except Exception as err:  # named in a manifest but absent, gone since the listing, unreadable
-            missing = isinstance(err, FileNotFoundError) or "no such file" in str(err).lower() or not _exists(path)
-            reason = "missing file" if missing else f"unreadable: {one_line(err, with_type=True)}"
-            return {"path": path, "reason": reason}
-        config = self._config
-        try:
-            jpeg = encode_image(content, config.image_size, config.jpeg_quality, config.max_pixels)
-        except UnusableImageError as err:
-            return {"path": path, "reason": str(err)}
-        except Exception as err:  # one bad file must not sink the job: record it instead
-            return {"path": path, "reason": one_line(err, with_type=True)}
-        size = (config.image_size, config.image_size)
-        example = serialize_example(jpeg, class_index, self._class_names[class_index], size, len(self._class_names),
-                                    source=path, source_size=oriented_size(content))  # fmt: skip
-        return content_digest(content), (path, class_index, split, example)
+
+def local_processes(options: PipelineOptions, config: ConvertConfig, listing: ImageListing) -> int:
+    """Worker processes for the conversion: one per conversion thread (``conversion_threads``) where Beam's local
+    engine runs every bundle in this process (``one_local_worker``) and every item is a file of this machine; 0
+    (threads) elsewhere, or where there would be one."""
+    count = conversion_threads(config)
+    local = one_local_worker(options) and not any("://" in path for path, _, _ in listing.items)
+    return count if local and count > 1 else 0
 
 
 def conversion_threads(config: ConvertConfig) -> int:
@@ -456,17 +419,8 @@ def conversion_threads(config: ConvertConfig) -> int:
     return cores * 4 if "://" in config.source else cores
 
 
-def _exists(path: str) -> bool:
-    try:
-        return FileSystems.exists(path)
-    except Exception:
-        return False
-
-
 def write_stats(
-    counts: Iterable[tuple[tuple[str, int], int]],
-    quarantine: list[dict],
-    duplicates: list[dict],
+    outcome: dict[str, list],
     output_dir: str,
     class_names: Sequence[str],
     config: ConvertConfig,
@@ -476,10 +430,13 @@ def write_stats(
     source_image_size: int | None = None,
     image_size_auto: str | None = None,
 ) -> dict:
-    """Writes ``stats.json``, ``quarantine.jsonl`` and ``duplicates.jsonl`` (each to a temporary name, then renamed).
+    """Writes the shards no example went to (empty), then ``stats.json``, ``quarantine.jsonl`` and
+    ``duplicates.jsonl`` (each to a temporary name, then renamed), from the ``outcome`` gathered: each shard
+    ``written`` (split, shard, counts per class), the ``quarantine`` and ``duplicates`` records.
     ``source_image_size``: the source images' typical shorter side; ``image_size_auto``: why ``--image-size auto``
     chose the size it did (None: the size was given)."""
-    stats = summarize_counts(counts, class_names)
+    quarantine, duplicates = outcome["quarantine"], outcome["duplicates"]
+    stats = summarize_counts(finish_shards(outcome["written"], output_dir, shards), class_names)
     stats.update(
         quarantined=len(quarantine),
         duplicates=len(duplicates),

@@ -30,17 +30,19 @@ from components.convert.common import (
     QUARANTINE_FILE,
     QUARANTINE_TAG,
     ConversionError,
+    Gather,
     KeepFirstCopy,
     WriteShards,
     check_beam_args,
     check_output_is_empty,
     check_split_options,
-    content_digest,
+    finish_shards,
     marked_if_it_fails,
     summarize_counts,
     warn_small_classes,
     write_records,
 )
+from components.convert.items import content_digest
 from components.convert.listing import TextListing, list_text_source
 from components.convert.staging import ReadRows, default_pipeline_args, one_local_worker, staged_rows
 from components.params import CONVERT, TEXT
@@ -210,11 +212,14 @@ def _sum_tallies(tallies):
     return tuple(totals)
 
 
-def write_text_stats(counts, quarantine, duplicates, tallies, vocabulary, *, output_dir: str, config, listing,
+def write_text_stats(outcome: dict[str, list], vocabulary, *, output_dir: str, config, listing,
                      shards: dict[str, int]) -> dict:  # fmt: skip
-    """Writes ``vocabulary.txt``, ``quarantine.jsonl``, ``duplicates.jsonl`` and ``stats.json`` (each atomically)."""
-    stats = summarize_counts(counts, listing.class_names)
-    by_split = dict(tallies)
+    """Writes the shards no example went to (empty), then ``vocabulary.txt``, ``quarantine.jsonl``,
+    ``duplicates.jsonl`` and ``stats.json`` (each atomically), from the ``outcome`` gathered (``write_stats``'s, and
+    each split's ``tally``)."""
+    quarantine, duplicates = outcome["quarantine"], outcome["duplicates"]
+    stats = summarize_counts(finish_shards(outcome["written"], output_dir, shards), listing.class_names)
+    by_split = dict(outcome["tally"])
     tokens = {}
     for split in SPLITS:
         texts, count, unknown, truncated = by_split.get(split, (0, 0, 0, 0))
@@ -280,17 +285,16 @@ def text_graph(pipeline, config: TextConvertConfig, listing: TextListing, staged
         ).with_outputs("tally", main="examples")
         examples[split] = tokenized["examples"]
         tallies.append(tokenized["tally"])
-    counts = examples | "Write" >> WriteShards(output_dir, shards)
-    tally = (tallies | "AllTallies" >> beam.Flatten() | "SumTallies" >> beam.CombinePerKey(_sum_tallies)
-             | "GatherTallies" >> beam.combiners.ToList())  # fmt: skip
-    quarantined = ((rejected, read[QUARANTINE_TAG]) | "AllQuarantined" >> beam.Flatten()
-                   | "GatherQuarantine" >> beam.combiners.ToList())  # fmt: skip
-    duplicates = unique[DUPLICATE_TAG] | "GatherDuplicates" >> beam.combiners.ToList()
-    _ = counts | "WriteStats" >> beam.Map(
-        lambda found, q, d, t, v: write_text_stats(found, q, d, t, v, output_dir=output_dir, config=config,
+    outcome = {
+        "written": examples | "Write" >> WriteShards(output_dir, shards),
+        "tally": tallies | "AllTallies" >> beam.Flatten() | "SumTallies" >> beam.CombinePerKey(_sum_tallies),
+        "quarantine": (rejected, read[QUARANTINE_TAG]) | "AllQuarantined" >> beam.Flatten(),
+        "duplicates": unique[DUPLICATE_TAG],
+    }
+    _ = outcome | "Outcome" >> Gather() | "WriteStats" >> beam.Map(
+        lambda found, vocabulary: write_text_stats(found, vocabulary, output_dir=output_dir, config=config,
                                                    listing=summary, shards=shards),
-        beam.pvalue.AsSingleton(quarantined), beam.pvalue.AsSingleton(duplicates),
-        beam.pvalue.AsSingleton(tally), beam.pvalue.AsSingleton(vocabulary),
+        beam.pvalue.AsSingleton(vocabulary),
     )  # fmt: skip
 
 

@@ -967,7 +967,7 @@ def test_statistics_whose_keys_hold_pickled_objects_are_refused(tmp_path):
 def test_a_sources_size_is_read_as_its_exif_orientation_turns_it():
     from PIL import Image
 
-    from components.convert.core import oriented_size
+    from components.convert.items import oriented_size
 
     for orientation, expected in ((1, (60, 40)), (3, (60, 40)), (6, (40, 60)), (8, (40, 60)), (5, (40, 60))):
         exif = Image.Exif()

@@ -201,7 +201,7 @@ def test_large_jpegs_decode_at_a_reduced_scale_without_visible_change():
 
     from PIL import Image
 
-    from components.convert.core import encode_image
+    from components.convert.items import encode_image
     from components.decoding import UnusableImageError, decode_rgb_image
     from components.imaging import fill_square_pillow
 

@@ -16,29 +16,43 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from components.cli import UsageError
 from components.convert.core import (
     ConvertConfig,
-    content_digest,
     conversion_graph,
-    encode_image,
-    oriented_size,
     run,
-    serialize_example,
     split_for_digest,
 )
+from components.convert.items import content_digest, encode_image, oriented_size
 from components.convert.listing import ImageListing
-from components.schema import SPLITS
+from components.schema import SPLITS, serialize_example
 from tests.conftest import BUCKET, COLORS, IN_MEMORY, image_bytes
 
 STAND_IN = f"--runner={__name__}.RemoteStandInRunner"
 
 
 class RemoteStandInRunner(FnApiRunner):
-    """A runner that is not local by name (as DataflowRunner), run in this process; keeps each graph it ran."""
+    """A runner that is not local by name (as DataflowRunner), run in this process; keeps each graph it ran, as
+    its workers read it (``readable``)."""
 
     graphs: ClassVar[list[bytes]] = []
 
     def run_pipeline(self, pipeline, options):
-        RemoteStandInRunner.graphs.append(pipeline.to_runner_api().SerializeToString())
+        RemoteStandInRunner.graphs.append(readable(pipeline.to_runner_api()))
         return super().run_pipeline(pipeline, options)
+
+
+def readable(graph) -> bytes:
+    """A job graph's bytes, each step's pickled function unpacked (Beam compresses them): a path the workers are
+    handed is in them."""
+    import base64
+    import bz2
+
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    parts = [graph.SerializeToString()]
+    for transform in graph.components.transforms.values():
+        if transform.spec.urn == "beam:transform:pardo:v1":
+            payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload).do_fn.payload
+            parts.append(bz2.decompress(base64.b64decode(payload)))
+    return b"".join(parts)
 
 
 def blob_names(gcs, prefix: str) -> set[str]:

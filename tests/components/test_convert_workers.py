@@ -1,0 +1,120 @@
+"""The conversion's local worker processes: where they are used, the results in order, an image whose worker dies
+quarantined (the others converted), and a user's script without a main guard converting once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from components.convert.core import ConvertConfig, default_pipeline_args, local_processes
+from components.convert.items import Converter, ItemSettings, convert_item
+from components.convert.listing import ImageListing
+from tests.conftest import CLASSES, COLORS, image_bytes, write_image_folder
+
+SETTINGS = ItemSettings(image_size=8, jpeg_quality=95, max_pixels=10**8, class_names=CLASSES)
+
+
+def dies_on_crash(item, settings):
+    """``convert_item``, except that the process converting an item named ``crash...`` dies, as it would in a
+    decoder's crash."""
+    if os.path.basename(item[0]).startswith("crash"):
+        os._exit(11)
+    return convert_item(item, settings)
+
+
+def worker_pid(item, settings):
+    return os.getpid()
+
+
+def items_of(folder) -> list[tuple[str, int, None]]:
+    return [(os.path.join(folder, name, file), CLASSES.index(name), None)
+            for name in CLASSES for file in sorted(os.listdir(os.path.join(folder, name)))]  # fmt: skip
+
+
+def test_the_items_of_local_files_are_converted_on_processes_of_their_own(tmp_path):
+    items = items_of(write_image_folder(tmp_path / "images", per_class=3))
+    converter = Converter(SETTINGS, processes=2, threads=2, work=worker_pid)
+    converter.submit(items)
+    pids = list(converter.results())
+    assert len(pids) == len(items) and os.getpid() not in pids
+    converted = Converter(SETTINGS, processes=2, threads=2)
+    converted.submit(items)
+    assert list(converted.results()) == [convert_item(item, SETTINGS) for item in items]  # in the items' order
+    on_threads = Converter(SETTINGS, processes=0, threads=2, work=worker_pid)
+    on_threads.submit(items)
+    assert set(on_threads.results()) == {os.getpid()}
+    on_threads.close()
+
+
+def test_an_image_whose_worker_process_dies_is_quarantined_and_the_others_converted(tmp_path, caplog):
+    folder = write_image_folder(tmp_path / "images", per_class=4)
+    crash = os.path.join(folder, CLASSES[1], "crash.jpg")
+    with open(crash, "wb") as handle:
+        handle.write(image_bytes(COLORS[CLASSES[1]], (20, 20)))
+    items = items_of(folder)
+    converter = Converter(SETTINGS, processes=2, threads=2, work=dies_on_crash)
+    converter.submit(items)
+    results = list(converter.results())
+    assert len(results) == len(items)
+    for item, result in zip(items, results, strict=True):
+        if item[0] == crash:
+            assert result == {"path": crash, "reason": "its worker process died converting it (a decoder crash, or "
+                                                       "out of memory)"}  # fmt: skip
+        else:
+            assert result == convert_item(item, SETTINGS)
+    assert "a conversion worker process died" in caplog.text
+    after = Converter(SETTINGS, processes=2, threads=2)  # the next conversion gets a working pool
+    after.submit(items[:2])
+    assert list(after.results()) == [convert_item(item, SETTINGS) for item in items[:2]]
+
+
+@pytest.mark.parametrize(
+    "args, paths, threads, expected",
+    [
+        ((), ("a/1.jpg", "b/2.jpg"), 2, 2),
+        ((), ("a/1.jpg", "b/2.jpg"), 3, 3),
+        ((), ("a/1.jpg", "gs://bucket/b/2.jpg"), 2, 0),  # Cloud Storage: I/O-bound, four threads a core
+        ((), ("a/1.jpg", "b/2.jpg"), 1, 0),  # one: on a thread, without a process to talk to
+        (("--runner=DataflowRunner", "--project=p"), ("a/1.jpg",), 2, 0),
+        (("--direct_running_mode=multi_processing", "--direct_num_workers=2"), ("a/1.jpg",), 2, 0),
+    ],
+)
+def test_processes_are_used_where_one_local_worker_reads_local_files(args, paths, threads, expected):
+    listing = ImageListing(("a", "b"), tuple((path, 0, "") for path in paths), total_bytes=1, fingerprint="f")
+    config = ConvertConfig(source="photos", output_dir="out", threads=threads, pipeline_args=args)
+    assert local_processes(PipelineOptions(default_pipeline_args(args)), config, listing) == expected
+
+
+def test_a_script_without_a_main_guard_converts_once(tmp_path):
+    """A spawned worker imports its parent's main script first: a script calling the conversion at its top level
+    (no ``if __name__ == "__main__":``) must not run again in each worker."""
+    source = write_image_folder(tmp_path / "images", per_class=3)
+    runs = tmp_path / "runs.txt"
+    script = tmp_path / "convert_my_photos.py"
+    script.write_text(
+        "from components.convert.core import ConvertConfig, run\n"
+        f"open({str(runs)!r}, 'a').write('ran\\n')\n"
+        f"stats = run(ConvertConfig(source={source!r}, output_dir={str(tmp_path / 'out')!r}, image_size=8, "
+        "threads=2))\n"
+        "print(stats['num_examples'], stats['quarantined'])\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=root, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(3 * len(CLASSES)), "0"]
+    assert runs.read_text() == "ran\n"
+    with open(tmp_path / "out" / "stats.json") as handle:
+        assert json.load(handle)["num_examples"] == 3 * len(CLASSES)
+
+
+def test_the_workers_module_imports_neither_beam_nor_tensorflow():
+    """Each worker process imports it first: Pillow and NumPy, not Beam's 0.7 s (nor TensorFlow)."""
+    code = "import sys, components.convert.items; print(sorted({'apache_beam', 'tensorflow'} & set(sys.modules)))"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
+    assert done.stdout.strip() == "[]"
