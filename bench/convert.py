@@ -3,7 +3,10 @@
 resize and encode (antialiased, quality 95), and (b) this project's Beam conversion on the DirectRunner using every
 core, over the same photo-sized JPEGs. Two ratios of (b) to (a): in one process, the conversions alone (the steady
 state, as a long conversion runs), and the whole process, each a fresh ``python`` (imports, Beam's or TensorFlow's
-start, the work, the exit), as a user runs them. The loops' AUTOTUNE maps already run on every core too.
+start, the work, the exit), as a user runs them. The loops' AUTOTUNE maps already run on every core too. Each is run
+``--repeats`` times, taking turns, and the ratios are of the medians: the notebook's AUTOTUNE keeps both cores busy
+in some runs and not in others (the same CPU seconds in 1.7 s or 2.6 s here), so one run each can say either. The
+CPU seconds of each (every process, from ``/proc/stat``) are printed beside the wall times.
 
 Then the per-image floor: each stage alone, one image at a time on one thread, by each library tried (decode: Pillow,
 simplejpeg, OpenCV, TensorFlow; resize to fill the square: Pillow's triangle filter, OpenCV's area and bilinear,
@@ -20,7 +23,7 @@ cores. The last line printed is a JSON object.
 local runner's start, the conversion of 10 images, the writes); beside it a Beam pipeline that does nothing but write
 10 lines (the runner's own floor) and the 10 images' own work, one thread.
 
-    .tools/bin/uv run --group bench python bench/convert.py [--images 2000] [--image-size 192]
+    .tools/bin/uv run --group bench python bench/convert.py [--images 2000] [--image-size 192] [--repeats 3]
     .venv/bin/python bench/convert.py --part startup [--repeats 5]
 """
 
@@ -131,6 +134,8 @@ def stage_costs(root: str, size: int, samples: int = 200) -> dict:
         image.save(buffer, format="JPEG", quality=95)
         return buffer.getvalue()
 
+    worker = {f"decode_resize_encode_in_a_worker_{name}_ms": in_a_worker_ms(paths, size, keep)
+              for name, keep in (("glibc_defaults", False), ("freed_memory_kept", True))}  # fmt: skip
     images, decode_ms = per_item_ms(lambda c: decode_rgb_image(c, at_least=decoded_at_least(size)), contents)
     resized, resize_ms = per_item_ms(lambda image: fill_square_pillow(image, size), images)
     _, encode_ms = per_item_ms(encode, resized)
@@ -138,8 +143,28 @@ def stage_costs(root: str, size: int, samples: int = 200) -> dict:
     decoded, tf_decode_ms = per_item_ms(lambda c: tf.io.decode_jpeg(c, channels=3), contents)
     _, tf_resize_ms = per_item_ms(tf_resize, decoded)
     return {"decode_ms": decode_ms, "resize_crop_ms": resize_ms, "encode_ms": encode_ms,
-            "decode_resize_encode_ms": whole_ms,
+            "decode_resize_encode_ms": whole_ms, **worker,
             "tf_decode_ms": tf_decode_ms, "tf_resize_crop_ms": tf_resize_ms}  # fmt: skip
+
+
+def in_a_worker_ms(paths: list[str], size: int, keep_freed_memory: bool) -> float:
+    """Milliseconds per image of the conversion's decode, resize and encode, one image at a time in a worker process
+    of its own: with glibc's malloc defaults, or as the conversion's workers run (freed memory kept)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from components.convert.items import _keep_freed_memory
+
+    spawn, initializer = multiprocessing.get_context("spawn"), _keep_freed_memory if keep_freed_memory else None
+    with ProcessPoolExecutor(1, mp_context=spawn, initializer=initializer) as pool:
+        return pool.submit(_encodes_ms, paths, size).result()
+
+
+def _encodes_ms(paths: list[str], size: int) -> float:
+    from components.convert.items import encode_image
+
+    contents = [open(path, "rb").read() for path in paths]  # noqa: SIM115 (a bench: read once, up front)
+    return per_item_ms(lambda c: encode_image(c, size, 95), contents)[1]
 
 
 def library_floors(root: str, size: int, samples: int = 200) -> dict:
@@ -188,6 +213,10 @@ def library_floors(root: str, size: int, samples: int = 200) -> dict:
         missing.append("simplejpeg")
     else:
         decoders["simplejpeg"] = lambda content: simplejpeg.decode_jpeg(content, colorspace="RGB")
+        # libjpeg-turbo's DCT-domain scaling in eighths (5/8 for a 500x375 photo at 192): the least that covers it
+        decoders["simplejpeg, DCT-scaled to cover the square"] = lambda content: simplejpeg.decode_jpeg(
+            content, colorspace="RGB", min_height=size, min_width=size
+        )
         encoders["simplejpeg"] = lambda pixels: simplejpeg.encode_jpeg(pixels, quality=95, colorspace="RGB")
     try:
         import cv2
@@ -251,6 +280,25 @@ def library_floors(root: str, size: int, samples: int = 200) -> dict:
     return {**found, **rounded, "floor_ms": round(found["floor_ms"], 3)}
 
 
+def cpu_seconds() -> float:
+    """The seconds every core of this machine has been busy so far (``/proc/stat``; 0 where there is none): the CPU
+    of a run in every process it starts, on an otherwise quiet machine."""
+    try:
+        with open("/proc/stat") as handle:
+            fields = [int(value) for value in handle.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(function, *args, **kwargs) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of ``function(*args, **kwargs)``."""
+    cpu, started = cpu_seconds(), time.perf_counter()
+    function(*args, **kwargs)
+    return time.perf_counter() - started, cpu_seconds() - cpu
+
+
 def fresh_process(*args: str) -> tuple[float, str]:
     """``python *args`` in a fresh process, from the repository's root: (its seconds, the last line it printed)."""
     import subprocess
@@ -262,13 +310,13 @@ def fresh_process(*args: str) -> tuple[float, str]:
     return time.perf_counter() - begun, done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
 
 
-def whole_processes(root: str, directory: str, size: int) -> dict:
-    """Seconds of each conversion as a user runs it, a fresh ``python`` each: the notebook's loop and
+def whole_processes(root: str, directory: str, size: int, attempt: int) -> dict:
+    """Seconds (wall, CPU) of each conversion as a user runs it, a fresh ``python`` each: the notebook's loop and
     ``python -m components.convert``."""
-    loop = fresh_process("-c", NOTEBOOK, root, os.path.join(directory, "loop-process"), str(size))
-    beam = fresh_process("-m", "components.convert", "--source", root, "--output",
-                         os.path.join(directory, "beam-process"), "--image-size", str(size))  # fmt: skip
-    return {"codelab_loop_process_s": loop[0], "beam_process_s": beam[0]}
+    loop = measured(fresh_process, "-c", NOTEBOOK, root, os.path.join(directory, f"loop-process-{attempt}"), str(size))
+    beam = measured(fresh_process, "-m", "components.convert", "--source", root, "--output",
+                    os.path.join(directory, f"beam-process-{attempt}"), "--image-size", str(size))  # fmt: skip
+    return {"codelab_loop_process": loop, "beam_process": beam}
 
 
 # the notebook's loop (codelab_loop) as a program of its own
@@ -346,8 +394,15 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=192, help="default 192 (the codelab's)")
     parser.add_argument("--part", choices=("speed", "startup"), default="speed",
                         help="speed (default): the 2,000-photo comparison; startup: the fixed cost")  # fmt: skip
-    parser.add_argument("--repeats", type=int, default=5, help="startup: fresh processes per phase (default 5)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="runs of each side, taking turns (default 3); startup: fresh processes per phase (default 5)",
+    )
     args = parser.parse_args()
+    if args.repeats is None:
+        args.repeats = 5 if args.part == "startup" else 3
     if args.part == "startup":
         found = startup(args.repeats, args.image_size)
         for key, value in found.items():
@@ -355,36 +410,55 @@ def main() -> None:
         print(json.dumps({"cpu_cores": os.cpu_count(), "repeats": args.repeats, "image_size": args.image_size,
                           **{key: round(value, 3) for key, value in found.items()}}))  # fmt: skip
         return
+    import statistics
+
     from components.convert.core import ConvertConfig, run
 
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="bench-convert-") as directory:
         root = os.path.join(directory, "photos")
         input_bytes = write_photos(root, args.images)
-        print(f"{args.images} JPEGs of 500x375, {input_bytes / 1e6:.0f} MB, in {len(CLASSES)} classes, {cores} cores")
-        # each side's one-time costs (TensorFlow's and tf.data's start, Beam's) paid before the clocks: the steady
-        # state, as a long conversion runs
+        print(f"{args.images} JPEGs of 500x375, {input_bytes / 1e6:.0f} MB, in {len(CLASSES)} classes, {cores} cores, "
+              f"{args.repeats} runs each, taking turns")  # fmt: skip
+        # each side's one-time costs (TensorFlow's and tf.data's start, Beam's, the worker processes') paid before
+        # the clocks: the steady state, as a long conversion runs
         warm = os.path.join(directory, "warm")
         write_photos(warm, 20)
         codelab_loop(warm, os.path.join(directory, "warm-loop"), args.image_size)
         run(ConvertConfig(source=warm, output_dir=os.path.join(directory, "warm-beam"), image_size=args.image_size))
-        loop_seconds = codelab_loop(root, os.path.join(directory, "loop"), args.image_size)
-        loop_rate = args.images / loop_seconds
-        print(f"(a) codelab notebook's tf.data loop     {loop_rate:8.1f} images/s  ({loop_seconds:.1f}s)")
-        same_seconds = codelab_loop(root, os.path.join(directory, "same"), args.image_size, faithful=False)
-        same_rate = args.images / same_seconds
-        print(f"(a') same loop, our resize and encode   {same_rate:8.1f} images/s  ({same_seconds:.1f}s)")
-        started = time.perf_counter()
-        run(ConvertConfig(source=root, output_dir=os.path.join(directory, "beam"), image_size=args.image_size))
-        beam_seconds = time.perf_counter() - started
-        beam_rate = args.images / beam_seconds
-        print(f"(b) Beam, local runner, every core     {beam_rate:8.1f} images/s  ({beam_seconds:.1f}s)"
-              f"  steady-state ratio {beam_rate / loop_rate:.2f} (goal 1.3), {beam_rate / same_rate:.2f} against"
-              " (a')")  # fmt: skip
-        processes = whole_processes(root, directory, args.image_size)
-        whole_ratio = processes["codelab_loop_process_s"] / processes["beam_process_s"]
-        print(f"whole process: (a) {processes['codelab_loop_process_s']:.1f}s, (b) python -m components.convert "
-              f"{processes['beam_process_s']:.1f}s  ratio {whole_ratio:.2f} (goal 1.7)")  # fmt: skip
+        runs: dict[str, list[tuple[float, float]]] = {"loop": [], "same": [], "beam": [], "loop_process": [],
+                                                      "beam_process": []}  # fmt: skip
+        for attempt in range(args.repeats):
+            out = os.path.join(directory, f"run-{attempt}")
+            runs["loop"].append(measured(codelab_loop, root, f"{out}-loop", args.image_size))
+            runs["same"].append(measured(codelab_loop, root, f"{out}-same", args.image_size, faithful=False))
+            config = ConvertConfig(source=root, output_dir=f"{out}-beam", image_size=args.image_size)
+            runs["beam"].append(measured(run, config))
+        for attempt in range(args.repeats):
+            processes = whole_processes(root, directory, args.image_size, attempt)
+            runs["loop_process"].append(processes["codelab_loop_process"])
+            runs["beam_process"].append(processes["beam_process"])
+        wall = {name: statistics.median(w for w, _ in found) for name, found in runs.items()}
+        cpu = {name: statistics.median(c for _, c in found) for name, found in runs.items()}
+
+        def spread(name: str) -> str:
+            times = sorted(w for w, _ in runs[name])
+            return f"{times[0]:.2f}-{times[-1]:.2f}s" if len(times) > 1 else f"{times[0]:.2f}s"
+
+        loop_rate, same_rate, beam_rate = (args.images / wall[name] for name in ("loop", "same", "beam"))
+        ratio, ratio_same = wall["loop"] / wall["beam"], wall["same"] / wall["beam"]
+        whole_ratio = wall["loop_process"] / wall["beam_process"]
+        print(f"(a) codelab notebook's tf.data loop     {loop_rate:7.1f} images/s  (median {wall['loop']:.2f}s of "
+              f"{spread('loop')}, {cpu['loop']:.1f} CPU s)")  # fmt: skip
+        print(f"(a') same loop, our resize and encode   {same_rate:7.1f} images/s  (median {wall['same']:.2f}s of "
+              f"{spread('same')}, {cpu['same']:.1f} CPU s)")  # fmt: skip
+        print(f"(b) Beam, local runner, every core     {beam_rate:7.1f} images/s  (median {wall['beam']:.2f}s of "
+              f"{spread('beam')}, {cpu['beam']:.1f} CPU s)")  # fmt: skip
+        print(f"steady-state ratio {ratio:.2f} (goal 1.3), {ratio_same:.2f} against (a')")
+        print(f"whole process: (a) median {wall['loop_process']:.2f}s of {spread('loop_process')} "
+              f"({cpu['loop_process']:.1f} CPU s), (b) python -m components.convert median "
+              f"{wall['beam_process']:.2f}s of {spread('beam_process')} ({cpu['beam_process']:.1f} CPU s)  ratio "
+              f"{whole_ratio:.2f} (goal 1.7)")  # fmt: skip
         costs = stage_costs(root, args.image_size)
         print("ms per image, one thread: " + ", ".join(f"{k} {v:.2f}" for k, v in costs.items()))
         floors = library_floors(root, args.image_size)
@@ -401,11 +475,14 @@ def main() -> None:
     print(f"floor with every check kept: {floors['floor_ms']:.2f} ms a photo; the steady-state goal allows "
           f"{budget_ms:.2f} ms of CPU a photo on {cores} cores")  # fmt: skip
     print(json.dumps({
-        "images": args.images, "image_size": args.image_size, "cpu_cores": cores,
+        "images": args.images, "image_size": args.image_size, "cpu_cores": cores, "repeats": args.repeats,
         "codelab_loop_images_per_second": round(loop_rate, 1), "same_work_loop_images_per_second": round(same_rate, 1),
-        "beam_images_per_second": round(beam_rate, 1), "ratio": round(beam_rate / loop_rate, 2),
-        "ratio_same_work": round(beam_rate / same_rate, 2),
-        **{key: round(value, 2) for key, value in processes.items()}, "ratio_whole_process": round(whole_ratio, 2),
+        "beam_images_per_second": round(beam_rate, 1), "ratio": round(ratio, 2),
+        "ratio_same_work": round(ratio_same, 2),
+        "median_seconds": {name: round(value, 2) for name, value in wall.items()},
+        "median_cpu_seconds": {name: round(value, 2) for name, value in cpu.items()},
+        "runs_seconds": {name: [round(w, 2) for w, _ in found] for name, found in runs.items()},
+        "ratio_whole_process": round(whole_ratio, 2),
         **{k: round(v, 3) for k, v in costs.items()}, "library_floors": floors, "budget_ms": round(budget_ms, 3),
     }))  # fmt: skip
 

@@ -157,8 +157,9 @@ def record_step_failures() -> None:
     sys.excepthook = hook
 
 
-def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> None:
-    """Runs ``main`` and turns a ``UsageError`` into ``error: ...`` on stderr with exit code 2."""
+def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None, at_once: bool = False) -> None:
+    """Runs ``main`` and turns a ``UsageError`` into ``error: ...`` on stderr with exit code 2. ``at_once``: then
+    exits without the interpreter's teardown (``exit_at_once``)."""
     try:
         code = main(argv)
     except UsageError as err:
@@ -170,15 +171,38 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
     except KeyboardInterrupt as err:
         print(f"error: {err or 'interrupted'}", file=sys.stderr)
         code = INTERRUPTED_EXIT_CODE
+    if at_once:
+        exit_at_once(code)
     sys.exit(code)
 
 
-def console_script(main: Callable[[list[str] | None], int]) -> Callable[[], None]:
+def exit_at_once(code: int) -> None:
+    """Exits with ``code`` as ``sys.exit`` would, the interpreter's own first steps taken (the other threads joined,
+    the exit handlers run, the logs and the output flushed), but without its teardown of every module it imported:
+    after a Beam pipeline (about 1,900 modules) that teardown alone takes a quarter of a second here, with nothing
+    left to write. Where this Python lacks those steps' functions, ``sys.exit``."""
+    import atexit
+    import logging
+    import os
+    import threading
+
+    join_threads, run_exit_handlers = getattr(threading, "_shutdown", None), getattr(atexit, "_run_exitfuncs", None)
+    if join_threads is None or run_exit_handlers is None:
+        sys.exit(code)
+    join_threads()  # (what the interpreter does first: executors' threads are woken and joined)
+    run_exit_handlers()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def console_script(main: Callable[[list[str] | None], int], at_once: bool = False) -> Callable[[], None]:
     """A command's console-script entry point (pyproject.toml's ``[project.scripts]``): ``main`` run as
-    ``run_main`` runs it, one-line errors and exit codes included."""
+    ``run_main`` runs it, one-line errors and exit codes included (``at_once``: ``exit_at_once``)."""
     import functools
 
-    return functools.partial(run_main, main)
+    return functools.partial(run_main, main, at_once=at_once)
 
 
 def config_from_args(config_class, args, **overrides):

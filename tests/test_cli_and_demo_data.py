@@ -140,3 +140,36 @@ def test_tensorflows_native_start_up_lines_stay_off_the_terminal_and_the_rest_of
     onednn = flags & {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile"}
     if onednn and os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "0":
         assert shown, verbose.stderr  # there is something to hide on this host, and -v shows it
+
+
+@pytest.mark.parametrize("failing", [False, True])
+def test_a_command_that_exits_at_once_still_joins_its_threads_runs_its_exit_handlers_and_flushes(tmp_path, failing):
+    """``exit_at_once`` (the convert command's) skips only the interpreter's teardown of its modules."""
+    import subprocess
+    import sys
+
+    marks = tmp_path / "marks.txt"
+    program = f"""
+import atexit, logging, sys, threading, time
+from components.cli import UsageError, run_main
+
+def main(argv):
+    def late():
+        time.sleep(0.3)
+        open({str(marks)!r}, "a").write("thread\\n")
+    threading.Thread(target=late).start()
+    atexit.register(lambda: open({str(marks)!r}, "a").write("atexit\\n"))
+    logging.basicConfig(stream=sys.stderr)
+    logging.getLogger("x").warning("a log line")
+    sys.stdout.write("no newline")
+    if {failing}:
+        raise UsageError("a usage error")
+    return 3
+
+run_main(main, [], at_once=True)
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert done.returncode == (2 if failing else 3)
+    assert done.stdout == "no newline"
+    assert "a log line" in done.stderr and ("error: a usage error" in done.stderr) == failing
+    assert marks.read_text() == "thread\natexit\n"

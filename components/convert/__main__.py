@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-cli = console_script(main)  # the console script (pyproject.toml)
+cli = console_script(main, at_once=True)  # the console script (pyproject.toml); Beam's teardown skipped
 
 
 if __name__ == "__main__":

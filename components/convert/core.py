@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import apache_beam as beam
@@ -197,10 +197,9 @@ def run(config: ConvertConfig) -> dict:
     processes = local_processes(pipeline_options(config), config, listing)
     if processes:
         worker_processes(processes)  # they start importing now, while the graph is built
-    source_side = listing.shorter_side or typical_shorter_side([item[0] for item in listing.items])
     auto = None
     if config.image_size == AUTO_IMAGE_SIZE:
-        size, auto = auto_image_size(source_side)
+        size, auto = auto_image_size(listing.shorter_side or typical_shorter_side([item[0] for item in listing.items]))
         log.info("--image-size auto: %d (%s)", size, auto)
         config = dataclasses.replace(config, image_size=size)
     # a manifest's rows that name no usable image are counted beside its images, in every line below
@@ -227,7 +226,7 @@ def run(config: ConvertConfig) -> dict:
             staged_rows({"items": listing.items, "rejected": listing.rejected}, config.pipeline_args) as staged,
             beam.Pipeline(options=pipeline_options(config)) as pipeline,
         ):
-            conversion_graph(pipeline, config, listing, staged, shards, source_side, auto)
+            conversion_graph(pipeline, config, listing, staged, shards, auto)
         stats = read_stats(output_dir)
         seconds = time.monotonic() - started
         unusable = f" ({len(listing.rejected)} of them unusable rows)" if listing.rejected else ""
@@ -248,7 +247,7 @@ def run(config: ConvertConfig) -> dict:
 
 
 def conversion_graph(pipeline, config: ConvertConfig, listing: ImageListing, staged: dict, shards: dict[str, int],
-                     source_side: int | None, auto: str | None) -> None:  # fmt: skip
+                     auto: str | None) -> None:  # fmt: skip
     """Adds the conversion to ``pipeline``: the listing's rows read from the ``staged`` files (``staged_rows``), each
     image converted, byte-identical images kept once, the splits written in ``shards`` shards, and the stats."""
     output_dir = config.output_dir.rstrip("/")
@@ -260,7 +259,7 @@ def conversion_graph(pipeline, config: ConvertConfig, listing: ImageListing, sta
         | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
         | "Convert"
         >> beam.ParDo(ConvertImages(config, listing.class_names, len(listing.items), processes)).with_outputs(
-            QUARANTINE_TAG, main="converted"
+            QUARANTINE_TAG, SIZES_TAG, main="converted"
         )
     )
     fractions = (config.validation_fraction, config.test_fraction)
@@ -288,6 +287,7 @@ def conversion_graph(pipeline, config: ConvertConfig, listing: ImageListing, sta
         "written": written,
         "quarantine": quarantined,
         "duplicates": unique[DUPLICATE_TAG],
+        "sizes": converted[SIZES_TAG],
     } | "Outcome" >> Gather()
     _ = outcome | "WriteStats" >> beam.Map(
         write_stats,
@@ -297,7 +297,6 @@ def conversion_graph(pipeline, config: ConvertConfig, listing: ImageListing, sta
         shards=shards,
         input_bytes=listing.total_bytes,
         fingerprint=listing.fingerprint,
-        source_image_size=source_side,
         image_size_auto=auto,
     )
 
@@ -349,9 +348,14 @@ _progress: dict[int, Progress] = {}
 _progress_lock = threading.Lock()
 
 
+# the output of the counts of each shorter side of the images a bundle converted ({side: images})
+SIZES_TAG = "sizes"
+
+
 class ConvertImages(beam.DoFn):
     """A batch of (path, class index, split) -> (content digest, (path, class index, split, serialized example)),
-    or quarantine records. Each batch is read and converted on ``processes`` worker processes of this machine
+    or quarantine records; at a bundle's end, the counts of its images' shorter sides (``SIZES_TAG``). Each batch is
+    read and converted on ``processes`` worker processes of this machine
     (``local_processes``), or else on a pool of threads (I/O and Pillow release the GIL), so that one worker process
     uses every core, and reads from Cloud Storage overlap."""
 
@@ -375,6 +379,9 @@ class ConvertImages(beam.DoFn):
     def teardown(self):
         self._converter.close()
 
+    def start_bundle(self):
+        self._sides: dict[int, int] = {}
+
     def process(self, batch):
         self._converter.submit(batch)
         yield from self._outputs(self._converter.results(keep=self._converter.in_flight))
@@ -387,6 +394,8 @@ class ConvertImages(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
             else:
                 yield GlobalWindows.windowed_value(output)
+        if self._sides:
+            yield beam.pvalue.TaggedOutput(SIZES_TAG, GlobalWindows.windowed_value(self._sides))
 
     def _outputs(self, results):
         done = 0
@@ -397,7 +406,9 @@ class ConvertImages(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, result)
             else:
                 self._converted.inc()
-                yield result
+                digest, value, side = result
+                self._sides[side] = self._sides.get(side, 0) + 1
+                yield digest, value
         if done:
             self._progress.add(done, self._driver_pid)
 
@@ -419,6 +430,15 @@ def conversion_threads(config: ConvertConfig) -> int:
     return cores * 4 if "://" in config.source else cores
 
 
+def median_of_counts(counts: Iterable[dict[int, int]]) -> int | None:
+    """The median (an int, as ``typical_shorter_side``'s) of values given as {value: count} dicts, summed; None for
+    none."""
+    import statistics
+
+    values = [value for found in counts for value, count in found.items() for _ in range(count)]
+    return int(statistics.median(values)) if values else None
+
+
 def write_stats(
     outcome: dict[str, list],
     output_dir: str,
@@ -427,14 +447,14 @@ def write_stats(
     shards: dict[str, int],
     input_bytes: int,
     fingerprint: str = "",
-    source_image_size: int | None = None,
     image_size_auto: str | None = None,
 ) -> dict:
     """Writes the shards no example went to (empty), then ``stats.json``, ``quarantine.jsonl`` and
     ``duplicates.jsonl`` (each to a temporary name, then renamed), from the ``outcome`` gathered: each shard
     ``written`` (split, shard, counts per class), the ``quarantine`` and ``duplicates`` records.
-    ``source_image_size``: the source images' typical shorter side; ``image_size_auto``: why ``--image-size auto``
-    chose the size it did (None: the size was given)."""
+    ``source_image_size`` in the stats: the median shorter side of the images converted (their ``sizes``: counts of
+    each shorter side); ``image_size_auto``: why ``--image-size auto`` chose the size it did (None: the size was
+    given)."""
     quarantine, duplicates = outcome["quarantine"], outcome["duplicates"]
     stats = summarize_counts(finish_shards(outcome["written"], output_dir, shards), class_names)
     stats.update(
@@ -444,7 +464,7 @@ def write_stats(
         fingerprint_basis=FINGERPRINT_BASIS,
         image_size=config.image_size,
         image_size_auto=image_size_auto,
-        source_image_size=source_image_size,
+        source_image_size=median_of_counts(outcome["sizes"]),
         source=config.source,
         shards=shards,
         input_bytes=input_bytes,

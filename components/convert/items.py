@@ -99,8 +99,9 @@ class ItemSettings:
 
 
 def convert_item(item: Sequence, settings: ItemSettings):
-    """(path, class index, split) -> (content digest, (path, class index, split, serialized example)), or a
-    quarantine record ``{"path", "reason"}`` for an item that cannot be read or is not a usable image."""
+    """(path, class index, split) -> (content digest, (path, class index, split, serialized example), the source's
+    shorter side), or a quarantine record ``{"path", "reason"}`` for an item that cannot be read or is not a usable
+    image."""
     path, class_index, split = item
     try:
         content = read_item(path)
@@ -114,10 +115,10 @@ def convert_item(item: Sequence, settings: ItemSettings):
         return {"path": path, "reason": str(err)}
     except Exception as err:  # one bad file must not sink the job: record it instead
         return {"path": path, "reason": one_line(err, with_type=True)}
-    size = (settings.image_size, settings.image_size)
+    size, source_size = (settings.image_size, settings.image_size), oriented_size(content)
     example = serialize_example(jpeg, class_index, settings.class_names[class_index], size, len(settings.class_names),
-                                source=path, source_size=oriented_size(content))  # fmt: skip
-    return content_digest(content), (path, class_index, split, example)
+                                source=path, source_size=source_size)  # fmt: skip
+    return content_digest(content), (path, class_index, split, example), min(source_size)
 
 
 def _exists(path: str) -> bool:

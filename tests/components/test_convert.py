@@ -833,3 +833,5 @@ def test_image_size_auto_converts_at_the_median_shorter_side_and_says_so(image_f
     given = run(ConvertConfig(source=image_folder, output_dir=str(tmp_path / "given"), image_size=24,
                               pipeline_args=IN_MEMORY))  # fmt: skip
     assert given["image_size"] == 24 and given["image_size_auto"] is None
+    # the source's size, for the train step's advice: the median of every image converted, not of a sample
+    assert given["source_image_size"] == int(statistics.median(sides))

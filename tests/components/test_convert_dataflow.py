@@ -130,7 +130,7 @@ def test_the_job_graph_of_a_million_images_stays_under_one_megabyte(tmp_path):
     config = ConvertConfig(source=f"gs://{BUCKET}/manifest.csv", output_dir=f"gs://{BUCKET}/out", image_size=192)
     pipeline = beam.Pipeline(options=beam.options.pipeline_options.PipelineOptions([STAND_IN]))
     staged = {"items": f"gs://{BUCKET}/tmp/items.jsonl", "rejected": f"gs://{BUCKET}/tmp/rejected.jsonl"}
-    conversion_graph(pipeline, config, listing, staged, {split: 100 for split in SPLITS}, 500, None)
+    conversion_graph(pipeline, config, listing, staged, {split: 100 for split in SPLITS}, None)
     size = len(pipeline.to_runner_api().SerializeToString())
     assert size < 1_000_000, f"the job graph is {size} bytes"
 
@@ -155,7 +155,7 @@ def test_the_rows_are_spread_over_workers_unless_one_local_worker_runs_them_all(
     options = beam.options.pipeline_options.PipelineOptions(default_pipeline_args(args))
     pipeline = beam.Pipeline(runner="FnApiRunner", options=options)
     conversion_graph(pipeline, config, listing, {"items": "i.jsonl", "rejected": "r.jsonl"}, dict.fromkeys(SPLITS, 1),
-                     8, None)  # fmt: skip
+                     None)  # fmt: skip
     labels = [t.unique_name for t in pipeline.to_runner_api().components.transforms.values()]
     assert any(label.endswith("ListImages/Spread") for label in labels) == spread
 
