@@ -56,7 +56,13 @@ from components.convert.listing import (
     is_tfrecord_source,
     list_source,
 )
-from components.convert.staging import ReadRows, default_pipeline_args, one_local_worker, staged_rows
+from components.convert.staging import (
+    ReadRows,
+    default_pipeline_args,
+    one_local_worker,
+    sample_often,
+    staged_rows,
+)
 from components.decoding import DEFAULT_MAX_PIXELS
 from components.imaging import AUTO_IMAGE_SIZE, MAX_AUTO_IMAGE_SIZE
 from components.params import CONVERT
@@ -222,9 +228,11 @@ def run(config: ConvertConfig) -> dict:
     }
     with marked_if_it_fails(output_dir):
         started = time.monotonic()
+        options = pipeline_options(config)
+        sample_often(options)
         with (
             staged_rows({"items": listing.items, "rejected": listing.rejected}, config.pipeline_args) as staged,
-            beam.Pipeline(options=pipeline_options(config)) as pipeline,
+            beam.Pipeline(options=options) as pipeline,
         ):
             conversion_graph(pipeline, config, listing, staged, shards, auto)
         stats = read_stats(output_dir)

@@ -44,7 +44,7 @@ from components.convert.common import (
 )
 from components.convert.items import content_digest
 from components.convert.listing import TextListing, list_text_source
-from components.convert.staging import ReadRows, default_pipeline_args, one_local_worker, staged_rows
+from components.convert.staging import ReadRows, default_pipeline_args, one_local_worker, sample_often, staged_rows
 from components.params import CONVERT, TEXT
 from components.schema import (
     SPLITS,
@@ -316,10 +316,9 @@ def run_text(config: TextConvertConfig) -> dict:
     with marked_if_it_fails(output_dir):
         started = time.monotonic()
         rows = {"items": listing.items, "rejected": listing.rejected}
-        with (
-            staged_rows(rows, config.pipeline_args) as staged,
-            beam.Pipeline(options=PipelineOptions(default_pipeline_args(config.pipeline_args))) as pipeline,
-        ):
+        options = PipelineOptions(default_pipeline_args(config.pipeline_args))
+        sample_often(options)
+        with staged_rows(rows, config.pipeline_args) as staged, beam.Pipeline(options=options) as pipeline:
             text_graph(pipeline, config, listing, staged, shards, validation_fraction, test_fraction)
         stats = read_stats(output_dir)
         seconds = time.monotonic() - started

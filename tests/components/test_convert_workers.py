@@ -118,3 +118,24 @@ def test_the_workers_module_imports_neither_beam_nor_tensorflow():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_local_engine_samples_a_bundles_state_often_and_a_remote_runner_is_left_as_beam_has_it():
+    """Beam ends a bundle by joining its state sampler's thread, asleep for up to a sampling period (200 ms once a
+    bundle has run a second): on the local engine the period is 20 ms. This checks that the lock's Beam still takes
+    it where ``sample_often`` sets it."""
+    from apache_beam.runners.worker import statesampler
+    from apache_beam.utils.counters import CounterFactory
+
+    from components.convert.staging import LOCAL_SAMPLING_PERIOD_MS, sample_often
+
+    init = statesampler.StateSampler.__init__
+    saved = init.__defaults__
+    try:
+        init.__defaults__ = (statesampler.DEFAULT_SAMPLING_PERIOD_MS,)
+        sample_often(PipelineOptions(default_pipeline_args(["--runner=DataflowRunner", "--project=p"])))
+        assert statesampler.StateSampler("step", CounterFactory()).sampling_period_ms == 200
+        sample_often(PipelineOptions(default_pipeline_args([])))
+        assert statesampler.StateSampler("step", CounterFactory()).sampling_period_ms == LOCAL_SAMPLING_PERIOD_MS == 20
+    finally:
+        init.__defaults__ = saved
