@@ -69,7 +69,15 @@ def configure_logging(verbose: bool = False) -> None:
     # Beam's local job service relays every worker's INFO lines: keep the user's view to our progress lines
     for noisy in ("apache_beam", "absl", "tensorflow"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_not_an_interruption)
     record_step_failures()
+
+
+def _not_an_interruption(record: logging.LogRecord) -> bool:
+    """Beam logs the exception of a step that fails, its traceback included, before raising it again: for Ctrl-C
+    the command's one line (``error: interrupted``) says it all."""
+    return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
 
 
 # what TensorFlow's native libraries write to stderr while they load, before its logging starts (so that
@@ -169,7 +177,7 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
         print(f"error: {err}", file=sys.stderr)
         code = err.exit_code
     except KeyboardInterrupt as err:
-        print(f"error: {err or 'interrupted'}", file=sys.stderr)
+        print(f"error: {str(err) or 'interrupted'}", file=sys.stderr)
         code = INTERRUPTED_EXIT_CODE
     if at_once:
         exit_at_once(code)

@@ -133,6 +133,9 @@ def marked_if_it_fails(output_dir: str):
         if written:
             failure = {"reason": one_line(err, with_type=True), "failed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
             write_json(f"{output_dir.rstrip('/')}/{FAILED_FILE}", failure)
+        if isinstance(err, RuntimeError) and str(err).startswith("KeyboardInterrupt"):
+            # Beam re-raises an interruption (Ctrl-C) in a step as a RuntimeError: it is an interruption again
+            raise KeyboardInterrupt() from err
         raise
 
 

@@ -134,7 +134,7 @@ def _exists(path: str) -> bool:
         return False
 
 
-_pool = None
+_pool = None  # (the pool, its worker count)
 _pool_lock = threading.Lock()
 
 
@@ -145,25 +145,25 @@ def worker_processes(count: int):
     from concurrent.futures import ProcessPoolExecutor
 
     with _pool_lock:
-        if _pool is not None and _pool._max_workers == count:
-            return _pool
+        if _pool is not None and _pool[1] == count and not getattr(_pool[0], "_broken", False):
+            return _pool[0]
         if _pool is not None:
-            _pool.shutdown(wait=False, cancel_futures=True)
+            _pool[0].shutdown(wait=False, cancel_futures=True)
             _pool = None
         try:
             import multiprocessing
 
             # spawn: a fresh interpreter, never a copy of this process's threads and locks (Beam runs threads)
             spawn = multiprocessing.get_context("spawn")
-            pool = ProcessPoolExecutor(count, mp_context=spawn, initializer=_keep_freed_memory)
+            pool = ProcessPoolExecutor(count, mp_context=spawn, initializer=_worker_started)
             with _main_script_left_out():
                 for _ in range(count):
                     pool.submit(_ready)  # each worker starts now, importing this module while the caller goes on
         except (OSError, ImportError) as err:  # no semaphores (no /dev/shm), no processes allowed
             log.warning("worker processes cannot start here (%s): converting on threads", one_line(err))
             return None
-        _pool = pool
-        return _pool
+        _pool = (pool, count)
+        return pool
 
 
 @contextlib.contextmanager
@@ -180,6 +180,29 @@ def _main_script_left_out():
         yield
     finally:
         sys.modules["__main__"] = main
+
+
+def _worker_started() -> None:
+    """Each worker's set-up: the memory it frees kept (``_keep_freed_memory``); Ctrl-C left to the conversion's
+    process (a terminal sends it to the workers too: they finish their chunk and are shut down with it); and an end
+    of its own when that process ends, however it ends (else a worker blocked handing back a result would live on)."""
+    import multiprocessing
+    import signal
+
+    _keep_freed_memory()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_end_with, args=(parent.sentinel,), name="parent-watch", daemon=True).start()
+
+
+def _end_with(sentinel: int) -> None:
+    from multiprocessing.connection import wait
+
+    wait([sentinel])  # readable once the parent process has ended
+    import os
+
+    os._exit(1)
 
 
 def _keep_freed_memory() -> None:
@@ -201,9 +224,9 @@ def _shut_down() -> None:
     """At exit, before the interpreter's teardown (a pool collected during it logs an error)."""
     global _pool
     with _pool_lock:
-        pool, _pool = _pool, None
-    if pool is not None:
-        pool.shutdown(wait=True, cancel_futures=True)
+        found, _pool = _pool, None
+    if found is not None:
+        found[0].shutdown(wait=True, cancel_futures=True)
 
 
 atexit.register(_shut_down)
@@ -216,7 +239,7 @@ def _ready() -> None:
 def _discard(pool) -> None:
     global _pool
     with _pool_lock:
-        if _pool is pool:
+        if _pool is not None and _pool[0] is pool:
             _pool = None
     pool.shutdown(wait=False, cancel_futures=True)
 
@@ -233,7 +256,8 @@ class Converter:
 
     An item whose worker process dies (a decoder's crash, the memory killer) breaks the pool: the items in flight are
     then converted one at a time, each on a fresh pool, and the one whose worker dies again is quarantined with that
-    reason (on threads, such a crash takes the whole process down)."""
+    reason (on threads, such a crash takes the whole process down). Where the workers die before any converts an
+    item (a machine that starts processes it cannot run), the conversion goes on on threads."""
 
     def __init__(self, settings: ItemSettings, processes: int, threads: int, work: Callable = convert_item):
         self._settings = settings
@@ -242,6 +266,7 @@ class Converter:
         self._work = work
         self._thread_pool = None
         self._pending: collections.deque = collections.deque()
+        self._worked = False  # whether a worker process has converted a chunk yet
         # chunks kept in flight between calls: work queued for each worker while the caller is busy elsewhere
         self.in_flight = 2 * max(processes, threads, 1)
 
@@ -280,9 +305,16 @@ class Converter:
             chunk, future = self._pending.popleft()
             try:
                 results = future.result()
+                self._worked = self._worked or bool(self._processes)
             except BrokenProcessPool:
-                results = self._one_at_a_time(chunk)
+                results = self._one_at_a_time(chunk) if self._worked else self._on_threads(chunk)
             yield from results
+
+    def _on_threads(self, chunk: list) -> list:
+        if self._processes:
+            log.warning("the conversion's worker processes died before converting anything: converting on threads")
+            self._processes = 0
+        return self._executor().submit(convert_chunk, chunk, self._settings, self._work).result()
 
     def _one_at_a_time(self, chunk: list) -> list:
         from concurrent.futures.process import BrokenProcessPool

@@ -20,9 +20,23 @@ SETTINGS = ItemSettings(image_size=8, jpeg_quality=95, max_pixels=10**8, class_n
 
 
 def dies_on_crash(item, settings):
-    """``convert_item``, except that the process converting an item named ``crash...`` dies, as it would in a
-    decoder's crash."""
+    """``convert_item``, except that the worker process converting an item named ``crash...`` dies, as it would in a
+    decoder's crash (on a thread: an error, rather than this process's end)."""
+    import multiprocessing
+
     if os.path.basename(item[0]).startswith("crash"):
+        if multiprocessing.parent_process() is None:
+            raise RuntimeError("a crash on a thread")
+        os._exit(11)
+    return convert_item(item, settings)
+
+
+def dies_in_any_worker(item, settings):
+    """``convert_item`` on a thread; a worker process that runs it dies, as on a machine that starts processes it
+    cannot run."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
         os._exit(11)
     return convert_item(item, settings)
 
@@ -58,8 +72,10 @@ def test_an_image_whose_worker_process_dies_is_quarantined_and_the_others_conver
         handle.write(image_bytes(COLORS[CLASSES[1]], (20, 20)))
     items = items_of(folder)
     converter = Converter(SETTINGS, processes=2, threads=2, work=dies_on_crash)
-    converter.submit(items)
+    converter.submit(items[:2])  # the workers have converted: a death is then an image's, not the machine's
     results = list(converter.results())
+    converter.submit(items[2:])
+    results += converter.results()
     assert len(results) == len(items)
     for item, result in zip(items, results, strict=True):
         if item[0] == crash:
@@ -71,6 +87,15 @@ def test_an_image_whose_worker_process_dies_is_quarantined_and_the_others_conver
     after = Converter(SETTINGS, processes=2, threads=2)  # the next conversion gets a working pool
     after.submit(items[:2])
     assert list(after.results()) == [convert_item(item, SETTINGS) for item in items[:2]]
+
+
+def test_workers_that_die_before_converting_anything_leave_the_conversion_to_threads(tmp_path, caplog):
+    items = items_of(write_image_folder(tmp_path / "images", per_class=3))
+    converter = Converter(SETTINGS, processes=2, threads=2, work=dies_in_any_worker)
+    converter.submit(items)
+    assert list(converter.results()) == [convert_item(item, SETTINGS) for item in items]
+    assert "worker processes died before converting anything: converting on threads" in caplog.text
+    converter.close()
 
 
 @pytest.mark.parametrize(
@@ -139,3 +164,62 @@ def test_the_local_engine_samples_a_bundles_state_often_and_a_remote_runner_is_l
         assert statesampler.StateSampler("step", CounterFactory()).sampling_period_ms == LOCAL_SAMPLING_PERIOD_MS == 20
     finally:
         init.__defaults__ = saved
+
+
+def test_ctrl_c_during_a_conversion_is_an_interruption_not_a_traceback(tmp_path):
+    """Beam re-raises a KeyboardInterrupt raised in a step (Ctrl-C arriving while images convert) as a RuntimeError;
+    the command says "interrupted" (exit 130), and a folder it wrote into is marked as a failed conversion's."""
+    source = write_image_folder(tmp_path / "images", per_class=3)
+    output = tmp_path / "out"
+    program = f"""
+import os
+from components.convert import core
+from components.convert.__main__ import main
+from components.cli import run_main
+
+def interrupted(self, batch):
+    os.makedirs({str(output)!r}, exist_ok=True)
+    open({str(output / "partial.tfrec")!r}, "wb").close()  # something written before the interruption
+    raise KeyboardInterrupt
+    yield
+
+core.ConvertImages.process = interrupted
+run_main(main, ["--source", {source!r}, "--output", {str(output)!r}, "--image-size", "8"], at_once=True)
+"""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=root, timeout=300)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.strip().splitlines()[-1] == "error: interrupted"
+    with open(output / "conversion-failed.json") as handle:
+        assert json.load(handle)["reason"].startswith("RuntimeError: KeyboardInterrupt")
+
+
+def test_the_workers_end_with_the_process_that_started_them_however_it_ends():
+    """A conversion killed outright (the memory killer, ``kill -9``) leaves no worker processes behind."""
+    import time
+
+    program = """
+import os, signal
+from components.convert.items import convert_chunk, worker_processes
+pool = worker_processes(2)
+pool.submit(convert_chunk, [], None).result()
+print(" ".join(str(pid) for pid in pool._processes), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=root, timeout=120)
+    workers = [int(pid) for pid in done.stdout.split()]
+    assert len(workers) == 2, done.stderr
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as handle:  # a zombie awaits only its reaper
+            return handle.read().split(")")[1].split()[0] != "Z"
+
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in workers)
