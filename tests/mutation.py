@@ -122,7 +122,8 @@ def to_try(groups: dict[str, list[str]], only: str, codes: dict[str, int | None]
            ) -> list[str]:  # fmt: skip
     """What to name to mutmut: the groups' patterns (``all``: every mutant, tried again), or the mutants themselves
     that the last run left untried or did not kill. ``untried`` also names every mutant of the functions ``changed``
-    since the last run (``changed_functions``): their results are of the code before."""
+    since the last run (``changed_functions``): their results are of the code before; and a pattern no mutant known
+    matches yet (a function moved to a file mutmut has not mutated)."""
     if only == "all":
         return [pattern for patterns in groups.values() for pattern in patterns]
     stale = {function for function in changed if any(in_group(f"{function}__mutmut_1", patterns)
@@ -135,6 +136,9 @@ def to_try(groups: dict[str, list[str]], only: str, codes: dict[str, int | None]
     if only == "untried":
         names = {name for name in names if name.rpartition("__mutmut_")[0] not in stale}
         names |= {f"{function}__mutmut_*" for function in stale}
+        # a group's function of which mutmut has no mutant yet (moved to a file it has not mutated): all of it
+        names |= {pattern for patterns in groups.values() for pattern in patterns
+                  if not any(fnmatch.fnmatchcase(name, pattern) for name in codes)}  # fmt: skip
     return sorted(names)
 
 

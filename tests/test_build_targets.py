@@ -123,6 +123,9 @@ def test_make_mutants_names_what_a_stopped_run_left_or_what_survived_and_scores_
     assert to_try(groups, "untried", codes) == ["m.x_f__mutmut_3", "m.x_g__mutmut_2"]
     # a function changed since the last run: every mutant of it, those tried before too (their results are stale)
     assert to_try(groups, "untried", codes, {"m.x_f", "m.x_h"}) == ["m.x_f__mutmut_*", "m.x_g__mutmut_2"]
+    # a function of a group that mutmut has no mutant of yet (moved to a file not mutated before): all of it
+    moved = {**groups, "three": ["n.x_k__mutmut_*"]}
+    assert to_try(moved, "untried", codes) == ["m.x_f__mutmut_3", "m.x_g__mutmut_2", "n.x_k__mutmut_*"]
     # a timeout is not a kill; a crash (another signal) is
     assert to_try(groups, "survivors", codes) == ["m.x_f__mutmut_2", "m.x_f__mutmut_4", "m.x_g__mutmut_1"]
     summary = report(codes, groups)
