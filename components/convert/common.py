@@ -195,13 +195,16 @@ class WriteShard(beam.DoFn):
 
     def process(self, element):
         (split, shard), records = element
-        path = shard_path(self._output_dir, split, shard, self._shards[split])
+        yield split, shard, self._write(split, shard, records)
+
+    def _write(self, split: str, shard: int, records) -> dict[int, int]:
+        """Writes (CRC-32C, class index, example) records as the shard; -> {class index: examples}."""
         counts: dict[int, int] = {}
-        with written_atomically(path) as handle:
+        with written_atomically(shard_path(self._output_dir, split, shard, self._shards[split])) as handle:
             for crc, class_index, example in records:
                 handle.write(record_bytes(example, crc))
                 counts[class_index] = counts.get(class_index, 0) + 1
-        yield split, shard, counts
+        return counts
 
 
 def content_shard_key(element, fractions: tuple[float, float], shards: dict[str, int]):
@@ -212,16 +215,12 @@ def content_shard_key(element, fractions: tuple[float, float], shards: dict[str,
     return (split, int.from_bytes(digest[8:16], "big") % shards[split]), element
 
 
-class WriteUniqueShard(beam.DoFn):
+class WriteUniqueShard(WriteShard):
     """((split, shard), its (content digest, (path, class index, split, example)) pairs) -> one shard holding each
     content once, its first path's example (``KeepFirstCopy``'s rule, here within the shard all copies meet in),
     written as ``WriteShard`` writes; the other copies as duplicates records -> (split, shard, {class index: count}).
     Two passes over the shard's examples: the first keeps paths alone, so that no more than one example at a time
     is held in memory."""
-
-    def __init__(self, output_dir: str, shards: dict[str, int]):
-        self._output_dir = output_dir
-        self._shards = dict(shards)
 
     def process(self, element):
         import google_crc32c
@@ -236,14 +235,14 @@ class WriteUniqueShard(beam.DoFn):
             kept[digest] = paths[0][0]
             for record in duplicates_of(paths):
                 yield beam.pvalue.TaggedOutput(DUPLICATE_TAG, record)
-        counts: dict[int, int] = {}
-        with written_atomically(shard_path(self._output_dir, split, shard, self._shards[split])) as handle:
+
+        def first_copies():
             for digest, (path, class_index, _, example) in pairs:
                 if kept.get(digest) == path:
                     del kept[digest]  # (the same path twice is one image)
-                    handle.write(record_bytes(example, google_crc32c.value(example)))
-                    counts[class_index] = counts.get(class_index, 0) + 1
-        yield split, shard, counts
+                    yield google_crc32c.value(example), class_index, example
+
+        yield split, shard, self._write(split, shard, first_copies())
 
 
 @contextlib.contextmanager

@@ -200,7 +200,8 @@ def run(config: ConvertConfig) -> dict:
         return adopt(config, conversion_threads(config))
     listing = list_source(config.source, config.classes)
     check_class_count(listing.class_names, config.source)
-    processes = local_processes(pipeline_options(config), config, listing)
+    options = pipeline_options(config)
+    processes = local_processes(options, config, listing)
     if processes:
         worker_processes(processes)  # they start importing now, while the graph is built
     auto = None
@@ -228,7 +229,6 @@ def run(config: ConvertConfig) -> dict:
     }
     with marked_if_it_fails(output_dir):
         started = time.monotonic()
-        options = pipeline_options(config)
         sample_often(options)
         with (
             staged_rows({"items": listing.items, "rejected": listing.rejected}, config.pipeline_args) as staged,
@@ -378,8 +378,6 @@ class ConvertImages(beam.DoFn):
         self._quarantined = beam.metrics.Metrics.counter("convert", "images_quarantined")
 
     def setup(self):
-        if self._processes:
-            worker_processes(self._processes)  # (started already by ``run``, or now)
         self._converter = Converter(self._settings, self._processes, conversion_threads(self._config))
         with _progress_lock:  # one per process and job, shared by the DoFn instances of its threads
             self._progress = _progress.setdefault(self._job, Progress(self._total))
