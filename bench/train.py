@@ -169,7 +169,7 @@ def measure_bare(examples: str, model_name: str, backend: str, precision: str, d
     """Examples per second of the fastest epoch after the first of a bare ``model.fit``: the same model, dataset and
     compile settings, the devices set up by hand, nothing else."""
     from components.artifacts.examples import input_size, make_dataset
-    from components.models import build_model
+    from components.models import ModelSpec, build_model
     from components.schema import read_stats
     from components.train.core import round_up_batch
 
@@ -196,7 +196,7 @@ def measure_bare(examples: str, model_name: str, backend: str, precision: str, d
                            sequence_length=length)  # fmt: skip
     keras.mixed_precision.set_global_policy(precision)
     with scope():
-        model = build_model(model_name, size, classes, stats.get("vocabulary_size", 0))
+        model = build_model(model_name, ModelSpec.of(stats))
         model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"],
                       jit_compile=backend == "jax")  # fmt: skip
         steps_end, timer = epoch_timers()
@@ -271,7 +271,7 @@ def gpu_models() -> list[str]:
 
 
 def parse_args() -> argparse.Namespace:
-    from components.models import MODELS
+    from components.models import BUILTINS
     from components.params import TEXT
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -279,7 +279,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--model",
         default="codelab_convnet",
-        choices=sorted(MODELS),
+        choices=sorted(BUILTINS),
         help="the model to train (default %(default)s); a text model trains on synthetic token ids",
     )
     for name in ("sequence_length", "vocabulary_size"):  # the pipeline's own (the article's) defaults
@@ -328,7 +328,7 @@ def measure_configuration(examples: str, args, backend: str, precision: str, dev
 
 
 def main() -> None:
-    from components.models import modality_of
+    from components.models import BUILTINS
 
     args = parse_args()
     if args.worker:
@@ -339,7 +339,7 @@ def main() -> None:
         return
     from components.train.placement import choose_backend, detect_hardware, read_cpu_flags
 
-    size, batch, text = args.image_size, args.batch_size, modality_of(args.model) == "text"
+    size, batch, text = args.image_size, args.batch_size, BUILTINS[args.model].modality == "text"
     unit = "texts" if text else "images"
     rows = {}
     with tempfile.TemporaryDirectory(prefix="bench-train-") as examples:
@@ -370,7 +370,7 @@ def main() -> None:
         "cpu_cores": os.cpu_count(),
         "hardware": hardware, "gpus": gpu_models(), "cpu_bf16": sorted(read_cpu_flags() & {"amx_bf16", "avx512_bf16"}),
         f"input_{unit}_per_second": round(feed, 1), "configurations": rows, "backends": summary,
-        "auto_picks": choose_backend("auto", hardware, {}, modality=modality_of(args.model))[0],
+        "auto_picks": choose_backend("auto", hardware, {}, modality=BUILTINS[args.model].modality)[0],
         "min_ours_vs_bare": min(row["ours_vs_bare"] for row in rows.values()),
         "max_ours_epoch_work_share": max(row["ours_epoch_work_share"] for row in rows.values()),
     }))  # fmt: skip

@@ -95,14 +95,15 @@ def synthetic_photos(root: str, count: int, size: int) -> None:
 
 
 def model_table(args, root: str) -> list[dict]:
-    from components.models import MIN_IMAGE_SIZE, MODELS, TEXT_MODELS, build_model
+    from components.models import BUILTINS, ModelSpec, build_model
 
     source, examples = os.path.join(root, "photos"), os.path.join(root, "photos-examples")
     synthetic_photos(source, args.images, args.image_size)
     convert(source, examples, args.image_size)
     rows = []
-    for name in [model for model in MODELS if model not in TEXT_MODELS]:
-        params = build_model(name, max(MIN_IMAGE_SIZE.get(name, 8), 32), 10).count_params()
+    for name in [name for name, builtin in BUILTINS.items() if builtin.modality == "image"]:
+        least = BUILTINS[name].min_image_size
+        params = build_model(name, ModelSpec.for_images(max(least, 32), 10)).count_params()
         model_dir = os.path.join(root, f"speed-{name}")
         step("components.train", "--examples", examples, "--model-dir", model_dir, "--model", name, "--weights",
              "none", "--epochs", str(args.speed_epochs), "--batch-size", "32", "--precision", "float32",
@@ -114,9 +115,9 @@ def model_table(args, root: str) -> list[dict]:
         with open(os.path.join(examples, "stats.json")) as handle:
             steps = json.load(handle)["counts"]["train"] // config["global_batch_size"]
         rate = steps * config["global_batch_size"] / seconds
-        rows.append({"model": name, "parameters": params, "min_image_size": MIN_IMAGE_SIZE.get(name, 8),
+        rows.append({"model": name, "parameters": params, "min_image_size": least,
                      "images_per_second": round(rate, 1)})  # fmt: skip
-        print(f"{name:20s} {params:>12,d} params  min {MIN_IMAGE_SIZE.get(name, 8):>3d} px  {rate:8.1f} images/s "
+        print(f"{name:20s} {params:>12,d} params  min {least:>3d} px  {rate:8.1f} images/s "
               f"at {args.image_size} px", flush=True)  # fmt: skip
         shutil.rmtree(model_dir, ignore_errors=True)
     return rows

@@ -67,7 +67,7 @@ def configure_logging(verbose: bool = False) -> None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         quiet_tensorflow_startup()
     # Beam's local job service relays every worker's INFO lines: keep the user's view to our progress lines
-    for noisy in ("apache_beam", "absl", "tensorflow"):
+    for noisy in ("apache_beam", "absl", "tensorflow", "jax._src.xla_bridge"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_not_an_interruption)
@@ -261,4 +261,5 @@ def add_param(parser, params: dict, name: str, listed=(), **extra) -> None:
         parser.add_argument(flag_of(name, params), action="store_true", **options)
         return
     kind = options.pop("type", type(param.default))
-    parser.add_argument(flag_of(name, params), type=kind, default=param.default, **options)
+    default = list(param.default) if options.get("action") == "append" else param.default  # (repeated: a list)
+    parser.add_argument(flag_of(name, params), type=kind, default=default, **options)

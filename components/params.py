@@ -6,7 +6,7 @@ from here, and passes every value to its steps, whose KFP wrappers have no defau
 (each step's and ``run-local``'s) take their help from here. ``tests/test_parameters.py`` fails when a default literal
 of a parameter named here appears anywhere else.
 
-The choices of a parameter live beside the code that acts on them (``components.models.MODELS``,
+The choices of a parameter live beside the code that acts on them (``components.models.BUILTINS``,
 ``components.train.placement.PRECISIONS`` ...), and are read from there.
 """
 
@@ -74,8 +74,15 @@ TEXT = {
 TRAIN = {
     "model_name": Param(
         "auto",
-        "the architecture; auto: the codelab convnet with batch norm for images, the article's LSTM for texts",
+        "the model: a built-in one (python -m pipeline models), your own as FILE.py[:FUNCTION] (local or gs://) or "
+        "MODULE:FUNCTION, a builder build(spec, **hparams) that returns a Keras model (docs/your-model.md); auto: the "
+        "codelab convnet with batch norm for images, the article's LSTM for texts",
         flag="--model",
+    ),
+    "hparams": Param(
+        (),
+        "the model's own hyperparameters as NAME=VALUE, the builder's keyword arguments (typed as their defaults)",
+        flag="--hparam",
     ),
     "epochs": Param(20, "training epochs (a pretrained backbone's: those of its head, the backbone frozen)"),
     "weights": Param(
@@ -113,9 +120,9 @@ TRAIN = {
 TUNE = {
     "tune_trials": Param(
         0,
-        "hyperparameter search: trials over learning rate, batch size, augmentation and (with a pretrained backbone) "
-        "fine-tuning depth, each a whole training run; the best one's model goes on to evaluate (0: no search, train "
-        "once)",
+        "hyperparameter search: trials over learning rate, batch size, augmentation, (with a pretrained backbone) "
+        "fine-tuning depth and the ranges a model of your own declares (SEARCH_SPACE), each a whole training run; the "
+        "best one's model goes on to evaluate (0: no search, train once)",
     ),
     "tune_parallel_trials": Param(1, "Vertex AI tuning job: trials run at once (run-local runs them one by one)"),
 }

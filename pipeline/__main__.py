@@ -8,7 +8,7 @@ import sys
 
 from components.cli import ArgumentParser, configure_logging, console_script
 from pipeline.cli import compile as compile_command
-from pipeline.cli import local, predict, vertex
+from pipeline.cli import local, models, predict, vertex
 
 
 def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
@@ -27,6 +27,7 @@ def build_parser(dag_parameters: bool = False) -> argparse.ArgumentParser:
 
     compile_command.add_command(commands)
     local.add_command(commands, dag_parameters)
+    models.add_command(commands)
     predict.add_command(commands)
     vertex.add_commands(commands)
     for sub in subcommands(parser).values():  # -v after the subcommand too (only when given: never undoes a first -v)
@@ -75,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         return predict.run(args)
     if args.command == "compile":
         return compile_command.run(args)
+    if args.command == "models":
+        return models.run(args)
     return local.run(args, chosen)
 
 

@@ -81,6 +81,7 @@ def build_pipeline(
         max_bad_fraction: float = CONVERT["max_bad_fraction"].default,
         classes: List[str] = list(CONVERT["classes"].default),  # noqa: B006 (KFP reads it; nothing mutates it)
         model_name: str = TRAIN["model_name"].default,
+        hparams: List[str] = list(TRAIN["hparams"].default),  # noqa: B006 (KFP reads it; nothing mutates it)
         epochs: int = TRAIN["epochs"].default,
         weights: str = TRAIN["weights"].default,
         fine_tune_epochs: int = TRAIN["fine_tune_epochs"].default,

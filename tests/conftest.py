@@ -135,6 +135,8 @@ def exported(converted, trained, tmp_path_factory) -> tuple[str, dict]:
 LONGEST_FIRST = (
     "tests/pipeline/test_local_run.py",
     "tests/components/test_train_jax.py",
+    "tests/components/test_own_model.py",
+    "tests/pipeline/test_model_iteration.py",
     "tests/components/test_train.py",
     "tests/components/test_transfer.py",
     "tests/components/test_evaluate.py",

@@ -22,6 +22,7 @@ def check_data(
 
     from components.check_data.core import CheckDataConfig, parse_thresholds, run
     from components.cli import configure_logging
+    from components.storage import write_json
 
     configure_logging()
     result = run(
@@ -39,6 +40,7 @@ def check_data(
             metrics.log_metric(f"{name}_{found['split']}" if found.get("split") else name, found["value"])
     metrics.log_metric("data_warnings", len(result["warnings"]))
     metrics.log_metric("data_accepted_blocks", len(result["blocking"]) if result["accepted_data_change"] else 0)
+    write_json(metrics.path, metrics.metadata)  # (kfp.local's cache takes an output without a file for a lost one)
     statistics.metadata.update({key: result[key] for key in ("blocking", "warnings", "accepted_data_change")})
     outcome = "accepted" if result["accepted_data_change"] else "warned" if result["warnings"] else "passed"
     return json.dumps({"outcome": outcome, "warnings": result["warnings"], "blocking": result["blocking"]})

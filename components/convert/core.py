@@ -168,9 +168,10 @@ def auto_image_size(source_side: int | None) -> tuple[int, str]:
     """(size, why) for ``--image-size auto``: the source images' typical shorter side, at most 192 (the codelab's
     size: larger costs time and memory for little) and at least what every model trained from scratch takes (a
     pretrained backbone needs more, 32 or 71 px: the train step says so, and ``--image-size`` gives it)."""
-    from components.models import BACKBONES, MIN_IMAGE_SIZE
+    from components.models import BACKBONES, BUILTINS
 
-    least = max(size for name, size in MIN_IMAGE_SIZE.items() if name not in BACKBONES)
+    least = max(model.min_image_size for name, model in BUILTINS.items()
+                if model.modality == "image" and name not in BACKBONES)  # fmt: skip
     if source_side is None:
         return MAX_AUTO_IMAGE_SIZE, f"no image size could be read: the codelab's {MAX_AUTO_IMAGE_SIZE}"
     size = min(MAX_AUTO_IMAGE_SIZE, max(least, source_side))

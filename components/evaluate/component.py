@@ -30,6 +30,7 @@ def evaluate(
     from components.artifacts.evaluation import sliced_metrics
     from components.cli import configure_logging
     from components.evaluate.core import EvaluateConfig, run
+    from components.storage import write_json
 
     configure_logging()
     result = run(
@@ -67,6 +68,8 @@ def evaluate(
     with open(vertex_evaluation.path, "w", encoding="utf-8") as handle:
         json.dump(sliced_metrics(result), handle)
     shutil.copyfile(result["report_html"], report.path)
+    for logged in (metrics, confusion):  # (kfp.local's cache takes an output without a file for a lost one)
+        write_json(logged.path, logged.metadata)
     with open(test_accuracy, "w", encoding="utf-8") as handle:
         handle.write(repr(float(result["accuracy"])))
     return bool(blessing["blessed"])

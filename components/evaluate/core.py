@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from components.artifacts.evaluation import METRICS_FILE, answered_counts
 from components.artifacts.examples import input_size, make_dataset
-from components.artifacts.model import HISTORY_FILE, MODEL_FILE, article, check_examples_match, load_model_config
+from components.artifacts.model import HISTORY_FILE, article, check_examples_match, load_model_config
 from components.cli import UsageError
-from components.models import INPUT_PIXELS
+from components.models import INPUT_PIXELS, load_trained_model
 from components.params import EVALUATE
 from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, write_json
@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 EVAL_BATCH_SIZE = 256
 # what the report says of the training, from the model's model_config.json
 TRAINING_FACTS = (
+    "model",
+    "hparams",
     "backend",
     "precision",
     "accelerator",
@@ -294,8 +296,6 @@ def run(config: EvaluateConfig) -> dict:
     from components.keras_backend import activate_backend
 
     activate_backend("tensorflow")  # a CPU step; the baseline may be a TensorFlow SavedModel
-    import keras
-
     stats = read_stats(config.examples_dir)
     model_config = load_model_config(config.model_dir)
     if stats["counts"].get(config.split, 0) == 0:
@@ -312,7 +312,7 @@ def run(config: EvaluateConfig) -> dict:
         data_checks = read_checks(config.data_checks)
     not_comparable = baseline and comparability(baseline, model_config["class_names"], size, modality,
                                                 model_config.get("vocabulary_sha256", ""))  # fmt: skip
-    model = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
+    model = load_trained_model(config.model_dir, model_config)
     history = read_history(config.model_dir)  # the curves for the report, and train's word on whether it learned
     from components.evaluate.report import MAX_MISCLASSIFIED
 
@@ -584,9 +584,7 @@ def load_baseline(baseline: Baseline):
     import tensorflow as tf
 
     if baseline.kind == "trained":
-        import keras
-
-        model = keras.models.load_model(os.path.join(baseline.path, MODEL_FILE), compile=False)
+        model = load_trained_model(baseline.path)
         if baseline.input_pixels == INPUT_PIXELS or baseline.modality == "text":
             return model
         return lambda images, training=False: model(tf.cast(images, tf.float32) / 255.0, training=training)

@@ -244,6 +244,8 @@ def shorten(text: str) -> str:
 
 def run_facts(metrics: dict, history: dict | None) -> str:
     """The rows of the report's opening table: the model, the data, and how, where and how long it trained."""
+    from components.models.source import described
+
     counts = metrics.get("counts", {})
     training = metrics.get("training", {})
     history = history or {}
@@ -262,7 +264,8 @@ def run_facts(metrics: dict, history: dict | None) -> str:
     else:
         shape = f"images of {len(metrics.get('class_names', []))} classes, {training.get('image_size') or ''} px"
     rows = [
-        ("model", f"{metrics.get('model_name', '')} ({metrics.get('model_dir', '')})"),
+        ("model", f"{described(metrics.get('model_name', ''), training.get('model'), training.get('hparams'))} "
+                  f"({metrics.get('model_dir', '')})"),
         ("data", f"{data} {shape} ({metrics.get('examples_dir', '')})"),
         ("pretrained", pretrained_facts(training)),
         ("epochs", epochs),

@@ -36,19 +36,32 @@ class ExportConfig:
 
 
 def build_cpu_model(model_dir: str):
-    """The trained network rebuilt on the CPU in float32, with the trained weights loaded."""
+    """The trained network rebuilt on the CPU in float32 by the builder that made it (with the hyperparameters it was
+    trained with), the trained weights loaded."""
     import keras
     import tensorflow as tf
 
-    from components.models import build_model
+    from components.models import ModelSpec, build_model, load_trained
 
     config = load_model_config(model_dir)
-    size, _ = input_size(config)  # (model_config.json holds the keys stats.json does)
+    loaded = load_trained(config, model_dir)
     keras.mixed_precision.set_global_policy("float32")
     with tf.device("/CPU:0"):
-        model = build_model(config["model_name"], size, config["num_classes"], config.get("vocabulary_size", 0))
+        model = build_model(loaded, ModelSpec.of(config), config.get("hparams") or {})
         model.load_weights(os.path.join(model_dir, WEIGHTS_FILE))
     return model, config
+
+
+def keep_model_code(model_dir: str, output_dir: str, model_config: dict) -> dict:
+    """The export's record of the code that made the model (``export.json``'s ``model`` and ``hparams``), and a
+    copy of a model file of one's own beside the export (it goes with it into the registry): a version can be traced
+    to its code. The SavedModel and the TFLite files need none of it to serve."""
+    from components.storage import read_bytes, write_atomically
+
+    record = model_config.get("model") or {}
+    if record.get("file"):
+        write_atomically(os.path.join(output_dir, record["file"]), read_bytes(os.path.join(model_dir, record["file"])))
+    return {"model_name": model_config["model_name"], "model": record, "hparams": model_config.get("hparams") or {}}
 
 
 def predictions_of(model, class_names):

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 
 from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, TFLITE_FILES
-from components.artifacts.model import MODEL_FILE, model_digest
+from components.artifacts.model import model_digest
 from components.export.common import (
     PARITY_BATCH_SIZE,
     REPRESENTATIVE_IMAGES,
@@ -24,6 +24,7 @@ from components.export.common import (
     build_cpu_model,
     count_correct,
     format_entries,
+    keep_model_code,
     predictions_of,
     shown_classes,
     tflite_run,
@@ -31,7 +32,7 @@ from components.export.common import (
 )
 from components.export.tflite_metadata import classifier_files
 from components.imaging import DECODING, TFLITE_INPUT
-from components.models import INPUT_PIXELS
+from components.models import INPUT_PIXELS, load_trained_model
 from components.schema import parse_example, split_files
 from components.storage import write_atomically, write_json
 
@@ -155,9 +156,10 @@ def check_raw_file_accuracy(raw: dict) -> None:
 
 
 def unit_range_network(model, image_size: int):
-    """The network without its pixel scaling (``components.models.pixels_in``'s ``Rescaling(1/255)``): float input
-    in [0, 1], the same weights (for int8 quantization, which then maps uint8 pixels onto its input exactly, as the
-    scaling would). Another rescaling (a pretrained backbone's range) stays."""
+    """The network without its pixel scaling (``components.models.builtin.pixels_in``'s ``Rescaling(1/255)``): float
+    input in [0, 1], the same weights (for int8 quantization, which then maps uint8 pixels onto its input exactly, as
+    the scaling would). Another rescaling (a pretrained backbone's range) stays. A model that scales its pixels
+    otherwise (a model of one's own) takes [0, 1] through a scaling back to whole pixels in front of it instead."""
     import keras
 
     def pixel_scaling(layer) -> bool:
@@ -166,12 +168,15 @@ def unit_range_network(model, image_size: int):
     def without_scaling(layer):
         return keras.layers.Identity() if pixel_scaling(layer) else layer.__class__.from_config(layer.get_config())
 
-    bare = keras.models.clone_model(
-        model, input_tensors=keras.Input(shape=(image_size, image_size, 3), dtype="float32"),
-        clone_function=without_scaling,
-    )  # fmt: skip
-    bare.set_weights(model.get_weights())
-    return bare
+    unit = keras.Input(shape=(image_size, image_size, 3), dtype="float32")
+    if any(pixel_scaling(layer) for layer in model.layers[:2]):
+        try:
+            bare = keras.models.clone_model(model, input_tensors=unit, clone_function=without_scaling)
+            bare.set_weights(model.get_weights())
+            return bare
+        except (ValueError, TypeError, NotImplementedError) as err:  # (custom layers without a full config)
+            log.info("int8 export: the model cannot be cloned without its scaling (%s): scaling its input back", err)
+    return keras.Model(unit, model(keras.ops.round(unit * 255.0)))
 
 
 def tflite_models(model, image_size: int, examples_dir: str, num_classes: int) -> dict[str, bytes]:
@@ -263,12 +268,10 @@ def format_accuracies(saved_model_path: str, tflite: dict[str, bytes], examples_
 def export_image(config: ExportConfig) -> dict:
     """Exports an image model (SavedModel on encoded images, TFLite on pixels), checks it, and writes
     ``export.json``."""
-    import keras
-
     model, model_config = build_cpu_model(config.model_dir)
     saved_model_path = os.path.join(config.output_dir, SAVED_MODEL_DIR)
     write_saved_model(model, model_config["image_size"], model_config["class_names"], saved_model_path)
-    trained = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
+    trained = load_trained_model(config.model_dir, model_config)
     parity = check_parity(saved_model_path, trained, config.examples_dir, config.parity_split, model_config)
     raw = raw_file_accuracy(saved_model_path, config.examples_dir, model_config)
     check_raw_file_accuracy(raw)
@@ -301,6 +304,7 @@ def export_image(config: ExportConfig) -> dict:
         "trained_precision": model_config["precision"],
         "trained_backend": crossed["trained_backend"],
         "model_digest": digest,  # the trained weights' sha256: the model's identity
+        **keep_model_code(config.model_dir, config.output_dir, model_config),
     }
     write_json(os.path.join(config.output_dir, EXPORT_FILE), report)
     log.info(

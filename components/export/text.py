@@ -22,7 +22,7 @@ import shutil
 import tempfile
 
 from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, TFLITE_FILES
-from components.artifacts.model import MODEL_FILE, model_digest
+from components.artifacts.model import model_digest
 from components.cli import StepFailedError
 from components.export.common import (
     PARITY_BATCH_SIZE,
@@ -32,12 +32,14 @@ from components.export.common import (
     build_cpu_model,
     count_correct,
     format_entries,
+    keep_model_code,
     predictions_of,
     shown_classes,
     tflite_run,
     write_archive,
 )
 from components.export.tflite_metadata import text_classifier_files
+from components.models import load_trained_model
 from components.storage import write_atomically, write_json
 from components.tokenizing import VOCABULARY_FILE, GraphTokenizer, read_vocabulary, vocabulary_bytes
 
@@ -181,14 +183,12 @@ def describe_text(model_config: dict, fmt: str, quantization: str) -> str:
 
 def export_text(config: ExportConfig) -> dict:
     """Exports a text model (SavedModel on strings, TFLite on ids), checks it, and writes ``export.json``."""
-    import keras
-
     vocabulary = read_vocabulary(os.path.join(config.model_dir, VOCABULARY_FILE))
     model, model_config = build_cpu_model(config.model_dir)
     length = model_config["sequence_length"]
     saved_model_path = os.path.join(config.output_dir, SAVED_MODEL_DIR)
     write_text_saved_model(model, GraphTokenizer(vocabulary, length), model_config["class_names"], saved_model_path)
-    trained = keras.models.load_model(os.path.join(config.model_dir, MODEL_FILE), compile=False)
+    trained = load_trained_model(config.model_dir, model_config)
     parity, differing = check_text_parity(saved_model_path, trained, config.examples_dir, config.parity_split,
                                           model_config)  # fmt: skip
     if differing is not None:  # serving would read texts otherwise than training did: nothing is exported
@@ -230,6 +230,7 @@ def export_text(config: ExportConfig) -> dict:
         "trained_precision": model_config["precision"],
         "trained_backend": crossed["trained_backend"],
         "model_digest": digest,
+        **keep_model_code(config.model_dir, config.output_dir, model_config),
     }
     write_json(os.path.join(config.output_dir, EXPORT_FILE), report)
     log.info("exported %s; on %d %s texts: the graph's token ids equal the conversion's for %.4f, argmax agreement "

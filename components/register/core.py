@@ -162,6 +162,19 @@ def export_record(uri: str) -> dict:
     return read_json(path) if exists(path) else {}
 
 
+def model_code_record(export_uri: str) -> dict:
+    """What a version records of the code its model was built from (from the export's ``export.json``): the model's
+    name, its file's sha256 (a model of one's own: the file itself is in the version, beside the export) and its
+    hyperparameters."""
+    export = export_record(export_uri)
+    code = export.get("model") or {}
+    return {
+        "model_name": export.get("model_name"),
+        "model_sha256": code.get("sha256", ""),
+        "hparams": export.get("hparams") or {},
+    }
+
+
 def same_as_baseline(candidate_export: str, baseline: str) -> str:
     """Why the candidate must not be registered again ("" when it may): its trained weights are the baseline's."""
     if not baseline:

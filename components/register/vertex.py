@@ -25,8 +25,11 @@ def register(
     parent_model: str = "",
     pipeline_run: str = "",
     serving_image: str = DEFAULT_SERVING_IMAGE,
+    model_code: str = "",
 ) -> dict:
-    """Uploads the SavedModel folder at ``saved_model_uri`` (gs://); returns the model's name and version id."""
+    """Uploads the SavedModel folder at ``saved_model_uri`` (gs://); returns the model's name and version id.
+    ``model_code``: the digest of the model file of one's own it was built from, its version's ``model-code``
+    label."""
     from google.cloud import aiplatform
 
     check_settings(settings, need_root=False)
@@ -35,6 +38,8 @@ def register(
     labels = dict(settings.labels)
     if pipeline_run:
         labels["pipeline-run"] = re.sub(r"[^a-z0-9_-]", "-", pipeline_run.rsplit("/", 1)[-1].lower())[:63]
+    if model_code:
+        labels["model-code"] = model_code[:63]
     connect(settings)
 
     def uploaded_after_all():  # no request id in UploadModelRequest: the new default version names our folder
@@ -93,9 +98,14 @@ def register_blessed(
     """Uploads the export at ``export_uri`` (its ``saved_model/`` folder; the DAG passes the stable copy under
     ``model_root``, not the run's output) as a new version of the model named ``display_name``, or as that model's
     first version; then imports evaluate's ``metrics`` (if any) as that version's evaluation."""
+    from components.register.core import model_code_record
+
     parent = find_model(settings, display_name)
     saved_model_uri = export_uri.rstrip("/") + "/" + SAVED_MODEL_DIR
-    result = register(settings, saved_model_uri, display_name, parent.resource_name if parent else "", pipeline_run)
+    code = model_code_record(export_uri).get("model_sha256", "")[:16]
+    result = register(
+        settings, saved_model_uri, display_name, parent.resource_name if parent else "", pipeline_run, model_code=code
+    )
     if metrics is not None:
         version = f"{result['name']}@{result['version_id']}"
         result["evaluation"] = import_evaluation(settings, version, metrics, pipeline_run or f"{display_name} test")
@@ -190,7 +200,13 @@ def register_version(
     ``metrics.json`` in the ``evaluation`` folder (if given) is imported as that version's evaluation. The decision
     names the model version in service afterwards (``model``, ``version``) when the Model Registry holds it."""
     from components.artifacts.evaluation import metrics_path
-    from components.register.core import FolderRegistry, decision, default_model_root, same_as_baseline
+    from components.register.core import (
+        FolderRegistry,
+        decision,
+        default_model_root,
+        model_code_record,
+        same_as_baseline,
+    )
     from components.storage import read_json
 
     if not display_name:
@@ -206,7 +222,7 @@ def register_version(
         return decision("skipped", reason=same, baseline=baseline)
     root = model_root or default_model_root(export_uri, display_name)
     registry = FolderRegistry(root)
-    record = {"display_name": display_name, "pipeline_run": pipeline_run}
+    record = {"display_name": display_name, "pipeline_run": pipeline_run, **model_code_record(export_uri)}
     version = registry.push(export_uri, record, make_default=settings is None, data_statistics=data_statistics,
                             evaluation=evaluation)  # fmt: skip
     if settings is None:

@@ -6,7 +6,6 @@ import argparse
 import json
 
 from components.cli import ArgumentParser, UsageError, add_param, config_from_args, configure_logging, console_script
-from components.models import AUTO_MODEL, MODELS
 from components.params import TRAIN, TUNE
 from components.train.core import LR_SCHEDULES, TrainConfig, run
 from components.train.placement import BACKENDS, PRECISIONS
@@ -24,7 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--examples", dest="examples_dir", required=True, help="the convert step's output dir")
     parser.add_argument("--model-dir", default="", help="where the model, weights and history.json go "
                         "(default: $AIP_MODEL_DIR)")  # fmt: skip
-    add_param(parser, TRAIN, "model_name", listed=(AUTO_MODEL, *MODELS))
+    add_param(parser, TRAIN, "model_name", metavar="auto|NAME|FILE.py[:FUNCTION]|MODULE:FUNCTION")
+    add_param(parser, TRAIN, "hparams", action="append", metavar="NAME=VALUE", type=str)
     for name in ("epochs", "per_replica_batch_size", "learning_rate"):
         add_param(parser, TRAIN, name)
     add_param(parser, TRAIN, "weights", metavar="auto|imagenet|none|PATH")

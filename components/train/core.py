@@ -34,16 +34,20 @@ from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE, MODEL_FI
 from components.cli import UsageError
 from components.learning import not_learning, what_to_try
 from components.models import (
-    AUTO_MODEL,
     BACKBONES,
-    DEFAULT_MODELS,
     INPUT_PIXELS,
-    MODELS,
+    SOURCE_DIR,
+    LoadedModel,
+    ModelSpec,
     backbone_of,
-    build_model,
     check_image_size,
-    modality_of,
+    check_modality,
+    load,
+    parse_ref,
+    resolve_auto,
+    resolve_hparams,
 )
+from components.models.source import local_copy, split_pairs
 from components.params import TRAIN
 from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, read_json, write_atomically, write_json
@@ -78,8 +82,10 @@ class TrainConfig:
     Args:
         examples_dir: the convert step's output (``<split>/*.tfrec`` and ``stats.json``).
         model_dir: where the model, its weights, its config and the history go; empty: ``AIP_MODEL_DIR``.
-        model_name: one of ``components.models.MODELS``, or ``auto``: the codelab convnet with batch norm for
-            images, the article's LSTM for texts (``components.models.DEFAULT_MODELS``).
+        model_name: a built-in model (``components.models.BUILTINS``), a model of one's own (``FILE.py[:FUNCTION]``,
+            local or ``gs://``, or ``MODULE:FUNCTION``: ``components.models.source``), or ``auto``: the codelab
+            convnet with batch norm for images, the article's LSTM for texts (``components.models.DEFAULT_MODELS``).
+        hparams: the model's own hyperparameters, ``NAME=VALUE`` each: its builder's keyword arguments.
         epochs: passes over the training split (with a pretrained backbone: the head's, the backbone frozen).
         weights: a backbone's pretrained weights: ``imagenet``, a file of them (local or ``gs://``), ``none``, or
             ``auto`` (``imagenet`` for the backbones, ``none`` for the others). See ``components.train.transfer``.
@@ -111,6 +117,7 @@ class TrainConfig:
     examples_dir: str
     model_dir: str = ""
     model_name: str = TRAIN["model_name"].default
+    hparams: tuple[str, ...] = TRAIN["hparams"].default
     epochs: int = TRAIN["epochs"].default
     weights: str = TRAIN["weights"].default
     weights_cache: str = ""
@@ -135,8 +142,10 @@ class TrainConfig:
     seed: int = TRAIN["seed"].default
 
     def __post_init__(self) -> None:
-        choices = {"model_name": ("--model", (AUTO_MODEL, *MODELS)), "precision": ("--precision", PRECISIONS),
-                   "lr_schedule": ("--lr-schedule", LR_SCHEDULES), "backend": ("--backend", BACKENDS)}  # fmt: skip
+        parse_ref(self.model_name)
+        split_pairs(self.hparams)
+        choices = {"precision": ("--precision", PRECISIONS), "lr_schedule": ("--lr-schedule", LR_SCHEDULES),
+                   "backend": ("--backend", BACKENDS)}  # fmt: skip
         for name, (flag, valid) in choices.items():
             if getattr(self, name) not in valid:
                 raise UsageError(
@@ -543,14 +552,6 @@ def reference_predictions(model, examples_dir: str, stats: dict, placement):
         return np.asarray(model.predict(images, batch_size=count, verbose=0), dtype=np.float32)
 
 
-def check_model_takes(model_name: str, modality: str, examples_dir: str) -> None:
-    """A one-line error when the model takes the other modality than the examples hold."""
-    if modality_of(model_name) != modality:
-        fits = [name for name in sorted(MODELS) if modality_of(name) == modality]
-        raise UsageError(f"--model {model_name} takes {modality_of(model_name)}s, and the examples in {examples_dir} "
-                         f"are {modality}s: choose one of {', '.join(fits)}")  # fmt: skip
-
-
 @dataclass(frozen=True)
 class Examples:
     """What training needs to know of the examples, read before the slow framework imports."""
@@ -562,6 +563,25 @@ class Examples:
     sequence_length: int | None
     shape: tuple
     vocabulary: list | None  # a text model's tokens, which its ids index
+    spec: ModelSpec  # what the model's builder is given
+
+
+@dataclass(frozen=True)
+class ModelCode:
+    """The model's builder, loaded, and the hyperparameters it is built with (every one, defaults included)."""
+
+    loaded: LoadedModel
+    hparams: dict
+
+
+def load_model_code(config: TrainConfig, examples: Examples) -> ModelCode:
+    """The builder of ``config.model_name`` (``auto`` resolved before), checked against the examples, with its
+    hyperparameters: after the backend is chosen, since a model file of one's own imports Keras."""
+    loaded = load(config.model_name)
+    check_modality(loaded, examples.modality, config.examples_dir)
+    if examples.modality == "image":
+        check_image_size(loaded, examples.image_size, f"the examples' image size ({config.examples_dir})")
+    return ModelCode(loaded, resolve_hparams(loaded, config.hparams))
 
 
 def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
@@ -570,6 +590,8 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     config, examples, dirs = check_inputs(config, env)
     placement, backend = placed(config, env, examples.modality)
     import keras
+
+    code = load_model_code(config, examples)
 
     keras.utils.set_random_seed(config.seed)
     precision = _precision(config, placement)
@@ -595,13 +617,13 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
             log.info("the head was trained before (%s): fine-tuning", os.path.join(dirs.checkpoint_dir, HEAD_WEIGHTS))
             continue
         model = compiled_model(config, examples, placement, precision, steps_per_epoch, jit_compile, phase,
-                               pretrained, dirs)  # fmt: skip
+                               pretrained, dirs, code, backend)  # fmt: skip
         finished_before, callbacks, advice = resume_and_watch(config, examples, dirs, placement, phase, plan[-1].last)
         resumed_after = finished_before if resumed_after is None else resumed_after
         log.info(
             "training %s%s on %d %s (%s, %d classes): epochs %d to %d of %d steps, global batch %d (%d x %d "
             "devices), %s, %s on %s, XLA %s, %d steps per execution",
-            config.model_name, PHASE_WORDS[phase.name], train_count, f"{examples.modality}s",
+            code.loaded.name, PHASE_WORDS[phase.name], train_count, f"{examples.modality}s",
             "x".join(map(str, examples.shape)), examples.num_classes, phase.first + 1, phase.last, steps_per_epoch,
             global_batch, per_device, placement.devices, precision, placement.strategy, backend,
             "on" if jit_compile else "off", config.steps_per_execution,
@@ -627,7 +649,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
              len(backups), trained_epochs, 1000 * sum(backups) / max(len(backups), 1),
              "auto" if config.backup_interval is None else config.backup_interval)  # fmt: skip
     model_config = {
-        **model_facts(config, examples, backend, placement.why, precision),
+        **model_facts(code, examples, backend, placement.why, precision),
         **transfer_facts(config, plan, model),
         "per_replica_batch_size": per_device,
         "global_batch_size": global_batch,
@@ -642,7 +664,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         "distribution": distribution_facts(model, placement, (global_batch, *examples.shape)),
     }
     curves, not_learned = save_results(model, config, examples, dirs, placement, model_config, finished_before,
-                                       seconds, advice)  # fmt: skip
+                                       seconds, advice, code.loaded)  # fmt: skip
     final = {name: values[-1] for name, values in curves.items()}
     if not_learned:
         log.warning("training did not learn: %s", not_learned)
@@ -671,30 +693,32 @@ def check_inputs(config: TrainConfig, env: Mapping[str, str]):
         check_writable(path, what)
     modality = stats.get("modality", "image")
     image_size, sequence_length = input_size(stats)
-    if config.model_name == AUTO_MODEL:
-        config = dataclasses.replace(config, model_name=DEFAULT_MODELS[modality])
-        log.info("--model auto: %s for %ss", config.model_name, modality)
-    check_model_takes(config.model_name, modality, config.examples_dir)
+    ref = resolve_auto(parse_ref(config.model_name), modality)
+    if ref.text != config.model_name:
+        log.info("--model auto: %s for %ss", ref.text, modality)
+    config = dataclasses.replace(config, model_name=ref.text)
+    if ref.kind == "builtin":  # (a model of one's own is loaded once the backend is chosen: it imports Keras)
+        load_model_code(config, Examples(stats, modality, 0, image_size, None, (), None, ModelSpec.of(stats)))
+    elif ref.kind == "file":
+        local_copy(ref, "")  # a missing file is said before the slow imports
     config = dataclasses.replace(config, weights=resolve_weights_choice(config.weights, config.model_name))
     vocabulary = None
-    if modality == "image":
-        check_image_size(config.model_name, image_size, f"the examples' image size ({config.examples_dir})")
-    else:  # the ids mean this vocabulary's tokens: it goes into the model artifact, for export to tokenise with
+    if modality == "text":  # the ids mean this vocabulary's tokens: it goes into the model artifact, for export
         vocabulary = read_vocabulary(f"{config.examples_dir.rstrip('/')}/{VOCABULARY_FILE}")
     examples = Examples(stats, modality, stats["num_classes"], image_size, sequence_length, example_shape(stats),
-                        vocabulary)  # fmt: skip
+                        vocabulary, ModelSpec.of(stats))  # fmt: skip
     return config, examples, dirs
 
 
-def placed(config: TrainConfig, env: Mapping[str, str], modality: str):
-    """The backend activated (the hardware's, or the one asked for) and the devices placed: (placement, backend)."""
+def activated_backend(config: TrainConfig, env: Mapping[str, str], modality: str) -> tuple[str, str, str]:
+    """The backend chosen (the hardware's, or the one asked for) and activated, before Keras is first imported:
+    (backend, why, hardware)."""
     from components.keras_backend import activate_backend
     from components.train.placement import (
         activate_jax_cpu_devices,
         choose_backend,
         choose_precision,
         detect_hardware,
-        place,
         read_cpu_flags,
     )
 
@@ -706,6 +730,14 @@ def placed(config: TrainConfig, env: Mapping[str, str], modality: str):
     activate_backend(backend)
     if backend == "jax":
         activate_jax_cpu_devices(config.cpu_replicas)
+    return backend, why, hardware
+
+
+def placed(config: TrainConfig, env: Mapping[str, str], modality: str):
+    """The backend activated and the devices placed: (placement, backend)."""
+    from components.train.placement import place
+
+    backend, why, hardware = activated_backend(config, env, modality)
     return place(backend, why, hardware, config.cpu_replicas, config.hosts, env), backend
 
 
@@ -788,18 +820,23 @@ def transfer_facts(config: TrainConfig, plan: list[Phase], model) -> dict:
 
 
 def compiled_model(config: TrainConfig, examples: Examples, placement, precision: str, steps_per_epoch: int,
-                   jit_compile: bool, phase: Phase, pretrained: str | None, dirs: OutputDirs):  # fmt: skip
+                   jit_compile: bool, phase: Phase, pretrained: str | None, dirs: OutputDirs, code: ModelCode,
+                   backend: str):  # fmt: skip
     """The model built in ``precision`` under the placement's scope and compiled for ``phase`` (its trainable
     weights, its learning rate): the pretrained backbone's weights loaded from ``pretrained``, or, to fine-tune, the
-    head phase's; its summary goes to the log."""
+    head phase's; its summary goes to the log. A model of one's own is checked first (``components.models.checks``):
+    one line for a mistake, before any training."""
     import keras
+
+    from components.models.checks import call_builder, check_model
 
     rate = fine_tune_rate(config) if phase.name == "fine_tune" else learning_rate(config, steps_per_epoch)
     keras.mixed_precision.set_global_policy(precision)
     try:
         with placement.scope():
-            model = build_model(config.model_name, examples.image_size, examples.num_classes,
-                                examples.stats.get("vocabulary_size", 0))  # fmt: skip
+            model = call_builder(code.loaded, examples.spec, code.hparams, backend)
+            if placement.processes == 1:  # (a prediction on several hosts needs every host's part of the batch)
+                check_model(model, code.loaded, examples.spec, backend, batch_size=max(2, placement.devices))
             if phase.name == "fine_tune":
                 model.load_weights(os.path.join(dirs.checkpoint_dir, HEAD_WEIGHTS))
                 unfrozen = unfreeze_top(model, config.fine_tune_blocks)
@@ -845,7 +882,8 @@ def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, p
     callbacks = training_callbacks(dirs.checkpoint_dir, dirs.tensorboard_dir, placement, config.backup_interval,
                                    phase.backup, total_epochs)  # fmt: skip
     image_size = examples.image_size if examples.modality == "image" else None
-    advice = what_to_try(config.learning_rate, image_size, config.model_name, examples.stats.get("source_image_size"))
+    advice = what_to_try(config.learning_rate, image_size, parse_ref(config.model_name).name,
+                         examples.stats.get("source_image_size"))  # fmt: skip
     if placement.is_chief:
         earlier = [record["loss"] for record in read_epoch_log(epoch_log)] if finished_before else []
         callbacks.append(_learning_watch(examples.num_classes, advice, earlier, class_counts(examples)))
@@ -859,11 +897,13 @@ def class_counts(examples: Examples) -> list:
     return list(examples.stats.get("per_class", {}).get("train", {}).values())
 
 
-def model_facts(config: TrainConfig, examples: Examples, backend: str, why: str, precision: str) -> dict:
-    """What ``model_config.json`` says of the model and its inputs."""
+def model_facts(code: ModelCode, examples: Examples, backend: str, why: str, precision: str) -> dict:
+    """What ``model_config.json`` says of the model, where its code came from, and its inputs."""
     stats = examples.stats
     return {
-        "model_name": config.model_name,
+        "model_name": code.loaded.name,
+        "model": code.loaded.record(kept_source_name(code.loaded)),
+        "hparams": code.hparams,
         "modality": examples.modality,
         # images: uint8 pixels, scaled inside the model; texts: int32 token ids of the conversion's vocabulary
         **(
@@ -883,8 +923,16 @@ def model_facts(config: TrainConfig, examples: Examples, backend: str, why: str,
     }
 
 
+def kept_source_name(loaded: LoadedModel) -> str:
+    """Where the model artifact keeps a copy of the model's file, relative to it ("" for a built-in model)."""
+    if not loaded.source_file:
+        return ""
+    name = os.path.basename(loaded.source_file)
+    return f"{SOURCE_DIR}/{name if loaded.ref.kind == 'file' else loaded.ref.location + '.py'}"
+
+
 def save_results(model, config: TrainConfig, examples: Examples, dirs, placement, model_config: dict,
-                 finished_before: int, seconds: float, advice: str):  # fmt: skip
+                 finished_before: int, seconds: float, advice: str, loaded: LoadedModel):  # fmt: skip
     """Process 0 writes the model artifact and removes the finished run's backup; every host then reports what it
     wrote: (the curves, why they show no learning or None)."""
     epoch_log = os.path.join(dirs.checkpoint_dir, EPOCH_LOG_FILE)
@@ -899,6 +947,9 @@ def save_results(model, config: TrainConfig, examples: Examples, dirs, placement
                             not_learned)  # fmt: skip
         if examples.vocabulary is not None:
             write_atomically(os.path.join(dirs.model_dir, VOCABULARY_FILE), vocabulary_bytes(examples.vocabulary))
+        if model_config["model"]["file"]:  # the code that made the model, kept with it (evaluate and export load it)
+            with open(loaded.source_file, "rb") as handle:
+                write_atomically(os.path.join(dirs.model_dir, model_config["model"]["file"]), handle.read())
         for backup in (BACKUP_DIR, FINE_TUNE_BACKUP_DIR):  # a rerun starts afresh
             shutil.rmtree(os.path.join(dirs.checkpoint_dir, backup), ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):

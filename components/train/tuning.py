@@ -7,7 +7,9 @@ Components' ``serialize_parameters`` turns into the tuning job's ``studySpec.par
 - ``learning_rate``: 1e-4 to 1e-2, on a log scale;
 - ``per_replica_batch_size``: 16, 32 or 64;
 - ``augment``: ``false`` or ``true``;
-- ``fine_tune_blocks``: 1 to 6, with a pretrained backbone only (a model trained from scratch has no such phase).
+- ``fine_tune_blocks``: 1 to 6, with a pretrained backbone only (a model trained from scratch has no such phase);
+- ``hparam_<name>``: each range a model of one's own declares for its hyperparameters (its ``SEARCH_SPACE``,
+  ``components.models.source.declared_space``): a list of values, or a minimum and maximum on a linear or log scale.
 
 Every other training parameter stays as the run gives it. A trial is a whole training run with its values, compared
 on its last epoch's validation accuracy (``val_accuracy``, maximised); on Vertex AI it reports it with
@@ -28,6 +30,7 @@ from collections.abc import Mapping
 
 from components.cli import UsageError
 from components.models import BACKBONES
+from components.models.source import split_pairs
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +44,13 @@ NO_VALIDATION = (f"tuning compares trials on {METRIC}, and {{examples}} have no 
 
 
 BATCH_SIZES = (16, 32, 64)
+HPARAM_PREFIX = "hparam_"  # a model's own hyperparameter, as the search names it: hparam_units
 
 
-def search_space(model_name: str, weights: str, train_examples: int = 0) -> dict:
+def search_space(model_name: str, weights: str, train_examples: int = 0, declared: Mapping | None = None) -> dict:
     """The parameters searched, as Vertex AI SDK parameter specs: fine-tuning depth only for a pretrained backbone
-    (``weights`` other than ``none``); batch sizes up to the train split's ``train_examples`` (0: all of them)."""
+    (``weights`` other than ``none``); batch sizes up to the train split's ``train_examples`` (0: all of them); the
+    ranges a model of one's own ``declared`` (``components.models.source.declared_space``), as ``hparam_<name>``."""
     from google.cloud.aiplatform import hyperparameter_tuning as hpt
 
     batches = [size for size in BATCH_SIZES if not train_examples or size <= train_examples] or [BATCH_SIZES[0]]
@@ -56,7 +61,29 @@ def search_space(model_name: str, weights: str, train_examples: int = 0) -> dict
     }
     if model_name in BACKBONES and weights != "none":
         space["fine_tune_blocks"] = hpt.IntegerParameterSpec(min=1, max=6, scale="linear")
+    for name, entry in (declared or {}).items():
+        space[HPARAM_PREFIX + name] = parameter_spec(entry)
     return space
+
+
+def parameter_spec(entry: Mapping):
+    """A declared range as a Vertex AI SDK parameter spec: numbers to choose from are discrete, other values
+    categorical (as text); a minimum and maximum an integer or a double range on its scale."""
+    from google.cloud.aiplatform import hyperparameter_tuning as hpt
+
+    if "values" in entry:
+        values = entry["values"]
+        if all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values):
+            return hpt.DiscreteParameterSpec(values=sorted(set(values)), scale="linear")
+        return hpt.CategoricalParameterSpec(values=[trial_text(value) for value in values])
+    if isinstance(entry["min"], int) and isinstance(entry["max"], int):
+        return hpt.IntegerParameterSpec(min=entry["min"], max=entry["max"], scale=entry["scale"])
+    return hpt.DoubleParameterSpec(min=float(entry["min"]), max=float(entry["max"]), scale=entry["scale"])
+
+
+def trial_text(value) -> str:
+    """A value as a trial's flag carries it: ``true``, ``relu``, ``0.5``."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def study_spec_parameters(space: Mapping) -> list[dict]:
@@ -72,16 +99,17 @@ def study_spec_parameters(space: Mapping) -> list[dict]:
 def space_for(model_name: str, weights: str, examples_dir: str) -> dict:
     """``search_space`` for a run: its model (``auto`` resolved for the examples), its weights choice, the size of its
     train split (the examples' ``stats.json``, local or ``gs://``)."""
-    from components.models import AUTO_MODEL, DEFAULT_MODELS
+    from components.models import load, parse_ref, resolve_auto
+    from components.models.source import declared_space
     from components.storage import read_json
     from components.train.transfer import resolve_weights_choice
 
     stats = read_json(os.path.join(examples_dir, "stats.json"))
     if not stats["counts"].get("validation"):  # before any trial trains: every one of them would end on this
         raise UsageError(NO_VALIDATION.format(examples=examples_dir))
-    if model_name == AUTO_MODEL:
-        model_name = DEFAULT_MODELS[stats.get("modality", "image")]
-    return search_space(model_name, resolve_weights_choice(weights, model_name), stats["counts"]["train"])
+    ref = resolve_auto(parse_ref(model_name), stats.get("modality", "image"))
+    declared = declared_space(load(ref)) if ref.kind != "builtin" else {}  # (a model of one's own imports Keras)
+    return search_space(ref.text, resolve_weights_choice(weights, ref.text), stats["counts"]["train"], declared)
 
 
 def study_spec_metrics() -> list[dict]:
@@ -111,6 +139,8 @@ def sample(space: Mapping, count: int, seed: int) -> list[dict]:
                 else:
                     value = rng.uniform(spec.min, spec.max)
                 values[name] = min(max(float(f"{value:.3g}"), spec.min), spec.max)  # 3 digits, as a user types
+            elif kind == "IntegerParameterSpec" and spec.scale == "log":
+                values[name] = round(math.exp(rng.uniform(math.log(spec.min), math.log(spec.max))))
             elif kind == "IntegerParameterSpec":
                 values[name] = int(rng.integers(spec.min, spec.max, endpoint=True))
             else:  # DiscreteParameterSpec, CategoricalParameterSpec
@@ -120,10 +150,15 @@ def sample(space: Mapping, count: int, seed: int) -> list[dict]:
 
 
 def apply(config, values: Mapping):
-    """The training config with a trial's values (as Vertex AI passes them, strings, or as ``sample`` draws them)."""
-    changes = {}
+    """The training config with a trial's values (as Vertex AI passes them, strings, or as ``sample`` draws them); a
+    model's own hyperparameters among them join its ``hparams`` (over the run's own values of them)."""
+    changes: dict = {}
+    hparams = split_pairs(config.hparams)
     for name, value in values.items():
-        if name == "augment":
+        if name.startswith(HPARAM_PREFIX):
+            hparams[name[len(HPARAM_PREFIX) :]] = trial_text(value)
+            changes["hparams"] = tuple(f"{key}={text}" for key, text in hparams.items())
+        elif name == "augment":
             text = str(value).strip().lower()
             if text not in ("true", "false"):
                 raise UsageError(f"--augment={value}: a trial's augment is true or false")
@@ -133,7 +168,8 @@ def apply(config, values: Mapping):
         elif name == "learning_rate":
             changes[name] = float(value)
         else:
-            raise UsageError(f"--{name}={value}: not a tuned parameter (those are {', '.join(TUNED)})")
+            raise UsageError(f"--{name}={value}: not a tuned parameter (those are {', '.join(TUNED)} and "
+                             f"{HPARAM_PREFIX}<name>)")  # fmt: skip
     return dataclasses.replace(config, **changes)
 
 
@@ -142,7 +178,7 @@ TUNED = ("learning_rate", "per_replica_batch_size", "augment", "fine_tune_blocks
 
 def trial_flags(values: Mapping) -> list[str]:
     """A trial's values as Vertex AI appends them to the trial's command: ``--learning_rate=0.003``."""
-    return [f"--{name}={str(value).lower() if isinstance(value, bool) else value}" for name, value in values.items()]
+    return [f"--{name}={trial_text(value)}" for name, value in values.items()]
 
 
 def split_trial_flags(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -150,7 +186,7 @@ def split_trial_flags(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     values, rest = {}, []
     for arg in argv:
         name, equals, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
-        if equals and name in TUNED:
+        if equals and (name in TUNED or name.startswith(HPARAM_PREFIX)):
             values[name] = value
         else:
             rest.append(arg)
@@ -183,13 +219,16 @@ def search(config, trials: int, env: Mapping[str, str] | None = None) -> dict:
     ``config.model_dir``, with ``tuning.json`` beside it. A finished trial is not run again when the search is
     started again (each trial's own checkpoints resume an interrupted one). Returns the best run's result, with
     ``tuning`` (what ``tuning.json`` holds)."""
+    from components.schema import read_stats
     from components.storage import write_json
-    from components.train.core import resolve_output_dirs, run
+    from components.train.core import activated_backend, resolve_output_dirs, run
 
     env = os.environ if env is None else env
     if trials < 1:
         raise UsageError(f"--tune-trials {trials}: give 1 or more trials (0: no search)")
     dirs = resolve_output_dirs(config, env)
+    # the backend first: a model of one's own, imported for the ranges it declares, imports Keras
+    activated_backend(config, env, read_stats(config.examples_dir).get("modality", "image"))
     space = space_for(config.model_name, config.weights, config.examples_dir)
     drawn = sample(space, trials, config.seed)
     done = []

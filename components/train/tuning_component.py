@@ -14,6 +14,7 @@ def tuning_spec(
     machine: dict,
     hosts: int,
     model_name: str,
+    hparams: list,
     epochs: int,
     weights: str,
     fine_tune_epochs: int,
@@ -35,9 +36,11 @@ def tuning_spec(
     this step's ``trials`` folder (``<trial id>/model``). The search space follows the model: fine-tuning depth only
     for a pretrained backbone."""
     from components.cli import configure_logging
+    from components.keras_backend import activate_backend
     from components.train.tuning_vertex import trial_job
 
     configure_logging()
+    activate_backend("jax")  # a model of one's own, read for the ranges it declares, imports Keras: JAX's is quick
 
     class TuningSpec(NamedTuple):
         worker_pool_specs: list
@@ -45,7 +48,7 @@ def tuning_spec(
         base_output_directory: str
 
     return TuningSpec(*trial_job(examples.uri, trials.uri, image, machine, dict(
-        model_name=model_name, epochs=epochs, weights=weights, fine_tune_epochs=fine_tune_epochs,
+        model_name=model_name, hparams=list(hparams), epochs=epochs, weights=weights, fine_tune_epochs=fine_tune_epochs,
         fine_tune_blocks=fine_tune_blocks, fine_tune_learning_rate=fine_tune_learning_rate,
         per_replica_batch_size=per_replica_batch_size, learning_rate=learning_rate, lr_schedule=lr_schedule,
         precision=precision, backend=backend, jit_compile=jit_compile, steps_per_execution=steps_per_execution,

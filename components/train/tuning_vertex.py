@@ -20,11 +20,14 @@ log = logging.getLogger(__name__)
 
 
 def training_flags(params: Mapping) -> list[str]:
-    """The training command's flags for ``params`` (TRAIN's names): a switch when true, else ``--flag value``."""
+    """The training command's flags for ``params`` (TRAIN's names): a switch when true, a list as the flag repeated
+    (``--hparam units=64 --hparam dropout=0.3``), else ``--flag value``."""
     flags = []
     for name, value in params.items():
         if isinstance(value, bool):
             flags += [flag_of(name, TRAIN)] if value else []
+        elif isinstance(value, (list, tuple)):
+            flags += [part for item in value for part in (flag_of(name, TRAIN), str(item))]
         else:
             flags += [flag_of(name, TRAIN), str(value)]
     return flags

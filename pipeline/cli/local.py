@@ -7,7 +7,6 @@ import inspect
 import os
 
 from components.cli import UsageError, comma_separated, image_size_flag
-from components.models import DEFAULT_MODELS, MODELS, modality_of
 from components.params import CONVERT, EVALUATE, TRAIN, TUNE, defaults, flag_of
 from components.schema import MODALITIES
 from components.train.core import LR_SCHEDULES
@@ -16,8 +15,6 @@ from pipeline.accelerators import ACCELERATORS, DEFAULT_ACCELERATOR
 from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, Images
 from pipeline.local import DEMO_EPOCHS
 
-# the image models (the image size check applies to them)
-IMAGE_MODELS = sorted(name for name in MODELS if modality_of(name) == "image")
 # pipeline parameters run-local sets itself, or through a flag of another name
 LOCAL_OWN = ("source", "image_size", "epochs", "beam_args", "model_display_name", "model_root")
 # parameters only Vertex AI acts on (kfp.local has no mail to send): run-local has no flag for them
@@ -59,9 +56,10 @@ def add_command(commands, with_dag_parameters: bool) -> None:
 
 
 def add_training_flags(local_cmd) -> None:
-    local_cmd.add_argument(
-        "--model", dest="model_name", choices=("auto", *MODELS), help=TRAIN["model_name"].help_with_default()
-    )
+    local_cmd.add_argument("--model", dest="model_name", metavar="auto|NAME|FILE.py[:FUNCTION]|MODULE:FUNCTION",
+                           help=TRAIN["model_name"].help_with_default())  # fmt: skip
+    local_cmd.add_argument("--hparam", dest="hparams", action="append", metavar="NAME=VALUE",
+                           help=TRAIN["hparams"].help + "; repeat it for each")  # fmt: skip
     local_cmd.add_argument("--modality", choices=MODALITIES, help=CONVERT["modality"].help_with_default())
     for name, choices in (("precision", PRECISIONS), ("backend", BACKENDS), ("lr_schedule", LR_SCHEDULES)):
         local_cmd.add_argument(flag_of(name, TRAIN), choices=choices, help=TRAIN[name].help_with_default())
@@ -200,11 +198,11 @@ def check(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> None:
     from components.convert.core import check_beam_args
 
     check_beam_args(args.beam_args, list(chosen._option_string_actions))
-    from components.models import check_image_size
+    from components.models import DEFAULT_MODELS, check_image_size, load, parse_ref
 
-    if args.model_name in (None, "auto", *IMAGE_MODELS) and args.image_size:  # (auto takes what every model takes)
-        check_image_size(DEFAULT_MODELS["image"] if args.model_name in (None, "auto") else args.model_name,
-                         args.image_size)  # fmt: skip
+    ref = parse_ref(args.model_name or "auto")
+    if ref.kind == "builtin" and args.image_size:  # (auto takes what every model takes)
+        check_image_size(load(DEFAULT_MODELS["image"] if ref.text == "auto" else ref.text), args.image_size)
     # each step's own checks of the values given, before anything runs (its config checks them on creation)
     from components.convert.core import check_split_options
     from components.evaluate.core import EvaluateConfig, baseline_path

@@ -163,6 +163,16 @@ def add_vertex_options(parser: argparse.ArgumentParser, for_jobs: bool = True) -
     group.add_argument(
         "--param", action="append", dest="param_pairs", metavar="NAME=VALUE", help="a pipeline parameter; repeat"
     )
+    group.add_argument(
+        "--model",
+        dest="model_ref",
+        metavar="NAME|FILE.py[:FUNCTION]|MODULE:FUNCTION",
+        help="the model to train (the model_name parameter): a built-in one, or your own; a local file is checked "
+        "here and uploaded under the pipeline root, once per content (models/<sha256>/), and the run trains that "
+        "copy; a module must be in the step images (docs/your-model.md)",
+    )
+    group.add_argument("--hparam", action="append", dest="hparam_pairs", metavar="NAME=VALUE",
+                       help="a hyperparameter of the model (the hparams parameter); repeat")  # fmt: skip
     caching = group.add_mutually_exclusive_group()
     caching.add_argument("--cache", dest="enable_caching", action="store_true", default=None, help="reuse cached steps")
     caching.add_argument("--no-cache", dest="enable_caching", action="store_false", help="run every step again")
@@ -175,6 +185,9 @@ def vertex_settings(args: argparse.Namespace):
     flags = {name: getattr(args, name) for name in SETTING_NAMES if hasattr(args, name)}
     flags["labels"] = parse_pairs(getattr(args, "label_pairs", None), "--label")
     flags["parameters"] = parse_pairs(getattr(args, "param_pairs", None), "--param")
+    model = {"model_name": getattr(args, "model_ref", None), "hparams": getattr(args, "hparam_pairs", None)}
+    if any(model.values()):
+        flags["parameters"] = {**(flags["parameters"] or {}), **{k: v for k, v in model.items() if v}}
     return load_settings(flags, config_path=args.config)
 
 

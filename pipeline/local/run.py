@@ -24,6 +24,8 @@ DEFAULT_WORK_DIR = os.path.join("runs", "local")
 SUMMARY_FILE = "summary.json"
 # the digits are 8x8 scans: 32 pixels keeps every stroke while training in seconds on a laptop
 DEMO_EPOCHS = 15
+DEMO_IMAGE_SIZE = 32  # what auto takes for the demo digits
+MODEL_CHECK_LOG = "model-check.log"  # the up-front check of a model of one's own: its traceback, where it raised
 
 
 @dataclass(frozen=True)
@@ -416,6 +418,7 @@ class RunIdentity:
 def run_identity(config: LocalRunConfig) -> RunIdentity:
     """The run's source (checked), fingerprint, registry and DAG parameters, and the key they make."""
     import pipeline.local.resume as resume
+    from pipeline.model_code import checked_and_pinned
 
     source, fingerprint = resolve_source(config)
     registry = check_registry(config.registry) if config.registry else ""
@@ -427,8 +430,34 @@ def run_identity(config: LocalRunConfig) -> RunIdentity:
         **({"model_root": registry} if registry else {}),
         **config.parameters,
     }
+    # a model of one's own, checked for this data and pinned in the work dir: an edited file is another run
+    work_dir = os.path.abspath(config.work_dir)
+    parameters = checked_and_pinned(parameters, work_dir, provisional_spec(source, parameters, not config.source),
+                                    os.path.join(work_dir, MODEL_CHECK_LOG))  # fmt: skip
     key = resume.run_key(parameters, fingerprint, registry, config.cache)
     return RunIdentity(source, fingerprint, registry, parameters, key)
+
+
+def provisional_spec(source: str, parameters: dict, demo: bool):
+    """What the model will be given, as far as it is known before the conversion: the source's classes, the image
+    size given (auto: the demo's 32, else the largest that auto takes) or the texts' length and vocabulary; None for
+    TFRecords, whose classes only their conversion reads."""
+    from components.convert.listing import is_tfrecord_source, list_source, list_text_source, resolve_modality
+    from components.imaging import MAX_AUTO_IMAGE_SIZE
+    from components.models import ModelSpec
+    from components.params import CONVERT, TEXT
+
+    given = {**{name: param.default for name, param in {**CONVERT, **TEXT}.items()}, **parameters}
+    text = {name: given[name] for name in ("text_column", "label_column")}
+    classes = given["classes"] or ()
+    if resolve_modality(given["modality"], source, **text) == "text":
+        names = list_text_source(source, classes, **text).class_names
+        return ModelSpec.for_texts(int(given["sequence_length"]), int(given["vocabulary_size"]), len(names), names)
+    if is_tfrecord_source(source):
+        return None
+    names = list_source(source, classes).class_names
+    size = given["image_size"] or (DEMO_IMAGE_SIZE if demo else MAX_AUTO_IMAGE_SIZE)
+    return ModelSpec.for_images(int(size), len(names), names)
 
 
 def resolve_source(config: LocalRunConfig) -> tuple[str, str]:

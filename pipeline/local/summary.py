@@ -9,8 +9,22 @@ import os
 log = logging.getLogger(__name__)
 
 # what the train step recorded in model_config.json that the summary repeats
-TRAINING_FACTS = ("model_name", "backend", "backend_reason", "strategy", "replicas", "accelerator", "precision",
-                  "per_replica_batch_size", "global_batch_size", "weights", "head_epochs", "fine_tune")  # fmt: skip
+TRAINING_FACTS = (
+    "model_name",
+    "model",
+    "hparams",
+    "backend",
+    "backend_reason",
+    "strategy",
+    "replicas",
+    "accelerator",
+    "precision",
+    "per_replica_batch_size",
+    "global_batch_size",
+    "weights",
+    "head_epochs",
+    "fine_tune",
+)
 
 
 def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
@@ -90,9 +104,13 @@ def registry_line(outcome: dict) -> str:
 
 
 def model_line(training: dict) -> str:
-    """What was trained and how: the architecture, epochs, learning rate, batch, and where validation ended."""
+    """What was trained and how: the model (its code's digest and its hyperparameters), epochs, learning rate,
+    batch, and where validation ended."""
+    from components.models.source import described
+
     line = (
-        f"{training.get('model_name')}, {training.get('epochs')} epochs, learning rate {training.get('learning_rate')} "
+        f"{described(training.get('model_name'), training.get('model'), training.get('hparams'))}, "
+        f"{training.get('epochs')} epochs, learning rate {training.get('learning_rate')} "
         f"({training.get('lr_schedule')}), batch {training.get('global_batch_size')}"
     )
     if training.get("weights") not in (None, "none"):  # a pretrained backbone: its weights, then its two phases

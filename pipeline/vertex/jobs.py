@@ -14,6 +14,7 @@ from typing import Any
 from components.cli import UsageError
 from components.vertex_client import VertexError, VertexSettings, call, check_settings, connect, run_as
 from components.vertex_sdk import add_run_to_experiment, set_resource
+from pipeline.model_code import with_model_code
 
 # the states --wait stops at: the run ended, or (PAUSED) it waits for someone to resume it in the console
 TERMINAL_STATES = {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED",
@@ -182,6 +183,7 @@ def submit(
         settings = replace(settings, parameters={**settings.parameters,
                                                  **tensorboard_parameters(settings, tensorboard, job_id)})  # fmt: skip
     pipeline_parameters(settings.template, settings.parameters)  # the user's mistakes first, before any network
+    settings = with_model_code(settings)
     credentials = connect(settings)
     found = join_experiment(settings, experiment, credentials) if experiment else None
     job = make_job(settings, credentials, job_id)  # the client names the job <pipeline>-<timestamp> when no id

@@ -7,6 +7,7 @@ import re
 from components.cli import UsageError
 from components.vertex_client import VertexSettings, call, check_settings, connect, run_as
 from components.vertex_sdk import resource_of, set_resource
+from pipeline.model_code import with_model_code
 from pipeline.vertex.jobs import job_display_name, make_job, pipeline_parameters
 
 CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?LW#]+$")
@@ -49,6 +50,7 @@ def create_schedule(
     check_schedule_limits(cron, max_concurrent_runs, max_runs)
     check_settings(settings)
     pipeline_parameters(settings.template, settings.parameters)  # the user's mistakes first, before any network
+    settings = with_model_code(settings)
     credentials = connect(settings)
     job = make_job(settings, credentials)
     display_name = name or f"{job_display_name(settings)}-retrain"  # the job is not created: it has no name to read
@@ -111,6 +113,7 @@ def update_schedule(
     check_schedule_limits(cron, max_concurrent_runs, max_runs)
     check_settings(settings)
     pipeline_parameters(settings.template, settings.parameters)  # the user's mistakes first, before any network
+    settings = with_model_code(settings)
     credentials = connect(settings)
     resource = resolve_schedule(settings, schedule)
     current = call("find the schedule", lambda: aiplatform.PipelineJobSchedule.get(schedule_id=resource), settings)

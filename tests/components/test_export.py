@@ -113,7 +113,8 @@ def test_the_int8_input_is_the_pixels_whatever_range_the_training_images_cover(t
     from components.convert.core import ConvertConfig
     from components.convert.core import run as convert
     from components.export.image import tflite_models
-    from components.models import pixels_in, softmax
+    from components.models import ModelSpec
+    from components.models.builtin import pixels_in, softmax
 
     for index, name in enumerate(("a", "b")):  # mid greys only: 100 to 150
         (tmp_path / "grey" / name).mkdir(parents=True)
@@ -122,7 +123,7 @@ def test_the_int8_input_is_the_pixels_whatever_range_the_training_images_cover(t
             Image.new("RGB", (16, 16), (level, level, level)).save(tmp_path / "grey" / name / f"{n}.png")
     convert(ConvertConfig(source=str(tmp_path / "grey"), output_dir=str(tmp_path / "examples"), image_size=8,
                           validation_fraction=0.0, test_fraction=0.0, pipeline_args=IN_MEMORY))  # fmt: skip
-    model = keras.Sequential([*pixels_in(8), keras.layers.Flatten(), softmax(2)])
+    model = keras.Sequential([*pixels_in(ModelSpec.for_images(8, 2)), keras.layers.Flatten(), softmax(2)])
     capfd.readouterr()
     made, mkdtemp = [], tempfile.mkdtemp
     monkeypatch.setattr(tempfile, "mkdtemp", lambda *args, **kwargs: made.append(mkdtemp(*args, **kwargs)) or made[-1])

@@ -15,7 +15,7 @@ import pytest
 
 from components.artifacts.examples import make_dataset
 from components.cli import UsageError
-from components.models import DEFAULT_MODELS, build_model
+from components.models import DEFAULT_MODELS, ModelSpec, build_model
 from components.train.core import (
     BACKUP_DIR,
     EPOCH_LOG_FILE,
@@ -37,7 +37,7 @@ def conv_params(kernel: int, channels_in: int, filters: int, bias: bool = True) 
 
 
 def test_codelab_convnet_has_the_codelab_parameter_count():
-    model = build_model("codelab_convnet", 192, 5)
+    model = build_model("codelab_convnet", ModelSpec.for_images(192, 5))
     assert model.count_params() == 293_233
     kinds = [type(layer).__name__ for layer in model.layers]
     assert kinds.count("MaxPooling2D") == 4
@@ -50,7 +50,7 @@ def test_the_default_image_model_is_the_codelab_convnet_with_batch_norm_before_e
     convolutions = ((3, 16, 3), (16, 30, 3), (30, 60, 3), (60, 90, 3), (90, 110, 3), (110, 130, 3), (130, 40, 1))
     expected = sum(conv_params(kernel, channels, filters, bias=False) + 4 * filters
                    for channels, filters, kernel in convolutions) + 40 * 5 + 5  # fmt: skip
-    model = build_model(DEFAULT_MODELS["image"], 192, 5)
+    model = build_model(DEFAULT_MODELS["image"], ModelSpec.for_images(192, 5))
     assert model.count_params() == expected
     kinds = [type(layer).__name__ for layer in model.layers]
     assert kinds.count("BatchNormalization") == 7 and kinds.count("MaxPooling2D") == 4
@@ -59,7 +59,7 @@ def test_the_default_image_model_is_the_codelab_convnet_with_batch_norm_before_e
 
 
 def test_squeezenet_has_the_codelab_parameter_count():
-    model = build_model("squeezenet", 192, 5)
+    model = build_model("squeezenet", ModelSpec.for_images(192, 5))
     assert model.count_params() == 120_613
     assert sum(type(layer).__name__ == "Concatenate" for layer in model.layers) == 5  # five fire modules
 
@@ -71,22 +71,16 @@ def test_cifar_convnet_parameter_count_follows_its_blocks():
             expected += conv_params(3, channels, filters, bias=False) + 4 * filters  # conv + batch norm
             channels = filters
     expected += 128 * 128 + 128 + 128 * 10 + 10
-    assert build_model("cifar_convnet", 32, 10).count_params() == expected
+    assert build_model("cifar_convnet", ModelSpec.for_images(32, 10)).count_params() == expected
 
 
 def test_dense_baseline_parameter_count_is_one_layer_over_the_pixels():
-    assert build_model("dense_baseline", 24, 5).count_params() == 24 * 24 * 3 * 5 + 5
+    assert build_model("dense_baseline", ModelSpec.for_images(24, 5)).count_params() == 24 * 24 * 3 * 5 + 5
 
 
 @pytest.mark.parametrize(
     ("flag", "value", "choices"),
     [
-        (
-            "--model",
-            "resnet9000",
-            "auto, codelab_convnet_bn, codelab_convnet, cifar_convnet, dense_baseline, squeezenet, mobilenet_v3_small, "
-            "mobilenet_v3_large, efficientnet_v2_b0, xception, lstm, bilstm, cnn1d",
-        ),
         ("--precision", "float8", "auto, float32, mixed_bfloat16"),
         ("--lr-schedule", "cosine", "constant, rampup_exponential"),
         ("--backend", "torch", "auto, jax, tensorflow"),
@@ -98,6 +92,31 @@ def test_unknown_choice_is_one_line_exit_2_listing_the_choices(tmp_path, flag, v
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"error: {flag} '{value}' does not exist: choose one of ")
     assert sorted(line.split("choose one of ")[1].split(", ")) == sorted(choices.split(", "))
+
+
+def test_an_unknown_model_is_one_line_exit_2_naming_its_forms_and_the_built_in_models(tmp_path):
+    result = run_cli("components.train", "--examples", str(tmp_path), "--model-dir", str(tmp_path), "--model",
+                     "resnet9000")  # fmt: skip
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: --model resnet9000: not a built-in model, FILE.py[:FUNCTION] (local or gs://) or "
+                           "MODULE:FUNCTION; the built-in models are ")  # fmt: skip
+    assert sorted(line.split("the built-in models are ")[1].split(", ")) == sorted(
+        [
+            "codelab_convnet_bn",
+            "codelab_convnet",
+            "cifar_convnet",
+            "dense_baseline",
+            "squeezenet",
+            "mobilenet_v3_small",
+            "mobilenet_v3_large",
+            "efficientnet_v2_b0",
+            "xception",
+            "lstm",
+            "bilstm",
+            "cnn1d",
+        ]
+    )
 
 
 def test_precision_auto_picks_bfloat16_where_the_hardware_has_it():
@@ -319,7 +338,10 @@ def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_pa
     import keras
 
     model = keras.models.load_model(model_dir / "model.keras", compile=False)
-    assert model.count_params() == build_model(DEFAULT_MODELS["image"], TINY_SIZE, len(CLASSES)).count_params()
+    assert (
+        model.count_params()
+        == build_model(DEFAULT_MODELS["image"], ModelSpec.for_images(TINY_SIZE, len(CLASSES))).count_params()
+    )
 
 
 def backups_of_two_epochs(checkpoint_dir, saves: int = 2):
@@ -428,21 +450,21 @@ def test_validation_batches_split_evenly_across_replicas():
 
 
 def test_each_model_builds_at_its_stated_minimum_size_and_train_refuses_smaller(tmp_path, image_folder):
-    """MIN_IMAGE_SIZE is each model's real limit: it builds there, and one pixel less is refused in one line
-    before Keras's "Computed output size would be zero or negative"."""
+    """Each built-in image model's ``min_image_size`` is its real limit: it builds there, and one pixel less is
+    refused in one line before Keras's "Computed output size would be zero or negative"."""
     from components.cli import UsageError
     from components.convert.core import ConvertConfig
     from components.convert.core import run as convert
     from components.keras_backend import activate_backend
-    from components.models import MIN_IMAGE_SIZE, build_model
+    from components.models import BUILTINS, build_model
     from components.train.core import TrainConfig, run
 
     activate_backend("tensorflow")
-    for name, least in MIN_IMAGE_SIZE.items():
-        assert build_model(name, least, 3).output_shape == (None, 3)
+    for name, least in ((name, b.min_image_size) for name, b in BUILTINS.items() if b.modality == "image"):
+        assert build_model(name, ModelSpec.for_images(least, 3)).output_shape == (None, 3)
         if least > 8:
             with pytest.raises(Exception, match=r"zero or negative|Negative dimension|must be"):
-                build_model(name, least - 1, 3)
+                build_model(name, ModelSpec.for_images(least - 1, 3))
     examples = str(tmp_path / "examples")
     convert(ConvertConfig(source=image_folder, output_dir=examples, image_size=8))
     with pytest.raises(UsageError, match=r"image size .* 8 is too small for codelab_convnet, which needs 16"):

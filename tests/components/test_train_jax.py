@@ -26,6 +26,7 @@ from components.train.placement import choose_backend, detect_hardware
 from tests.conftest import REPO_ROOT, run_cli
 
 TWO_DEVICES = "--xla_force_host_platform_device_count=2"
+CODELAB_EXAMPLE = os.path.join(REPO_ROOT, "examples", "models", "codelab_convnet.py")
 
 
 def jax_env(**extra: str) -> dict:
@@ -161,8 +162,13 @@ def jax_runs(converted, tmp_path_factory):
               "rampup_exponential", "--rampup-epochs", "1"]  # fmt: skip
     _, two = start_all(
         ([*common, "--backend", "jax"], jax_env(AIP_MODEL_DIR=str(root / "one"))),
-        # the recipe: XLA_FLAGS and KERAS_BACKEND in the environment, --backend auto honours the latter
-        ([*common, "--model-dir", str(root / "two")], jax_env(XLA_FLAGS=TWO_DEVICES, KERAS_BACKEND="jax")),
+        # the recipe: XLA_FLAGS and KERAS_BACKEND in the environment, --backend auto honours the latter; the
+        # default model's network as a user writes it (examples/models), in the precision auto picks (bfloat16 where
+        # the CPU has it, as on TPUs)
+        (
+            [*common, "--model-dir", str(root / "two"), "--model", CODELAB_EXAMPLE],
+            jax_env(XLA_FLAGS=TWO_DEVICES, KERAS_BACKEND="jax"),
+        ),
     )
     return examples_dir, {1: root / "one", 2: root / "two"}, two
 
@@ -173,6 +179,7 @@ def test_two_devices_shard_the_batch_replicate_the_variables_and_learn(jax_runs)
     assert (config["backend"], config["strategy"], config["replicas"], config["processes"]) == (
         "jax", "DataParallel", 2, 1)  # fmt: skip
     assert config["backend_reason"] == "KERAS_BACKEND jax"
+    assert config["model_name"] == "codelab_convnet.py:build" and config["model"]["kind"] == "file"
     assert config["jit_compile"] is True  # JAX steps are XLA programs
     assert config["global_batch_size"] == 2 * config["per_replica_batch_size"] == 16
     layout = config["distribution"]

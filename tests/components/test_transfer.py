@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from components.cli import UsageError
-from components.models import BACKBONES, Backbone, backbone_of, check_image_size
+from components.models import BACKBONES, Backbone, backbone_of, check_image_size, load
 from components.train.core import FINE_TUNE_BACKUP_DIR, TrainConfig, epochs_kept, run
 from components.train.transfer import weights_file
 from tests.conftest import BUCKET, IN_MEMORY, REPO_ROOT
@@ -190,11 +190,11 @@ def test_the_int8_source_network_drops_the_pixel_scaling_and_keeps_the_backbones
     import keras
 
     from components.export.image import unit_range_network
-    from components.models import build_model
+    from components.models import ModelSpec, build_model
 
     # (a backbone's answers do not show it: untrained, in inference mode, its features all but vanish)
     for name, size, kept in (("mobilenet_v3_small", SIZE, (255.0, 0.0)), ("xception", 71, (2.0, -1.0))):
-        bare = unit_range_network(build_model(name, size, 3), size)
+        bare = unit_range_network(build_model(name, ModelSpec.for_images(size, 3)), size)
         first, second = bare.layers[1:3]
         assert isinstance(first, keras.layers.Identity)  # the pixel scaling
         assert isinstance(second, keras.layers.Rescaling) and (second.scale, second.offset) == kept
@@ -288,7 +288,7 @@ def test_weights_that_do_not_fit_are_one_line(converted32, backbone_weights, tmp
                                          r"mobilenet_v3_large's backbone"):  # fmt: skip
         train(model_name="mobilenet_v3_large", weights=backbone_weights)
     with pytest.raises(UsageError, match=r"^--image-size 32 is too small for xception, which needs 71 or more"):
-        check_image_size("xception", 32)
+        check_image_size(load("xception"), 32)
 
 
 def test_the_run_local_summary_says_where_a_backbones_weights_came_from_and_its_two_phases():

@@ -45,10 +45,6 @@ def test_the_tuning_job_request_is_what_the_rest_reference_documents(in_pipeline
     examples, GCPC's launcher with the payload the IR renders, sending to the fake server; the body checked against
     the REST reference's HyperparameterTuningJob (field names, enum names), by hand. Then the best-trial step reads
     the job's trials back and points its model at the best one's folder."""
-    from google.api_core.client_options import ClientOptions
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import aiplatform
-    from google_cloud_pipeline_components.container.v1.hyperparameter_tuning_job import launcher
     from kfp.dsl import Model
 
     from components.train.tuning_vertex import keep_best_trial, trial_job
@@ -68,36 +64,15 @@ def test_the_tuning_job_request_is_what_the_rest_reference_documents(in_pipeline
     assert constant["image"].endswith("/train-tpu:0.1.0")
     defaults = spec["root"]["inputDefinitions"]["parameters"]
     # a pipeline parameter's default as the step receives it (the IR keeps every number as a double)
-    typed = {"NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "BOOLEAN": bool, "STRING": str}
+    typed = {"NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "BOOLEAN": bool, "STRING": str, "LIST": list}
     training = {name: typed[defaults[name]["parameterType"]](defaults[name]["defaultValue"])
                 for name in spec_task["inputs"]["parameters"] if name not in constant and name in defaults}  # fmt: skip
 
-    examples, stats = converted  # the examples as the convert step left them, in the bucket
+    _, stats = converted
     assert 16 <= stats["counts"]["train"] < 32
-    for name in os.listdir(examples):
-        if os.path.isfile(os.path.join(examples, name)):
-            gcs.blob(f"run/examples/{name}").upload_from_filename(os.path.join(examples, name))
-    examples_uri, trials_uri = f"gs://{gcs.name}/run/examples", f"gs://{gcs.name}/run/tuning-spec/trials"
+    examples_uri, trials_uri = upload_examples(gcs, converted[0]), f"gs://{gcs.name}/run/tuning-spec/trials"
     specs, parameters, base = trial_job(examples_uri, trials_uri, constant["image"], constant["machine"],
                                         {**training, "hosts": constant["hosts"]})  # fmt: skip
-    job_constants = {name: value["runtimeValue"]["constant"] for name, value in job_inputs.items()
-                     if "runtimeValue" in value}  # fmt: skip
-    component = spec["components"]["comp-hyperparameter-tuning-job"]["inputDefinitions"]["parameters"]
-    payload = resolve_payload(spec, {
-        **{name: value["defaultValue"] for name, value in component.items() if "defaultValue" in value},
-        **job_constants, "worker_pool_specs": specs, "study_spec_parameters": parameters,
-        "base_output_directory": base, "max_trial_count": 4, "parallel_trial_count": 2,
-        "service_account": "", "network": "", "encryption_spec_key_name": "",
-    })  # fmt: skip
-
-    real_client = aiplatform.gapic.JobServiceClient
-
-    def to_the_fake(client_options, client_info):  # the one edge: GCPC reaches {location}-aiplatform over gRPC
-        assert client_options.api_endpoint == "europe-west4-aiplatform.googleapis.com"
-        return real_client(credentials=AnonymousCredentials(), transport="rest",
-                           client_options=ClientOptions(api_endpoint=in_pipeline.url))  # fmt: skip
-
-    monkeypatch.setattr(aiplatform.gapic, "JobServiceClient", to_the_fake)
     in_pipeline.trial_results = [
         ({"learning_rate": 0.004, "per_replica_batch_size": 16, "augment": "false"}, 0.81),
         ({"learning_rate": 0.0009, "per_replica_batch_size": 32, "augment": "true"}, 0.93),
@@ -105,16 +80,7 @@ def test_the_tuning_job_request_is_what_the_rest_reference_documents(in_pipeline
         ({"learning_rate": 0.0002, "per_replica_batch_size": 32, "augment": "false"}, 0.93),  # a tie: the earlier
     ]
     resources = tmp_path / "gcp_resources"
-    launcher.main(["--type", "HyperparameterTuningJob", "--payload", payload, "--project", "proj",
-                   "--location", "europe-west4", "--gcp_resources", str(resources)])  # fmt: skip
-
-    (sent,) = in_pipeline.bodies("POST", "/hyperparameterTuningJobs")
-    # read as the service reads it: the REST schema's HyperparameterTuningJob (an unknown field fails here), enums
-    # by name (the client sends their numbers, which JSON allows)
-    from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
-    from google.protobuf import json_format
-
-    body = json_format.MessageToDict(json_format.ParseDict(sent, HyperparameterTuningJob()._pb))
+    body = send_tuning_job(in_pipeline, monkeypatch, spec, job_inputs, specs, parameters, base, resources)
     assert body["displayName"] == "tpu-image-classifier-tuning"
     assert body["maxTrialCount"] == 4 and body["parallelTrialCount"] == 2
     study = body["studySpec"]
@@ -149,6 +115,81 @@ def test_the_tuning_job_request_is_what_the_rest_reference_documents(in_pipeline
     assert best == {"trial": "2", "parameters": in_pipeline.trial_results[1][0], "val_accuracy": 0.93}
     assert model.uri == f"{trials_uri}/2/model"  # where Vertex AI's AIP_MODEL_DIR pointed trial 2
     assert model.metadata["trial"] == "2" and model.metadata["learning_rate"] == 0.0009
+
+
+def send_tuning_job(fake, monkeypatch, spec: dict, job_inputs: dict, specs, parameters, base, resources) -> dict:
+    """GCPC's launcher of the tuning job, given the payload the compiled IR renders from the specification step's
+    outputs (``specs``, ``parameters``, ``base``), sending to the fake server; the body it sent, read as the service
+    reads it: the REST schema's HyperparameterTuningJob (an unknown field fails here), enums by name (the client
+    sends their numbers, which JSON allows)."""
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import aiplatform
+    from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
+    from google.protobuf import json_format
+    from google_cloud_pipeline_components.container.v1.hyperparameter_tuning_job import launcher
+
+    job_constants = {name: value["runtimeValue"]["constant"] for name, value in job_inputs.items()
+                     if "runtimeValue" in value}  # fmt: skip
+    component = spec["components"]["comp-hyperparameter-tuning-job"]["inputDefinitions"]["parameters"]
+    payload = resolve_payload(spec, {
+        **{name: value["defaultValue"] for name, value in component.items() if "defaultValue" in value},
+        **job_constants, "worker_pool_specs": specs, "study_spec_parameters": parameters,
+        "base_output_directory": base, "max_trial_count": 4, "parallel_trial_count": 2,
+        "service_account": "", "network": "", "encryption_spec_key_name": "",
+    })  # fmt: skip
+    real_client = aiplatform.gapic.JobServiceClient
+
+    def to_the_fake(client_options, client_info):  # the one edge: GCPC reaches {location}-aiplatform over gRPC
+        assert client_options.api_endpoint == "europe-west4-aiplatform.googleapis.com"
+        return real_client(credentials=AnonymousCredentials(), transport="rest",
+                           client_options=ClientOptions(api_endpoint=fake.url))  # fmt: skip
+
+    monkeypatch.setattr(aiplatform.gapic, "JobServiceClient", to_the_fake)
+    launcher.main(["--type", "HyperparameterTuningJob", "--payload", payload, "--project", "proj",
+                   "--location", "europe-west4", "--gcp_resources", str(resources)])  # fmt: skip
+    sent = fake.bodies("POST", "/hyperparameterTuningJobs")[-1]
+    return json_format.MessageToDict(json_format.ParseDict(sent, HyperparameterTuningJob()._pb))
+
+
+def upload_examples(gcs, examples: str) -> str:
+    """The examples as the convert step left them, in the bucket; their gs:// folder."""
+    for name in os.listdir(examples):
+        if os.path.isfile(os.path.join(examples, name)):
+            gcs.blob(f"run/examples/{name}").upload_from_filename(os.path.join(examples, name))
+    return f"gs://{gcs.name}/run/examples"
+
+
+def test_the_tuning_job_of_a_model_of_ones_own_searches_the_ranges_it_declares(in_pipeline, gcs, converted, tmp_path,
+                                                                              monkeypatch):  # fmt: skip
+    """The specification step, given the model file submit uploaded and a hyperparameter of its own: the study
+    searches the file's SEARCH_SPACE beside ours (``hparam_width``), and each trial trains that file with the run's
+    hyperparameters, Vertex AI appending the trial's own. Checked in the step's output and the job's body."""
+    from components.models import parse_ref
+    from components.models.source import pin
+    from components.train.tuning_vertex import trial_job
+
+    spec, tasks = compiled_tasks()
+    constant = {name: value["runtimeValue"]["constant"] for name, value in tasks["tuning-spec"]["inputs"]["parameters"]
+                .items() if "runtimeValue" in value}  # fmt: skip
+    examples_uri = upload_examples(gcs, converted[0])
+    model = pin(parse_ref(os.path.join(REPO, "examples", "models", "codelab_convnet.py")), f"gs://{gcs.name}/root")
+    assert model.startswith(f"gs://{gcs.name}/root/models/") and model.endswith("/codelab_convnet.py:build")
+    params = {"model_name": model, "hparams": ["batch_norm=false"], "epochs": 3, "weights": "auto",
+              "hosts": constant["hosts"]}  # fmt: skip
+    trials_uri = f"gs://{gcs.name}/run/tuning-spec/trials"
+    specs, parameters, base = trial_job(examples_uri, trials_uri, constant["image"], constant["machine"], params)
+    assert parameters[-1] == {"parameter_id": "hparam_width", "discrete_value_spec": {"values": [0.5, 1.0, 1.5]},
+                              "scale_type": "UNIT_LINEAR_SCALE", "conditional_parameter_specs": []}  # fmt: skip
+    args = specs[0]["container_spec"]["args"]
+    assert args[args.index("--model") + 1] == model and args[args.index("--hparam") + 1] == "batch_norm=false"
+    in_pipeline.trial_results = [({"learning_rate": 0.004, "hparam_width": 1.5}, 0.8)]
+    body = send_tuning_job(in_pipeline, monkeypatch, spec, tasks["hyperparameter-tuning-job"]["inputs"]["parameters"],
+                           specs, parameters, base, tmp_path / "gcp_resources")  # fmt: skip
+    assert body["studySpec"]["parameters"][-1] == {"parameterId": "hparam_width", "discreteValueSpec": {
+        "values": [0.5, 1.0, 1.5]}, "scaleType": "UNIT_LINEAR_SCALE"}  # fmt: skip
+    sent_args = body["trialJobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"]
+    assert sent_args[sent_args.index("--model") + 1] == model
 
 
 def test_a_tuning_job_without_a_succeeded_trial_is_one_line():
@@ -218,6 +259,13 @@ def test_trial_flags_are_read_as_vertex_ai_writes_them():
         4,
     )
     assert tune.apply(config, {"augment": "False"}).augment is False
+    values, rest = tune.split_trial_flags(["--hparam", "units=8", "--hparam_units=64.0", "--hparam_act=gelu"])
+    assert rest == ["--hparam", "units=8"] and values == {"hparam_units": "64.0", "hparam_act": "gelu"}
+    assert tune.apply(TrainConfig(examples_dir="x", hparams=("units=8", "depth=2")), values).hparams == (
+        "units=64.0",
+        "depth=2",
+        "act=gelu",
+    )
     with pytest.raises(UsageError, match=r"--augment=maybe: a trial's augment is true or false"):
         tune.apply(config, {"augment": "maybe"})
 
@@ -266,6 +314,27 @@ def test_a_local_search_of_two_trials_keeps_the_best_model(converted, tmp_path):
         assert json.load(handle)["history"]["val_accuracy"][-1] == scores[best]
     kept = os.listdir(model_dir)
     assert "trials" not in kept and {"model.keras", "model.weights.h5", "tuning.json"} <= set(kept)
+
+
+def test_a_local_search_searches_the_ranges_a_model_of_ones_own_declares(converted, tmp_path):
+    """``--tune 2`` with the example file: each trial draws its width from the file's SEARCH_SPACE too, trains
+    with it (a trial's value over the run's own), and the model kept was built with the best trial's width."""
+    from components.train.__main__ import main
+
+    examples, _ = converted
+    model_dir = tmp_path / "model"
+    main(["--examples", examples, "--model-dir", str(model_dir), "--model",
+          os.path.join(REPO, "examples", "models", "codelab_convnet.py"), "--hparam", "width=2", "--epochs", "2",
+          "--backend", "tensorflow", "--precision", "float32", "--tune-trials", "2", "--seed", "3"])  # fmt: skip
+    with open(model_dir / "tuning.json") as handle:
+        tuning = json.load(handle)
+    assert {"parameter_id": "hparam_width", "discrete_value_spec": {"values": [0.5, 1.0, 1.5]},
+            "scale_type": "UNIT_LINEAR_SCALE", "conditional_parameter_specs": []} in tuning["space"]  # fmt: skip
+    widths = [trial["parameters"]["hparam_width"] for trial in tuning["trials"]]
+    assert set(widths) <= {0.5, 1.0, 1.5}
+    with open(model_dir / "model_config.json") as handle:
+        config = json.load(handle)
+    assert config["hparams"] == {"batch_norm": True, "width": tuning["best"]["parameters"]["hparam_width"]}
 
 
 def test_the_run_summary_shows_each_trial_and_the_one_kept():

@@ -51,6 +51,47 @@ def test_submit_sends_the_compiled_pipeline_with_its_settings(vertex, capsys, ca
     assert "project demo-project (from --project), region europe-west4 (from --region)" in said
 
 
+def test_a_model_file_of_ones_own_is_uploaded_once_under_its_digest_and_the_run_trains_that_copy(
+    vertex, gcs, tmp_path, capsys, monkeypatch
+):
+    """submit --model FILE.py:FUNCTION: the file checked here, uploaded under the pipeline root by its content's
+    sha256 (once: a second run of the same file finds it), the DAG's model_name naming the upload and hparams the
+    values given; an edited file is another upload, so another run of the train step (its cache key changes)."""
+    import hashlib
+    import shutil
+
+    from components import storage
+
+    model = tmp_path / "convnet.py"
+    shutil.copyfile(os.path.join(REPO_ROOT, "examples", "models", "codelab_convnet.py"), model)
+    uploads, write = [], storage.write_atomically
+    monkeypatch.setattr(storage, "write_atomically", lambda path, payload: uploads.append(path) or write(path, payload))
+
+    def submitted(job_id: str) -> dict:
+        assert main(["submit", *vertex.job_args, "--job-id", job_id, "--model", f"{model}:build",
+                     "--hparam", "width=1.5"]) == 0  # fmt: skip
+        return vertex.bodies("POST", "/pipelineJobs")[-1]["runtimeConfig"]["parameterValues"]
+
+    digest = hashlib.sha256(model.read_bytes()).hexdigest()[:16]
+    first = submitted("own-1")
+    uploaded = f"gs://{BUCKET}/root/models/{digest}/convnet.py"
+    assert first == {"source": SOURCE, "model_name": f"{uploaded}:build", "hparams": ["width=1.5"]}
+    assert gcs.get_blob(f"root/models/{digest}/convnet.py").download_as_bytes() == model.read_bytes()
+    assert f"model file {model} is at {uploaded}:build" in capsys.readouterr().out
+    assert submitted("own-2") == first
+    assert uploads == [uploaded]  # once: the second run found it
+    model.write_text(model.read_text() + "# one more line\n")
+    edited = submitted("own-3")
+    assert edited["model_name"] != first["model_name"] and edited["model_name"].endswith("/convnet.py:build")
+    assert [blob.name for blob in gcs.list_blobs(prefix="root/models/")] == sorted(
+        f"root/models/{hashlib.sha256(content).hexdigest()[:16]}/convnet.py"
+        for content in (model.read_bytes(), model.read_bytes()[: -len("# one more line\n")])
+    )
+    with pytest.raises(UsageError, match=r"^--hparam depth=2: convnet.py:build has no hyperparameter depth"):
+        main(["submit", *vertex.job_args, "--model", str(model), "--hparam", "depth=2"])
+    assert len(vertex.bodies("POST", "/pipelineJobs")) == 3  # (the mistake was found before any call)
+
+
 def test_submit_says_whom_the_run_acts_as_and_what_a_missing_act_as_grant_needs(vertex, capsys):
     assert main(["submit", *vertex.job_args]) == 0
     out = capsys.readouterr().out
