@@ -159,6 +159,13 @@ def _info(path: str) -> FileInfo | None:
     return FileInfo(path, blob.size, blob.updated.timestamp()) if blob is not None else None
 
 
+def bucket_of(path: str):
+    """The ``google.cloud.storage`` bucket of a ``gs://`` path (the emulator's where ``STORAGE_EMULATOR_HOST`` is
+    set), not read yet."""
+    bucket, _ = _bucket_and_name(path.rstrip("/") + "/")
+    return _client().bucket(bucket)
+
+
 def _bucket_and_name(path: str) -> tuple[str, str]:
     if not path.startswith("gs://"):
         raise ValueError(f"{path}: only local paths and gs:// are supported")

@@ -70,7 +70,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
 def main(argv: list[str] | None = None) -> int:
     args, chosen = parse(argv)
     configure_logging(args.verbose)
-    if args.command in ("submit", "schedule", "register", "deploy", "batch-predict"):
+    if args.command in ("check", "submit", "schedule", "register", "deploy", "batch-predict"):
         return vertex.run(args)
     if args.command == "predict":
         return predict.run(args)

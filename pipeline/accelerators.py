@@ -32,6 +32,14 @@ class MachineSpec:
     accelerator_count: int = 0
     tpu_topology: str = ""
     hosts: int = 1  # TPU VMs in the slice; more than 1: jax.distributed connects them
+    # the boot disk the machine takes: TPU v6e VMs take Hyperdisk only (Cloud TPU's "Set up persistent disks"),
+    # the others a persistent SSD, GCPC's default
+    boot_disk_type: str = "pd-ssd"
+    boot_disk_size_gb: int = 100
+
+    def boot_disk(self) -> dict:
+        """The worker pool's ``disk_spec``, as the CustomJob API takes it."""
+        return {"boot_disk_type": self.boot_disk_type, "boot_disk_size_gb": self.boot_disk_size_gb}
 
     def as_vertex(self) -> dict:
         """The ``machineSpec`` object of a worker pool, as the CustomJob API takes it."""
@@ -44,7 +52,8 @@ class MachineSpec:
 
 
 def _tpu(machine_type: str, topology: str, hosts: int = 1) -> MachineSpec:
-    return MachineSpec(machine_type, TPU_TRAINER_IMAGE, tpu_topology=topology, hosts=hosts)
+    disk = "hyperdisk-balanced" if machine_type.startswith("ct6e-") else "pd-ssd"
+    return MachineSpec(machine_type, TPU_TRAINER_IMAGE, tpu_topology=topology, hosts=hosts, boot_disk_type=disk)
 
 
 ACCELERATORS: dict[str, MachineSpec] = {
@@ -96,6 +105,7 @@ RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
 RESERVATION_NAME = re.compile(r"projects/[^/]+/zones/[^/]+/reservations/[^/]+")
 DURATION = re.compile(r"(\d+)([smhd]?)")
 SECONDS_PER = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+DEFAULT_MAX_QUEUE_SECONDS = 3600  # the training job's wait for its machines, by default
 # the GPUs whose training jobs Vertex AI's Dynamic Workload Scheduler queues (its "Schedule training jobs based on
 # resource availability" page names L4, A100, H100, H200 and B200; no TPU)
 FLEX_START_ACCELERATORS = ("NVIDIA_L4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_H100_80GB",
@@ -110,11 +120,14 @@ class Scheduling:
     last backup) or ``flex-start`` (Dynamic Workload Scheduler: queued until the machines are free, at most
     ``max_wait``). ``max_wait``: a duration (``90m``, ``2h``, ``1800s``; ``0``: no limit), flex-start only.
     ``reservation``: ``any`` (any matching reservation of the project), ``none``, or a reservation's resource name
-    ``projects/P/zones/Z/reservations/NAME``; empty: Vertex AI's default."""
+    ``projects/P/zones/Z/reservations/NAME``; empty: Vertex AI's default. ``max_queue``: how long the job may wait
+    for its machines before the train step cancels it and fails in one line naming quota and capacity (empty: an
+    hour; ``0``: no limit); flex-start's own is ``max_wait``."""
 
     strategy: str = "standard"
     max_wait: str = ""
     reservation: str = ""
+    max_queue: str = ""
 
     def __post_init__(self) -> None:
         if self.strategy not in SCHEDULING_STRATEGIES:
@@ -126,6 +139,14 @@ class Scheduling:
         if self.max_wait and not DURATION.fullmatch(self.max_wait):
             raise UsageError(f"--max-wait {self.max_wait!r} is not a duration: use e.g. 90m, 2h, 1800s, or 0 for no "
                              "limit")  # fmt: skip
+        if self.max_queue and not DURATION.fullmatch(self.max_queue):
+            raise UsageError(
+                f"--max-queue {self.max_queue!r} is not a duration: use e.g. 30m, 2h, 1800s, or 0 for no limit"
+            )
+        if self.max_queue and self.strategy == "flex-start":
+            raise UsageError(
+                "--max-queue applies to standard and spot machines: with flex-start, --max-wait bounds the queueing"
+            )
         if self.reservation not in ("", "any", "none") and not RESERVATION_NAME.fullmatch(self.reservation):
             raise UsageError(f"--reservation {self.reservation!r}: use any, none, or a reservation's resource name "
                              "projects/P/zones/Z/reservations/NAME")  # fmt: skip
@@ -149,6 +170,32 @@ class Scheduling:
                              "Dynamic Workload Scheduler queues training jobs for L4, A100, H100, H200 and B200 GPUs "
                              f"only; use --accelerator {' or '.join(offered)}, or --scheduling spot or "
                              "standard")  # fmt: skip
+
+    def queued_seconds(self) -> int:
+        """The train step's bound on the job's wait for its machines: ``max_queue``, an hour by default, none (0) for
+        flex-start, whose queueing Vertex AI bounds itself."""
+        if self.strategy == "flex-start":
+            return 0
+        if not self.max_queue:
+            return DEFAULT_MAX_QUEUE_SECONDS
+        number, unit = DURATION.fullmatch(self.max_queue).groups()
+        return int(number) * SECONDS_PER[unit]
+
+    def reservation_affinity(self) -> dict:
+        """The ``reservation_affinity`` a worker pool's ``machine_spec`` carries for this choice (the tuning trials'
+        pool, which Google Cloud Pipeline Components' tuning job takes whole); {} for Vertex AI's default."""
+        if not self.reservation:
+            return {}
+        if self.reservation in ("any", "none"):
+            kind = "ANY_RESERVATION" if self.reservation == "any" else "NO_RESERVATION"
+            return {"reservation_affinity": {"reservation_affinity_type": kind}}
+        return {
+            "reservation_affinity": {
+                "reservation_affinity_type": "SPECIFIC_RESERVATION",
+                "key": RESERVATION_NAME_KEY,
+                "values": [self.reservation],
+            }
+        }
 
     def job_arguments(self) -> dict:
         """The arguments of Google Cloud Pipeline Components' ``create_custom_training_job_from_component`` that

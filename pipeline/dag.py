@@ -2,6 +2,8 @@
 its best trial) -> evaluate -> (blessed) export -> register. Knows the steps only
 through their KFP wrappers."""
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, List, NamedTuple, Optional
 
@@ -20,7 +22,7 @@ from components.register.component import make_components as registry_components
 from components.train.component import make_component as train_component
 from components.train.tuning_component import make_components as tuning_components
 from pipeline.accelerators import Scheduling
-from pipeline.images import DEFAULT_IMAGES, LIGHT_IMAGE, PIPELINE_IMAGE, Images
+from pipeline.images import BEAM_WORKER_IMAGE, DEFAULT_IMAGES, LIGHT_IMAGE, PIPELINE_IMAGE, Images
 
 PIPELINE_NAME = "tpu-image-classifier"
 
@@ -37,6 +39,7 @@ def build_pipeline(
     registry: Optional[str] = "vertex",
     train_image: str = PIPELINE_IMAGE,
     scheduling: Optional[Scheduling] = None,
+    notify_emails: Sequence[str] = (),
 ):
     """Returns the pipeline function, its steps running in ``images``.
 
@@ -57,9 +60,13 @@ def build_pipeline(
 
     Export (and registration) run only when evaluate blesses the model (``dsl.If``); otherwise the ``not-blessed``
     branch says why and the run still succeeds.
+
+    ``notify_emails``: on Vertex AI, each run's outcome is mailed to these addresses (at most three, as Vertex AI
+    takes them), whatever happens to the steps; none: no mail step at all.
     """
     if registry not in (None, *REGISTRIES):
         raise ValueError(f"registry {registry!r} is not one of {REGISTRIES} or None")
+    check_notify_emails(notify_emails)
     ops = step_ops(images, accelerator, registry, train_image, scheduling or Scheduling())
     outputs = outputs_type(registry)
 
@@ -106,7 +113,6 @@ def build_pipeline(
         baseline_model: str = EVALUATE["baseline"].default,
         model_display_name: str = PIPELINE_NAME,
         model_root: str = "",
-        notify_emails: List[str] = [],  # noqa: B006 (KFP reads the default; nothing mutates it)
         tensorboard: str = "",
         base_output_directory: str = "",
         endpoint: str = "",
@@ -116,13 +122,16 @@ def build_pipeline(
         text_column: str = TEXT["text_column"].default,
         label_column: str = TEXT["label_column"].default,
     ):
-        if accelerator is None:  # kfp.local: no Vertex AI to send mail (run-local has no flag for it)
+        if accelerator is None:  # kfp.local: no Vertex AI to send mail
             return steps(**locals())
+        if not notify_emails:
+            steps(**locals())
+            return None
         from google_cloud_pipeline_components.v1.vertex_notification_email import VertexNotificationEmailOp
 
-        # the run's outcome (succeeded, failed, cancelled) by email to notify_emails, whatever happens to the steps;
-        # KFP returns no pipeline outputs from inside an exit handler: on Vertex AI, the tasks' outputs stand alone
-        notify = VertexNotificationEmailOp(recipients=notify_emails).set_display_name("notify by email")
+        # the run's outcome (succeeded, failed, cancelled) by email, whatever happens to the steps; KFP returns no
+        # pipeline outputs from inside an exit handler: on Vertex AI, the tasks' outputs stand alone
+        notify = VertexNotificationEmailOp(recipients=list(notify_emails)).set_display_name("notify by email")
         notify.set_caching_options(enable_caching=False)  # every run mails its own outcome
         with dsl.ExitHandler(notify, name="steps"):
             steps(**locals())
@@ -137,12 +146,33 @@ def build_pipeline(
     )(image_classifier)
 
 
+TRAIN_RETRIES = 2  # the training job's launches after a failed one, each resuming from the last backup
+MAX_NOTIFY_EMAILS = 3  # Vertex AI's email notifications take up to three recipients
+EMAIL = re.compile(r"[^@\s,]+@[^@\s,]+\.[^@\s,]+")
+
+
+def check_notify_emails(addresses: Sequence[str]) -> None:
+    """At most three addresses, each an address: a one-line error at compile time (the mail step would fail after
+    the whole run otherwise)."""
+    from components.cli import UsageError
+
+    if len(addresses) > MAX_NOTIFY_EMAILS:
+        raise UsageError(
+            f"--notify-email given {len(addresses)} times: Vertex AI mails at most {MAX_NOTIFY_EMAILS} "
+            "addresses; use a group's address for more"
+        )
+    for address in addresses:
+        if not EMAIL.fullmatch(address):
+            raise UsageError(f"--notify-email {address!r} is not an email address, e.g. ml-team@example.com")
+
+
 @dataclass(frozen=True)
 class StepOps:
     """The DAG's step components, in their images, and the training job's own call arguments."""
 
     fingerprint: Any
     convert: Any
+    worker_image: str  # Dataflow's workers: the beam-worker image of the registry and tag compiled for
     check_data: Any
     train: Any
     train_options: dict
@@ -171,11 +201,19 @@ def step_ops(images: Images, accelerator: Optional[str], registry: Optional[str]
 
         train_op, train_options = custom_training_job(images, accelerator, scheduling)
         spec = machine_spec(accelerator)
-        tuning_options = {"image": images.uri(spec.image), "machine": spec.as_vertex(), "hosts": spec.hosts}
+        # the trials run on the training job's machine, in its reservation (GCPC's tuning job takes no scheduling
+        # strategy: submit refuses tuning with a Spot or flex-start template, pipeline.vertex.jobs.check_run)
+        tuning_options = {
+            "image": images.uri(spec.image),
+            "machine": {**spec.as_vertex(), **scheduling.reservation_affinity()},
+            "hosts": spec.hosts,
+            "boot_disk": spec.boot_disk(),
+        }
     find_baseline_op, register_op = registry_components(light, vertex=registry == "vertex")
     return StepOps(
         fingerprint=make_fingerprint_component(light),
         convert=convert_component(image),
+        worker_image=images.uri(BEAM_WORKER_IMAGE),
         check_data=check_data_component(image),
         train=train_op,
         train_options=train_options,
@@ -237,6 +275,7 @@ def convert_check_and_train(ops: StepOps, p: dict, baseline, accelerator: Option
         classes=p["classes"],
         source_fingerprint=fingerprinted.output,
         max_pixels=DEFAULT_MAX_PIXELS,
+        worker_image=ops.worker_image,
         **{name: p[name] for name in CONVERT_INPUTS},
         **text_options,
     ).set_display_name("convert to TFRecords")
@@ -260,6 +299,9 @@ def convert_check_and_train(ops: StepOps, p: dict, baseline, accelerator: Option
         trained = ops.train(**ops.train_options, **job_options, examples=converted.outputs["examples"], **training,
                             tune_trials=p["tune_trials"]).set_display_name("train")  # fmt: skip
         trained.after(checked)
+        # a job failed (preempted past a restart in place, out of capacity) is launched again, and resumes from the
+        # backup its inputs name (components.train.core.lasting_checkpoint_dir)
+        trained.set_retry(num_retries=TRAIN_RETRIES, backoff_duration="120s", backoff_factor=2.0)
     return converted, checked, dsl.OneOf(best.outputs["model"], trained.outputs["model"])
 
 
@@ -382,6 +424,8 @@ def custom_training_job(images: Images, accelerator: str, scheduling: Scheduling
         machine_type=spec.machine_type,
         accelerator_type=spec.accelerator_type,
         accelerator_count=spec.accelerator_count or 1,
+        boot_disk_type=spec.boot_disk_type,
+        boot_disk_size_gb=spec.boot_disk_size_gb,
         # the job runs as the pipeline does: its service account, in its VPC network, under its encryption key
         # (Vertex AI fills GCPC's placeholders in at run time; unset ones stay empty, as without them)
         service_account=SERVICE_ACCOUNT_PLACEHOLDER,
@@ -392,6 +436,12 @@ def custom_training_job(images: Images, accelerator: str, scheduling: Scheduling
         **({"restart_job_on_worker_restart": True} if spec.hosts > 1 else {}),
         **scheduling.job_arguments(),
     )
+    # launched by our launcher, which is GCPC's with a bound on the job's wait for its machines (Vertex AI keeps a job
+    # queued, without a word, while the project lacks the quota or the region the capacity)
+    container = job_op.component_spec.implementation.container
+    container.image = images.uri(LIGHT_IMAGE)
+    container.command = ["python3", "-u", "-m", "components.train.job_launcher"]
+    container.args = [*container.args, "--max_queued_seconds", str(scheduling.queued_seconds())]
     options = {"hosts": spec.hosts}
     if spec.tpu_topology:  # not an argument of the GCPC helper: set it in the worker pool's machine spec
         worker_pools = copy.deepcopy(job_op.component_spec.inputs["worker_pool_specs"].default)

@@ -13,7 +13,8 @@ GPU_TRAINER_IMAGE = "train-gpu"  # the training step on GPUs (TensorFlow with th
 TPU_TRAINER_IMAGE = "train-tpu"  # the training step on Cloud TPUs (Keras on JAX with jax[tpu])
 BEAM_WORKER_IMAGE = "beam-worker"  # Dataflow workers of the convert step (--sdk_container_image)
 LIGHT_IMAGE = "light"  # the steps that only list files and call APIs: no TensorFlow, Beam, JAX nor NumPy
-# the steps (their functions' names) that run in LIGHT_IMAGE; every other step but training runs in PIPELINE_IMAGE
+# the steps (their functions' names) that run in LIGHT_IMAGE (on Vertex AI, the training job's launcher too, whose job
+# runs in the trainer's image); every other step runs in PIPELINE_IMAGE
 LIGHT_STEPS = ("fingerprint", "find_baseline", "register", "find_baseline_in_folder", "register_in_folder", "deploy",
                "not_blessed")  # fmt: skip
 
@@ -30,3 +31,59 @@ class Images:
 
 
 DEFAULT_IMAGES = Images()
+
+
+def template_images(spec: dict) -> dict[str, str]:
+    """Every image a compiled pipeline (its IR, as a dict) runs, with what runs it: each step's container (by
+    step), and the images of the jobs its steps launch (the training job's worker pool, the tuning trials'), in
+    order."""
+    found = {
+        f"step {name.removeprefix('exec-')}": executor["container"]["image"]
+        for name, executor in sorted(spec["deploymentSpec"]["executors"].items())
+    }
+    launched, stack = [], [spec["root"], spec["components"]]
+    while stack:  # the jobs' worker pools, and the tuning trials' image, sit in the DAG's constant inputs
+        node = stack.pop()
+        if isinstance(node, dict):
+            launched += [str(value) for key, value in node.items() if key == "image_uri"]
+            image = node.get("image", {})
+            if isinstance(image, dict) and isinstance(image.get("runtimeValue", {}).get("constant"), str):
+                launched.append(image["runtimeValue"]["constant"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    for image in sorted(set(launched)):
+        found[f"a job of the train step ({image.rsplit('/', 1)[-1].split(':')[0]})"] = image
+    return found
+
+
+def read_template(path: str) -> dict:
+    """A compiled pipeline's IR; a one-line error when it is missing or is not one."""
+    import os
+
+    import yaml
+
+    from components.cli import UsageError
+
+    if not os.path.isfile(path):
+        raise UsageError(f"pipeline template {path} does not exist: run python -m pipeline compile first")
+    with open(path, encoding="utf-8") as handle:
+        spec = next(yaml.safe_load_all(handle), None)
+    if not isinstance(spec, dict) or "deploymentSpec" not in spec:
+        raise UsageError(f"pipeline template {path} is not a compiled pipeline: run python -m pipeline compile")
+    return spec
+
+
+def check_not_placeholder(path: str, spec: dict) -> None:
+    """A template whose step images are in the placeholder registry would fail every step on pulling its image,
+    minutes into the run: one line saying how to build, push and compile for real ones."""
+    from components.cli import UsageError
+
+    placeholder = [image for image in template_images(spec).values() if image.startswith(DEFAULT_REGISTRY + "/")]
+    if placeholder:
+        raise UsageError(
+            f"pipeline template {path} names its step images in the placeholder registry {DEFAULT_REGISTRY} "
+            f"({placeholder[0]}, ...): push yours (make images REGISTRY=LOCATION-docker.pkg.dev/PROJECT/REPO "
+            "TAG=v1 PUSH=1), compile for them (python -m pipeline compile --registry LOCATION-docker.pkg.dev/PROJECT/"
+            "REPO --tag v1 --output my-pipeline.yaml) and submit that (--template my-pipeline.yaml)"
+        )

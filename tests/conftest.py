@@ -338,8 +338,15 @@ def convert_step(**given):
     from components.decoding import DEFAULT_MAX_PIXELS
     from components.params import CONVERT, TEXT, defaults
 
-    inputs = {**defaults(CONVERT), **defaults(TEXT), "classes": [], "beam_args": [], "source_fingerprint": "",
-              "max_pixels": DEFAULT_MAX_PIXELS}  # fmt: skip
+    inputs = {
+        **defaults(CONVERT),
+        **defaults(TEXT),
+        "classes": [],
+        "beam_args": [],
+        "source_fingerprint": "",
+        "max_pixels": DEFAULT_MAX_PIXELS,
+        "worker_image": "",
+    }
     return convert(**{**inputs, **given})
 
 

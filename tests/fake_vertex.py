@@ -1,5 +1,6 @@
 """A local stand-in for the Vertex AI REST API (v1), enough for pipeline jobs, schedules, model uploads and the
-evaluations imported into model versions.
+evaluations imported into model versions; and for the other Google Cloud APIs the preflight asks
+(``tests/fake_google.py``).
 
 The real ``google-cloud-aiplatform`` client talks to it (``api_endpoint="http://127.0.0.1:PORT"``,
 ``api_transport="rest"``). It records every request (method, path, query, JSON body) for the tests to check, moves a
@@ -18,6 +19,8 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlparse
+
+from tests.fake_google import FakeGoogle
 
 TYPES = "type.googleapis.com/google.cloud.aiplatform.v1"
 STATUS_NAMES = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ALREADY_EXISTS",
@@ -54,11 +57,17 @@ class FakeVertex:
     endpoints: dict[str, dict] = field(default_factory=dict)
     batch_jobs: dict[str, dict] = field(default_factory=dict)
     tuning_jobs: dict[str, dict] = field(default_factory=dict)
+    custom_jobs: dict[str, dict] = field(default_factory=dict)
+    # whether a custom job gets its machines: True, it runs and succeeds over a few reads; False, it stays queued (a
+    # project without quota for them), until cancelled
+    capacity: bool = True
     # what a tuning job's trials end with: [(values, val_accuracy or None for a failed trial)]; a test sets it
     trial_results: list = field(default_factory=list)
     # what an endpoint's deployed model answers: (deployed model, instances) -> predictions; a test sets it
     predictor: object = None
     faults: list[tuple[str, str, list, bool]] = field(default_factory=list)
+    # the other Google Cloud APIs the preflight asks (tests/fake_google.py), under /<service>/
+    google: FakeGoogle = field(default_factory=FakeGoogle)
     url: str = ""
     ids: itertools.count = field(default_factory=lambda: itertools.count(1000))
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -101,6 +110,9 @@ class FakeVertex:
         return {"error": {"code": code, "message": message, "status": status or STATUS_NAMES.get(code, "UNKNOWN")}}
 
     def route(self, method: str, path: str, query: dict, body: dict) -> tuple[int, dict]:
+        answer = self.google.route(method, path, query, body)
+        if answer is not None:
+            return answer
         match = re.match(r"^/v1/(projects/[^/]+/locations/[^/]+)/(.*)$", path)
         if not match:
             return 404, self.error(404, path)
@@ -163,6 +175,8 @@ class FakeVertex:
             return self.route_batch(method, parent, rest, query, body)
         if rest.startswith("hyperparameterTuningJobs"):
             return self.route_tuning(method, parent, rest, body)
+        if rest.startswith("customJobs"):
+            return self.route_custom_job(method, parent, rest, body)
         if rest.startswith("metadataStores/"):
             return self.route_metadata(method, parent, rest, query, body)
         evaluation_match = re.match(r"^(models/[^/]+)/evaluations(?::import|/([^/:]+)/slices(:batchImport)?)?$", rest)
@@ -334,6 +348,29 @@ class FakeVertex:
                 if metric is not None else {})}
             for number, (values, metric) in enumerate(self.trial_results, 1)
         ]  # fmt: skip
+        return 200, job
+
+    def route_custom_job(self, method: str, parent: str, rest: str, body: dict) -> tuple[int, dict]:
+        """Custom jobs: created QUEUED; with ``capacity``, PENDING, RUNNING then SUCCEEDED over the next reads,
+        without, QUEUED until cancelled."""
+        import datetime
+
+        if rest == "customJobs" and method == "POST":
+            name = f"{parent}/customJobs/{next(self.ids)}"
+            now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            self.custom_jobs[name] = {**body, "name": name, "state": "JOB_STATE_QUEUED", "createTime": now}
+            return 200, self.custom_jobs[name]
+        found = re.fullmatch(r"(customJobs/[^/:]+)(:cancel)?", rest)
+        name = f"{parent}/{found.group(1)}" if found else ""
+        if name not in self.custom_jobs:
+            return 404, self.error(404, rest)
+        job = self.custom_jobs[name]
+        if found.group(2) and method == "POST":
+            job["state"] = "JOB_STATE_CANCELLED"
+            return 200, {}
+        if method == "GET" and self.capacity and job["state"] != "JOB_STATE_CANCELLED":
+            order = ["JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"]
+            job["state"] = order[min(order.index(job["state"]) + 1, len(order) - 1)]
         return 200, job
 
     def operation(self, parent: str, response: dict) -> dict:

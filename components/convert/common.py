@@ -69,6 +69,9 @@ def check_beam_args(args: Sequence[str], own_flags: Sequence[str] = ()) -> None:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f", did you mean {close[0]}?" if close else ": see --help, and Beam's pipeline options"
         raise UsageError(f"unknown option {name}{hint}")
+    from components.convert.staging import check_worker_code
+
+    check_worker_code(args)
 
 
 class ConversionError(RuntimeError):

@@ -18,6 +18,7 @@ def convert(
     classes: List[str],
     source_fingerprint: str,
     beam_args: List[str],
+    worker_image: str,
     modality: str,
     vocabulary_size: int,
     sequence_length: int,
@@ -28,15 +29,18 @@ def convert(
     sharded TFRecords; returns the number of examples written.
 
     ``source_fingerprint`` (from the fingerprint step) is part of KFP's cache key: a rerun over unchanged data is a
-    cache hit, new or changed files make a new conversion.
+    cache hit, new or changed files make a new conversion. ``worker_image``: the Dataflow workers' image when
+    ``beam_args`` name ``DataflowRunner`` and no ``--sdk_container_image`` of their own (the ``beam-worker`` image of
+    the registry and tag the DAG was compiled for).
     """
     import logging
 
     from components.cli import configure_logging
     from components.convert.dispatch import convert_source
-    from components.convert.staging import runs_locally
+    from components.convert.staging import runs_locally, with_worker_image
 
     configure_logging()
+    beam_args = with_worker_image(beam_args or (), worker_image)
     # the local engine writes through KFP's /gcs mount (examples.path); a remote runner's workers (Dataflow) have
     # no such mount, so Beam gets the artifact's gs:// URI, and the stats are read back from there
     output_dir = examples.path if runs_locally(beam_args or ()) else examples.uri

@@ -170,8 +170,9 @@ def auto_image_size(source_side: int | None) -> tuple[int, str]:
     pretrained backbone needs more, 32 or 71 px: the train step says so, and ``--image-size`` gives it)."""
     from components.models import BACKBONES, BUILTINS
 
-    least = max(model.min_image_size for name, model in BUILTINS.items()
-                if model.modality == "image" and name not in BACKBONES)  # fmt: skip
+    least = max(
+        model.min_image_size for name, model in BUILTINS.items() if model.modality == "image" and name not in BACKBONES
+    )
     if source_side is None:
         return MAX_AUTO_IMAGE_SIZE, f"no image size could be read: the codelab's {MAX_AUTO_IMAGE_SIZE}"
     size = min(MAX_AUTO_IMAGE_SIZE, max(least, source_side))

@@ -46,6 +46,40 @@ def runs_locally(pipeline_args: Sequence[str]) -> bool:
     return runner_name(pipeline_args) in (None, *LOCAL_RUNNERS)
 
 
+def check_worker_code(pipeline_args: Sequence[str]) -> None:
+    """A remote runner's workers must be able to import the conversion's code: a one-line error, before anything
+    runs, for one given neither ``--sdk_container_image`` (our ``beam-worker`` image, which has it) nor
+    ``--setup_file`` (which stages it): without them its workers fail minutes into the job."""
+    from apache_beam.options.pipeline_options import SetupOptions, WorkerOptions
+
+    # (no runner named: the local engine; and no PipelineOptions made, which sets logging up with Beam's defaults)
+    if not any(str(arg).startswith("--runner") for arg in pipeline_args) or runs_locally(pipeline_args):
+        return
+    options = PipelineOptions(list(pipeline_args))
+    if options.view_as(WorkerOptions).sdk_container_image or options.view_as(SetupOptions).setup_file:
+        return
+    raise UsageError(
+        f"--runner {runner_name(pipeline_args)} needs --sdk_container_image REGISTRY/beam-worker:TAG (make images "
+        "builds it; the DAG passes the beam-worker image of its own registry and tag) or --setup_file: its workers "
+        "could not import the conversion's code"
+    )
+
+
+def with_worker_image(pipeline_args: Sequence[str], image: str) -> list[str]:
+    """The Beam options with ``--sdk_container_image`` set to ``image`` where they name a remote runner and neither
+    a worker image nor a setup file (the DAG's default: the beam-worker image of the registry and tag it was compiled
+    for)."""
+    from apache_beam.options.pipeline_options import SetupOptions, WorkerOptions
+
+    args = list(pipeline_args)
+    if runs_locally(args) or not image:
+        return args
+    options = PipelineOptions(args)
+    if options.view_as(WorkerOptions).sdk_container_image or options.view_as(SetupOptions).setup_file:
+        return args
+    return [*args, f"--sdk_container_image={image}"]
+
+
 def default_pipeline_args(pipeline_args: Sequence[str]) -> list[str]:
     """Beam options as given, plus the local defaults unless set: the DirectRunner's in-process engine (Beam's
     ``FnApiRunner``) in one process, whose conversion threads use every core (``ConvertConfig.threads``).

@@ -29,9 +29,13 @@ def train(
     """Trains the model on the examples; returns the final validation accuracy (training accuracy if none). ImageNet
     weights are downloaded once into the pipeline root's bucket (``keras-weights/``), where later runs find them.
     ``tune_trials`` above 0: a local hyperparameter search of that many trials, the best one's model kept (on Vertex
-    AI the DAG runs a tuning job instead, and this step with 0)."""
+    AI the DAG runs a tuning job instead, and this step with 0). On Cloud Storage the backup sits under the bucket's
+    ``checkpoints/`` by a key of the inputs, so that a retried task, or the same run submitted again, resumes after
+    its last backed-up epoch."""
+    import dataclasses
+
     from components.cli import configure_logging
-    from components.train.core import TrainConfig, run
+    from components.train.core import TrainConfig, lasting_checkpoint_dir, run
     from components.train.transfer import weights_cache_for
     from components.train.tuning import search
 
@@ -58,6 +62,8 @@ def train(
         augment=augment,
         seed=seed,
     )
+    # on Cloud Storage, a backup a retried task or a resubmitted run with the same inputs resumes from
+    config = dataclasses.replace(config, checkpoint_dir=lasting_checkpoint_dir(config, model.uri))
     result = search(config, tune_trials) if tune_trials else run(config)
     model.metadata.update(
         {

@@ -144,8 +144,11 @@ class TrainConfig:
     def __post_init__(self) -> None:
         parse_ref(self.model_name)
         split_pairs(self.hparams)
-        choices = {"precision": ("--precision", PRECISIONS), "lr_schedule": ("--lr-schedule", LR_SCHEDULES),
-                   "backend": ("--backend", BACKENDS)}  # fmt: skip
+        choices = {
+            "precision": ("--precision", PRECISIONS),
+            "lr_schedule": ("--lr-schedule", LR_SCHEDULES),
+            "backend": ("--backend", BACKENDS),
+        }
         for name, (flag, valid) in choices.items():
             if getattr(self, name) not in valid:
                 raise UsageError(
@@ -200,6 +203,49 @@ def resolve_output_dirs(config: TrainConfig, env: Mapping[str, str]) -> OutputDi
         config.tensorboard_dir or env.get("AIP_TENSORBOARD_LOG_DIR", "") or os.path.join(model_dir, "logs")
     )
     return OutputDirs(model_dir, gcs_fuse_path(checkpoint_dir), gcs_fuse_path(tensorboard_dir))
+
+
+LASTING_CHECKPOINTS = "checkpoints"  # in the bucket of a DAG run's model: each training's backup, by its inputs
+# what a backup depends on besides the examples: every other field is where things go
+TRAINING_INPUTS_EXCLUDED = (
+    "examples_dir",
+    "model_dir",
+    "checkpoint_dir",
+    "tensorboard_dir",
+    "weights_cache",
+    "backup_interval",
+)
+
+
+def lasting_checkpoint_dir(config: TrainConfig, model_uri: str) -> str:
+    """Where a DAG run's training on Cloud Storage keeps its backup: ``gs://<the model's bucket>/checkpoints/<key>``,
+    the key a digest of the examples (their fingerprint, counts, classes and shape) and of every training setting. A
+    retried task, or the same run submitted again, finds it and resumes after its last backed-up epoch, where the
+    run's own output folder would be a new one; a finished training removes it. "" off Cloud Storage (run-local
+    gives its steps a checkpoint dir of its own)."""
+    if not model_uri.startswith("gs://"):
+        return ""
+    stats = read_stats(config.examples_dir)
+    examples = {
+        key: stats.get(key)
+        for key in (
+            "fingerprint",
+            "counts",
+            "class_names",
+            "modality",
+            "image_size",
+            "sequence_length",
+            "vocabulary_size",
+        )
+    }
+    training = {
+        f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in TRAINING_INPUTS_EXCLUDED
+    }
+    key = hashlib.sha256(
+        json.dumps({"examples": examples, "training": training}, sort_keys=True, default=str).encode()
+    ).hexdigest()[:16]
+    bucket = model_uri[len("gs://") :].split("/", 1)[0]
+    return f"gs://{bucket}/{LASTING_CHECKPOINTS}/{key}"
 
 
 def round_up_batch(per_replica_batch_size: int) -> int:
@@ -616,8 +662,9 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         if phase.name == "head" and len(plan) > 1 and head_finished(dirs, placement):
             log.info("the head was trained before (%s): fine-tuning", os.path.join(dirs.checkpoint_dir, HEAD_WEIGHTS))
             continue
-        model = compiled_model(config, examples, placement, precision, steps_per_epoch, jit_compile, phase,
-                               pretrained, dirs, code, backend)  # fmt: skip
+        model = compiled_model(
+            config, examples, placement, precision, steps_per_epoch, jit_compile, phase, pretrained, dirs, code, backend
+        )
         finished_before, callbacks, advice = resume_and_watch(config, examples, dirs, placement, phase, plan[-1].last)
         resumed_after = finished_before if resumed_after is None else resumed_after
         log.info(
@@ -663,8 +710,9 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         "steps_per_execution": config.steps_per_execution,
         "distribution": distribution_facts(model, placement, (global_batch, *examples.shape)),
     }
-    curves, not_learned = save_results(model, config, examples, dirs, placement, model_config, finished_before,
-                                       seconds, advice, code.loaded)  # fmt: skip
+    curves, not_learned = save_results(
+        model, config, examples, dirs, placement, model_config, finished_before, seconds, advice, code.loaded
+    )
     final = {name: values[-1] for name, values in curves.items()}
     if not_learned:
         log.warning("training did not learn: %s", not_learned)
@@ -705,8 +753,16 @@ def check_inputs(config: TrainConfig, env: Mapping[str, str]):
     vocabulary = None
     if modality == "text":  # the ids mean this vocabulary's tokens: it goes into the model artifact, for export
         vocabulary = read_vocabulary(f"{config.examples_dir.rstrip('/')}/{VOCABULARY_FILE}")
-    examples = Examples(stats, modality, stats["num_classes"], image_size, sequence_length, example_shape(stats),
-                        vocabulary, ModelSpec.of(stats))  # fmt: skip
+    examples = Examples(
+        stats,
+        modality,
+        stats["num_classes"],
+        image_size,
+        sequence_length,
+        example_shape(stats),
+        vocabulary,
+        ModelSpec.of(stats),
+    )
     return config, examples, dirs
 
 
@@ -819,9 +875,19 @@ def transfer_facts(config: TrainConfig, plan: list[Phase], model) -> dict:
     return facts
 
 
-def compiled_model(config: TrainConfig, examples: Examples, placement, precision: str, steps_per_epoch: int,
-                   jit_compile: bool, phase: Phase, pretrained: str | None, dirs: OutputDirs, code: ModelCode,
-                   backend: str):  # fmt: skip
+def compiled_model(
+    config: TrainConfig,
+    examples: Examples,
+    placement,
+    precision: str,
+    steps_per_epoch: int,
+    jit_compile: bool,
+    phase: Phase,
+    pretrained: str | None,
+    dirs: OutputDirs,
+    code: ModelCode,
+    backend: str,
+):
     """The model built in ``precision`` under the placement's scope and compiled for ``phase`` (its trainable
     weights, its learning rate): the pretrained backbone's weights loaded from ``pretrained``, or, to fine-tune, the
     head phase's; its summary goes to the log. A model of one's own is checked first (``components.models.checks``):
@@ -882,8 +948,9 @@ def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, p
     callbacks = training_callbacks(dirs.checkpoint_dir, dirs.tensorboard_dir, placement, config.backup_interval,
                                    phase.backup, total_epochs)  # fmt: skip
     image_size = examples.image_size if examples.modality == "image" else None
-    advice = what_to_try(config.learning_rate, image_size, parse_ref(config.model_name).name,
-                         examples.stats.get("source_image_size"))  # fmt: skip
+    advice = what_to_try(
+        config.learning_rate, image_size, parse_ref(config.model_name).name, examples.stats.get("source_image_size")
+    )
     if placement.is_chief:
         earlier = [record["loss"] for record in read_epoch_log(epoch_log)] if finished_before else []
         callbacks.append(_learning_watch(examples.num_classes, advice, earlier, class_counts(examples)))
@@ -931,8 +998,18 @@ def kept_source_name(loaded: LoadedModel) -> str:
     return f"{SOURCE_DIR}/{name if loaded.ref.kind == 'file' else loaded.ref.location + '.py'}"
 
 
-def save_results(model, config: TrainConfig, examples: Examples, dirs, placement, model_config: dict,
-                 finished_before: int, seconds: float, advice: str, loaded: LoadedModel):  # fmt: skip
+def save_results(
+    model,
+    config: TrainConfig,
+    examples: Examples,
+    dirs,
+    placement,
+    model_config: dict,
+    finished_before: int,
+    seconds: float,
+    advice: str,
+    loaded: LoadedModel,
+):
     """Process 0 writes the model artifact and removes the finished run's backup; every host then reports what it
     wrote: (the curves, why they show no learning or None)."""
     epoch_log = os.path.join(dirs.checkpoint_dir, EPOCH_LOG_FILE)

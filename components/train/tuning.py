@@ -168,8 +168,9 @@ def apply(config, values: Mapping):
         elif name == "learning_rate":
             changes[name] = float(value)
         else:
-            raise UsageError(f"--{name}={value}: not a tuned parameter (those are {', '.join(TUNED)} and "
-                             f"{HPARAM_PREFIX}<name>)")  # fmt: skip
+            raise UsageError(
+                f"--{name}={value}: not a tuned parameter (those are {', '.join(TUNED)} and {HPARAM_PREFIX}<name>)"
+            )
     return dataclasses.replace(config, **changes)
 
 
@@ -296,13 +297,18 @@ def trial_parameters(trial: dict) -> dict:
     return {p["parameterId"]: p["value"] for p in trial.get("parameters", [])}
 
 
-def worker_pool_specs(image: str, machine: Mapping, examples_uri: str, flags: list[str]) -> list[dict]:
-    """The trial job's one worker pool: ``machine`` (a ``machine_spec``), our image running
+def worker_pool_specs(
+    image: str, machine: Mapping, boot_disk: Mapping, examples_uri: str, flags: list[str]
+) -> list[dict]:
+    """The trial job's one worker pool: ``machine`` (a ``machine_spec``) with ``boot_disk`` (a ``disk_spec``: the
+    one its machine takes), our image running
     ``python -m components.train.trial`` on the examples with the run's fixed training ``flags``; Vertex AI appends
     each trial's ``--name=value`` flags and sets ``AIP_MODEL_DIR`` to ``<base_output_directory>/<trial id>/model``."""
     return [
         {
             "machine_spec": dict(machine),
+            # (a pipeline constant's numbers arrive as doubles, which the job's protos refuse for a count)
+            "disk_spec": {**boot_disk, "boot_disk_size_gb": int(boot_disk["boot_disk_size_gb"])},
             "replica_count": 1,
             "container_spec": {
                 "image_uri": image,

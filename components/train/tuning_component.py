@@ -12,6 +12,7 @@ def tuning_spec(
     trials: Output[Artifact],
     image: str,
     machine: dict,
+    boot_disk: dict,
     hosts: int,
     model_name: str,
     hparams: list,
@@ -32,9 +33,10 @@ def tuning_spec(
 ) -> NamedTuple("TuningSpec", [("worker_pool_specs", list), ("study_spec_parameters", list),
                                 ("base_output_directory", str)]):  # fmt: skip
     """The tuning job's trials: each runs ``python -m components.train.trial`` in ``image`` on ``machine`` (a
-    ``machine_spec``) with the run's training parameters, its own values appended by Vertex AI; their models go under
-    this step's ``trials`` folder (``<trial id>/model``). The search space follows the model: fine-tuning depth only
-    for a pretrained backbone."""
+    ``machine_spec``, with ``boot_disk`` its ``disk_spec``) with the run's training parameters, its own values
+    appended by Vertex AI; their models go under this step's ``trials`` folder (``<trial id>/model``). The search
+    space follows the model: fine-tuning depth only for a pretrained backbone, and the ranges a model of one's own
+    declares."""
     from components.cli import configure_logging
     from components.keras_backend import activate_backend
     from components.train.tuning_vertex import trial_job
@@ -47,7 +49,7 @@ def tuning_spec(
         study_spec_parameters: list
         base_output_directory: str
 
-    return TuningSpec(*trial_job(examples.uri, trials.uri, image, machine, dict(
+    return TuningSpec(*trial_job(examples.uri, trials.uri, image, machine, boot_disk, dict(
         model_name=model_name, hparams=list(hparams), epochs=epochs, weights=weights, fine_tune_epochs=fine_tune_epochs,
         fine_tune_blocks=fine_tune_blocks, fine_tune_learning_rate=fine_tune_learning_rate,
         per_replica_batch_size=per_replica_batch_size, learning_rate=learning_rate, lr_schedule=lr_schedule,

@@ -33,14 +33,16 @@ def training_flags(params: Mapping) -> list[str]:
     return flags
 
 
-def trial_job(examples_uri: str, trials_uri: str, image: str, machine: Mapping, params: Mapping) -> tuple:
+def trial_job(
+    examples_uri: str, trials_uri: str, image: str, machine: Mapping, boot_disk: Mapping, params: Mapping
+) -> tuple:
     """(the worker pool specs, the study's parameters, the base output directory) of the tuning job for a run whose
     training parameters are ``params``: ImageNet weights kept in the bucket as the train step keeps them."""
     from components.train.transfer import weights_cache_for
 
     cache = weights_cache_for(trials_uri)
     flags = [*training_flags(params), *(["--weights-cache", cache] if cache else [])]
-    specs = worker_pool_specs(image, machine, examples_uri, flags)
+    specs = worker_pool_specs(image, machine, boot_disk, examples_uri, flags)
     parameters = study_spec_parameters(space_for(params["model_name"], params["weights"], examples_uri))
     log.info("tuning job: trials of %s over %s, in %s", params["model_name"],
              ", ".join(p["parameter_id"] for p in parameters), trials_uri)  # fmt: skip

@@ -42,6 +42,23 @@ def add_command(commands) -> None:
         "for no limit (default: Vertex AI's, 24 h)",
     )
     compile_cmd.add_argument(
+        "--max-queue",
+        default="",
+        metavar="DURATION",
+        help="how long the training job may wait for its machines (a project without quota for them, a region "
+        "without capacity) before the train step cancels it and fails saying so, e.g. 30m, 2h, or 0 for no limit "
+        "(default 1h; with --scheduling flex-start, --max-wait bounds it)",
+    )
+    compile_cmd.add_argument(
+        "--notify-email",
+        dest="notify_emails",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="mail each run's outcome (succeeded, failed, cancelled) to this address; repeat for up to 3 (default: no "
+        "mail step)",
+    )
+    compile_cmd.add_argument(
         "--reservation",
         default="",
         metavar="RESERVATION",
@@ -55,8 +72,14 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.accelerators import Scheduling
     from pipeline.compile import compile_pipeline
 
-    scheduling = Scheduling(args.scheduling, args.max_wait, args.reservation)
-    path = compile_pipeline(args.output, Images(registry=args.registry, tag=args.tag), args.accelerator, scheduling)
+    scheduling = Scheduling(args.scheduling, args.max_wait, args.reservation, args.max_queue)
+    path = compile_pipeline(
+        args.output,
+        Images(registry=args.registry, tag=args.tag),
+        args.accelerator,
+        scheduling,
+        tuple(args.notify_emails),
+    )
     print(f"compiled the pipeline for {args.accelerator} to {path}")
     if is_experimental(args.accelerator):
         log.warning("--accelerator %s is a multi-host slice, experimental: its launch is proven on local "
@@ -73,20 +96,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def step_images(path: str) -> list[str]:
-    """What each step of a compiled pipeline runs in: its container image, and the image of the custom jobs it
-    launches (the train step's, on the accelerator's machines)."""
-    import yaml
+    """What each step of a compiled pipeline runs in: its container image, and the image of the jobs it launches
+    (the train step's, on the accelerator's machines)."""
+    from pipeline.images import read_template, template_images
 
-    with open(path, encoding="utf-8") as handle:
-        spec = next(yaml.safe_load_all(handle))
-    lines = [f"step {name.removeprefix('exec-')} runs in {executor['container']['image']}"
-             for name, executor in sorted(spec["deploymentSpec"]["executors"].items())]  # fmt: skip
-    launched, stack = set(), [spec["root"], spec["components"]]
-    while stack:  # the custom jobs' worker pools sit in the DAG's constant inputs
-        node = stack.pop()
-        if isinstance(node, dict):
-            launched.update(str(value) for key, value in node.items() if key == "image_uri")
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return lines + [f"a custom job of the train step runs in {image}" for image in sorted(launched)]
+    return [f"{what} runs in {image}" for what, image in template_images(read_template(path)).items()]

@@ -18,7 +18,7 @@ from pipeline.local import DEMO_EPOCHS
 # pipeline parameters run-local sets itself, or through a flag of another name
 LOCAL_OWN = ("source", "image_size", "epochs", "beam_args", "model_display_name", "model_root")
 # parameters only Vertex AI acts on (kfp.local has no mail to send): run-local has no flag for them
-CLOUD_ONLY = ("notify_emails", "tensorboard", "base_output_directory", "endpoint", "tune_parallel_trials")
+CLOUD_ONLY = ("tensorboard", "base_output_directory", "endpoint", "tune_parallel_trials")
 
 
 def add_command(commands, with_dag_parameters: bool) -> None:
@@ -56,10 +56,19 @@ def add_command(commands, with_dag_parameters: bool) -> None:
 
 
 def add_training_flags(local_cmd) -> None:
-    local_cmd.add_argument("--model", dest="model_name", metavar="auto|NAME|FILE.py[:FUNCTION]|MODULE:FUNCTION",
-                           help=TRAIN["model_name"].help_with_default())  # fmt: skip
-    local_cmd.add_argument("--hparam", dest="hparams", action="append", metavar="NAME=VALUE",
-                           help=TRAIN["hparams"].help + "; repeat it for each")  # fmt: skip
+    local_cmd.add_argument(
+        "--model",
+        dest="model_name",
+        metavar="auto|NAME|FILE.py[:FUNCTION]|MODULE:FUNCTION",
+        help=TRAIN["model_name"].help_with_default(),
+    )
+    local_cmd.add_argument(
+        "--hparam",
+        dest="hparams",
+        action="append",
+        metavar="NAME=VALUE",
+        help=TRAIN["hparams"].help + "; repeat it for each",
+    )
     local_cmd.add_argument("--modality", choices=MODALITIES, help=CONVERT["modality"].help_with_default())
     for name, choices in (("precision", PRECISIONS), ("backend", BACKENDS), ("lr_schedule", LR_SCHEDULES)):
         local_cmd.add_argument(flag_of(name, TRAIN), choices=choices, help=TRAIN[name].help_with_default())

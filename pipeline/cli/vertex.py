@@ -9,6 +9,7 @@ from components.params import DEPLOY, flag_of
 
 
 def add_commands(commands) -> None:
+    add_check(commands)
     add_submit(commands)
     add_register(commands)
     add_deploy(commands)
@@ -39,8 +40,28 @@ def add_submit(commands) -> None:
         help="send the training job's logs to this Vertex AI TensorBoard (projects/P/locations/REGION/tensorboards/ID)",
     )
     submit_cmd.add_argument("--wait", action="store_true", help="follow the job's state until it ends")
+    add_no_preflight(submit_cmd)
     submit_cmd.add_argument(
         "--poll-interval", type=float, default=30.0, help="seconds between state checks with --wait (default 30)"
+    )
+
+
+def add_check(commands) -> None:
+    check_cmd = commands.add_parser(
+        "check",
+        help="check a Google Cloud project for a first run: APIs, images, accounts, roles, bucket, machine, quota",
+        description="The preflight that submit and schedule run first: each item ok, MISSING (with the command that "
+        "fixes it; exit 2) or unknown (what could not be read, and why). Nothing is created.",
+    )
+    add_vertex_options(check_cmd)
+
+
+def add_no_preflight(parser) -> None:
+    parser.add_argument(
+        "--no-preflight",
+        dest="preflight",
+        action="store_false",
+        help="do not check the project first (python -m pipeline check runs it alone)",
     )
 
 
@@ -112,6 +133,7 @@ def add_schedule(commands) -> None:
         "--max-concurrent-runs", type=int, default=1, help="runs that may overlap (default %(default)s)"
     )
     create.add_argument("--max-runs", type=int, default=None, help="stop after this many runs (default: no limit)")
+    add_no_preflight(create)
     listing = schedule_actions.add_parser("list", help="list the schedules")
     add_vertex_options(listing, for_jobs=False)
     listing.add_argument("--name", default="", help="only schedules with this display name")
@@ -127,6 +149,7 @@ def add_schedule(commands) -> None:
     update.add_argument("--cron", default="", help="a new cron (default: keep it)")
     update.add_argument("--max-concurrent-runs", type=int, default=None, help="a new limit (default: keep it)")
     update.add_argument("--max-runs", type=int, default=None, help="a new limit (default: keep it)")
+    add_no_preflight(update)
     for action in ("pause", "resume", "delete"):
         changer = schedule_actions.add_parser(action, help=f"{action} a schedule")
         add_vertex_options(changer, for_jobs=False)
@@ -171,8 +194,13 @@ def add_vertex_options(parser: argparse.ArgumentParser, for_jobs: bool = True) -
         "here and uploaded under the pipeline root, once per content (models/<sha256>/), and the run trains that "
         "copy; a module must be in the step images (docs/your-model.md)",
     )
-    group.add_argument("--hparam", action="append", dest="hparam_pairs", metavar="NAME=VALUE",
-                       help="a hyperparameter of the model (the hparams parameter); repeat")  # fmt: skip
+    group.add_argument(
+        "--hparam",
+        action="append",
+        dest="hparam_pairs",
+        metavar="NAME=VALUE",
+        help="a hyperparameter of the model (the hparams parameter); repeat",
+    )
     caching = group.add_mutually_exclusive_group()
     caching.add_argument("--cache", dest="enable_caching", action="store_true", default=None, help="reuse cached steps")
     caching.add_argument("--no-cache", dest="enable_caching", action="store_false", help="run every step again")
@@ -211,15 +239,32 @@ def run(args: argparse.Namespace) -> int:
 
             batch_predict(settings, args.model, args.source, args.output, args.machine_type or BATCH_MACHINE_TYPE,
                           args.max_replicas, args.wait, args.poll_interval)  # fmt: skip
+        elif args.command == "check":
+            from components.vertex_client import check_settings
+
+            check_settings(settings)
+            vertex.check_run(settings)
+            vertex.check_project(settings, everything=True)
         elif args.command == "submit":
-            vertex.submit(settings, job_id=args.job_id, wait=args.wait, poll_seconds=args.poll_interval,
-                          experiment=args.experiment, tensorboard=args.tensorboard)  # fmt: skip
+            vertex.submit(
+                settings,
+                job_id=args.job_id,
+                wait=args.wait,
+                poll_seconds=args.poll_interval,
+                experiment=args.experiment,
+                tensorboard=args.tensorboard,
+                preflight=args.preflight,
+            )
         elif args.action == "create":
-            vertex.create_schedule(settings, args.cron, args.name, args.max_concurrent_runs, args.max_runs)
+            vertex.create_schedule(
+                settings, args.cron, args.name, args.max_concurrent_runs, args.max_runs, args.preflight
+            )
         elif args.action == "list":
             vertex.list_schedules(settings, args.name)
         elif args.action == "update":
-            vertex.update_schedule(settings, args.schedule, args.cron, args.max_concurrent_runs, args.max_runs)
+            vertex.update_schedule(
+                settings, args.schedule, args.cron, args.max_concurrent_runs, args.max_runs, args.preflight
+            )
         else:
             vertex.change_schedule(settings, args.action, args.schedule, getattr(args, "catch_up", False))
     except VertexError as err:

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "run-state.json"
 RESUME_DIR = "resume"
-RUNNING, INTERRUPTED = "running", "interrupted"
+RUNNING, INTERRUPTED, FAILED = "running", "interrupted", "failed"
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,8 @@ def decide(previous: RunState | None, key: str, resume: bool, previous_alive: bo
     if not resume:
         return Decision("replace", f"--no-resume: starting over instead of continuing {previous.run_name}")
     during = f" during {previous.step}" if previous.step else ""
-    return Decision("resume", f"resuming {previous.run_name}, interrupted{during} (started {previous.started})")
+    how = "which failed" if previous.status == FAILED else "interrupted"
+    return Decision("resume", f"resuming {previous.run_name}, {how}{during} (started {previous.started})")
 
 
 def read_state(work_dir: str) -> RunState | None:
@@ -164,9 +165,11 @@ def progressed(work_dir: str, state: RunState, step: str, artifact_dirs: list[st
     return _record(work_dir, state, step, artifact_dirs, state.status)
 
 
-def interrupted(work_dir: str, state: RunState, step: str, artifact_dirs: list[str]) -> RunState:
-    """Records the run as interrupted during ``step``, its attempt's outputs in ``artifact_dirs``."""
-    return _record(work_dir, state, step, artifact_dirs, INTERRUPTED)
+def interrupted(work_dir: str, state: RunState, step: str, artifact_dirs: list[str], failed: bool = False) -> RunState:
+    """Records the run as interrupted during ``step`` (or, ``failed``, as failed there: a step that crashed or was
+    killed, which the same command resumes as it would an interruption), its attempt's outputs in
+    ``artifact_dirs``."""
+    return _record(work_dir, state, step, artifact_dirs, FAILED if failed else INTERRUPTED)
 
 
 def _record(work_dir: str, state: RunState, step: str, artifact_dirs: list[str], status: str) -> RunState:

@@ -252,10 +252,32 @@ def run_steps(run: LocalRun, verbose: bool) -> dict:
         ):
             return run_dag(run.spec, run.parameters, run.failures, run.environment)
     except StepFailedError as err:
-        resume.finished(run.work_dir, run.state)  # a failed run starts over
-        write_json(run.summary_path, {**facts, "status": "failed", "error": str(err), "source": run.source,
-                                      "parameters": run.parameters})  # fmt: skip
-        raise
+        step = getattr(err, "died", "")
+        if not step:  # the step's own reason (a mistake, bad data): the same command would fail again
+            resume.finished(run.work_dir, run.state)
+            write_json(
+                run.summary_path,
+                {**facts, "status": "failed", "error": str(err), "source": run.source, "parameters": run.parameters},
+            )
+            raise
+        # a step killed without a word (out of memory, a lost machine): the same command goes on from there, its
+        # finished steps reused and training from its last backed-up epoch, as after an interruption
+        run.state = resume.interrupted(run.work_dir, run.state, step, attempt_dirs(), failed=True)
+        write_json(
+            run.summary_path,
+            {
+                **facts,
+                "status": "failed",
+                "step": step,
+                "error": str(err),
+                "source": run.source,
+                "parameters": run.parameters,
+                "resume": "run the same command again",
+            },
+        )
+        raise StepFailedError(
+            f"{err}: run the same command again to resume it from there, or add --no-resume to start over"
+        ) from None
     except KeyboardInterrupt:
         step = progress.running[-1] if progress and progress.running else ""
         run.state = resume.interrupted(run.work_dir, run.state, step, attempt_dirs())
@@ -379,7 +401,9 @@ def run_dag(spec: dict, parameters: dict, failures: str, environment: dict[str, 
                 records = [json.loads(line) for line in handle if line.strip()]
         last = records[-1] if records else {"error": f"see its log in {os.path.dirname(failures)}/{RUN_LOG}",
                                             "usage": False}  # fmt: skip
-        raise StepFailedError(f"step {failed.group(1)} failed: {last['error']}", usage=last["usage"]) from None
+        error = StepFailedError(f"step {failed.group(1)} failed: {last['error']}", usage=last["usage"])
+        error.died = "" if records else failed.group(1)  # killed or crashed without a word: which step
+        raise error from None
     finally:
         for name, value in previous.items():
             if value is None:
@@ -432,8 +456,12 @@ def run_identity(config: LocalRunConfig) -> RunIdentity:
     }
     # a model of one's own, checked for this data and pinned in the work dir: an edited file is another run
     work_dir = os.path.abspath(config.work_dir)
-    parameters = checked_and_pinned(parameters, work_dir, provisional_spec(source, parameters, not config.source),
-                                    os.path.join(work_dir, MODEL_CHECK_LOG))  # fmt: skip
+    parameters = checked_and_pinned(
+        parameters,
+        work_dir,
+        provisional_spec(source, parameters, not config.source),
+        os.path.join(work_dir, MODEL_CHECK_LOG),
+    )
     key = resume.run_key(parameters, fingerprint, registry, config.cache)
     return RunIdentity(source, fingerprint, registry, parameters, key)
 

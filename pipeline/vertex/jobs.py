@@ -5,14 +5,22 @@ through the shared client of ``components.vertex_client`` (settings, credentials
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from components.cli import UsageError
-from components.vertex_client import VertexError, VertexSettings, call, check_settings, connect, run_as
+from components.vertex_client import (
+    VertexError,
+    VertexSettings,
+    call,
+    check_reachable,
+    check_settings,
+    connect,
+    credentials_for,
+    run_as,
+)
 from components.vertex_sdk import add_run_to_experiment, set_resource
 from pipeline.model_code import with_model_code
 
@@ -36,24 +44,15 @@ def parse_pairs(pairs: list[str] | None, flag: str) -> dict[str, str] | None:
 
 def pipeline_parameters(template: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Overrides typed by the template's own parameter types; unknown names and missing required ones are errors."""
-    import yaml
+    from pipeline.images import read_template
 
-    if not os.path.isfile(template):
-        raise UsageError(f"pipeline template {template} does not exist: run python -m pipeline compile first")
-    with open(template, encoding="utf-8") as handle:
-        spec = yaml.safe_load(handle)
+    spec = read_template(template)
     declared = spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {})
     typed = {}
     for name, value in overrides.items():
         if name not in declared:
             raise UsageError(f"pipeline has no parameter {name!r}: use one of {', '.join(sorted(declared))}")
         typed[name] = _typed(name, value, declared[name]["parameterType"])
-    for address in typed.get("notify_emails", []):  # the exit task would fail after the whole run otherwise
-        if not isinstance(address, str) or not re.fullmatch(r"[^@\s,]+@[^@\s,]+\.[^@\s,]+", address):
-            raise UsageError(
-                f"--param notify_emails: {address!r} is not an email address: pass a JSON list of addresses, e.g. "
-                "'[\"ml-team@example.com\"]'"
-            )
     missing = sorted(n for n, d in declared.items() if not d.get("isOptional") and n not in typed)
     if missing:
         raise UsageError(f"pipeline parameter {missing[0]} is required: pass --param {missing[0]}=VALUE")
@@ -158,6 +157,49 @@ def tensorboard_parameters(settings: VertexSettings, tensorboard: str, job_id: s
     return {"tensorboard": tensorboard, "base_output_directory": f"{settings.pipeline_root.rstrip('/')}/{job_id}/train"}
 
 
+def check_run(settings: VertexSettings) -> None:
+    """What a run's settings must hold before any call: the parameters the template takes, typed; the template's
+    images in a registry of the user's (the placeholder one would fail every step on pulling its image)."""
+    from pipeline.images import check_not_placeholder, read_template
+
+    parameters = pipeline_parameters(settings.template, settings.parameters)
+    spec = read_template(settings.template)
+    check_not_placeholder(settings.template, spec)
+    strategy = training_strategy(spec)
+    if parameters.get("tune_trials", 0) > 0 and strategy in ("SPOT", "FLEX_START"):
+        raise UsageError(
+            f"--param tune_trials={parameters['tune_trials']}: the tuning job's trials cannot run as {strategy} "
+            "(Google Cloud Pipeline Components' tuning job takes no scheduling strategy, and they would run on "
+            "demand): tune with a template compiled --scheduling standard, or train once (tune_trials 0)"
+        )
+
+
+def training_strategy(spec: dict) -> str:
+    """How a compiled template's training job gets its machines (its ``strategy`` input: ``STANDARD``, ``SPOT``,
+    ``FLEX_START``); "" for a template without one."""
+    for component in spec.get("components", {}).values():
+        found = component.get("inputDefinitions", {}).get("parameters", {}).get("strategy", {})
+        if "defaultValue" in found and "worker_pool_specs" in component["inputDefinitions"]["parameters"]:
+            return str(found["defaultValue"])
+    return ""
+
+
+def check_project(settings: VertexSettings, everything: bool = False) -> list:
+    """The preflight (``pipeline.vertex.preflight``) for the settings and their template: its report printed (every
+    item with ``everything``, else what did not pass), and one line for each missing item, exit 2, before anything is
+    created. Returns the findings."""
+    from pipeline.images import read_template
+    from pipeline.vertex.google_apis import GoogleApis
+    from pipeline.vertex.preflight import preflight, refuse_missing, report
+
+    apis = GoogleApis(settings, credentials_for(settings))  # (no credentials: one line, before any network)
+    check_reachable(settings)
+    findings = preflight(settings, read_template(settings.template), apis)
+    print(report(findings, everything))
+    refuse_missing(findings)
+    return findings
+
+
 def submit(
     settings: VertexSettings,
     job_id: str = "",
@@ -165,12 +207,13 @@ def submit(
     poll_seconds: float = 30.0,
     experiment: str = "",
     tensorboard: str = "",
+    preflight: bool = True,
 ) -> dict:
     """Creates the PipelineJob; with ``wait``, follows its state to the end. Returns name, link and state.
 
     ``experiment``: the run joins that Vertex AI Experiment (created if needed), where its parameters and metrics
     (the evaluate step's) line up with the other runs'. ``tensorboard``: the training job's logs go to that Vertex
-    AI TensorBoard."""
+    AI TensorBoard. ``preflight``: check the project first (``check_project``)."""
     from dataclasses import replace
 
     check_settings(settings)
@@ -182,7 +225,9 @@ def submit(
         job_id = job_id or f"{_pipeline_name(settings.template)}-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}"
         settings = replace(settings, parameters={**settings.parameters,
                                                  **tensorboard_parameters(settings, tensorboard, job_id)})  # fmt: skip
-    pipeline_parameters(settings.template, settings.parameters)  # the user's mistakes first, before any network
+    check_run(settings)  # the user's mistakes first, before any network
+    if preflight:
+        check_project(settings)
     settings = with_model_code(settings)
     credentials = connect(settings)
     found = join_experiment(settings, experiment, credentials) if experiment else None

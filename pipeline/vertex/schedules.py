@@ -8,7 +8,7 @@ from components.cli import UsageError
 from components.vertex_client import VertexSettings, call, check_settings, connect, run_as
 from components.vertex_sdk import resource_of, set_resource
 from pipeline.model_code import with_model_code
-from pipeline.vertex.jobs import job_display_name, make_job, pipeline_parameters
+from pipeline.vertex.jobs import check_project, check_run, job_display_name, make_job
 
 CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?LW#]+$")
 
@@ -43,13 +43,20 @@ def check_schedule_limits(cron: str, max_concurrent_runs: int | None, max_runs: 
 
 
 def create_schedule(
-    settings: VertexSettings, cron: str, name: str, max_concurrent_runs: int = 1, max_runs: int | None = None
+    settings: VertexSettings,
+    cron: str,
+    name: str,
+    max_concurrent_runs: int = 1,
+    max_runs: int | None = None,
+    preflight: bool = True,
 ) -> dict:
     from google.cloud import aiplatform
 
     check_schedule_limits(cron, max_concurrent_runs, max_runs)
     check_settings(settings)
-    pipeline_parameters(settings.template, settings.parameters)  # the user's mistakes first, before any network
+    check_run(settings)  # the user's mistakes first, before any network
+    if preflight:
+        check_project(settings)
     settings = with_model_code(settings)
     credentials = connect(settings)
     job = make_job(settings, credentials)
@@ -102,6 +109,7 @@ def update_schedule(
     cron: str = "",
     max_concurrent_runs: int | None = None,
     max_runs: int | None = None,
+    preflight: bool = True,
 ) -> dict:
     """Points an existing schedule at the pipeline as ``schedule create`` would build it now: the template (a
     recompiled ``pipeline.yaml``), parameters, pipeline root, labels, service account and network; and, when given,
@@ -112,7 +120,9 @@ def update_schedule(
 
     check_schedule_limits(cron, max_concurrent_runs, max_runs)
     check_settings(settings)
-    pipeline_parameters(settings.template, settings.parameters)  # the user's mistakes first, before any network
+    check_run(settings)  # the user's mistakes first, before any network
+    if preflight:
+        check_project(settings)
     settings = with_model_code(settings)
     credentials = connect(settings)
     resource = resolve_schedule(settings, schedule)

@@ -22,6 +22,7 @@ from components.convert.core import (
 )
 from components.convert.items import content_digest, encode_image, oriented_size
 from components.convert.listing import ImageListing
+from components.convert.text import TextConvertConfig
 from components.schema import SPLITS, serialize_example
 from tests.conftest import BUCKET, COLORS, IN_MEMORY, image_bytes
 
@@ -33,9 +34,13 @@ class RemoteStandInRunner(FnApiRunner):
     its workers read it (``readable``)."""
 
     graphs: ClassVar[list[bytes]] = []
+    worker_images: ClassVar[list[str]] = []
 
     def run_pipeline(self, pipeline, options):
+        from apache_beam.options.pipeline_options import WorkerOptions
+
         RemoteStandInRunner.graphs.append(readable(pipeline.to_runner_api()))
+        RemoteStandInRunner.worker_images.append(options.view_as(WorkerOptions).sdk_container_image)
         return super().run_pipeline(pipeline, options)
 
 
@@ -79,9 +84,19 @@ def test_the_kfp_step_on_a_remote_runner_writes_to_the_artifacts_gcs_uri(gcs, mo
     examples = dsl.Dataset(uri=uri)
     assert examples.path.startswith("/gcs/")  # what KFP's launcher mounts in the step's container, and nowhere else
     RemoteStandInRunner.graphs.clear()
-    count = convert(source=source, examples=examples, image_size=8, vocabulary_size=20, modality=modality,
-                    beam_args=[STAND_IN, f"--temp_location=gs://{BUCKET}/tmp"])  # fmt: skip
+    RemoteStandInRunner.worker_images.clear()
+    worker = "europe-docker.pkg.dev/p/r/beam-worker:1"  # what the DAG passes: the image of its registry and tag
+    count = convert(
+        source=source,
+        examples=examples,
+        image_size=8,
+        vocabulary_size=20,
+        modality=modality,
+        beam_args=[STAND_IN, f"--temp_location=gs://{BUCKET}/tmp"],
+        worker_image=worker,
+    )
     (graph,) = RemoteStandInRunner.graphs
+    assert RemoteStandInRunner.worker_images == [worker]  # the workers run the beam-worker image
     mount_named = b"/gcs/" in graph  # nothing the workers run may name the mount
     assert not mount_named and uri.encode() in graph
     names = blob_names(gcs, uri.removeprefix(f"gs://{BUCKET}/"))
@@ -113,11 +128,36 @@ def test_a_remote_runner_without_a_temp_location_is_one_line(tmp_path):
         (folder / f"{n}.jpg").write_bytes(image_bytes(COLORS["cat"], seed=n))
     (tmp_path / "src" / "dog").mkdir()
     (tmp_path / "src" / "dog" / "0.jpg").write_bytes(image_bytes(COLORS["dog"]))
-    config = ConvertConfig(source=str(tmp_path / "src"), output_dir=str(tmp_path / "out"), image_size=8,
-                           pipeline_args=(STAND_IN,))  # fmt: skip
+    config = ConvertConfig(
+        source=str(tmp_path / "src"),
+        output_dir=str(tmp_path / "out"),
+        image_size=8,
+        pipeline_args=(STAND_IN, "--sdk_container_image=r/beam-worker:t"),
+    )
     with pytest.raises(UsageError, match=r"^--runner RemoteStandInRunner needs --temp_location gs://BUCKET/tmp"):
         run(config)
     assert not os.path.exists(tmp_path / "out" / "stats.json")
+
+
+def test_a_remote_runner_without_a_worker_image_is_refused_before_anything_runs(tmp_path):
+    """Dataflow's workers must import the conversion's code: without --sdk_container_image or --setup_file they
+    would fail minutes into the job. The command line refuses it in one line; the DAG's step adds its own registry's
+    beam-worker image where none is given, and keeps one that is."""
+    from components.convert.staging import with_worker_image
+
+    dataflow = ["--runner=DataflowRunner", "--project=p", "--region=europe-west4", "--temp_location=gs://b/tmp"]
+    for config in (ConvertConfig, TextConvertConfig):
+        with pytest.raises(
+            UsageError,
+            match=r"^--runner DataflowRunner needs --sdk_container_image REGISTRY/beam-"
+            r"worker:TAG \(make images builds it;",
+        ):
+            config(source="gs://b/photos", output_dir="gs://b/out", pipeline_args=tuple(dataflow))
+    image = "europe-docker.pkg.dev/p/r/beam-worker:1"
+    assert with_worker_image(dataflow, image) == [*dataflow, f"--sdk_container_image={image}"]
+    own = [*dataflow, "--sdk_container_image=mine/worker:2"]
+    assert with_worker_image(own, image) == own and with_worker_image(IN_MEMORY, image) == list(IN_MEMORY)
+    ConvertConfig(source="gs://b/photos", output_dir="gs://b/out", pipeline_args=(*dataflow, "--setup_file=setup.py"))
 
 
 def test_the_job_graph_of_a_million_images_stays_under_one_megabyte(tmp_path):

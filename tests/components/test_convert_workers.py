@@ -105,7 +105,7 @@ def test_workers_that_die_before_converting_anything_leave_the_conversion_to_thr
         ((), ("a/1.jpg", "b/2.jpg"), 3, 3),
         ((), ("a/1.jpg", "gs://bucket/b/2.jpg"), 2, 0),  # Cloud Storage: I/O-bound, four threads a core
         ((), ("a/1.jpg", "b/2.jpg"), 1, 0),  # one: on a thread, without a process to talk to
-        (("--runner=DataflowRunner", "--project=p"), ("a/1.jpg",), 2, 0),
+        (("--runner=DataflowRunner", "--project=p", "--sdk_container_image=r/beam-worker:t"), ("a/1.jpg",), 2, 0),
         (("--direct_running_mode=multi_processing", "--direct_num_workers=2"), ("a/1.jpg",), 2, 0),
     ],
 )

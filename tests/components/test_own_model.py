@@ -294,37 +294,22 @@ TF_CALL = """
 """
 
 
-def test_a_tensorflow_call_is_refused_where_jax_trains_and_a_warning_where_tensorflow_does(
-    tmp_path, image_folder, caplog
-):
+def test_a_tensorflow_call_is_refused_where_jax_trains_and_a_warning_where_tensorflow_does(tmp_path, caplog):
     """Under JAX (the TPUs' backend) a layer that calls ``tf.*`` cannot run: the layer, the call, its line and the
-    fix, before anything trains; on a run that TensorFlow trains, a warning that TPUs would refuse it."""
-    from pipeline.__main__ import main
+    fix, before anything trains (run-local's check, in a process of its own on JAX); on a run that TensorFlow
+    trains, a warning that TPUs would refuse it, and the model checked on TensorFlow."""
     from pipeline.model_code import checked_and_pinned
 
     path = write_model(tmp_path, "tf_relu", TF_CALL)
+    spec, log = ModelSpec.for_images(16, 3, CLASSES), str(tmp_path / "check.log")
     message = (
         rf"^--model {path}: layer TfRelu calls TensorFlow \(tf\.nn\.relu, tf_relu\.py line 9\), which cannot "
         r"run under JAX \(the backend that trains on TPUs\): write it with keras\.ops"
     )
     with pytest.raises(UsageError, match=message):
-        main(
-            [
-                "run-local",
-                "--work-dir",
-                str(tmp_path / "work"),
-                "--source",
-                image_folder,
-                "--image-size",
-                "16",
-                "--model",
-                path,
-                "--backend",
-                "jax",
-            ]
-        )
-    spec = ModelSpec.for_images(16, 3, CLASSES)
-    pinned = checked_and_pinned({"model_name": path}, str(tmp_path / "run"), spec, str(tmp_path / "check.log"))
+        checked_and_pinned({"model_name": path, "backend": "jax"}, str(tmp_path / "run"), spec, log)
+    assert not (tmp_path / "run").exists()
+    pinned = checked_and_pinned({"model_name": path}, str(tmp_path / "run"), spec, log)
     assert pinned["model_name"].startswith(str(tmp_path / "run" / "models"))
     assert any(
         "layer TfRelu calls TensorFlow (tf.nn.relu" in r.getMessage()
@@ -333,31 +318,29 @@ def test_a_tensorflow_call_is_refused_where_jax_trains_and_a_warning_where_tenso
     )
 
 
-def test_the_train_step_refuses_a_builder_that_raises_in_one_line_its_traceback_in_the_log(tmp_path, converted):
+def test_the_train_step_refuses_a_builder_that_raises_in_one_line_its_traceback_in_the_log(tmp_path, converted, caplog):
     """The train step checks the model before any epoch (a run that skipped run-local's check: the step command,
-    Vertex AI): exit 2, the error last, on one line; the user's traceback before it, in the step's log."""
+    Vertex AI): one line naming the file, the line and the exception; the user's traceback in the step's log."""
+    from components.train.core import TrainConfig, run
+
     path = write_model(tmp_path, "broken", "import keras\ndef build(spec, units: int = 4):\n    return units / 0\n")
-    result = run_cli(
-        "components.train",
-        "--examples",
-        converted[0],
-        "--model-dir",
-        str(tmp_path / "model"),
-        "--model",
-        path,
-        "--hparam",
-        "units=8",
-        "--batch-size",
-        "8",
+    config = TrainConfig(
+        examples_dir=converted[0],
+        model_dir=str(tmp_path / "model"),
+        model_name=path,
+        hparams=("units=8",),
+        per_replica_batch_size=8,
+        backend="tensorflow",
     )
-    assert result.returncode == 2
-    last = result.stderr.strip().splitlines()[-1]
-    assert last == (
-        f"error: --model {path}: build raised ZeroDivisionError (broken.py line 3) while building the "
+    with pytest.raises(UsageError) as raised:
+        run(config)
+    assert str(raised.value) == (
+        f"--model {path}: build raised ZeroDivisionError (broken.py line 3) while building the "
         f"model (uint8 [N, {TINY_SIZE}, {TINY_SIZE}, 3], 3 classes): division by zero"
     )
-    assert "Traceback (most recent call last)" in result.stderr and "return units / 0" in result.stderr
-    assert "epoch 1 of" not in result.stderr and not (tmp_path / "model" / "model.keras").exists()
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "Traceback (most recent call last)" in logged and "return units / 0" in logged
+    assert "epoch 1 of" not in logged and not (tmp_path / "model" / "model.keras").exists()
 
 
 CUSTOM_LAYER = """

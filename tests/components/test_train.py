@@ -6,6 +6,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -95,12 +96,15 @@ def test_unknown_choice_is_one_line_exit_2_listing_the_choices(tmp_path, flag, v
 
 
 def test_an_unknown_model_is_one_line_exit_2_naming_its_forms_and_the_built_in_models(tmp_path):
-    result = run_cli("components.train", "--examples", str(tmp_path), "--model-dir", str(tmp_path), "--model",
-                     "resnet9000")  # fmt: skip
+    result = run_cli(
+        "components.train", "--examples", str(tmp_path), "--model-dir", str(tmp_path), "--model", "resnet9000"
+    )
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("error: --model resnet9000: not a built-in model, FILE.py[:FUNCTION] (local or gs://) or "
-                           "MODULE:FUNCTION; the built-in models are ")  # fmt: skip
+    assert line.startswith(
+        "error: --model resnet9000: not a built-in model, FILE.py[:FUNCTION] (local or gs://) or "
+        "MODULE:FUNCTION; the built-in models are "
+    )
     assert sorted(line.split("the built-in models are ")[1].split(", ")) == sorted(
         [
             "codelab_convnet_bn",
@@ -581,3 +585,21 @@ def test_backups_are_taken_as_often_as_the_interval_says_and_restarts_resume_fro
     hooks.on_train_end()
     assert kept == backed_up
     assert len(read_epoch_log(os.path.join(checkpoints, EPOCH_LOG_FILE))) == 10  # the log has every epoch
+
+
+def test_a_dag_runs_backup_is_found_again_by_a_retried_or_resubmitted_run_with_the_same_inputs(converted):
+    """On Cloud Storage the train step keeps its backup under the bucket by a key of its inputs: a retried task
+    (another model folder) and the same run submitted again find it; other examples or settings do not; locally,
+    run-local gives the step its own checkpoint dir."""
+    import dataclasses
+
+    from components.train.core import lasting_checkpoint_dir
+
+    config = TrainConfig(examples_dir=converted[0], epochs=4, hparams=("width=0.5",))
+    first = lasting_checkpoint_dir(config, "gs://bucket/root/job-1/train/model")
+    assert re.fullmatch(r"gs://bucket/checkpoints/[0-9a-f]{16}", first)
+    retried = dataclasses.replace(config, model_dir="/gcs/bucket/root/job-2/train/model", backup_interval=30.0)
+    assert lasting_checkpoint_dir(retried, "gs://bucket/root/job-2/train/model") == first
+    for changed in ({"epochs": 5}, {"hparams": ("width=1.0",)}, {"seed": 7}):
+        assert lasting_checkpoint_dir(dataclasses.replace(config, **changed), "gs://bucket/r/model") != first
+    assert lasting_checkpoint_dir(config, "/work/runs/local/artifacts/run/train/model") == ""

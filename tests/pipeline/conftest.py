@@ -10,11 +10,24 @@ from tests.conftest import BUCKET
 from tests.fake_vertex import FakeVertex, start
 
 SOURCE = "gs://data/flower_photos"
+# where the tests' pipeline finds its images: pushed there, as far as the fake Artifact Registry knows
+REGISTRY, TAG = "europe-docker.pkg.dev/demo-project/images", "t1"
+
+
+@pytest.fixture(scope="session")
+def template(tmp_path_factory) -> str:
+    """The pipeline compiled for the tests' registry and tag (v5e-4, as pipeline.yaml), as a user compiles it after
+    ``make images REGISTRY=... TAG=... PUSH=1``."""
+    from pipeline.compile import compile_pipeline
+    from pipeline.images import Images
+
+    return compile_pipeline(str(tmp_path_factory.mktemp("template") / "pipeline.yaml"), Images(REGISTRY, TAG))
 
 
 @pytest.fixture
-def vertex(gcs, monkeypatch, tmp_path):
-    """A fresh fake server; the environment cleared of settings; a config file that makes retries quick."""
+def vertex(gcs, template, monkeypatch, tmp_path):
+    """A fresh fake server, its project ready for a first run (the template's images pushed, the bucket in the
+    region); the environment cleared of settings; a config file that makes retries quick."""
     for name in list(os.environ):
         if name.startswith("TPU_PIPELINE_") or name in ("GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_REGION"):
             monkeypatch.delenv(name)
@@ -26,7 +39,14 @@ def vertex(gcs, monkeypatch, tmp_path):
     monkeypatch.setattr(
         resource_manager_utils, "get_project_number", lambda *a, **k: emulator_settings.DEFAULT_PROJECT_NUMBER
     )
+    from pipeline.images import read_template, template_images
+
     fake = FakeVertex()
+    fake.template = template
+    fake.google.images = set(template_images(read_template(template)).values())
+    if gcs.location != "EUROPE-WEST4":  # (the emulator makes its buckets in US; a user's is in the region)
+        gcs.location = "EUROPE-WEST4"
+        gcs.patch()
     server = start(fake)
     config = tmp_path / "vertex.yaml"
     config.write_text("retry_initial: 0.05\nretry_timeout: 2\n")
@@ -34,7 +54,15 @@ def vertex(gcs, monkeypatch, tmp_path):
         "--config", str(config), "--project", "demo-project", "--region", "europe-west4",
         "--api-endpoint", fake.url, "--anonymous",
     ]  # fmt: skip
-    fake.job_args = [*fake.args, "--pipeline-root", f"gs://{BUCKET}/root", "--param", f"source={SOURCE}"]
+    fake.job_args = [
+        *fake.args,
+        "--template",
+        template,
+        "--pipeline-root",
+        f"gs://{BUCKET}/root",
+        "--param",
+        f"source={SOURCE}",
+    ]
     yield fake
     server.shutdown()
 

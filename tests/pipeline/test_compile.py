@@ -72,7 +72,6 @@ RENAMED_INPUTS = {
     ("find-baseline", "baseline"): "baseline_model",
     ("find-baseline", "display_name"): "model_display_name",
     ("register", "display_name"): "model_display_name",
-    ("vertex-pipelines-notification-email", "recipients"): "notify_emails",
     ("hyperparameter-tuning-job", "max_trial_count"): "tune_trials",
     ("hyperparameter-tuning-job", "parallel_trial_count"): "tune_parallel_trials",
 }
@@ -193,17 +192,11 @@ def test_dag_is_fingerprint_convert_check_train_evaluate_then_gated_export_and_r
     assert evaluation == {"componentInputArtifact": "pipelinechannel--evaluate-evaluation"}
     vertex_model = spec["components"]["comp-register"]["outputDefinitions"]["artifacts"]["vertex_model"]
     assert vertex_model["artifactType"]["schemaTitle"] == "google.VertexModel"
-    # whatever happens to the steps, the exit task mails the outcome to notify_emails (Vertex AI fills in the status)
+    # compiled without addresses: no mail step, no exit handler (tests/pipeline/test_vertex.py compiles with them)
     root = spec["root"]["dag"]["tasks"]
-    assert sorted(root) == ["exit-handler-1", "vertex-pipelines-notification-email"]
-    notify = root["vertex-pipelines-notification-email"]
-    assert notify["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED" and notify["cachingOptions"] == {}
-    assert notify["inputs"]["parameters"] == {
-        "pipeline_task_final_status": {"taskFinalStatus": {"producerTask": "exit-handler-1"}},
-        "recipients": {"componentInputParameter": "notify_emails"},
-    }
+    assert "vertex-pipelines-notification-email" not in root and "exit-handler-1" not in root
     parameters = spec["root"]["inputDefinitions"]["parameters"]
-    assert parameters["notify_emails"]["defaultValue"] == []
+    assert "notify_emails" not in parameters
     assert parameters["image_size"]["defaultValue"] == 0  # auto: the source images' typical size, at most 192
     assert parameters["min_accuracy"]["defaultValue"] == 0.75 and parameters["baseline_model"]["defaultValue"] == ""
     assert parameters["model_display_name"]["defaultValue"] == "tpu-image-classifier"
@@ -314,11 +307,16 @@ def our_images(spec: dict) -> set[str]:
 
 def test_registry_and_tag_are_compile_time_choices(tmp_path):
     path = compile_pipeline(str(tmp_path / "p.yaml"), Images(registry="europe-docker.pkg.dev/acme/ml", tag="v7"))
-    assert our_images(without_sdk_version(path)) == {
+    spec = without_sdk_version(path)
+    assert our_images(spec) == {
         "europe-docker.pkg.dev/acme/ml/pipeline:v7",
         "europe-docker.pkg.dev/acme/ml/light:v7",
         "europe-docker.pkg.dev/acme/ml/train-tpu:v7",
     }
+    # Dataflow's workers, where beam_args name it without an image of their own: the beam-worker image of the same
+    # registry and tag (components/convert/staging.py adds it)
+    convert = steps_of(spec)["convert"]["inputs"]["parameters"]
+    assert convert["worker_image"] == {"runtimeValue": {"constant": "europe-docker.pkg.dev/acme/ml/beam-worker:v7"}}
 
 
 def test_the_steps_that_list_files_and_call_apis_run_in_the_light_image_and_the_others_in_the_pipeline_image():
@@ -329,10 +327,11 @@ def test_the_steps_that_list_files_and_call_apis_run_in_the_light_image_and_the_
             image = executor["container"]["image"].rsplit("/", 1)[-1].split(":")[0]
             by_image.setdefault(image, set()).add(name.removeprefix("exec-"))
     assert by_image == {
-        "light": {"fingerprint", "find-baseline", "register", "deploy", "not-blessed"},
+        # (train: the launcher of the training job, which runs in the TPU trainer's image, train_machine)
+        "light": {"fingerprint", "find-baseline", "register", "deploy", "not-blessed", "train"},
         "pipeline": {"convert", "check-data", "evaluate", "export", "tuning-spec", "best-trial"},
-    }  # (train: a custom job of the TPU trainer's image, train_machine)
-    assert {name.replace("-", "_") for name in by_image["light"]} <= set(LIGHT_STEPS)
+    }
+    assert {name.replace("-", "_") for name in by_image["light"]} - {"train"} <= set(LIGHT_STEPS)
 
 
 def test_every_image_in_pipeline_yaml_has_a_dockerfile():
@@ -389,6 +388,13 @@ def test_each_target_compiles_to_its_machine_spec(tmp_path, target):
     # a slice's hosts train in lockstep: Vertex AI restarts them all when one restarts (one alone could not rejoin)
     assert job_inputs["restart_job_on_worker_restart"]["defaultValue"] is (target in EXPECTED_HOSTS)
     assert job_inputs["strategy"]["defaultValue"] == "STANDARD"  # on demand unless compiled otherwise
+    # a boot disk the machine takes: TPU v6e VMs take Hyperdisk only (Cloud TPU's persistent disk page), the others
+    # a persistent SSD; the tuning trials' too
+    disk = {"boot_disk_type": "hyperdisk-balanced" if target.startswith("v6e") else "pd-ssd", "boot_disk_size_gb": 100}
+    assert train_pools(spec)[0]["disk_spec"] == disk and tuning["boot_disk"] == disk
+    # a failed training job is launched again (it resumes from its backup): twice, waiting 2 then 4 minutes
+    retry = train_task(spec)["retryPolicy"]
+    assert (retry["maxRetryCount"], retry["backoffDuration"], retry["backoffFactor"]) == (2, "120s", 2.0)
 
 
 @pytest.mark.parametrize("target", ["v2-8", "v3-8"])
@@ -468,6 +474,9 @@ def test_how_the_training_job_gets_its_machines_is_compiled_into_the_ir(
                 "v6e-16": "ct6e-standard-4t"}  # fmt: skip
     assert machine["machine_type"] == machines[accelerator]  # the machine kept beside the scheduling
     assert inputs["restart_job_on_worker_restart"] is (accelerator == "v6e-16")
+    # the tuning trials' machine is in the same reservation (their strategy: pipeline/vertex/jobs.py check_run)
+    tuning = tuning_spec_task(spec)["inputs"]["parameters"]["machine"]["runtimeValue"]["constant"]
+    assert tuning.get("reservation_affinity") == affinity
 
 
 @pytest.mark.parametrize(

@@ -305,6 +305,21 @@ def side_runs(demo_run, tmp_path_factory):
     stopped = finish(term, terminated, timeout=120)
     with open(terminated / "summary.json") as handle:
         results = {"term": (terminated, json.load(handle), stopped)}
+    # the train step alone killed (out of memory, say) once two epochs are backed up, then the same command again
+    # (enough epochs for the step to be found and killed mid-way: a tiny epoch takes a tenth of a second)
+    crashed, again = root / "crash", ("--demo-per-class", "10", "--epochs", "150", "--image-size", "16")
+    crash = start_run_local(crashed, *again)
+    wait_for_epochs(crash, crashed, 2)
+    (train,) = [
+        pid
+        for pid, line in processes_naming(str(crashed), with_pids=True)
+        if "kfp.dsl.executor_main" in line and "/train/model" in line and not line.startswith("sh ")
+    ]
+    os.kill(train, signal.SIGKILL)
+    failed = finish(crash, crashed, timeout=120)
+    resumed = run_cli("pipeline", "run-local", "--work-dir", str(crashed), *again, timeout=900)
+    with open(crashed / "summary.json") as handle:
+        results["crash"] = (crashed, json.load(handle), (failed, resumed))
     for name, process in started.items():
         stdout, stderr = process.communicate(timeout=900)
         result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
@@ -350,8 +365,9 @@ def test_a_sigterm_to_run_local_stops_its_steps_and_marks_the_run_interrupted(si
     assert not left, left
 
 
-def processes_naming(text: str) -> list[str]:
-    """The command lines of the processes whose arguments contain ``text`` (a step names its work dir)."""
+def processes_naming(text: str, with_pids: bool = False) -> list:
+    """The command lines of the processes whose arguments contain ``text`` (a step names its work dir); with
+    ``with_pids``, (pid, whole command line) each."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -360,8 +376,25 @@ def processes_naming(text: str) -> list[str]:
         except OSError:
             continue
         if text in line:
-            found.append(line[:200])
+            found.append((int(pid), line) if with_pids else line[:200])
     return found
+
+
+def test_a_train_step_that_dies_is_resumed_by_the_same_command_from_its_last_epoch(side_runs):
+    """A step killed outright (the kernel's out-of-memory killer, a lost machine): run-local fails in one line that
+    says how to go on, and the same command resumes the run: its conversion reused, training after the epochs its
+    backup kept, to the end."""
+    _, summary, (failed, resumed) = side_runs["crash"]
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    (line,) = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: step train failed: ") and line.endswith(
+        ": run the same command again to resume it from there, or add --no-resume to start over"
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert summary["status"] == "succeeded" and summary["resumed"]["interrupted_during"] == "train"
+    assert summary["steps"]["convert"] == "reused" and summary["steps"]["train"] == "ran"
+    assert summary["training"]["resumed_after_epoch"] >= 2 and summary["training"]["epochs"] == 150
+    assert "which failed during train" in resumed.stdout + resumed.stderr
 
 
 def test_the_whole_dag_trains_a_model_of_ones_own_on_jax_over_two_devices_and_exports_through_tensorflow(side_runs):
@@ -372,13 +405,17 @@ def test_the_whole_dag_trains_a_model_of_ones_own_on_jax_over_two_devices_and_ex
     work_dir, summary, result = side_runs["jax"]
     training = summary["training"]
     assert (training["backend"], training["strategy"], training["replicas"]) == ("jax", "DataParallel", 2)
-    assert training["model_name"] == "codelab_convnet.py:build" and training["hparams"] == {"batch_norm": True,
-                                                                                            "width": 1.0}  # fmt: skip
+    assert training["model_name"] == "codelab_convnet.py:build" and training["hparams"] == {
+        "batch_norm": True,
+        "width": 1.0,
+    }
     digest = training["model"]["sha256"]
     pinned = os.path.join(work_dir, "models", digest[:16], "codelab_convnet.py")
     assert summary["parameters"]["model_name"] == f"{pinned}:build"
-    with open(pinned, "rb") as copy, open(os.path.join(REPO_ROOT, "examples", "models", "codelab_convnet.py"),
-                                          "rb") as original:  # fmt: skip
+    with (
+        open(pinned, "rb") as copy,
+        open(os.path.join(REPO_ROOT, "examples", "models", "codelab_convnet.py"), "rb") as original,
+    ):
         assert copy.read() == original.read()
     exported = os.path.dirname(summary["export_json"])
     assert os.path.isfile(os.path.join(exported, "model_source", "codelab_convnet.py"))

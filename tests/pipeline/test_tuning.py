@@ -72,6 +72,7 @@ def test_the_tuning_job_request_is_what_the_rest_reference_documents(in_pipeline
     assert 16 <= stats["counts"]["train"] < 32
     examples_uri, trials_uri = upload_examples(gcs, converted[0]), f"gs://{gcs.name}/run/tuning-spec/trials"
     specs, parameters, base = trial_job(examples_uri, trials_uri, constant["image"], constant["machine"],
+                                        constant["boot_disk"],
                                         {**training, "hosts": constant["hosts"]})  # fmt: skip
     in_pipeline.trial_results = [
         ({"learning_rate": 0.004, "per_replica_batch_size": 16, "augment": "false"}, 0.81),
@@ -98,6 +99,7 @@ def test_the_tuning_job_request_is_what_the_rest_reference_documents(in_pipeline
     assert trial_spec["baseOutputDirectory"] == {"outputUriPrefix": trials_uri}
     (pool,) = trial_spec["workerPoolSpecs"]
     assert pool["machineSpec"] == {"machineType": "ct5lp-hightpu-4t", "tpuTopology": "2x2"}
+    assert pool["diskSpec"] == {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100}  # (v5e's; v6e's is Hyperdisk)
     assert pool["replicaCount"] == "1"  # int64, a string in JSON
     container = pool["containerSpec"]
     assert container["imageUri"] == constant["image"]
@@ -129,25 +131,48 @@ def send_tuning_job(fake, monkeypatch, spec: dict, job_inputs: dict, specs, para
     from google.protobuf import json_format
     from google_cloud_pipeline_components.container.v1.hyperparameter_tuning_job import launcher
 
-    job_constants = {name: value["runtimeValue"]["constant"] for name, value in job_inputs.items()
-                     if "runtimeValue" in value}  # fmt: skip
+    job_constants = {
+        name: value["runtimeValue"]["constant"] for name, value in job_inputs.items() if "runtimeValue" in value
+    }
     component = spec["components"]["comp-hyperparameter-tuning-job"]["inputDefinitions"]["parameters"]
-    payload = resolve_payload(spec, {
-        **{name: value["defaultValue"] for name, value in component.items() if "defaultValue" in value},
-        **job_constants, "worker_pool_specs": specs, "study_spec_parameters": parameters,
-        "base_output_directory": base, "max_trial_count": 4, "parallel_trial_count": 2,
-        "service_account": "", "network": "", "encryption_spec_key_name": "",
-    })  # fmt: skip
+    payload = resolve_payload(
+        spec,
+        {
+            **{name: value["defaultValue"] for name, value in component.items() if "defaultValue" in value},
+            **job_constants,
+            "worker_pool_specs": specs,
+            "study_spec_parameters": parameters,
+            "base_output_directory": base,
+            "max_trial_count": 4,
+            "parallel_trial_count": 2,
+            "service_account": "",
+            "network": "",
+            "encryption_spec_key_name": "",
+        },
+    )
     real_client = aiplatform.gapic.JobServiceClient
 
     def to_the_fake(client_options, client_info):  # the one edge: GCPC reaches {location}-aiplatform over gRPC
         assert client_options.api_endpoint == "europe-west4-aiplatform.googleapis.com"
-        return real_client(credentials=AnonymousCredentials(), transport="rest",
-                           client_options=ClientOptions(api_endpoint=fake.url))  # fmt: skip
+        return real_client(
+            credentials=AnonymousCredentials(), transport="rest", client_options=ClientOptions(api_endpoint=fake.url)
+        )
 
     monkeypatch.setattr(aiplatform.gapic, "JobServiceClient", to_the_fake)
-    launcher.main(["--type", "HyperparameterTuningJob", "--payload", payload, "--project", "proj",
-                   "--location", "europe-west4", "--gcp_resources", str(resources)])  # fmt: skip
+    launcher.main(
+        [
+            "--type",
+            "HyperparameterTuningJob",
+            "--payload",
+            payload,
+            "--project",
+            "proj",
+            "--location",
+            "europe-west4",
+            "--gcp_resources",
+            str(resources),
+        ]
+    )
     sent = fake.bodies("POST", "/hyperparameterTuningJobs")[-1]
     return json_format.MessageToDict(json_format.ParseDict(sent, HyperparameterTuningJob()._pb))
 
@@ -160,8 +185,9 @@ def upload_examples(gcs, examples: str) -> str:
     return f"gs://{gcs.name}/run/examples"
 
 
-def test_the_tuning_job_of_a_model_of_ones_own_searches_the_ranges_it_declares(in_pipeline, gcs, converted, tmp_path,
-                                                                              monkeypatch):  # fmt: skip
+def test_the_tuning_job_of_a_model_of_ones_own_searches_the_ranges_it_declares(
+    in_pipeline, gcs, converted, tmp_path, monkeypatch
+):
     """The specification step, given the model file submit uploaded and a hyperparameter of its own: the study
     searches the file's SEARCH_SPACE beside ours (``hparam_width``), and each trial trains that file with the run's
     hyperparameters, Vertex AI appending the trial's own. Checked in the step's output and the job's body."""
@@ -170,24 +196,49 @@ def test_the_tuning_job_of_a_model_of_ones_own_searches_the_ranges_it_declares(i
     from components.train.tuning_vertex import trial_job
 
     spec, tasks = compiled_tasks()
-    constant = {name: value["runtimeValue"]["constant"] for name, value in tasks["tuning-spec"]["inputs"]["parameters"]
-                .items() if "runtimeValue" in value}  # fmt: skip
+    constant = {
+        name: value["runtimeValue"]["constant"]
+        for name, value in tasks["tuning-spec"]["inputs"]["parameters"].items()
+        if "runtimeValue" in value
+    }
     examples_uri = upload_examples(gcs, converted[0])
     model = pin(parse_ref(os.path.join(REPO, "examples", "models", "codelab_convnet.py")), f"gs://{gcs.name}/root")
     assert model.startswith(f"gs://{gcs.name}/root/models/") and model.endswith("/codelab_convnet.py:build")
-    params = {"model_name": model, "hparams": ["batch_norm=false"], "epochs": 3, "weights": "auto",
-              "hosts": constant["hosts"]}  # fmt: skip
+    params = {
+        "model_name": model,
+        "hparams": ["batch_norm=false"],
+        "epochs": 3,
+        "weights": "auto",
+        "hosts": constant["hosts"],
+    }
     trials_uri = f"gs://{gcs.name}/run/tuning-spec/trials"
-    specs, parameters, base = trial_job(examples_uri, trials_uri, constant["image"], constant["machine"], params)
-    assert parameters[-1] == {"parameter_id": "hparam_width", "discrete_value_spec": {"values": [0.5, 1.0, 1.5]},
-                              "scale_type": "UNIT_LINEAR_SCALE", "conditional_parameter_specs": []}  # fmt: skip
+    specs, parameters, base = trial_job(
+        examples_uri, trials_uri, constant["image"], constant["machine"], constant["boot_disk"], params
+    )
+    assert parameters[-1] == {
+        "parameter_id": "hparam_width",
+        "discrete_value_spec": {"values": [0.5, 1.0, 1.5]},
+        "scale_type": "UNIT_LINEAR_SCALE",
+        "conditional_parameter_specs": [],
+    }
     args = specs[0]["container_spec"]["args"]
     assert args[args.index("--model") + 1] == model and args[args.index("--hparam") + 1] == "batch_norm=false"
     in_pipeline.trial_results = [({"learning_rate": 0.004, "hparam_width": 1.5}, 0.8)]
-    body = send_tuning_job(in_pipeline, monkeypatch, spec, tasks["hyperparameter-tuning-job"]["inputs"]["parameters"],
-                           specs, parameters, base, tmp_path / "gcp_resources")  # fmt: skip
-    assert body["studySpec"]["parameters"][-1] == {"parameterId": "hparam_width", "discreteValueSpec": {
-        "values": [0.5, 1.0, 1.5]}, "scaleType": "UNIT_LINEAR_SCALE"}  # fmt: skip
+    body = send_tuning_job(
+        in_pipeline,
+        monkeypatch,
+        spec,
+        tasks["hyperparameter-tuning-job"]["inputs"]["parameters"],
+        specs,
+        parameters,
+        base,
+        tmp_path / "gcp_resources",
+    )
+    assert body["studySpec"]["parameters"][-1] == {
+        "parameterId": "hparam_width",
+        "discreteValueSpec": {"values": [0.5, 1.0, 1.5]},
+        "scaleType": "UNIT_LINEAR_SCALE",
+    }
     sent_args = body["trialJobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"]
     assert sent_args[sent_args.index("--model") + 1] == model
 
@@ -323,13 +374,36 @@ def test_a_local_search_searches_the_ranges_a_model_of_ones_own_declares(convert
 
     examples, _ = converted
     model_dir = tmp_path / "model"
-    main(["--examples", examples, "--model-dir", str(model_dir), "--model",
-          os.path.join(REPO, "examples", "models", "codelab_convnet.py"), "--hparam", "width=2", "--epochs", "2",
-          "--backend", "tensorflow", "--precision", "float32", "--tune-trials", "2", "--seed", "3"])  # fmt: skip
+    main(
+        [
+            "--examples",
+            examples,
+            "--model-dir",
+            str(model_dir),
+            "--model",
+            os.path.join(REPO, "examples", "models", "codelab_convnet.py"),
+            "--hparam",
+            "width=2",
+            "--epochs",
+            "2",
+            "--backend",
+            "tensorflow",
+            "--precision",
+            "float32",
+            "--tune-trials",
+            "2",
+            "--seed",
+            "3",
+        ]
+    )
     with open(model_dir / "tuning.json") as handle:
         tuning = json.load(handle)
-    assert {"parameter_id": "hparam_width", "discrete_value_spec": {"values": [0.5, 1.0, 1.5]},
-            "scale_type": "UNIT_LINEAR_SCALE", "conditional_parameter_specs": []} in tuning["space"]  # fmt: skip
+    assert {
+        "parameter_id": "hparam_width",
+        "discrete_value_spec": {"values": [0.5, 1.0, 1.5]},
+        "scale_type": "UNIT_LINEAR_SCALE",
+        "conditional_parameter_specs": [],
+    } in tuning["space"]
     widths = [trial["parameters"]["hparam_width"] for trial in tuning["trials"]]
     assert set(widths) <= {0.5, 1.0, 1.5}
     with open(model_dir / "model_config.json") as handle:

@@ -20,8 +20,8 @@ from tests.pipeline.conftest import SOURCE
 PARENT = "projects/demo-project/locations/europe-west4"
 
 
-def compiled() -> dict:
-    with open(os.path.join(REPO_ROOT, "pipeline.yaml")) as handle:
+def compiled(path: str = os.path.join(REPO_ROOT, "pipeline.yaml")) -> dict:
+    with open(path) as handle:
         return yaml.safe_load(handle)
 
 
@@ -34,13 +34,13 @@ def test_submit_sends_the_compiled_pipeline_with_its_settings(vertex, capsys, ca
     ])  # fmt: skip
     assert code == 0
     (body,) = vertex.bodies("POST", "/pipelineJobs")
-    assert body["pipelineSpec"] == compiled()
+    assert body["pipelineSpec"] == compiled(vertex.template)
     assert body["runtimeConfig"]["gcsOutputDirectory"] == f"gs://{BUCKET}/root"
     assert body["runtimeConfig"]["parameterValues"] == {"source": SOURCE, "epochs": 3, "learning_rate": 0.01}
     assert body["serviceAccount"] == "trainer@demo-project.iam.gserviceaccount.com"
     assert body["network"] == "projects/42/global/networks/ml-vpc"
     assert {"team": "vision", "trigger": "manual"}.items() <= body["labels"].items()
-    request = next(r for r in vertex.requests if r.method == "POST")
+    request = next(r for r in vertex.requests if r.method == "POST" and r.path.endswith("/pipelineJobs"))
     assert request.query["pipelineJobId"] == ["flowers-1"]
     out = capsys.readouterr().out
     assert f"submitted {PARENT}/pipelineJobs/flowers-1" in out
@@ -68,8 +68,10 @@ def test_a_model_file_of_ones_own_is_uploaded_once_under_its_digest_and_the_run_
     monkeypatch.setattr(storage, "write_atomically", lambda path, payload: uploads.append(path) or write(path, payload))
 
     def submitted(job_id: str) -> dict:
-        assert main(["submit", *vertex.job_args, "--job-id", job_id, "--model", f"{model}:build",
-                     "--hparam", "width=1.5"]) == 0  # fmt: skip
+        assert (
+            main(["submit", *vertex.job_args, "--job-id", job_id, "--model", f"{model}:build", "--hparam", "width=1.5"])
+            == 0
+        )
         return vertex.bodies("POST", "/pipelineJobs")[-1]["runtimeConfig"]["parameterValues"]
 
     digest = hashlib.sha256(model.read_bytes()).hexdigest()[:16]
@@ -108,16 +110,41 @@ def test_submit_says_whom_the_run_acts_as_and_what_a_missing_act_as_grant_needs(
                          "(PROJECT_NUMBER-compute@developer.gserviceaccount.com)")  # fmt: skip
 
 
-def test_notify_emails_mails_the_outcome_and_a_wrong_address_is_refused_before_submitting(vertex, capsys):
+def test_a_pipeline_compiled_with_addresses_mails_each_runs_outcome_to_them(vertex, tmp_path, capsys):
+    """The addresses are the compile's (an exit handler cannot take a run's parameter): the compiled run's exit task
+    mails them; more than three, or a word that is not an address, is refused when compiling."""
+    from tests.pipeline.conftest import REGISTRY, TAG
+
     team = ["ml-team@example.com", "oncall@example.com"]
-    assert main(["submit", *vertex.job_args, "--param", json.dumps(team).join(["notify_emails=", ""])]) == 0
+    template = str(tmp_path / "mailing.yaml")
+    compile_args = ["compile", "--registry", REGISTRY, "--tag", TAG, "--output", template]
+    assert main([*compile_args, *(f"--notify-email={address}" for address in team)]) == 0
+    args = [arg if arg != vertex.template else template for arg in vertex.job_args]
+    assert main(["submit", *args]) == 0
     (body,) = vertex.bodies("POST", "/pipelineJobs")
-    assert body["runtimeConfig"]["parameterValues"]["notify_emails"] == team
     exit_task = body["pipelineSpec"]["root"]["dag"]["tasks"]["vertex-pipelines-notification-email"]
-    assert exit_task["inputs"]["parameters"]["recipients"] == {"componentInputParameter": "notify_emails"}
-    with pytest.raises(UsageError, match=r"notify_emails: 'ml-team' is not an email address"):
-        main(["submit", *vertex.job_args, "--param", 'notify_emails=["ml-team"]'])
-    assert len(vertex.bodies("POST", "/pipelineJobs")) == 1
+    assert exit_task["inputs"]["parameters"]["recipients"] == {"runtimeValue": {"constant": team}}
+    assert "notify_emails" not in body["runtimeConfig"]["parameterValues"]
+    four = [*team, "a@example.com", "b@example.com"]
+    with pytest.raises(UsageError, match=r"^--notify-email given 4 times: Vertex AI mails at most 3 addresses"):
+        main([*compile_args, *(f"--notify-email={address}" for address in four)])
+    with pytest.raises(UsageError, match=r"^--notify-email 'ml-team' is not an email address"):
+        main([*compile_args, "--notify-email", "ml-team"])
+
+
+def test_tuning_with_a_spot_template_is_refused_before_submitting(vertex, tmp_path):
+    """Google Cloud Pipeline Components' tuning job takes no scheduling strategy: its trials would run on demand, so
+    tune_trials with a Spot (or flex-start) template is one line, before anything is created; training once is
+    not."""
+    from tests.pipeline.conftest import REGISTRY, TAG
+
+    spot = str(tmp_path / "spot.yaml")
+    assert main(["compile", "--registry", REGISTRY, "--tag", TAG, "--scheduling", "spot", "--output", spot]) == 0
+    args = [arg if arg != vertex.template else spot for arg in vertex.job_args]
+    with pytest.raises(UsageError, match=r"^--param tune_trials=3: the tuning job's trials cannot run as SPOT"):
+        main(["submit", *args, "--param", "tune_trials=3", "--no-preflight"])
+    assert not vertex.bodies("POST", "/pipelineJobs")
+    assert main(["submit", *args, "--no-preflight"]) == 0
 
 
 def test_experiment_is_created_once_and_each_run_joins_it(vertex, capsys):
@@ -242,7 +269,7 @@ def test_schedule_create_list_pause_resume_delete(vertex, capsys):
     assert body["cron"] == cron and body["displayName"] == "weekly-retrain"
     assert int(body["maxConcurrentRunCount"]) == 2 and int(body["maxRunCount"]) == 10
     job = body["createPipelineJobRequest"]["pipelineJob"]
-    assert job["pipelineSpec"] == compiled()
+    assert job["pipelineSpec"] == compiled(vertex.template)
     assert job["runtimeConfig"]["gcsOutputDirectory"] == f"gs://{BUCKET}/root"
     assert job["runtimeConfig"]["parameterValues"] == {"source": SOURCE}
     assert job["serviceAccount"] == "sa@demo-project.iam.gserviceaccount.com"
@@ -337,7 +364,7 @@ def test_schedule_update_brings_a_recompiled_pipeline_to_an_existing_schedule(ve
     create = ["schedule", "create", *vertex.job_args, "--cron", "0 3 * * 1", "--name", "weekly"]
     assert main([*create, "--service-account", account]) == 0
     (name,) = vertex.schedules
-    recompiled = compiled()
+    recompiled = compiled(vertex.template)
     recompiled["root"]["inputDefinitions"]["parameters"]["epochs"]["defaultValue"] = 7.0
     template = tmp_path / "pipeline.yaml"
     template.write_text(yaml.safe_dump(recompiled))
@@ -347,7 +374,7 @@ def test_schedule_update_brings_a_recompiled_pipeline_to_an_existing_schedule(ve
     assert request.query["updateMask"] == ["createPipelineJobRequest,cron"]
     schedule = vertex.schedules[name]
     job = schedule["createPipelineJobRequest"]["pipelineJob"]
-    assert job["pipelineSpec"] == recompiled and job["pipelineSpec"] != compiled()
+    assert job["pipelineSpec"] == recompiled and job["pipelineSpec"] != compiled(vertex.template)
     assert job["runtimeConfig"]["parameterValues"] == {"source": SOURCE, "image_size": 224}
     assert schedule["cron"] == "0 5 * * *" and schedule["displayName"] == "weekly" and schedule["state"] == "ACTIVE"
     assert job["serviceAccount"] == account  # kept: not given again
@@ -470,8 +497,8 @@ def test_the_example_config_file_loads_and_its_parameters_fit_the_pipeline():
     settings = load_settings({}, {}, os.path.join(REPO_ROOT, "pipeline", "vertex.example.yaml"))
     check_settings(settings)
     assert settings.enable_caching is True and settings.labels == {"team": "vision", "env": "dev"}
-    template = os.path.join(REPO_ROOT, settings.template)
-    assert pipeline_parameters(template, settings.parameters)["epochs"] == 20
+    assert settings.template == "my-pipeline.yaml"  # compiled for the user's images, as its comment says
+    assert pipeline_parameters(os.path.join(REPO_ROOT, "pipeline.yaml"), settings.parameters)["epochs"] == 20
 
 
 def test_a_config_file_with_an_unknown_setting_names_it(tmp_path):
@@ -481,7 +508,7 @@ def test_a_config_file_with_an_unknown_setting_names_it(tmp_path):
         load_settings({}, {}, str(config))
 
 
-def test_no_credentials_is_one_line_exit_2_saying_how(tmp_path):
+def test_no_credentials_is_one_line_exit_2_saying_how(tmp_path, template):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_PIPELINE_", "GOOGLE_"))}
     env.update(NO_GCE_CHECK="true", HOME=str(tmp_path), CLOUDSDK_CONFIG=str(tmp_path / "gcloud"))
     import subprocess
@@ -489,7 +516,7 @@ def test_no_credentials_is_one_line_exit_2_saying_how(tmp_path):
 
     result = subprocess.run(
         [sys.executable, "-m", "pipeline", "submit", "--project", "p", "--region", "europe-west4",
-         "--pipeline-root", "gs://b/root", "--param", "source=gs://b/photos"],
+         "--pipeline-root", "gs://b/root", "--param", "source=gs://b/photos", "--template", template],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 2

@@ -1,0 +1,678 @@
+"""Before a run is created: what a first run on a new Google Cloud project needs, checked against the project.
+
+``submit`` and ``schedule create|update`` run it (``--no-preflight`` skips it); ``python -m pipeline check`` runs it on
+its own. Each item is ``ok``, ``MISSING`` (with the command that fixes it: the run is not created) or ``unknown``
+(what could not be read, and why: it is never guessed). It checks, for the compiled template and the settings:
+
+- the APIs the run calls are enabled (Vertex AI, Cloud Storage, Artifact Registry, IAM, Resource Manager; Dataflow and
+  Compute Engine where the conversion runs on Dataflow);
+- the caller may create pipeline runs, the run-as account exists, the caller may act as it, and it may act as itself
+  (the training job runs as the pipeline's account);
+- the run-as account holds Vertex AI's role on the project (and Dataflow's, where it runs), and may read and write the
+  pipeline root's bucket, which is in (or spans) the run's region;
+- every step's image, and each job's, is in Artifact Registry;
+- the training machine is offered in the region (Compute Engine's machine types), with quota for it (Cloud Quotas).
+
+Roles are read from the project's and the bucket's allow policies: a role granted through a group, a folder or the
+organization is not seen there, and such an item says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from components.cli import UsageError, one_line
+from components.vertex_client import VertexSettings
+
+OK, MISSING, UNKNOWN = "ok", "missing", "unknown"
+BASE_SERVICES = (
+    "aiplatform.googleapis.com",
+    "storage.googleapis.com",
+    "artifactregistry.googleapis.com",
+    "iam.googleapis.com",
+    "cloudresourcemanager.googleapis.com",
+)
+DATAFLOW_SERVICES = ("dataflow.googleapis.com", "compute.googleapis.com")
+# the roles that carry what each principal needs (basic roles included); a custom role is read as unknown
+VERTEX_ROLES = ("roles/aiplatform.user", "roles/aiplatform.admin", "roles/editor", "roles/owner")
+DATAFLOW_ROLES = ("roles/dataflow.developer", "roles/dataflow.admin", "roles/editor", "roles/owner")
+ACT_AS_ROLES = ("roles/iam.serviceAccountUser", "roles/iam.serviceAccountAdmin", "roles/editor", "roles/owner")
+BUCKET_ROLES = (
+    "roles/storage.objectUser",
+    "roles/storage.objectAdmin",
+    "roles/storage.admin",
+    "roles/storage.legacyBucketWriter",
+    "roles/storage.legacyBucketOwner",
+)
+PROJECT_STORAGE_ROLES = (
+    "roles/storage.objectUser",
+    "roles/storage.objectAdmin",
+    "roles/storage.admin",
+    "roles/editor",
+    "roles/owner",
+)
+CALLER_PERMISSIONS = ("aiplatform.pipelineJobs.create",)
+BUCKET_PERMISSIONS = ("storage.objects.create", "storage.objects.get", "storage.objects.list")
+ARTIFACT_REGISTRY = re.compile(r"^([a-z0-9-]+)-docker\.pkg\.dev/([^/]+)/([^/]+)/(.+):([^:/]+)$")
+NOT_SEEN = "roles granted through a group, a folder or the organization are not seen; --no-preflight skips the check"
+# the Vertex AI quota of a training machine: a part of its metric's name, and what it counts
+QUOTAS = {
+    "ct5lp": ("tpu_v5e", "TPU v5e chips"),
+    "ct6e": ("tpu_v6e", "TPU v6e chips"),
+    "NVIDIA_TESLA_T4": ("nvidia_t4_gpus", "T4 GPUs"),
+    "NVIDIA_L4": ("nvidia_l4_gpus", "L4 GPUs"),
+    "NVIDIA_TESLA_A100": ("nvidia_a100_gpus", "A100 GPUs"),
+    "cpu": ("custom_model_training_cpus", "vCPUs"),
+}
+COMPUTE_ACCELERATORS = {
+    "NVIDIA_TESLA_T4": "nvidia-tesla-t4",
+    "NVIDIA_L4": "nvidia-l4",
+    "NVIDIA_TESLA_A100": "nvidia-tesla-a100",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One item checked: ``state`` ok, missing or unknown; ``what`` was checked; ``detail``: what was found;
+    ``fix``: the command that fixes it (missing), or how to find out (unknown)."""
+
+    state: str
+    what: str
+    detail: str = ""
+    fix: str = ""
+
+    def line(self) -> str:
+        label = {OK: "ok     ", MISSING: "MISSING", UNKNOWN: "unknown"}[self.state]
+        text = f"{label} {self.what}" + (f": {self.detail}" if self.detail else "")
+        if self.fix:
+            text += f"; fix: {self.fix}" if self.state == MISSING else f"; {self.fix}"
+        return text
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The training job's machine, as the compiled template gives it."""
+
+    machine_type: str
+    accelerator_type: str = ""
+    accelerator_count: int = 0
+    tpu_topology: str = ""
+
+    @property
+    def family(self) -> str:
+        """The key of ``QUOTAS``: the TPU machine family, the GPU, or ``cpu``."""
+        if self.machine_type.startswith(("ct5lp", "ct6e")):
+            return self.machine_type.split("-")[0]
+        return self.accelerator_type or "cpu"
+
+    def needs(self) -> int:
+        """How much quota it takes: TPU chips (the topology's), GPUs, or vCPUs (the machine type's last number)."""
+        if self.tpu_topology:
+            count = 1
+            for side in self.tpu_topology.split("x"):
+                count *= int(side)
+            return count
+        if self.accelerator_type:
+            return self.accelerator_count or 1
+        found = re.search(r"-(\d+)$", self.machine_type)
+        return int(found.group(1)) if found else 1
+
+
+@dataclass(frozen=True)
+class Run:
+    """What the preflight checks the project for: the template's images and training machine, the run-as account,
+    and whether the conversion runs on Dataflow."""
+
+    images: dict[str, str]
+    machine: Machine | None
+    account: str
+    dataflow: bool
+
+
+def constants(spec: dict):
+    """Every mapping in the template's DAGs (its tasks' inputs among them), depth first."""
+    stack: list = [spec.get("root", {}), spec.get("components", {})]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield node
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def training_machine(spec: dict) -> Machine | None:
+    """The training job's machine: the fullest ``machine_spec`` among the template's constants (the job's worker
+    pool, with its TPU topology); None for a template without a training job."""
+    found = [
+        node["machine_spec"]
+        for node in constants(spec)
+        if isinstance(node.get("machine_spec"), dict) and node["machine_spec"].get("machine_type")
+    ]
+    if not found:
+        return None
+    machine = max(found, key=len)
+    return Machine(
+        machine["machine_type"],
+        machine.get("accelerator_type", ""),
+        int(machine.get("accelerator_count", 0) or 0),
+        machine.get("tpu_topology", ""),
+    )
+
+
+def uses_dataflow(parameters: dict) -> bool:
+    """Whether the run's ``beam_args`` (a list, or its JSON as ``--param`` gives it) name Dataflow's runner."""
+    import json
+
+    args = parameters.get("beam_args") or []
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            args = [args]
+    return any("DataflowRunner" in str(arg) for arg in args)
+
+
+def worker_image(spec: dict) -> str:
+    """The Dataflow workers' image the template's convert step passes (its ``worker_image`` constant)."""
+    for node in constants(spec):
+        found = node.get("worker_image", {})
+        if isinstance(found, dict) and isinstance(found.get("runtimeValue", {}).get("constant"), str):
+            return found["runtimeValue"]["constant"]
+    return ""
+
+
+def preflight(settings: VertexSettings, spec: dict, apis=None) -> list[Finding]:
+    """Every item, checked against the project (``apis``: a ``GoogleApis``; made from the settings when None)."""
+    from pipeline.images import template_images
+    from pipeline.vertex.google_apis import GoogleApis
+
+    apis = apis or GoogleApis(settings)
+    images = template_images(spec)
+    dataflow = uses_dataflow(settings.parameters)
+    if dataflow and worker_image(spec):
+        images["the Dataflow workers"] = worker_image(spec)
+    number = project_number(apis, settings.project)
+    account = settings.service_account or (f"{number}-compute@developer.gserviceaccount.com" if number else "")
+    run = Run(images, training_machine(spec), account, dataflow)
+    findings = [*services(apis, settings, run)]
+    if not number:
+        findings.append(
+            Finding(
+                UNKNOWN,
+                f"project {settings.project}",
+                "its number could not be read (so neither its default service account)",
+                "check: gcloud projects describe " + settings.project,
+            )
+        )
+    findings += caller(apis, settings)
+    policy, policy_finding = project_policy(apis, settings)
+    if policy_finding:
+        findings.append(policy_finding)
+    if account:
+        findings += run_as(apis, settings, run, policy)
+        findings += bucket(settings, account, policy)
+    findings += artifact_images(apis, run)
+    if run.machine is not None:
+        findings += machine_offered(apis, settings, run.machine)
+        findings.append(quota(apis, settings, run.machine))
+    return findings
+
+
+def answered(call: Callable[[], dict], what: str, on_missing: Callable[[Exception], Finding] | None = None):
+    """(the answer, None) or (None, a finding): a 404 is ``on_missing``'s (when given), a disabled API or a refusal
+    is unknown, with the reason."""
+    from google.api_core import exceptions
+
+    try:
+        return call(), None
+    except exceptions.NotFound as err:
+        if on_missing is not None:
+            return None, on_missing(err)
+        return None, Finding(UNKNOWN, what, f"not found ({one_line(err)})")
+    except exceptions.GoogleAPICallError as err:
+        if getattr(err, "reason", "") == "SERVICE_DISABLED":
+            service = (getattr(err, "metadata", None) or {}).get("service", "its API")
+            return None, Finding(
+                UNKNOWN, what, f"{service} is disabled, so this could not be read", f"gcloud services enable {service}"
+            )
+        return None, Finding(UNKNOWN, what, f"could not be read: {type(err).__name__} {one_line(err)}")
+    except exceptions.RetryError as err:
+        return None, Finding(UNKNOWN, what, f"no answer: {one_line(err)}")
+
+
+def project_number(apis, project: str) -> str:
+    found, _ = answered(lambda: apis.get("cloudresourcemanager", f"/v3/projects/{project}"), "project")
+    return (found or {}).get("name", "").rsplit("/", 1)[-1]
+
+
+def services(apis, settings: VertexSettings, run: Run) -> list[Finding]:
+    """Each API the run calls is enabled (Service Usage)."""
+    wanted = [*BASE_SERVICES, *(DATAFLOW_SERVICES if run.dataflow else ())]
+    names = [f"projects/{settings.project}/services/{service}" for service in wanted]
+    found, failed = answered(
+        lambda: apis.get("serviceusage", f"/v1/projects/{settings.project}/services:batchGet", {"names": names}),
+        "the APIs the run calls",
+    )
+    if failed:
+        return [failed]
+    states = {
+        entry.get("config", {}).get("name") or entry["name"].rsplit("/", 1)[-1]: entry.get("state")
+        for entry in found.get("services", [])
+    }
+    return [
+        Finding(OK, f"API {service}", "enabled")
+        if states.get(service) == "ENABLED"
+        else Finding(
+            MISSING, f"API {service}", "disabled", f"gcloud services enable {service} --project {settings.project}"
+        )
+        for service in wanted
+    ]
+
+
+def caller(apis, settings: VertexSettings) -> list[Finding]:
+    """The caller may create pipeline runs in the project."""
+    what = f"your permission {', '.join(CALLER_PERMISSIONS)} on project {settings.project}"
+    found, failed = answered(
+        lambda: apis.post(
+            "cloudresourcemanager",
+            f"/v1/projects/{settings.project}:testIamPermissions",
+            {"permissions": list(CALLER_PERMISSIONS)},
+        ),
+        what,
+    )
+    if failed:
+        return [failed]
+    lacking = [p for p in CALLER_PERMISSIONS if p not in found.get("permissions", [])]
+    if lacking:
+        return [
+            Finding(
+                MISSING,
+                what,
+                "not granted",
+                f"gcloud projects add-iam-policy-binding {settings.project} "
+                "--member=user:YOUR_EMAIL --role=roles/aiplatform.user",
+            )
+        ]
+    return [Finding(OK, what, "granted")]
+
+
+def project_policy(apis, settings: VertexSettings) -> tuple[list[dict] | None, Finding | None]:
+    """The project's allow policy's bindings, or (None, why they could not be read)."""
+    found, failed = answered(
+        lambda: apis.post(
+            "cloudresourcemanager",
+            f"/v1/projects/{settings.project}:getIamPolicy",
+            {"options": {"requestedPolicyVersion": 3}},
+        ),
+        f"the roles on project {settings.project}",
+    )
+    if failed:
+        return None, Finding(
+            UNKNOWN,
+            failed.what,
+            failed.detail,
+            "reading it takes resourcemanager.projects.getIamPolicy (roles/iam.securityReviewer)",
+        )
+    return found.get("bindings", []), None
+
+
+def roles_of(bindings: Iterable[dict], member: str) -> set[str]:
+    return {binding["role"] for binding in bindings if member in binding.get("members", [])}
+
+
+def run_as(apis, settings: VertexSettings, run: Run, policy: list[dict] | None) -> list[Finding]:
+    """The run-as account exists, the caller may act as it, it may act as itself, and it holds Vertex AI's role on
+    the project (and Dataflow's, where the conversion runs there)."""
+    account, project = run.account, settings.project
+    member = f"serviceAccount:{account}"
+    path = f"/v1/projects/-/serviceAccounts/{account}"
+    created = (
+        f"gcloud iam service-accounts create {account.split('@')[0]} --project {project}"
+        if not account.endswith("-compute@developer.gserviceaccount.com")
+        else f"gcloud services enable compute.googleapis.com --project {project} (it makes the default account)"
+    )
+    found, failed = answered(
+        lambda: apis.get("iam", path),
+        f"the run-as account {account}",
+        lambda _: Finding(MISSING, f"the run-as account {account}", "does not exist", created),
+    )
+    if failed is not None and failed.state == MISSING:
+        return [failed]  # (what it may do is moot)
+    findings = [failed] if failed else []
+    if found is not None:
+        if found.get("disabled"):
+            findings.append(
+                Finding(
+                    MISSING,
+                    f"the run-as account {account}",
+                    "is disabled",
+                    f"gcloud iam service-accounts enable {account} --project {project}",
+                )
+            )
+        else:
+            findings.append(Finding(OK, f"the run-as account {account}", "exists"))
+    acting = f"your permission to act as {account} (iam.serviceAccounts.actAs)"
+    tested, failed = answered(
+        lambda: apis.post("iam", f"{path}:testIamPermissions", {"permissions": ["iam.serviceAccounts.actAs"]}), acting
+    )
+    if failed:
+        findings.append(failed)
+    elif "iam.serviceAccounts.actAs" in tested.get("permissions", []):
+        findings.append(Finding(OK, acting, "granted"))
+    else:
+        findings.append(
+            Finding(
+                MISSING,
+                acting,
+                "not granted",
+                f"gcloud iam service-accounts add-iam-policy-binding "
+                f"{account} --member=user:YOUR_EMAIL --role=roles/iam.serviceAccountUser --project "
+                f"{project}",
+            )
+        )
+    if run.machine is not None:  # the training job runs as the pipeline's account: it launches it as itself
+        findings.append(acts_as_itself(apis, account, project, policy))
+    needs = [("Vertex AI's role", VERTEX_ROLES, "roles/aiplatform.user")]
+    if run.dataflow:
+        needs.append(("Dataflow's role", DATAFLOW_ROLES, "roles/dataflow.developer"))
+    for name, roles, role in needs:
+        what = f"{name} for {account} on project {project}"
+        if policy is None:
+            findings.append(Finding(UNKNOWN, what, "the project's roles could not be read"))
+        elif roles_of(policy, member) & set(roles):
+            findings.append(Finding(OK, what, ", ".join(sorted(roles_of(policy, member) & set(roles)))))
+        else:
+            findings.append(
+                Finding(
+                    MISSING,
+                    what,
+                    f"none of {', '.join(roles)} ({NOT_SEEN})",
+                    f"gcloud projects add-iam-policy-binding {project} --member={member} --role={role}",
+                )
+            )
+    return findings
+
+
+def acts_as_itself(apis, account: str, project: str, policy: list[dict] | None) -> Finding:
+    member, what = f"serviceAccount:{account}", f"{account} acting as itself (it launches the training job)"
+    found, failed = answered(lambda: apis.post("iam", f"/v1/projects/-/serviceAccounts/{account}:getIamPolicy"), what)
+    granted = roles_of((found or {}).get("bindings", []), member) | roles_of(policy or [], member)
+    if granted & set(ACT_AS_ROLES):
+        return Finding(OK, what, ", ".join(sorted(granted & set(ACT_AS_ROLES))))
+    if failed and policy is None:
+        return failed
+    return Finding(
+        MISSING,
+        what,
+        f"no roles/iam.serviceAccountUser on itself ({NOT_SEEN})",
+        f"gcloud iam service-accounts add-iam-policy-binding {account} --member={member} "
+        f"--role=roles/iam.serviceAccountUser --project {project}",
+    )
+
+
+def bucket(settings: VertexSettings, account: str, policy: list[dict] | None) -> list[Finding]:
+    """The pipeline root's bucket exists in (or spans) the region, the caller may write there, and so may the
+    run-as account."""
+    from google.api_core import exceptions
+
+    from components.storage import bucket_of
+
+    name = settings.pipeline_root.removeprefix("gs://").split("/", 1)[0]
+    where = f"bucket gs://{name}"
+    try:
+        found = bucket_of(settings.pipeline_root)
+        found.reload()
+    except exceptions.NotFound:
+        return [
+            Finding(
+                MISSING,
+                where,
+                "does not exist",
+                f"gcloud storage buckets create gs://{name} "
+                f"--location={settings.region} --uniform-bucket-level-access --project {settings.project}",
+            )
+        ]
+    except exceptions.GoogleAPICallError as err:
+        return [Finding(UNKNOWN, where, f"could not be read: {one_line(err)}")]
+    findings = [bucket_location(where, found, settings.region)]
+    try:
+        granted = found.test_iam_permissions(list(BUCKET_PERMISSIONS))
+        lacking = [p for p in BUCKET_PERMISSIONS if p not in granted]
+        findings.append(
+            Finding(
+                MISSING,
+                f"your access to {where}",
+                f"lacking {', '.join(lacking)}",
+                f"gcloud storage buckets add-iam-policy-binding gs://{name} --member=user:YOUR_EMAIL "
+                "--role=roles/storage.objectUser",
+            )
+            if lacking
+            else Finding(OK, f"your access to {where}", "read and write")
+        )
+        bindings = found.get_iam_policy(requested_policy_version=3).bindings
+    except exceptions.GoogleAPICallError as err:
+        findings.append(Finding(UNKNOWN, f"access to {where}", f"could not be read: {one_line(err)}"))
+        return findings
+    member, what = f"serviceAccount:{account}", f"{account}'s access to {where}"
+    on_bucket = roles_of(bindings, member) & set(BUCKET_ROLES)
+    on_project = roles_of(policy or [], member) & set(PROJECT_STORAGE_ROLES)
+    if on_bucket or on_project:
+        findings.append(Finding(OK, what, ", ".join(sorted(on_bucket | on_project))))
+    else:
+        findings.append(
+            Finding(
+                MISSING,
+                what,
+                f"no object role on it nor on the project ({NOT_SEEN})",
+                f"gcloud storage buckets add-iam-policy-binding gs://{name} --member={member} "
+                "--role=roles/storage.objectUser",
+            )
+        )
+    return findings
+
+
+# the multi-regions' regions by their names' start (Cloud Storage's locations page)
+MULTI_REGIONS = {"US": ("us-",), "EU": ("europe-",), "ASIA": ("asia-",)}
+
+
+def bucket_location(where: str, found, region: str) -> Finding:
+    """A bucket in the run's region fits; one spanning it (a multi-region or dual-region) too; elsewhere, Vertex AI
+    refuses to write the model and the job outputs there ("must be in the same regional location")."""
+    location = (found.location or "").upper()
+    kind = found.location_type or "region"
+    spans = [str(loc).lower() for loc in (getattr(found, "data_locations", None) or [])]
+    if location.lower() == region or region in spans or region.startswith(MULTI_REGIONS.get(location, ("\0",))):
+        return Finding(OK, f"the location of {where}", f"{kind} {location} holds {region}")
+    return Finding(
+        MISSING,
+        f"the location of {where}",
+        f"{kind} {location}, not {region}: Vertex AI in {region} "
+        "writes the models and job outputs only to a bucket there",
+        f"gcloud storage buckets create gs://NEW_BUCKET --location={region} --uniform-bucket-level-access, "
+        "then --pipeline-root gs://NEW_BUCKET/root",
+    )
+
+
+def artifact_images(apis, run: Run) -> list[Finding]:
+    """Each image the run pulls is in Artifact Registry (Google's own public images are not checked); the ones
+    missing of one registry and tag are one item, which ``make images`` pushes at once."""
+    findings, missing = [], {}
+    for image in dict.fromkeys(run.images.values()):
+        found = ARTIFACT_REGISTRY.match(image)
+        if image.startswith(("gcr.io/ml-pipeline/", "us-docker.pkg.dev/vertex-ai/")):
+            continue  # Google Cloud Pipeline Components' and Vertex AI's own images
+        if not found:
+            findings.append(Finding(UNKNOWN, f"image {image}", "not in Artifact Registry: not checked"))
+            continue
+        location, project, repository, package, tag = found.groups()
+        path = (
+            f"/v1/projects/{project}/locations/{location}/repositories/{repository}/packages/"
+            f"{quote(package, safe='')}/tags/{tag}"
+        )
+        registry = f"{location}-docker.pkg.dev/{project}/{repository}"
+        _, failed = answered(
+            lambda path=path: apis.get("artifactregistry", path),
+            f"image {image}",
+            lambda _, image=image: Finding(MISSING, image),
+        )
+        if failed is not None and failed.state == MISSING:
+            missing.setdefault((registry, tag), []).append(package)
+        else:
+            findings.append(failed or Finding(OK, f"image {image}", "pushed"))
+    for (registry, tag), packages in missing.items():
+        findings.append(
+            Finding(
+                MISSING,
+                f"images {', '.join(packages)} of {registry} at tag {tag}",
+                "not in Artifact Registry",
+                f"make images REGISTRY={registry} TAG={tag} PUSH=1",
+            )
+        )
+    return findings
+
+
+def machine_offered(apis, settings: VertexSettings, machine: Machine) -> list[Finding]:
+    """The training machine (and its GPU) is offered in a zone of the region (Compute Engine's lists)."""
+    wanted = [("machineTypes", machine.machine_type)]
+    if machine.accelerator_type in COMPUTE_ACCELERATORS:
+        wanted.append(("acceleratorTypes", COMPUTE_ACCELERATORS[machine.accelerator_type]))
+    findings = []
+    for collection, name in wanted:
+        what = f"{name} in {settings.region}"
+        found, failed = answered(
+            lambda collection=collection, name=name: apis.get(
+                "compute",
+                f"/compute/v1/projects/{settings.project}/aggregated/{collection}",
+                {"filter": f'name = "{name}"', "returnPartialSuccess": "true"},
+            ),
+            what,
+        )
+        if failed:
+            findings.append(failed)
+            continue
+        zones = sorted(
+            scope.removeprefix("zones/")
+            for scope, items in found.get("items", {}).items()
+            if any(item.get("name") == name for item in items.get(collection, []))
+        )
+        here = [zone for zone in zones if zone.startswith(settings.region + "-")]
+        if here:
+            findings.append(Finding(OK, what, f"offered in {', '.join(here)}"))
+            continue
+        regions = sorted({zone.rsplit("-", 1)[0] for zone in zones})
+        elsewhere = f"offered in {', '.join(regions)}" if regions else "offered in no region of this project"
+        findings.append(
+            Finding(
+                MISSING,
+                what,
+                f"not offered there ({elsewhere})",
+                f"--region {regions[0]}"
+                if regions
+                else "another --accelerator (python -m pipeline compile --accelerator ...)",
+            )
+        )
+    return findings
+
+
+def quota(apis, settings: VertexSettings, machine: Machine) -> Finding:
+    """Vertex AI's custom-training quota for the machine in the region, against what it takes (Cloud Quotas: the
+    limit, not what other jobs use of it now)."""
+    part, unit = QUOTAS.get(machine.family, ("", ""))
+    needed = machine.needs()
+    what = f"quota of {unit or machine.machine_type} for training in {settings.region}"
+    if not part:
+        return Finding(UNKNOWN, what, "no known Vertex AI quota for this machine")
+    infos, failed = all_quota_infos(apis, settings.project)
+    if failed:
+        return Finding(
+            UNKNOWN,
+            what,
+            failed.detail,
+            failed.fix or "see the console's IAM & Admin > Quotas, filtered on aiplatform.googleapis.com",
+        )
+    matching = [
+        info
+        for info in infos
+        if "custom_model_training" in info.get("metric", "")
+        and part in info["metric"]
+        and "preemptible" not in info["metric"]
+    ]
+    if not matching:
+        return Finding(
+            UNKNOWN,
+            what,
+            f"Cloud Quotas lists no Vertex AI quota named for {part}: not guessed",
+            "see the console's IAM & Admin > Quotas, filtered on aiplatform.googleapis.com",
+        )
+    info = matching[0]
+    limit = region_limit(info, settings.region)
+    if limit is None:
+        return Finding(UNKNOWN, what, f"{info['metric']} has no value for {settings.region}")
+    if limit < 0 or limit >= needed:
+        return Finding(OK, what, f"{info['metric']}: {'unlimited' if limit < 0 else limit}, the job takes {needed}")
+    return Finding(
+        MISSING,
+        what,
+        f"{info['metric']} allows {limit}, the job takes {needed}",
+        f"gcloud beta quotas preferences create --service=aiplatform.googleapis.com "
+        f"--quota-id={info.get('quotaId', 'QUOTA_ID')} --preferred-value={needed} "
+        f"--dimensions=region={settings.region} --project={settings.project}",
+    )
+
+
+def all_quota_infos(apis, project: str) -> tuple[list[dict], Finding | None]:
+    """Every Vertex AI quota of the project (Cloud Quotas' list, page after page)."""
+    path = f"/v1/projects/{project}/locations/global/services/aiplatform.googleapis.com/quotaInfos"
+    infos, token = [], ""
+    while True:
+        page, failed = answered(
+            lambda token=token: apis.get(
+                "cloudquotas", path, {"pageSize": 500, **({"pageToken": token} if token else {})}
+            ),
+            "quota",
+        )
+        if failed:
+            return [], failed
+        infos += page.get("quotaInfos", [])
+        token = page.get("nextPageToken", "")
+        if not token:
+            return infos, None
+
+
+def region_limit(info: dict, region: str) -> int | None:
+    """A quota's limit in ``region``: its entry for the region, else the default entry that applies there."""
+    entries = info.get("dimensionsInfos", [])
+    own = [e for e in entries if e.get("dimensions", {}).get("region") == region]
+    applying = [e for e in entries if not e.get("dimensions") and (region in e.get("applicableLocations", [region]))]
+    for entry in own or applying:
+        try:
+            return int(entry.get("details", {}).get("value", ""))
+        except ValueError:
+            return None
+    return None
+
+
+def report(findings: list[Finding], everything: bool) -> str:
+    """The findings, a line each (``everything``: the ones that passed too), and a line of their count."""
+    shown = [f for f in findings if everything or f.state != OK]
+    counts = {state: sum(f.state == state for f in findings) for state in (OK, MISSING, UNKNOWN)}
+    head = f"preflight: {counts[OK]} passed, {counts[MISSING]} missing, {counts[UNKNOWN]} unknown"
+    return "\n".join([head, *(f"  {f.line()}" for f in shown)])
+
+
+def refuse_missing(findings: list[Finding]) -> None:
+    """One line for each missing item, then exit 2 (``UsageError``): nothing is created."""
+    missing = [f for f in findings if f.state == MISSING]
+    if len(missing) == 1:
+        raise UsageError(f"preflight: {missing[0].line()} (--no-preflight goes on without it)")
+    if missing:
+        error = UsageError(
+            f"the preflight found {len(missing)} missing: fix each, or pass --no-preflight to go on without it\n"
+            + "\n".join(f"  {f.line()}" for f in missing)
+        )
+        error.whole_message = True
+        raise error
