@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -489,3 +490,15 @@ def test_the_cifar10_and_imdb_examples_train_on_tiny_data(tmp_path, converted, t
         given = dict(pair.split("=") for pair in hparams)
         assert {key: str(value) for key, value in result["hparams"].items() if key in given} == given
         assert os.path.isfile(os.path.join(model_dir, "model_source", f"{name}.py"))
+
+
+def test_the_guides_model_check_prints_what_the_guide_shows():
+    """docs/your-model.md's ``pipeline models check`` command, run as written: the lines it shows."""
+    with open(os.path.join(REPO_ROOT, "docs", "your-model.md"), encoding="utf-8") as handle:
+        guide = handle.read()
+    command, shown = re.search(
+        r"```sh\n\.venv/bin/python -m (pipeline models check [^\n]+)\n```\n\n```\n(.*?)```", guide, flags=re.S
+    ).groups()
+    result = run_cli(*command.split())
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines() == shown.strip().splitlines()

@@ -307,7 +307,7 @@ def side_runs(demo_run, tmp_path_factory):
         results = {"term": (terminated, json.load(handle), stopped)}
     # the train step alone killed (out of memory, say) once two epochs are backed up, then the same command again
     # (enough epochs for the step to be found and killed mid-way: a tiny epoch takes a tenth of a second)
-    crashed, again = root / "crash", ("--demo-per-class", "10", "--epochs", "150", "--image-size", "16")
+    crashed, again = root / "crash", ("--demo-per-class", "10", "--epochs", "40", "--image-size", "16")
     crash = start_run_local(crashed, *again)
     wait_for_epochs(crash, crashed, 2)
     (train,) = [
@@ -393,7 +393,7 @@ def test_a_train_step_that_dies_is_resumed_by_the_same_command_from_its_last_epo
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert summary["status"] == "succeeded" and summary["resumed"]["interrupted_during"] == "train"
     assert summary["steps"]["convert"] == "reused" and summary["steps"]["train"] == "ran"
-    assert summary["training"]["resumed_after_epoch"] >= 2 and summary["training"]["epochs"] == 150
+    assert summary["training"]["resumed_after_epoch"] >= 2 and summary["training"]["epochs"] == 40
     assert "which failed during train" in resumed.stdout + resumed.stderr
 
 
