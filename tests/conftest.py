@@ -133,17 +133,20 @@ def exported(converted, trained, tmp_path_factory) -> tuple[str, dict]:
 # --no-loadscope-reorder, which keeps this order; by default xdist starts with the files of the most tests) one
 # worker starts on the whole-DAG runs while the other takes the next files, and the short files even out the end
 LONGEST_FIRST = (
-    "tests/pipeline/test_local_run.py",
-    "tests/components/test_train_jax.py",
-    "tests/components/test_own_model.py",
-    "tests/pipeline/test_model_iteration.py",
-    "tests/components/test_train.py",
     "tests/components/test_transfer.py",
+    "tests/pipeline/test_local_run.py",
+    "tests/components/test_own_model.py",
+    "tests/components/test_train.py",
     "tests/components/test_evaluate.py",
-    "tests/components/test_export.py",
-    "tests/components/test_export_raw_files.py",
-    "tests/components/test_serving.py",
+    "tests/components/test_train_jax.py",
+    "tests/pipeline/test_model_iteration.py",
     "tests/pipeline/test_vertex.py",
+    "tests/components/test_serving.py",
+    "tests/components/test_decoding_parity.py",
+    "tests/components/test_evaluate_text.py",
+    "tests/components/test_export_raw_files.py",
+    "tests/components/test_train_text.py",
+    "tests/components/test_export.py",
     "tests/components/test_convert_dataflow.py",
 )
 
@@ -286,16 +289,21 @@ def exported_text(text_examples, trained_text, tmp_path_factory) -> tuple[str, d
     return session_fixture("exported_text", tmp_path_factory, make, after=("text_examples", "trained_text"))
 
 
-def run_cli(*args: str, cwd: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: str | None = None, timeout: int = 600, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Runs ``python -m ...`` in the project's interpreter, the way a user does: in the environment of this
-    process less what importing JAX here set in it (``TF_CPP_MIN_LOG_LEVEL=1``, which a user's shell has not)."""
+    process less what importing JAX here set in it (``TF_CPP_MIN_LOG_LEVEL=1``, which a user's shell has not),
+    with ``env`` on top (a name given None is left out)."""
+    environment = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
+    environment = {name: value for name, value in {**environment, **(env or {})}.items() if value is not None}
     return subprocess.run(
         [sys.executable, "-m", *args],
         cwd=cwd or REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"},
+        env=environment,
     )
 
 

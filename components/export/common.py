@@ -64,6 +64,13 @@ def keep_model_code(model_dir: str, output_dir: str, model_config: dict) -> dict
     return {"model_name": model_config["model_name"], "model": record, "hparams": model_config.get("hparams") or {}}
 
 
+def loaded(saved_model):
+    """A SavedModel loaded from its path, or as it was given, loaded already (export loads it once for its checks)."""
+    import tensorflow as tf
+
+    return tf.saved_model.load(saved_model) if isinstance(saved_model, str) else saved_model
+
+
 def predictions_of(model, class_names):
     """The serving outputs of a batch of model inputs: ``probabilities``, ``class_id`` and ``label``."""
     import tensorflow as tf

@@ -25,6 +25,7 @@ from components.export.common import (
     count_correct,
     format_entries,
     keep_model_code,
+    loaded,
     predictions_of,
     shown_classes,
     tflite_run,
@@ -64,14 +65,15 @@ def write_saved_model(model, image_size: int, class_names, path: str) -> None:
     write_archive(archive, path)
 
 
-def check_parity(saved_model_path: str, trained_model, examples_dir: str, split: str, model_config: dict) -> dict:
-    """Compares the SavedModel (fed the split's JPEG bytes) with the trained model (fed the pixels it trained on)."""
+def check_parity(saved_model, trained_model, examples_dir: str, split: str, model_config: dict) -> dict:
+    """Compares the SavedModel (its path or itself loaded; fed the split's JPEG bytes) with the trained model (fed
+    the pixels it trained on)."""
     import numpy as np
     import tensorflow as tf
 
     from components.artifacts.examples import decode_image
 
-    serving = tf.saved_model.load(saved_model_path).signatures["serving_default"]
+    serving = loaded(saved_model).signatures["serving_default"]
     files = split_files(examples_dir, split)
 
     def bytes_and_pixels(serialized):
@@ -98,7 +100,7 @@ def check_parity(saved_model_path: str, trained_model, examples_dir: str, split:
 MAX_RAW_ACCURACY_GAP = 0.01
 
 
-def raw_file_accuracy(saved_model_path: str, examples_dir: str, model_config: dict) -> dict:
+def raw_file_accuracy(saved_model, examples_dir: str, model_config: dict) -> dict:
     """The SavedModel's ``serving_default`` on what clients send: each test example's source file, read as it is
     (local or ``gs://``), beside the same example's TFRecord JPEG; the accuracy of both, and the first file whose
     answer differs. What is left out is counted (``components.artifacts.examples.client_files``). Scored a chunk at
@@ -107,7 +109,7 @@ def raw_file_accuracy(saved_model_path: str, examples_dir: str, model_config: di
 
     from components.artifacts.examples import client_files
 
-    serving = tf.saved_model.load(saved_model_path).signatures["serving_default"]
+    serving = loaded(saved_model).signatures["serving_default"]
     counts, total, raw_correct, tfrecord_correct, differs = {}, 0, 0, 0, []
     for chunk in client_files(examples_dir, "test", model_config["num_classes"], counts, PARITY_BATCH_SIZE // 2):
         sent = [content for _, content, _, _ in chunk] + [encoded for _, _, encoded, _ in chunk]
@@ -248,14 +250,12 @@ def tflite_predict(content: bytes, images):
     return tflite_run(content, np.asarray(images, dtype=np.uint8), prepare)
 
 
-def format_accuracies(saved_model_path: str, tflite: dict[str, bytes], examples_dir: str, model_config: dict):
-    """Correct test predictions of each exported format (the SavedModel's ``serving_images`` and each TFLite
-    model), and the number of test images."""
-    import tensorflow as tf
-
+def format_accuracies(saved_model, tflite: dict[str, bytes], examples_dir: str, model_config: dict):
+    """Correct test predictions of each exported format (the SavedModel's ``serving_images``, the SavedModel given
+    by its path or loaded, and each TFLite model), and the number of test images."""
     from components.artifacts.examples import make_dataset
 
-    serving = tf.saved_model.load(saved_model_path).signatures["serving_images"]
+    serving = loaded(saved_model).signatures["serving_images"]
     test = make_dataset(examples_dir, "test", model_config["image_size"], model_config["num_classes"], 64,
                         training=False)  # fmt: skip
     return count_correct(
@@ -272,8 +272,9 @@ def export_image(config: ExportConfig) -> dict:
     saved_model_path = os.path.join(config.output_dir, SAVED_MODEL_DIR)
     write_saved_model(model, model_config["image_size"], model_config["class_names"], saved_model_path)
     trained = load_trained_model(config.model_dir, model_config)
-    parity = check_parity(saved_model_path, trained, config.examples_dir, config.parity_split, model_config)
-    raw = raw_file_accuracy(saved_model_path, config.examples_dir, model_config)
+    saved_model = loaded(saved_model_path)  # once, for every check of it
+    parity = check_parity(saved_model, trained, config.examples_dir, config.parity_split, model_config)
+    raw = raw_file_accuracy(saved_model, config.examples_dir, model_config)
     check_raw_file_accuracy(raw)
     crossed = backend_parity(model, config.model_dir, model_config, config.examples_dir)
     tflite = tflite_models(model, model_config["image_size"], config.examples_dir, model_config["num_classes"])
@@ -285,7 +286,7 @@ def export_image(config: ExportConfig) -> dict:
         )  # fmt: skip
     for name, content in tflite.items():
         write_atomically(os.path.join(config.output_dir, TFLITE_FILES[name]), content)
-    correct, total = format_accuracies(saved_model_path, tflite, config.examples_dir, model_config)
+    correct, total = format_accuracies(saved_model, tflite, config.examples_dir, model_config)
     report = {
         **format_entries(model, saved_model_path, tflite, config.output_dir, correct, total),
         "signatures": {

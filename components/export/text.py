@@ -33,6 +33,7 @@ from components.export.common import (
     count_correct,
     format_entries,
     keep_model_code,
+    loaded,
     predictions_of,
     shown_classes,
     tflite_run,
@@ -67,17 +68,16 @@ def write_text_saved_model(model, tokenizer: GraphTokenizer, class_names, path: 
     write_archive(archive, path)
 
 
-def check_text_parity(saved_model_path: str, trained_model, examples_dir: str, split: str, model_config: dict):
+def check_text_parity(saved_model, trained_model, examples_dir: str, split: str, model_config: dict):
     """On every example of ``split``: the SavedModel's token ids for the raw text against the conversion's (Beam's),
     and its probabilities for the raw text against the trained model's for the converted ids. Returns the record,
     and the first text whose ids differ (None when all agree)."""
     import numpy as np
-    import tensorflow as tf
 
     from components.artifacts.examples import make_dataset
 
-    loaded = tf.saved_model.load(saved_model_path)
-    serving, tokenize = loaded.signatures["serving_default"], loaded.signatures["tokenize"]
+    signatures = loaded(saved_model).signatures
+    serving, tokenize = signatures["serving_default"], signatures["tokenize"]
     length = model_config["sequence_length"]
     dataset = make_dataset(examples_dir, split, length, model_config["num_classes"], PARITY_BATCH_SIZE,
                            training=False, sources=True, sequence_length=length)  # fmt: skip
@@ -153,14 +153,13 @@ def tflite_token_predict(content: bytes, tokens):
     return tflite_run(content, np.asarray(tokens), lambda row, source: row[np.newaxis].astype(source["dtype"]))
 
 
-def text_format_accuracies(saved_model_path: str, tflite: dict[str, bytes], examples_dir: str, model_config: dict):
+def text_format_accuracies(saved_model, tflite: dict[str, bytes], examples_dir: str, model_config: dict):
     """Correct test predictions of each format: the SavedModel fed the raw texts (its own tokenisation), each
     TFLite file fed the converted ids; and the number of test texts."""
-    import tensorflow as tf
 
     from components.artifacts.examples import make_dataset
 
-    serving = tf.saved_model.load(saved_model_path).signatures["serving_default"]
+    serving = loaded(saved_model).signatures["serving_default"]
     length = model_config["sequence_length"]
     test = make_dataset(examples_dir, "test", length, model_config["num_classes"], 64, training=False, sources=True,
                         sequence_length=length)  # fmt: skip
@@ -189,7 +188,8 @@ def export_text(config: ExportConfig) -> dict:
     saved_model_path = os.path.join(config.output_dir, SAVED_MODEL_DIR)
     write_text_saved_model(model, GraphTokenizer(vocabulary, length), model_config["class_names"], saved_model_path)
     trained = load_trained_model(config.model_dir, model_config)
-    parity, differing = check_text_parity(saved_model_path, trained, config.examples_dir, config.parity_split,
+    saved_model = loaded(saved_model_path)  # once, for every check of it
+    parity, differing = check_text_parity(saved_model, trained, config.examples_dir, config.parity_split,
                                           model_config)  # fmt: skip
     if differing is not None:  # serving would read texts otherwise than training did: nothing is exported
         shutil.rmtree(saved_model_path, ignore_errors=True)
@@ -209,7 +209,7 @@ def export_text(config: ExportConfig) -> dict:
         )  # fmt: skip
         write_atomically(os.path.join(config.output_dir, TFLITE_FILES[name]), tflite[name])
     write_atomically(os.path.join(config.output_dir, VOCABULARY_FILE), vocabulary_bytes(vocabulary))
-    correct, total = text_format_accuracies(saved_model_path, tflite, config.examples_dir, model_config)
+    correct, total = text_format_accuracies(saved_model, tflite, config.examples_dir, model_config)
     figures = format_entries(model, saved_model_path, tflite, config.output_dir, correct, total)
     figures["formats"]["tflite_int8"]["quantization"] = quantization
     report = {

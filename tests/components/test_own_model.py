@@ -492,13 +492,30 @@ def test_the_cifar10_and_imdb_examples_train_on_tiny_data(tmp_path, converted, t
         assert os.path.isfile(os.path.join(model_dir, "model_source", f"{name}.py"))
 
 
-def test_the_guides_model_check_prints_what_the_guide_shows():
-    """docs/your-model.md's ``pipeline models check`` command, run as written: the lines it shows."""
+def test_the_guides_model_check_prints_what_the_guide_shows_and_keeps_jaxs_compiled_programs(tmp_path):
+    """docs/your-model.md's ``pipeline models check`` command, run as written: the lines it shows. Built on JAX, the
+    programs it compiled (the weights' initializers) stay in the user's cache folder for the next process."""
     with open(os.path.join(REPO_ROOT, "docs", "your-model.md"), encoding="utf-8") as handle:
         guide = handle.read()
     command, shown = re.search(
         r"```sh\n\.venv/bin/python -m (pipeline models check [^\n]+)\n```\n\n```\n(.*?)```", guide, flags=re.S
     ).groups()
-    result = run_cli(*command.split())
+    result = run_cli(*command.split(), env={"XDG_CACHE_HOME": str(tmp_path), "JAX_COMPILATION_CACHE_DIR": None})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines() == shown.strip().splitlines()
+    assert len(os.listdir(tmp_path / "tpu-pipeline" / "jax")) >= 5
+
+
+def test_jaxs_compilation_cache_is_the_users_choice_when_they_made_one(tmp_path):
+    from components.keras_backend import use_jax_cache
+
+    (tmp_path / "file").write_text("a file, not a folder")
+    chosen = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "mine"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2"}
+    for env, expected in (
+        ({"XDG_CACHE_HOME": str(tmp_path)}, {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "tpu-pipeline" / "jax")}),
+        (dict(chosen), chosen),
+        ({"JAX_COMPILATION_CACHE_DIR": ""}, {"JAX_COMPILATION_CACHE_DIR": ""}),
+        ({"XDG_CACHE_HOME": str(tmp_path / "file")}, {"JAX_COMPILATION_CACHE_DIR": None}),  # cannot be made
+    ):
+        use_jax_cache(env)
+        assert {name: env.get(name) for name in expected} == expected

@@ -48,7 +48,7 @@ def backbone_weights(converted32, tmp_path_factory) -> str:
     import keras
 
     model_dir = str(tmp_path_factory.mktemp("scratch"))
-    run(TrainConfig(examples_dir=converted32[0], model_dir=model_dir, model_name=MODEL, weights="none", epochs=2,
+    run(TrainConfig(examples_dir=converted32[0], model_dir=model_dir, model_name=MODEL, weights="none", epochs=1,
                     per_replica_batch_size=8, backend="tensorflow", precision="float32"), env={})  # fmt: skip
     model = keras.models.load_model(os.path.join(model_dir, "model.keras"), compile=False)
     path = os.path.join(model_dir, "backbone.weights.h5")

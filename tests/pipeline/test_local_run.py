@@ -306,8 +306,10 @@ def side_runs(demo_run, tmp_path_factory):
     with open(terminated / "summary.json") as handle:
         results = {"term": (terminated, json.load(handle), stopped)}
     # the train step alone killed (out of memory, say) once two epochs are backed up, then the same command again
-    # (enough epochs for the step to be found and killed mid-way: a tiny epoch takes a tenth of a second)
-    crashed, again = root / "crash", ("--demo-per-class", "10", "--epochs", "40", "--image-size", "16")
+    # (enough epochs for the step to be found and killed mid-way: a tiny epoch takes a tenth of a second; a rate
+    # too small to learn, so the run ends not blessed, without the export it does not need)
+    crashed = root / "crash"
+    again = ("--demo-per-class", "10", "--epochs", "40", "--image-size", "16", "--learning-rate", "0.000001")
     crash = start_run_local(crashed, *again)
     wait_for_epochs(crash, crashed, 2)
     (train,) = [
