@@ -189,8 +189,9 @@ def check_project(settings: VertexSettings, everything: bool = False) -> list:
     item with ``everything``, else what did not pass), and one line for each missing item, exit 2, before anything is
     created. Returns the findings."""
     from pipeline.images import read_template
+    from pipeline.vertex.findings import refuse_missing, report
     from pipeline.vertex.google_apis import GoogleApis
-    from pipeline.vertex.preflight import preflight, refuse_missing, report
+    from pipeline.vertex.preflight import preflight
 
     apis = GoogleApis(settings, credentials_for(settings))  # (no credentials: one line, before any network)
     check_reachable(settings)

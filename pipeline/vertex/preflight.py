@@ -20,14 +20,15 @@ organization is not seen there, and such an item says so.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from components.cli import UsageError, one_line
+from components.cli import one_line
 from components.vertex_client import VertexSettings
+from pipeline.vertex.capacity import Machine, machine_offered, quota
+from pipeline.vertex.findings import MISSING, OK, UNKNOWN, Finding, answered
 
-OK, MISSING, UNKNOWN = "ok", "missing", "unknown"
 BASE_SERVICES = (
     "aiplatform.googleapis.com",
     "storage.googleapis.com",
@@ -58,67 +59,6 @@ CALLER_PERMISSIONS = ("aiplatform.pipelineJobs.create",)
 BUCKET_PERMISSIONS = ("storage.objects.create", "storage.objects.get", "storage.objects.list")
 ARTIFACT_REGISTRY = re.compile(r"^([a-z0-9-]+)-docker\.pkg\.dev/([^/]+)/([^/]+)/(.+):([^:/]+)$")
 NOT_SEEN = "roles granted through a group, a folder or the organization are not seen; --no-preflight skips the check"
-# the Vertex AI quota of a training machine: a part of its metric's name, and what it counts
-QUOTAS = {
-    "ct5lp": ("tpu_v5e", "TPU v5e chips"),
-    "ct6e": ("tpu_v6e", "TPU v6e chips"),
-    "NVIDIA_TESLA_T4": ("nvidia_t4_gpus", "T4 GPUs"),
-    "NVIDIA_L4": ("nvidia_l4_gpus", "L4 GPUs"),
-    "NVIDIA_TESLA_A100": ("nvidia_a100_gpus", "A100 GPUs"),
-    "cpu": ("custom_model_training_cpus", "vCPUs"),
-}
-COMPUTE_ACCELERATORS = {
-    "NVIDIA_TESLA_T4": "nvidia-tesla-t4",
-    "NVIDIA_L4": "nvidia-l4",
-    "NVIDIA_TESLA_A100": "nvidia-tesla-a100",
-}
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One item checked: ``state`` ok, missing or unknown; ``what`` was checked; ``detail``: what was found;
-    ``fix``: the command that fixes it (missing), or how to find out (unknown)."""
-
-    state: str
-    what: str
-    detail: str = ""
-    fix: str = ""
-
-    def line(self) -> str:
-        label = {OK: "ok     ", MISSING: "MISSING", UNKNOWN: "unknown"}[self.state]
-        text = f"{label} {self.what}" + (f": {self.detail}" if self.detail else "")
-        if self.fix:
-            text += f"; fix: {self.fix}" if self.state == MISSING else f"; {self.fix}"
-        return text
-
-
-@dataclass(frozen=True)
-class Machine:
-    """The training job's machine, as the compiled template gives it."""
-
-    machine_type: str
-    accelerator_type: str = ""
-    accelerator_count: int = 0
-    tpu_topology: str = ""
-
-    @property
-    def family(self) -> str:
-        """The key of ``QUOTAS``: the TPU machine family, the GPU, or ``cpu``."""
-        if self.machine_type.startswith(("ct5lp", "ct6e")):
-            return self.machine_type.split("-")[0]
-        return self.accelerator_type or "cpu"
-
-    def needs(self) -> int:
-        """How much quota it takes: TPU chips (the topology's), GPUs, or vCPUs (the machine type's last number)."""
-        if self.tpu_topology:
-            count = 1
-            for side in self.tpu_topology.split("x"):
-                count *= int(side)
-            return count
-        if self.accelerator_type:
-            return self.accelerator_count or 1
-        found = re.search(r"-(\d+)$", self.machine_type)
-        return int(found.group(1)) if found else 1
 
 
 @dataclass(frozen=True)
@@ -220,28 +160,6 @@ def preflight(settings: VertexSettings, spec: dict, apis=None) -> list[Finding]:
         findings += machine_offered(apis, settings, run.machine)
         findings.append(quota(apis, settings, run.machine))
     return findings
-
-
-def answered(call: Callable[[], dict], what: str, on_missing: Callable[[Exception], Finding] | None = None):
-    """(the answer, None) or (None, a finding): a 404 is ``on_missing``'s (when given), a disabled API or a refusal
-    is unknown, with the reason."""
-    from google.api_core import exceptions
-
-    try:
-        return call(), None
-    except exceptions.NotFound as err:
-        if on_missing is not None:
-            return None, on_missing(err)
-        return None, Finding(UNKNOWN, what, f"not found ({one_line(err)})")
-    except exceptions.GoogleAPICallError as err:
-        if getattr(err, "reason", "") == "SERVICE_DISABLED":
-            service = (getattr(err, "metadata", None) or {}).get("service", "its API")
-            return None, Finding(
-                UNKNOWN, what, f"{service} is disabled, so this could not be read", f"gcloud services enable {service}"
-            )
-        return None, Finding(UNKNOWN, what, f"could not be read: {type(err).__name__} {one_line(err)}")
-    except exceptions.RetryError as err:
-        return None, Finding(UNKNOWN, what, f"no answer: {one_line(err)}")
 
 
 def project_number(apis, project: str) -> str:
@@ -533,146 +451,3 @@ def artifact_images(apis, run: Run) -> list[Finding]:
             )
         )
     return findings
-
-
-def machine_offered(apis, settings: VertexSettings, machine: Machine) -> list[Finding]:
-    """The training machine (and its GPU) is offered in a zone of the region (Compute Engine's lists)."""
-    wanted = [("machineTypes", machine.machine_type)]
-    if machine.accelerator_type in COMPUTE_ACCELERATORS:
-        wanted.append(("acceleratorTypes", COMPUTE_ACCELERATORS[machine.accelerator_type]))
-    findings = []
-    for collection, name in wanted:
-        what = f"{name} in {settings.region}"
-        found, failed = answered(
-            lambda collection=collection, name=name: apis.get(
-                "compute",
-                f"/compute/v1/projects/{settings.project}/aggregated/{collection}",
-                {"filter": f'name = "{name}"', "returnPartialSuccess": "true"},
-            ),
-            what,
-        )
-        if failed:
-            findings.append(failed)
-            continue
-        zones = sorted(
-            scope.removeprefix("zones/")
-            for scope, items in found.get("items", {}).items()
-            if any(item.get("name") == name for item in items.get(collection, []))
-        )
-        here = [zone for zone in zones if zone.startswith(settings.region + "-")]
-        if here:
-            findings.append(Finding(OK, what, f"offered in {', '.join(here)}"))
-            continue
-        regions = sorted({zone.rsplit("-", 1)[0] for zone in zones})
-        elsewhere = f"offered in {', '.join(regions)}" if regions else "offered in no region of this project"
-        findings.append(
-            Finding(
-                MISSING,
-                what,
-                f"not offered there ({elsewhere})",
-                f"--region {regions[0]}"
-                if regions
-                else "another --accelerator (python -m pipeline compile --accelerator ...)",
-            )
-        )
-    return findings
-
-
-def quota(apis, settings: VertexSettings, machine: Machine) -> Finding:
-    """Vertex AI's custom-training quota for the machine in the region, against what it takes (Cloud Quotas: the
-    limit, not what other jobs use of it now)."""
-    part, unit = QUOTAS.get(machine.family, ("", ""))
-    needed = machine.needs()
-    what = f"quota of {unit or machine.machine_type} for training in {settings.region}"
-    if not part:
-        return Finding(UNKNOWN, what, "no known Vertex AI quota for this machine")
-    infos, failed = all_quota_infos(apis, settings.project)
-    if failed:
-        return Finding(
-            UNKNOWN,
-            what,
-            failed.detail,
-            failed.fix or "see the console's IAM & Admin > Quotas, filtered on aiplatform.googleapis.com",
-        )
-    matching = [
-        info
-        for info in infos
-        if "custom_model_training" in info.get("metric", "")
-        and part in info["metric"]
-        and "preemptible" not in info["metric"]
-    ]
-    if not matching:
-        return Finding(
-            UNKNOWN,
-            what,
-            f"Cloud Quotas lists no Vertex AI quota named for {part}: not guessed",
-            "see the console's IAM & Admin > Quotas, filtered on aiplatform.googleapis.com",
-        )
-    info = matching[0]
-    limit = region_limit(info, settings.region)
-    if limit is None:
-        return Finding(UNKNOWN, what, f"{info['metric']} has no value for {settings.region}")
-    if limit < 0 or limit >= needed:
-        return Finding(OK, what, f"{info['metric']}: {'unlimited' if limit < 0 else limit}, the job takes {needed}")
-    return Finding(
-        MISSING,
-        what,
-        f"{info['metric']} allows {limit}, the job takes {needed}",
-        f"gcloud beta quotas preferences create --service=aiplatform.googleapis.com "
-        f"--quota-id={info.get('quotaId', 'QUOTA_ID')} --preferred-value={needed} "
-        f"--dimensions=region={settings.region} --project={settings.project}",
-    )
-
-
-def all_quota_infos(apis, project: str) -> tuple[list[dict], Finding | None]:
-    """Every Vertex AI quota of the project (Cloud Quotas' list, page after page)."""
-    path = f"/v1/projects/{project}/locations/global/services/aiplatform.googleapis.com/quotaInfos"
-    infos, token = [], ""
-    while True:
-        page, failed = answered(
-            lambda token=token: apis.get(
-                "cloudquotas", path, {"pageSize": 500, **({"pageToken": token} if token else {})}
-            ),
-            "quota",
-        )
-        if failed:
-            return [], failed
-        infos += page.get("quotaInfos", [])
-        token = page.get("nextPageToken", "")
-        if not token:
-            return infos, None
-
-
-def region_limit(info: dict, region: str) -> int | None:
-    """A quota's limit in ``region``: its entry for the region, else the default entry that applies there."""
-    entries = info.get("dimensionsInfos", [])
-    own = [e for e in entries if e.get("dimensions", {}).get("region") == region]
-    applying = [e for e in entries if not e.get("dimensions") and (region in e.get("applicableLocations", [region]))]
-    for entry in own or applying:
-        try:
-            return int(entry.get("details", {}).get("value", ""))
-        except ValueError:
-            return None
-    return None
-
-
-def report(findings: list[Finding], everything: bool) -> str:
-    """The findings, a line each (``everything``: the ones that passed too), and a line of their count."""
-    shown = [f for f in findings if everything or f.state != OK]
-    counts = {state: sum(f.state == state for f in findings) for state in (OK, MISSING, UNKNOWN)}
-    head = f"preflight: {counts[OK]} passed, {counts[MISSING]} missing, {counts[UNKNOWN]} unknown"
-    return "\n".join([head, *(f"  {f.line()}" for f in shown)])
-
-
-def refuse_missing(findings: list[Finding]) -> None:
-    """One line for each missing item, then exit 2 (``UsageError``): nothing is created."""
-    missing = [f for f in findings if f.state == MISSING]
-    if len(missing) == 1:
-        raise UsageError(f"preflight: {missing[0].line()} (--no-preflight goes on without it)")
-    if missing:
-        error = UsageError(
-            f"the preflight found {len(missing)} missing: fix each, or pass --no-preflight to go on without it\n"
-            + "\n".join(f"  {f.line()}" for f in missing)
-        )
-        error.whole_message = True
-        raise error
