@@ -77,6 +77,32 @@ def wait_for_epochs(process: subprocess.Popen, work_dir, epochs: int) -> int:
     raise AssertionError(f"training in {work_dir} did not reach epoch {epochs}")
 
 
+def kill_train_step_once_backed_up(process: subprocess.Popen, work_dir) -> int:
+    """SIGKILLs run-local's train step (its executor process alone, as the out-of-memory killer would) once its
+    backup keeps an epoch; returns the epochs the backup kept. The step is stopped (SIGSTOP) while its backup is
+    read, so that however fast the host trains, it is killed mid-way and not after its last epoch."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        assert process.poll() is None, finish(process, work_dir).stderr[-3000:]
+        steps = [
+            pid
+            for pid, line in processes_naming(str(work_dir), with_pids=True)
+            if "kfp.dsl.executor_main" in line and "/train/model" in line and not line.startswith("sh ")
+        ]
+        for train in steps:
+            try:
+                os.kill(train, signal.SIGSTOP)
+            except ProcessLookupError:
+                continue  # it ended: run-local's own end says how, above
+            checkpoints = glob.glob(f"{work_dir}/resume/*/checkpoints")
+            kept = epochs_kept(checkpoints[0]) if checkpoints else 0
+            os.kill(train, signal.SIGKILL if kept >= 1 else signal.SIGCONT)
+            if kept >= 1:
+                return kept
+        time.sleep(0.05)
+    raise AssertionError(f"the train step in {work_dir} kept no backup")
+
+
 @pytest.fixture(scope="module")
 def interrupted_demo_run(tmp_path_factory):
     """The demo run as a user may live it: Ctrl-C (SIGINT to the whole process group, as a terminal sends it) once
@@ -305,23 +331,16 @@ def side_runs(demo_run, tmp_path_factory):
     stopped = finish(term, terminated, timeout=120)
     with open(terminated / "summary.json") as handle:
         results = {"term": (terminated, json.load(handle), stopped)}
-    # the train step alone killed (out of memory, say) once two epochs are backed up, then the same command again
-    # (enough epochs for the step to be found and killed mid-way: a tiny epoch takes a tenth of a second; a rate
-    # too small to learn, so the run ends not blessed, without the export it does not need)
+    # the train step alone killed (out of memory, say) once its first backup is kept, then the same command again (a
+    # rate too small to learn, so the run ends not blessed, without the export it does not need)
     crashed = root / "crash"
     again = ("--demo-per-class", "10", "--epochs", "40", "--image-size", "16", "--learning-rate", "0.000001")
     crash = start_run_local(crashed, *again)
-    wait_for_epochs(crash, crashed, 2)
-    (train,) = [
-        pid
-        for pid, line in processes_naming(str(crashed), with_pids=True)
-        if "kfp.dsl.executor_main" in line and "/train/model" in line and not line.startswith("sh ")
-    ]
-    os.kill(train, signal.SIGKILL)
+    kept_when_killed = kill_train_step_once_backed_up(crash, crashed)
     failed = finish(crash, crashed, timeout=120)
     resumed = run_cli("pipeline", "run-local", "--work-dir", str(crashed), *again, timeout=900)
     with open(crashed / "summary.json") as handle:
-        results["crash"] = (crashed, json.load(handle), (failed, resumed))
+        results["crash"] = (crashed, json.load(handle), (failed, resumed, kept_when_killed))
     for name, process in started.items():
         stdout, stderr = process.communicate(timeout=900)
         result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
@@ -386,7 +405,7 @@ def test_a_train_step_that_dies_is_resumed_by_the_same_command_from_its_last_epo
     """A step killed outright (the kernel's out-of-memory killer, a lost machine): run-local fails in one line that
     says how to go on, and the same command resumes the run: its conversion reused, training after the epochs its
     backup kept, to the end."""
-    _, summary, (failed, resumed) = side_runs["crash"]
+    _, summary, (failed, resumed, kept_when_killed) = side_runs["crash"]
     assert failed.returncode == 1, failed.stderr[-3000:]
     (line,) = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert line.startswith("error: step train failed: ") and line.endswith(
@@ -395,7 +414,8 @@ def test_a_train_step_that_dies_is_resumed_by_the_same_command_from_its_last_epo
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert summary["status"] == "succeeded" and summary["resumed"]["interrupted_during"] == "train"
     assert summary["steps"]["convert"] == "reused" and summary["steps"]["train"] == "ran"
-    assert summary["training"]["resumed_after_epoch"] >= 2 and summary["training"]["epochs"] == 40
+    assert kept_when_killed >= 1 and summary["training"]["resumed_after_epoch"] == kept_when_killed
+    assert summary["training"]["epochs"] == 40
     assert "which failed during train" in resumed.stdout + resumed.stderr
 
 
