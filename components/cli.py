@@ -222,10 +222,11 @@ def config_from_args(config_class, args, **overrides):
 
 
 def image_size_flag(text: str) -> int:
-    """``--image-size``: ``auto`` (``AUTO_IMAGE_SIZE``, the source's typical size) or a side of 8 pixels or more."""
+    """``--image-size``: ``auto`` (``AUTO_IMAGE_SIZE``, the source's typical size) or a side in pixels that
+    ``image_size_mistake`` takes."""
     import argparse
 
-    from components.imaging import AUTO_IMAGE_SIZE
+    from components.imaging import AUTO_IMAGE_SIZE, image_size_mistake  # (0 given is a size, too small)
 
     if text.strip().lower() == "auto":
         return AUTO_IMAGE_SIZE
@@ -233,8 +234,9 @@ def image_size_flag(text: str) -> int:
         size = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size: use auto or a number of pixels") from None
-    if size < 8:
-        raise argparse.ArgumentTypeError(f"{size} is too small: use 8 or more, or auto")
+    mistake = image_size_mistake(size)
+    if mistake:
+        raise argparse.ArgumentTypeError(mistake)
     return size
 
 

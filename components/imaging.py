@@ -57,6 +57,20 @@ def fill_square_pillow(image, size: int):
 # --image-size auto (0 in configs and the DAG's parameter): the source images' typical size, at most this
 AUTO_IMAGE_SIZE = 0
 MAX_AUTO_IMAGE_SIZE = 192
+# the sides an --image-size may give: a 1024x1024 batch of 32 is already 400 MiB as float32, before the model's own
+# activations (the largest Keras backbones take 600)
+MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 8, 1024
+
+
+def image_size_mistake(size: int) -> str | None:
+    """What is wrong with ``size`` as the side of the converted images, or None (a config's ``AUTO_IMAGE_SIZE`` is
+    auto, not a size: its caller leaves it out)."""
+    if size < MIN_IMAGE_SIZE:
+        return f"{size} is too small: use {MIN_IMAGE_SIZE} or more, or auto"
+    if size > MAX_IMAGE_SIZE:
+        return f"{size} is too large: use {MAX_IMAGE_SIZE} or less, or auto"
+    return None
+
 
 # the first bytes of each format the serving graph decodes (WebP, which Pillow decodes for the conversion, has no
 # decoder in the serving TensorFlow 2.15: the serving graph refuses it in one line)

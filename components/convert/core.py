@@ -64,7 +64,7 @@ from components.convert.staging import (
     staged_rows,
 )
 from components.decoding import DEFAULT_MAX_PIXELS
-from components.imaging import AUTO_IMAGE_SIZE, MAX_AUTO_IMAGE_SIZE
+from components.imaging import AUTO_IMAGE_SIZE, MAX_AUTO_IMAGE_SIZE, image_size_mistake
 from components.params import CONVERT
 from components.schema import (
     SPLITS,
@@ -117,8 +117,8 @@ class ConvertConfig:
     pipeline_args: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        if self.image_size != AUTO_IMAGE_SIZE and self.image_size < 8:
-            raise UsageError(f"--image-size {self.image_size} is too small: use 8 or more, or auto")
+        if self.image_size != AUTO_IMAGE_SIZE and (mistake := image_size_mistake(self.image_size)):
+            raise UsageError(f"--image-size {mistake}")
         check_split_options(self, "images")
         if not 1 <= self.jpeg_quality <= 100:
             raise UsageError(f"--jpeg-quality {self.jpeg_quality} is out of range: use 1 to 100")

@@ -71,6 +71,15 @@ MODALITY = "text"
 TEXTS_PER_SHARD = 25_000
 
 
+def check_text_options(config) -> None:
+    """The vocabulary and sequence length of a text conversion config: one-line errors."""
+    if config.vocabulary_size < 3:
+        raise UsageError(f"--vocabulary-size {config.vocabulary_size} is too small: use 3 or more (the article "
+                         "uses 15000; 2 ids are padding and out-of-vocabulary)")  # fmt: skip
+    if config.sequence_length < 1:
+        raise UsageError(f"--sequence-length {config.sequence_length} must be positive (the article uses 250)")
+
+
 @dataclass(frozen=True)
 class TextConvertConfig:
     """What to convert and how.
@@ -103,11 +112,7 @@ class TextConvertConfig:
     pipeline_args: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        if self.vocabulary_size < 3:
-            raise UsageError(f"--vocabulary-size {self.vocabulary_size} is too small: use 3 or more (the article "
-                             "uses 15000; 2 ids are padding and out-of-vocabulary)")  # fmt: skip
-        if self.sequence_length < 1:
-            raise UsageError(f"--sequence-length {self.sequence_length} must be positive (the article uses 250)")
+        check_text_options(self)
         check_split_options(self, "texts")
         check_beam_args(self.pipeline_args, [f"--{f.replace('_', '-')}" for f in self.__dataclass_fields__])
 

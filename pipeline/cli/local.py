@@ -7,7 +7,7 @@ import inspect
 import os
 
 from components.cli import UsageError, comma_separated, image_size_flag
-from components.params import CONVERT, EVALUATE, TRAIN, TUNE, defaults, flag_of
+from components.params import CONVERT, EVALUATE, TRAIN, TUNE, flag_of
 from components.schema import MODALITIES
 from components.train.core import LR_SCHEDULES
 from components.train.placement import BACKENDS, PRECISIONS
@@ -212,23 +212,10 @@ def check(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> None:
     ref = parse_ref(args.model_name or "auto")
     if ref.kind == "builtin" and args.image_size:  # (auto takes what every model takes)
         check_image_size(load(DEFAULT_MODELS["image"] if ref.text == "auto" else ref.text), args.image_size)
-    # each step's own checks of the values given, before anything runs (its config checks them on creation)
-    from components.convert.core import check_split_options
-    from components.evaluate.core import EvaluateConfig, baseline_path
-    from components.train.core import TrainConfig
+    from components.evaluate.core import baseline_path
+    from pipeline.step_values import check_step_values
 
-    def given(params) -> dict:
-        return {name: getattr(args, name) for name in params if getattr(args, name, None) is not None}
-
-    split_options = {name: CONVERT[name] for name in ("validation_fraction", "test_fraction", "max_bad_fraction",
-                                                      "num_shards")}  # fmt: skip
-    check_split_options(argparse.Namespace(**{**defaults(split_options), **given(split_options)}), "examples")
-    TrainConfig(examples_dir="", **given(TRAIN))
-    EvaluateConfig(examples_dir="", model_dir="", output_dir="", **given(EVALUATE))  # (--baseline: below)
-    if args.data_thresholds:  # (each name and value, as the step will take them)
-        from components.check_data.core import CheckDataConfig, parse_thresholds
-
-        CheckDataConfig(examples_dir="", output_dir="", thresholds=parse_thresholds(args.data_thresholds))
+    check_step_values(vars(args))
     if args.baseline_model is not None:  # checked before anything is written, as evaluate will check it
         from components.evaluate.core import check_baseline
 

@@ -56,6 +56,12 @@ def pipeline_parameters(template: str, overrides: Mapping[str, Any]) -> dict[str
     missing = sorted(n for n, d in declared.items() if not d.get("isOptional") and n not in typed)
     if missing:
         raise UsageError(f"pipeline parameter {missing[0]} is required: pass --param {missing[0]}=VALUE")
+    from pipeline.step_values import check_step_values
+
+    try:
+        check_step_values(typed)
+    except UsageError as err:
+        raise UsageError(f"--param: {err}") from None
     return typed
 
 

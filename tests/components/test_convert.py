@@ -330,6 +330,18 @@ def test_config_rejects_impossible_fractions():
         ConvertConfig(source="s", output_dir="o", validation_fraction=0.5, test_fraction=0.5)
 
 
+def test_an_image_size_that_would_take_the_host_down_is_refused_before_any_work(tmp_path, image_folder):
+    """The DAG's step takes its size from a parameter, the command line from a flag: both refused, nothing read."""
+    from components.convert.__main__ import main as convert
+
+    with pytest.raises(UsageError, match=r"^--image-size 100000 is too large: use 1024 or less, or auto$"):
+        ConvertConfig(source="s", output_dir="o", image_size=100000)
+    ConvertConfig(source="s", output_dir="o", image_size=1024)  # the largest taken
+    with pytest.raises(SystemExit) as exited:
+        convert(["--source", image_folder, "--output", str(tmp_path / "out"), "--image-size", "100000"])
+    assert exited.value.code == 2 and not (tmp_path / "out").exists()
+
+
 def test_local_runs_default_to_every_core_and_dataflow_options_pass_through():
     # one process (no worker start-up), whose conversion threads use every core
     assert default_pipeline_args([]) == [

@@ -26,11 +26,12 @@ def test_zero_is_refused_not_taken_for_the_default(tmp_path, flag, value, messag
 
 
 IMAGE_SIZE_MISTAKES = [("0", "0 is too small: use 8 or more, or auto"),
+                       ("100000", "100000 is too large: use 1024 or less, or auto"),  # (30 GB an image, decoded)
                        ("big", "'big' is not a size: use auto or a number of pixels")]  # fmt: skip
 
 
 @pytest.mark.parametrize("value, message", IMAGE_SIZE_MISTAKES)
-def test_an_image_size_is_auto_or_8_pixels_or_more(tmp_path, capsys, value, message):
+def test_an_image_size_is_auto_or_8_to_1024_pixels(tmp_path, capsys, value, message):
     with pytest.raises(SystemExit) as exited:
         main(["run-local", "--work-dir", str(tmp_path / "work"), "--image-size", value])
     assert exited.value.code == 2

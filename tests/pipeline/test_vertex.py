@@ -476,6 +476,17 @@ def test_gcloud_s_project_is_the_last_fallback_and_each_command_says_where_its_s
          "pipeline parameter source is required: pass --param source=VALUE"),
         (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
           "--param", "source=x", "--param", "epochs=many"], "--param epochs=many is not a number integer"),
+        # what a step would refuse minutes into the run, refused before it is submitted
+        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
+          "--param", "source=x", "--param", "image_size=100000"],
+         "--param: --image-size 100000 is too large: use 1024 or less, or auto"),
+        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
+          "--param", "source=x", "--param", "epochs=0"], "--param: --epochs 0 must be at least 1"),
+        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
+          "--param", "source=x", "--param", "test_fraction=1.5"],
+         "--param: --test-fraction 1.5 is out of range: use a fraction in [0, 1)"),
+        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
+          "--param", "source=x", "--param", "vocabulary_size=2"], "--param: --vocabulary-size 2 is too small"),
     ],
 )  # fmt: skip
 def test_missing_or_wrong_settings_are_one_line_errors(monkeypatch, tmp_path, args, message):
