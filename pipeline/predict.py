@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from components.artifacts.exported import EXPORT_FILE, find_saved_model
+from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, check_export, find_saved_model
 from components.cli import UsageError, one_line
 
 
@@ -44,6 +44,8 @@ def locate_export(model: str) -> tuple[str, list[str]]:
     found = find_saved_model(model)
     if found is not None:
         saved_model, report = found
+        if os.path.isfile(report) or os.path.isdir(os.path.join(model, SAVED_MODEL_DIR)):
+            check_export(os.path.dirname(report))  # an export: finished and intact, as its export.json records
         return saved_model, _class_names(report)
     raise UsageError(
         f"model {model} is not an export: expected the export step's output (saved_model/ and export.json), "
@@ -118,29 +120,54 @@ def top_labels(path: str, probabilities, class_names: list[str], top: int) -> An
     return Answer(path, [(names[i], float(row[i])) for i in row.argsort()[::-1][:top]])
 
 
+# image files read, decoded and answered at a time: the memory a request takes is a batch's, whatever its count
+PREDICT_BATCH = 16
+
+
 def predict(model: str, images: list[str], top: int = 3) -> tuple[list[Answer], list[str]]:
-    """Top-``top`` labels for each readable image, and one-line errors for the others."""
+    """Top-``top`` labels for each readable image, and one-line errors for the others, ``PREDICT_BATCH`` files at
+    a time."""
     check_top(top)
     saved_model, class_names = locate_export(model)
     if export_modality(saved_model) == TEXT_MODEL:
         raise UsageError(f"model {model} is a text model: pass --text or --text-file, not image files")
-    readable, errors = read_images(images)
-    if not readable:
-        return [], errors
-    contents = [content for _, content in readable]
-    if saved_model.endswith(".tflite"):
-        probabilities = _tflite_probabilities(saved_model, contents)
-    else:
-        import tensorflow as tf
-
-        signatures = tf.saved_model.load(saved_model).signatures
-        # the model's size, from the pixels serving_images takes: [None, size, size, 3]
-        size = int(signatures["serving_images"].structured_input_signature[1]["images"].shape[1])
-        raw_files = decodes_as_conversion(export_report(saved_model))
-        batch = tf.constant([sent_bytes(content, size, raw_files=raw_files) for content in contents])
-        probabilities = signatures["serving_default"](image_bytes=batch)["probabilities"].numpy()
-    answers = [top_labels(path, row, class_names, top) for (path, _), row in zip(readable, probabilities, strict=True)]
+    answer = _tflite_answerer(saved_model) if saved_model.endswith(".tflite") else _serving_answerer(saved_model)
+    answers, errors = [], []
+    for start in range(0, len(images), PREDICT_BATCH):
+        readable, failed = read_images(images[start : start + PREDICT_BATCH])
+        errors += failed
+        if readable:
+            probabilities = answer([content for _, content in readable])
+            answers += [top_labels(path, row, class_names, top) for (path, _), row in zip(readable, probabilities,
+                                                                                           strict=True)]  # fmt: skip
     return answers, errors
+
+
+def load_saved_model(saved_model: str):
+    """The SavedModel at ``saved_model``, loaded; a one-line error naming it when it cannot be (a missing or
+    truncated file)."""
+    import tensorflow as tf
+
+    try:
+        return tf.saved_model.load(saved_model)
+    except (OSError, ValueError, tf.errors.OpError) as err:
+        raise UsageError(f"model {saved_model} cannot be loaded: {one_line(err)[:300]}; export it again") from None
+
+
+def _serving_answerer(saved_model: str):
+    """contents -> probabilities through the SavedModel's ``serving_default``, as a client sends the files."""
+    import tensorflow as tf
+
+    signatures = load_saved_model(saved_model).signatures
+    # the model's size, from the pixels serving_images takes: [None, size, size, 3]
+    size = int(signatures["serving_images"].structured_input_signature[1]["images"].shape[1])
+    raw_files = decodes_as_conversion(export_report(saved_model))
+
+    def answer(contents: list[bytes]):
+        batch = tf.constant([sent_bytes(content, size, raw_files=raw_files) for content in contents])
+        return signatures["serving_default"](image_bytes=batch)["probabilities"].numpy()
+
+    return answer
 
 
 def png_bytes(pixels) -> bytes:
@@ -150,21 +177,37 @@ def png_bytes(pixels) -> bytes:
     return buffer.getvalue()
 
 
-def _tflite_probabilities(path: str, contents: list[bytes]):
-    """The TFLite model's probabilities for image files, each decoded and resized here as the conversion does (the
-    TFLite input is decoded, upright RGB pixels: the caller's work)."""
+def tflite_content(path: str) -> bytes:
+    """The bytes of the TFLite file at ``path``, once an interpreter takes them; a one-line error naming it when
+    it is damaged (a truncated file)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    with open(path, "rb") as handle:
+        content = handle.read()
+    try:
+        Interpreter(model_content=content)
+    except (ValueError, RuntimeError) as err:
+        raise UsageError(f"model {path} cannot be loaded: {one_line(err)[:300]}; export it again") from None
+    return content
+
+
+def _tflite_answerer(path: str):
+    """contents -> the TFLite model's probabilities, each image decoded and resized here as the conversion does
+    (the TFLite input is decoded, upright RGB pixels: the caller's work)."""
     import numpy as np
     from ai_edge_litert.interpreter import Interpreter
 
     from components.decoding import conversion_square
     from components.export.image import tflite_predict
 
-    with open(path, "rb") as handle:
-        content = handle.read()
-    interpreter = Interpreter(model_content=content)
-    size = int(interpreter.get_input_details()[0]["shape"][1])
-    images = [np.asarray(conversion_square(image, size), dtype=np.uint8) for image in contents]
-    return tflite_predict(content, np.stack(images))
+    content = tflite_content(path)
+    size = int(Interpreter(model_content=content).get_input_details()[0]["shape"][1])
+
+    def answer(contents: list[bytes]):
+        images = [np.asarray(conversion_square(image, size), dtype=np.uint8) for image in contents]
+        return tflite_predict(content, np.stack(images))
+
+    return answer
 
 
 TEXT_MODEL = "text"
@@ -176,15 +219,14 @@ def export_modality(model: str) -> str:
         import numpy as np
         from ai_edge_litert.interpreter import Interpreter
 
-        return TEXT_MODEL if Interpreter(model_path=model).get_input_details()[0]["dtype"] == np.int32 else "image"
+        details = Interpreter(model_content=tflite_content(model)).get_input_details()
+        return TEXT_MODEL if details[0]["dtype"] == np.int32 else "image"
     found = find_saved_model(model)
     if found and os.path.isfile(found[1]):
         with open(found[1], encoding="utf-8") as handle:
             return json.load(handle).get("modality", "image")
     if found:  # a SavedModel alone: what its serving_default takes
-        import tensorflow as tf
-
-        inputs = tf.saved_model.load(found[0]).signatures["serving_default"].structured_input_signature[1]
+        inputs = load_saved_model(found[0]).signatures["serving_default"].structured_input_signature[1]
         return TEXT_MODEL if "text" in inputs else "image"
     return "image"
 
@@ -217,7 +259,7 @@ def predict_texts(model: str, texts: list[str], files: list[str], top: int = 3) 
     else:
         import tensorflow as tf
 
-        serving = tf.saved_model.load(exported).signatures["serving_default"]
+        serving = load_saved_model(exported).signatures["serving_default"]
         probabilities = serving(text=tf.constant(strings))["probabilities"].numpy()
     for answer, row in zip(answers, probabilities, strict=True):
         answer.top = top_labels(answer.path, row, class_names, top).top
@@ -235,8 +277,7 @@ def _tflite_text_probabilities(path: str, texts: list[str]):
     from components.export.tflite_metadata import packed_file
     from components.tokenizing import VOCABULARY_FILE, parse_vocabulary, token_ids
 
-    with open(path, "rb") as handle:
-        content = handle.read()
+    content = tflite_content(path)
     vocabulary = packed_file(content, VOCABULARY_FILE)
     beside = os.path.join(os.path.dirname(os.path.abspath(path)), VOCABULARY_FILE)
     if vocabulary is None and os.path.isfile(beside):

@@ -2,12 +2,17 @@
 Model Registry read.
 
 It holds ``saved_model/`` (the serving SavedModel), ``model_float.tflite``, ``model_int8.tflite`` and
-``export.json`` (formats, sizes, accuracies, parity, class names and image size).
+``export.json`` (formats, sizes, accuracies, parity, class names and image size). ``export.json`` is written last,
+with the size and sha256 of every other file (``files``): an export without it is unfinished, and one whose files
+differ from it is damaged; register and predict refuse both (``check_export``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+
+from components.cli import UsageError
 
 SAVED_MODEL_DIR = "saved_model"
 EXPORT_FILE = "export.json"
@@ -29,3 +34,58 @@ def find_saved_model(path: str) -> tuple[str, str] | None:
         if os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
             return saved_model, os.path.join(os.path.dirname(os.path.abspath(saved_model)), EXPORT_FILE)
     return None
+
+
+def write_export_record(output_dir: str, report: dict) -> dict:
+    """Writes ``export.json`` into the (local) ``output_dir``, last, with the size and sha256 of each file there;
+    returns what it wrote."""
+    from components.storage import write_json
+
+    files = {}
+    for folder, _, names in os.walk(output_dir):
+        for name in names:
+            path = os.path.join(folder, name)
+            relative = os.path.relpath(path, output_dir).replace(os.sep, "/")
+            if relative != EXPORT_FILE:
+                files[relative] = {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
+    record = {**report, "files": dict(sorted(files.items()))}
+    write_json(os.path.join(output_dir, EXPORT_FILE), record)
+    return record
+
+
+def check_export(uri: str) -> dict:
+    """The ``export.json`` of the export folder ``uri`` (local or ``gs://``), once every file it lists is there with
+    its size and sha256; a one-line error for an unfinished export (no ``export.json``) or a damaged one. (An
+    export made before the record listed its files is taken as it is.)"""
+    from components.storage import exists, match, read_json
+
+    uri = uri.rstrip("/") if "://" in uri else os.path.abspath(uri)
+    again = "export it again (python -m components.export, or the same run-local command)"
+    if not exists(f"{uri}/{EXPORT_FILE}"):
+        raise UsageError(f"export {uri} is unfinished: it has no {EXPORT_FILE}, which the export step writes last; "
+                         f"{again}")  # fmt: skip
+    try:
+        record = read_json(f"{uri}/{EXPORT_FILE}")
+        listed = dict(record.get("files") or {})
+    except (ValueError, AttributeError, TypeError):
+        raise UsageError(f"export {uri} is damaged: its {EXPORT_FILE} is not the export step's JSON; {again}") from None
+    sizes = {info.path[len(uri) + 1 :]: info.size_in_bytes for info in match(f"{uri}/**")}
+    for relative, expected in listed.items():
+        if relative not in sizes:
+            raise UsageError(f"export {uri} is damaged: {relative} is missing; {again}")
+        digest = None if sizes[relative] != expected["bytes"] else _sha256(f"{uri}/{relative}")
+        if digest != expected["sha256"]:
+            found = f"{sizes[relative]} bytes" + (f", sha256 {digest[:12]}" if digest else "")
+            raise UsageError(f"export {uri} is damaged: {relative} is not the file exported ({found}; exported: "
+                             f"{expected['bytes']} bytes, sha256 {expected['sha256'][:12]}); {again}")  # fmt: skip
+    return record
+
+
+def _sha256(path: str) -> str:
+    from components.storage import open_read
+
+    digest = hashlib.sha256()
+    with open_read(path) as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 
-from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, TFLITE_FILES
+from components.artifacts.exported import SAVED_MODEL_DIR, TFLITE_FILES, write_export_record
 from components.artifacts.model import model_digest
 from components.export.common import (
     PARITY_BATCH_SIZE,
@@ -35,7 +35,7 @@ from components.export.tflite_metadata import classifier_files
 from components.imaging import DECODING, TFLITE_INPUT
 from components.models import INPUT_PIXELS, load_trained_model
 from components.schema import parse_example, split_files
-from components.storage import write_atomically, write_json
+from components.storage import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +307,7 @@ def export_image(config: ExportConfig) -> dict:
         "model_digest": digest,  # the trained weights' sha256: the model's identity
         **keep_model_code(config.model_dir, config.output_dir, model_config),
     }
-    write_json(os.path.join(config.output_dir, EXPORT_FILE), report)
+    report = write_export_record(config.output_dir, report)
     log.info(
         "exported %s; parity on %d %s images: %.4f argmax agreement, max probability difference %.2e",
         saved_model_path,

@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 
-from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, TFLITE_FILES
+from components.artifacts.exported import SAVED_MODEL_DIR, TFLITE_FILES, write_export_record
 from components.artifacts.model import model_digest
 from components.cli import StepFailedError
 from components.export.common import (
@@ -41,7 +41,7 @@ from components.export.common import (
 )
 from components.export.tflite_metadata import text_classifier_files
 from components.models import load_trained_model
-from components.storage import write_atomically, write_json
+from components.storage import write_atomically
 from components.tokenizing import VOCABULARY_FILE, GraphTokenizer, read_vocabulary, vocabulary_bytes
 
 log = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ def export_text(config: ExportConfig) -> dict:
         "model_digest": digest,
         **keep_model_code(config.model_dir, config.output_dir, model_config),
     }
-    write_json(os.path.join(config.output_dir, EXPORT_FILE), report)
+    report = write_export_record(config.output_dir, report)
     log.info("exported %s; on %d %s texts: the graph's token ids equal the conversion's for %.4f, argmax agreement "
              "%.4f, max probability difference %.2e", saved_model_path, parity["num_examples"], parity["split"],
              parity["token_agreement"] or 0.0, parity["argmax_agreement"] or 0.0,

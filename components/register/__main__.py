@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "is kept with the version (the prediction mix of later runs) (default: none)")  # fmt: skip
     for action in (baseline, add):
         action.add_argument("--registry", required=True, help="the registry folder (local or gs://)")
-        action.add_argument("--baseline", default="", help="the model in service, when known (default: the "
+        action.add_argument("--baseline", help="the model in service, when known (add: the model the export was "
+                            "judged against, which must still be the registry's default; \"\": none) (default: the "
                             "registry's default version)")  # fmt: skip
         action.add_argument("--display-name", default="", help="the model's name (default: the registry folder's)")
         action.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -45,10 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.verbose)
     name = args.display_name or os.path.basename(args.registry.rstrip("/"))
     if args.action == "baseline":
-        print(json.dumps({"baseline": find_baseline(name, args.baseline, args.registry, None)}))
+        print(json.dumps({"baseline": find_baseline(name, args.baseline or "", args.registry, None)}))
     else:
-        print(register_version(args.export, name, args.baseline, args.registry, args.run, None,
-                               evaluation=args.evaluation, data_statistics=args.data_statistics))  # fmt: skip
+        print(register_version(args.export, name, args.baseline or "", args.registry, args.run, None,
+                               evaluation=args.evaluation, data_statistics=args.data_statistics,
+                               judged=args.baseline is not None))  # fmt: skip
     return 0
 
 

@@ -9,15 +9,20 @@ at ``<N>/``; here it is at ``<N>/saved_model/``, beside the TFLite files):
 - the cloud DAG copies into it (``model_root``) before uploading to the Vertex AI Model Registry, so the version in
   service does not live in a run's pipeline root, where a bucket's lifecycle rule would delete it.
 
-A candidate whose trained weights are the baseline's (a cached train step over unchanged data) is not pushed again.
+A candidate whose trained weights are the baseline's (a cached train step over unchanged data) is not pushed again,
+and one judged against a model that is no longer the default (another run registered meanwhile) is refused:
+registrations into a local folder take turns (a lock the kernel releases when its holder dies), and each checks the
+default it would replace first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR
@@ -28,6 +33,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_FILE = "default"  # {"version": N}
 VERSION_FILE = "version.json"  # written last: the version is complete
+LOCK_FILE = ".lock"  # a local registry's registrations take turns on it
 MODELS_FOLDER = "models"  # under the pipeline root's bucket when no model_root is given
 
 
@@ -86,6 +92,39 @@ class FolderRegistry:
                 f"model registry {self.root} is not one this pipeline keeps: its {DEFAULT_FILE} does not name a "
                 f"complete version <N>/{VERSION_FILE}; pass another folder"
             ) from None
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """This process's turn to register: on a local folder, an exclusive lock on ``<root>/.lock``, which the
+        kernel releases when its holder ends however it ends; on Cloud Storage none (the DAG's runs of one schedule
+        do not overlap with ``--max-concurrent-runs 1``, the default)."""
+        if "://" in self.root:
+            yield
+            return
+        import fcntl
+
+        os.makedirs(self.root, exist_ok=True)
+        with open(os.path.join(self.root, LOCK_FILE), "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+
+    def check_default_is(self, baseline: str) -> None:
+        """A one-line error when the default version is no longer ``baseline``, the model a candidate was judged
+        against ("": none; a version's folder or its ``saved_model/``), because another run registered meanwhile: the
+        default never moves to a model that was not compared with the one it replaces. A baseline outside the
+        registry (one given by hand) is not the registry's to check."""
+        judged = baseline.rstrip("/").removesuffix("/" + SAVED_MODEL_DIR)
+        if judged and not judged.startswith(self.root + "/"):
+            return
+        current = self.default()
+        if (current.uri if current else "") == judged:
+            return
+        now = f"version {current.number}" if current else "no version"
+        was = f"version {judged.rsplit('/', 1)[-1]}" if judged else "no model"
+        raise UsageError(
+            f"model registry {self.root}: its default is now {now}, not the {was} this model was judged against "
+            "(another run registered meanwhile), so it is not registered: run again to be judged against it"
+        )
 
     def push(self, export_uri: str, record: dict, make_default: bool = True, data_statistics: str = "",
              evaluation: str = "") -> Version:  # fmt: skip

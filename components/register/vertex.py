@@ -187,6 +187,7 @@ def register_version(
     settings: VertexSettings | None,
     evaluation: str = "",
     data_statistics: str = "",
+    judged: bool = True,
 ) -> str:
     """The DAG's registration of a blessed export; returns the decision as a JSON line (``action`` registered or
     skipped, and the version or the reason). ``data_statistics`` (a check-data output): the statistics of the data
@@ -198,8 +199,12 @@ def register_version(
     ``gs://<the export's bucket>/models/<display_name>``) and becomes its default; with ``settings``, that copy is
     uploaded to the Vertex AI Model Registry as the new default version of ``display_name``, and evaluate's
     ``metrics.json`` in the ``evaluation`` folder (if given) is imported as that version's evaluation. The decision
-    names the model version in service afterwards (``model``, ``version``) when the Model Registry holds it."""
+    names the model version in service afterwards (``model``, ``version``) when the Model Registry holds it.
+
+    ``judged``: ``baseline`` is the model evaluate judged the candidate against ("": none), so the registry's default
+    must still be it (``FolderRegistry.check_default_is``); False for a registration by hand with no baseline."""
     from components.artifacts.evaluation import metrics_path
+    from components.artifacts.exported import check_export
     from components.register.core import (
         FolderRegistry,
         decision,
@@ -212,6 +217,7 @@ def register_version(
     if not display_name:
         log.info("model_display_name is empty: the blessed export is not registered")
         return decision("skipped", reason="registration is off (model_display_name is empty)")
+    check_export(export_uri)  # never a half-written or damaged export
     same = same_as_baseline(export_uri, baseline)
     if same:
         log.info(f"{same}: not registered again")
@@ -223,8 +229,11 @@ def register_version(
     root = model_root or default_model_root(export_uri, display_name)
     registry = FolderRegistry(root)
     record = {"display_name": display_name, "pipeline_run": pipeline_run, **model_code_record(export_uri)}
-    version = registry.push(export_uri, record, make_default=settings is None, data_statistics=data_statistics,
-                            evaluation=evaluation)  # fmt: skip
+    with registry.turn():
+        if judged:
+            registry.check_default_is(baseline)
+        version = registry.push(export_uri, record, make_default=settings is None, data_statistics=data_statistics,
+                                evaluation=evaluation)  # fmt: skip
     if settings is None:
         log.info(f"registered {export_uri} as version {version.number} of {root}")
         return decision("registered", version=version.number, uri=version.uri)

@@ -212,3 +212,68 @@ def test_a_version_keeps_its_evaluation_and_the_command_line_passes_it(tmp_path,
     with pytest.raises(UsageError, match=f"^--evaluation {evaluation} has no metrics.json: pass the evaluate step"):
         other.push(str(export), {}, evaluation=str(evaluation))
     assert other.versions() == [] and other.default() is None
+
+
+def test_an_unfinished_or_damaged_export_is_never_registered(tmp_path):
+    """A disk-full export (no export.json, written last) or one whose files changed since export.json listed them:
+    one line naming it, no version claimed, the default unchanged."""
+    import os
+
+    from components.artifacts.exported import write_export_record
+    from components.register.vertex import register_version
+
+    root = str(tmp_path / "registry")
+    export = fake_export(tmp_path / "a", "1" * 64)
+    os.remove(tmp_path / "a" / "export.json")
+    with pytest.raises(UsageError, match=rf"^export {export} is unfinished: it has no export.json, which the export "
+                       "step writes last; export it again"):  # fmt: skip
+        register_version(export, "digits", "", root, "run-1", None)
+    write_export_record(export, {"model_digest": "1" * 64})
+    (tmp_path / "a" / "saved_model" / "saved_model.pb").write_bytes(b"grap")
+    with pytest.raises(UsageError, match=rf"^export {export} is damaged: saved_model/saved_model.pb is not the file "
+                       r"exported \(4 bytes; exported: 5 bytes, sha256 \w{12}\)"):  # fmt: skip
+        register_version(export, "digits", "", root, "run-1", None)
+    assert not os.path.exists(root)
+    (tmp_path / "a" / "saved_model" / "saved_model.pb").write_bytes(b"graph")  # as exported: registered
+    assert json.loads(register_version(export, "digits", "", root, "run-1", None))["version"] == 1
+
+
+def test_runs_that_register_at_once_never_move_the_default_to_a_model_not_compared_with_it(tmp_path):
+    """Two runs judged against the same default (none, then version 1) register at once, five times: one becomes
+    the default, the other is refused in one line that says why, and nothing it copied is left as a version."""
+    from components.register.vertex import register_version
+
+    root = str(tmp_path / "registry")
+    baseline = ""
+    for attempt in range(5):
+        exports = [fake_export(tmp_path / f"{attempt}-{n}", f"{attempt}{n}" * 32) for n in range(2)]
+        outcomes = {}
+
+        def register(export, outcomes=outcomes, judged_against=baseline):
+            try:
+                outcomes[export] = json.loads(register_version(export, "digits", judged_against, root, "r", None))
+            except UsageError as err:
+                outcomes[export] = str(err)
+
+        threads = [threading.Thread(target=register, args=(export,)) for export in exports]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        (won,) = [e for e in exports if isinstance(outcomes[e], dict)]
+        (lost,) = [outcomes[e] for e in exports if e != won]
+        version = outcomes[won]["version"]
+        was = f"version {baseline.rsplit('/', 1)[-1]}" if baseline else "no model"
+        assert lost == (f"model registry {root}: its default is now version {version}, not the {was} this model "
+                        "was judged against (another run registered meanwhile), so it is not registered: run again "
+                        "to be judged against it")  # fmt: skip
+        registry = FolderRegistry(root)
+        assert registry.default().number == version == attempt + 1 and len(registry.versions()) == attempt + 1
+        assert json.loads((tmp_path / "registry" / str(version) / "version.json").read_text())["source"] == won
+        baseline = registry.default().uri
+    # a registration by hand with no baseline is not judged; one against a baseline given outside the registry is
+    # the user's comparison, not the registry's
+    assert json.loads(register_version(fake_export(tmp_path / "x", "x" * 64), "digits", "", root, "r", None,
+                                       judged=False))["version"] == 6  # fmt: skip
+    assert json.loads(register_version(fake_export(tmp_path / "y", "y" * 64), "digits", str(tmp_path / "x"), root,
+                                       "r", None))["version"] == 7  # fmt: skip

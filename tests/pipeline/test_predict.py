@@ -83,3 +83,61 @@ def test_a_tflite_file_on_its_own_names_the_classes_from_its_packed_labels(expor
     (record,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sorted(t["label"] for t in record["top"]) == sorted(CLASSES)
     assert record["top"][0]["label"] == "fish"
+
+
+def test_many_files_are_answered_a_batch_at_a_time_in_their_order(exported, tmp_path, capsys):
+    """More files than a batch (memory bounded by a batch, whatever the count), an unusable one among them: every
+    other file answered, in the order given, as it is answered in a request of its own."""
+    from pipeline.predict import PREDICT_BATCH, predict
+
+    output, _ = exported
+    names = [CLASSES[i % len(CLASSES)] for i in range(2 * PREDICT_BATCH + 3)]
+    paths = [write(tmp_path / f"{i}.jpg", image_bytes(COLORS[name], (24, 24), "JPEG", seed=i))
+             for i, name in enumerate(names)]  # fmt: skip
+    broken = write(tmp_path / "broken.png", b"\x89PNG\r\n\x1a\n cut short")
+    paths.insert(PREDICT_BATCH + 1, broken)
+    answers, errors = predict(output, paths, top=1)
+    assert [answer.path for answer in answers] == [path for path in paths if path != broken]
+    assert len(errors) == 1 and errors[0].startswith(f"image {broken} cannot be used")
+    around = [path for path in paths[PREDICT_BATCH - 1 : PREDICT_BATCH + 3] if path != broken]  # a batch's edge
+    alone = {answer.path: answer.top[0] for answer in predict(output, around, top=1)[0]}
+    for answer in answers:
+        if answer.path in alone:
+            assert answer.top[0][0] == alone[answer.path][0]
+            assert abs(answer.top[0][1] - alone[answer.path][1]) < 1e-4
+
+
+def test_an_unfinished_or_damaged_export_is_refused_in_one_line_naming_it(exported, tmp_path):
+    """An export cut short (a full disk: no export.json, written last), a file changed since (its size or sha256 is
+    not export.json's), a SavedModel alone without its variables, a truncated TFLite file: one line each, naming the
+    model and what to do, never a traceback and never an answer from a half-written model."""
+    import os
+    import shutil
+
+    output, _ = exported
+    image = write(tmp_path / "cat.jpg", image_bytes(COLORS["cat"], (40, 40), "JPEG", seed=77))
+    copy = tmp_path / "export"
+    shutil.copytree(output, copy)
+    (copy / "export.json").rename(tmp_path / "export.json")
+    with pytest.raises(UsageError) as raised:
+        main(["predict", "--model", str(copy), image])
+    assert str(raised.value) == (f"export {copy} is unfinished: it has no export.json, which the export step "
+                                 "writes last; export it again (python -m components.export, or the same run-local "
+                                 "command)")  # fmt: skip
+    (tmp_path / "export.json").rename(copy / "export.json")
+    (data,) = (copy / "saved_model" / "variables").glob("variables.data-*")
+    data.write_bytes(data.read_bytes()[:-8] + b"\0" * 8)  # the same size, other bytes
+    for given in (copy, copy / "saved_model"):
+        with pytest.raises(UsageError, match=rf"^export {copy} is damaged: saved_model/variables/{data.name} is not "
+                           r"the file exported \(\d+ bytes, sha256 \w{12}; exported: \d+ bytes, sha256 \w{12}\); "
+                           "export it again"):  # fmt: skip
+            main(["predict", "--model", str(given), image])
+    alone = tmp_path / "alone"
+    shutil.copytree(output + "/saved_model", alone)
+    os.remove(alone / "variables" / "variables.index")
+    with pytest.raises(UsageError, match=rf"^model {alone} cannot be loaded: .*; export it again$"):
+        main(["predict", "--model", str(alone), image])
+    cut = tmp_path / "cut.tflite"
+    cut.write_bytes((copy / "model_float.tflite").read_bytes()[:1000])
+    with pytest.raises(UsageError, match=rf"^model {cut} cannot be loaded: .*; export it again$"):
+        main(["predict", "--model", str(cut), image])
