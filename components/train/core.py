@@ -52,6 +52,7 @@ from components.params import TRAIN
 from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, read_json, write_atomically, write_json
 from components.tokenizing import VOCABULARY_FILE, read_vocabulary, vocabulary_bytes, vocabulary_digest
+from components.train import writer_lock
 from components.train.placement import BACKENDS, PRECISIONS
 from components.train.transfer import (
     HEAD_WEIGHTS,
@@ -635,6 +636,8 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
     env = os.environ if env is None else env
     config, examples, dirs = check_inputs(config, env)
     placement, backend = placed(config, env, examples.modality)
+    if placement.is_chief:  # (the other hosts of a slice keep their backups in scratch folders)
+        writer_lock.hold(dirs.checkpoint_dir)
     import keras
 
     code = load_model_code(config, examples)
@@ -718,6 +721,7 @@ def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
         log.warning("training did not learn: %s", not_learned)
     images_per_second = trained_epochs * steps_per_epoch * global_batch / max(seconds, 1e-9)
     log.info("trained in %.1fs (%.0f %ss/s): %s", seconds, images_per_second, examples.modality, json.dumps(final))
+    writer_lock.release()
     return {
         "final": final,
         "train_seconds": seconds,

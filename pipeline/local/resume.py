@@ -122,6 +122,22 @@ def process_alive(pid: int, created: float = 0.0) -> bool:
         return True
 
 
+def steps_left_running(work_dir: str) -> list[tuple[int, str]]:
+    """(process, step) of each step process (kfp.local's executor) still working on the work dir's files, but this
+    process's own."""
+    import psutil
+
+    inside = os.path.join(os.path.abspath(work_dir), "")
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = process.info["cmdline"] or []
+        executor = "kfp.dsl.executor_main" in line and os.path.basename(line[0]) not in ("sh", "bash")
+        if executor and process.pid != os.getpid() and any(inside in part for part in line):
+            step = line[line.index("--function_to_execute") + 1] if "--function_to_execute" in line[:-1] else "a"
+            found.append((process.pid, step))
+    return sorted(found)
+
+
 def this_process_created() -> float:
     import psutil
 
@@ -143,6 +159,12 @@ def begin(work_dir: str, key: str, run_name: str, resume: bool) -> tuple[RunStat
     decision = decide(previous, key, resume, previous is not None and process_alive(previous.pid, previous.pid_created))
     if decision.action == "refuse":
         raise UsageError(f"--work-dir {work_dir}: {decision.why}; wait for it to end, or pass another --work-dir")
+    left = steps_left_running(work_dir) if previous is not None else []
+    if left:  # (a run-local killed outright, by the out-of-memory killer say, leaves its running step behind)
+        pid, step = left[0]
+        raise UsageError(f"--work-dir {work_dir}: the {step} step of the run-local that was killed there is still "
+                         f"running (process {pid}); wait for it to end, or end it (kill {pid}), then run the same "
+                         "command again")  # fmt: skip
     if decision.action == "resume":
         log.info("%s: its finished steps are reused and training goes on from its last finished epoch "
                  "(--no-resume starts over)", decision.why)  # fmt: skip

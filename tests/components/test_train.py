@@ -348,6 +348,33 @@ def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_pa
     )
 
 
+def test_a_second_training_into_a_checkpoint_folder_in_use_is_refused(converted, tmp_path):
+    """One writer per checkpoint folder: while a training holds it (here this test process, as a step orphaned by a
+    killed run-local would), another is refused in one line, before it reads or writes a backup; the lock goes with
+    its holder (the killed training above resumes into its folder) and a finished training leaves no lock file."""
+    import fcntl
+
+    examples_dir, _ = converted
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    with open(checkpoints / ".writer", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write("process 4242\n")
+        held.flush()
+        result = run_cli("components.train", "--examples", examples_dir, "--model-dir", str(tmp_path / "model"),
+                         "--checkpoint-dir", str(checkpoints), "--epochs", "1", "--batch-size", "8")  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: checkpoint dir {checkpoints} is in use by another training (process 4242): wait for it to end or "
+        "end it, or pass another --checkpoint-dir"
+    )
+    assert sorted(os.listdir(checkpoints)) == [".writer"]
+    finished = run_cli("components.train", "--examples", examples_dir, "--model-dir", str(tmp_path / "model"),
+                       "--checkpoint-dir", str(checkpoints), "--epochs", "1", "--batch-size", "8")  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert not os.path.exists(checkpoints / ".writer")
+
+
 def backups_of_two_epochs(checkpoint_dir, saves: int = 2):
     """Keras's own ``BackupAndRestore`` (``double_checkpoint``, as the train step keeps it) after ``saves`` epochs of
     a one-layer model whose kernel is filled with the epoch's number; the restore of a fresh model from it."""

@@ -77,10 +77,10 @@ def wait_for_epochs(process: subprocess.Popen, work_dir, epochs: int) -> int:
     raise AssertionError(f"training in {work_dir} did not reach epoch {epochs}")
 
 
-def kill_train_step_once_backed_up(process: subprocess.Popen, work_dir) -> int:
-    """SIGKILLs run-local's train step (its executor process alone, as the out-of-memory killer would) once its
-    backup keeps an epoch; returns the epochs the backup kept. The step is stopped (SIGSTOP) while its backup is
-    read, so that however fast the host trains, it is killed mid-way and not after its last epoch."""
+def stop_train_step_once_backed_up(process: subprocess.Popen, work_dir, least: int = 1) -> tuple[int, int]:
+    """Stops (SIGSTOP) run-local's train step (its executor process) once its backup keeps ``least`` epochs; returns
+    (its pid, the epochs its backup kept). The step is stopped while its backup is read, so that however fast the
+    host trains, it is caught mid-way and not after its last epoch."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         assert process.poll() is None, finish(process, work_dir).stderr[-3000:]
@@ -96,11 +96,11 @@ def kill_train_step_once_backed_up(process: subprocess.Popen, work_dir) -> int:
                 continue  # it ended: run-local's own end says how, above
             checkpoints = glob.glob(f"{work_dir}/resume/*/checkpoints")
             kept = epochs_kept(checkpoints[0]) if checkpoints else 0
-            os.kill(train, signal.SIGKILL if kept >= 1 else signal.SIGCONT)
-            if kept >= 1:
-                return kept
+            if kept >= least:
+                return train, kept
+            os.kill(train, signal.SIGCONT)
         time.sleep(0.05)
-    raise AssertionError(f"the train step in {work_dir} kept no backup")
+    raise AssertionError(f"the train step in {work_dir} kept no backup of {least} epochs")
 
 
 @pytest.fixture(scope="module")
@@ -331,16 +331,24 @@ def side_runs(demo_run, tmp_path_factory):
     stopped = finish(term, terminated, timeout=120)
     with open(terminated / "summary.json") as handle:
         results = {"term": (terminated, json.load(handle), stopped)}
-    # the train step alone killed (out of memory, say) once its first backup is kept, then the same command again (a
-    # rate too small to learn, so the run ends not blessed, without the export it does not need)
+    # the train step alone killed (out of memory, say) once its first backup is kept; the same command again, and
+    # this time run-local alone killed, its train step left running; the same command (refused while that step
+    # runs), and once it is gone, again (a rate too small to learn: the run ends not blessed, without an export)
     crashed = root / "crash"
     again = ("--demo-per-class", "10", "--epochs", "40", "--image-size", "16", "--learning-rate", "0.000001")
     crash = start_run_local(crashed, *again)
-    kept_when_killed = kill_train_step_once_backed_up(crash, crashed)
+    train, kept = stop_train_step_once_backed_up(crash, crashed)
+    os.kill(train, signal.SIGKILL)
     failed = finish(crash, crashed, timeout=120)
+    second = start_run_local(crashed, *again)
+    orphan, kept_again = stop_train_step_once_backed_up(second, crashed, least=kept + 1)
+    os.kill(second.pid, signal.SIGKILL)  # run-local alone: its step goes on (here stopped)
+    second.wait(timeout=60)
+    refused = run_cli("pipeline", "run-local", "--work-dir", str(crashed), *again, timeout=300)
+    os.kill(orphan, signal.SIGKILL)
     resumed = run_cli("pipeline", "run-local", "--work-dir", str(crashed), *again, timeout=900)
     with open(crashed / "summary.json") as handle:
-        results["crash"] = (crashed, json.load(handle), (failed, resumed, kept_when_killed))
+        results["crash"] = (crashed, json.load(handle), (failed, refused, resumed, orphan, kept_again))
     for name, process in started.items():
         stdout, stderr = process.communicate(timeout=900)
         result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
@@ -403,20 +411,26 @@ def processes_naming(text: str, with_pids: bool = False) -> list:
 
 def test_a_train_step_that_dies_is_resumed_by_the_same_command_from_its_last_epoch(side_runs):
     """A step killed outright (the kernel's out-of-memory killer, a lost machine): run-local fails in one line that
-    says how to go on, and the same command resumes the run: its conversion reused, training after the epochs its
-    backup kept, to the end."""
-    _, summary, (failed, resumed, kept_when_killed) = side_runs["crash"]
+    says how to go on. A run-local killed outright leaves its running step behind: the same command is refused in
+    one line naming it while it runs (two trainings into one backup), and once it is gone, resumes the run: its
+    conversion reused, training after the epochs its backup kept, to the end."""
+    crashed, summary, (failed, refused, resumed, orphan, kept_again) = side_runs["crash"]
     assert failed.returncode == 1, failed.stderr[-3000:]
     (line,) = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert line.startswith("error: step train failed: ") and line.endswith(
         ": run the same command again to resume it from there, or add --no-resume to start over"
     )
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: --work-dir {crashed}: the train step of the run-local that was killed there is still running "
+        f"(process {orphan}); wait for it to end, or end it (kill {orphan}), then run the same command again"
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert summary["status"] == "succeeded" and summary["resumed"]["interrupted_during"] == "train"
     assert summary["steps"]["convert"] == "reused" and summary["steps"]["train"] == "ran"
-    assert kept_when_killed >= 1 and summary["training"]["resumed_after_epoch"] == kept_when_killed
+    assert kept_again >= 2 and summary["training"]["resumed_after_epoch"] == kept_again
     assert summary["training"]["epochs"] == 40
-    assert "which failed during train" in resumed.stdout + resumed.stderr
+    assert "interrupted during train" in resumed.stdout + resumed.stderr
 
 
 def test_the_whole_dag_trains_a_model_of_ones_own_on_jax_over_two_devices_and_exports_through_tensorflow(side_runs):
