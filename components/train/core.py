@@ -7,7 +7,8 @@ mechanisms: several devices (virtual CPU devices, local processes), compiled ste
 static shapes (fixed image size, ``drop_remainder``), per-device batches in multiples of 8, and nothing in the step
 but backend ops (the learning-rate schedule is written with ``keras.ops``).
 
-Preemption: ``BackupAndRestore`` checkpoints every epoch; a restarted run resumes after the last finished epoch.
+Preemption: ``BackupAndRestore`` backs up an epoch's end (``--backup-interval``: every epoch, or auto, at most 5% of the
+time); a restarted run resumes after the last epoch backed up.
 Vertex AI: ``AIP_MODEL_DIR``, ``AIP_CHECKPOINT_DIR`` and ``AIP_TENSORBOARD_LOG_DIR`` are honoured. On several hosts,
 only process 0 writes.
 
