@@ -52,6 +52,35 @@ def one_line(err: BaseException, with_type: bool = False) -> str:
     return f"{type(err).__name__}: {first}" if with_type else first
 
 
+def disk_full(err: BaseException) -> str | None:
+    """One line for a write that failed for want of space (``ENOSPC``, a quota), however it was wrapped on its way
+    up (Beam's and TensorFlow's errors keep only its message): what could not be written, the space left on that
+    device, and what to do; None for any other error."""
+    import errno
+    import os
+    import re
+    import shutil
+
+    seen, cause = set(), err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        full = isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT)
+        if full or "No space left on device" in str(cause) or "Disk quota exceeded" in str(cause):
+            path = getattr(cause, "filename", None)
+            if not path:  # (a wrapped error names the file in its message, where it names one)
+                named = re.search(r"(/[^\s'\"]+)", str(cause))
+                path = named.group(1) if named else None
+            where = f" to write {path}" if path else ""
+            folder = os.path.dirname(path) if path else ""
+            while folder and not os.path.isdir(folder):
+                folder = os.path.dirname(folder)
+            free = f" ({shutil.disk_usage(folder).free / 2**20:.1f} MiB free there)" if folder else ""
+            return (f"the disk is full: no space left{where}{free}: free some space or write elsewhere, then run "
+                    "the same command again")  # fmt: skip
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def configure_logging(verbose: bool = False) -> None:
     """Our progress lines at INFO; library chatter only with ``verbose``."""
     logging.basicConfig(
@@ -76,8 +105,13 @@ def configure_logging(verbose: bool = False) -> None:
 
 def _not_an_interruption(record: logging.LogRecord) -> bool:
     """Beam logs the exception of a step that fails, its traceback included, before raising it again: for Ctrl-C
-    the command's one line (``error: interrupted``) says it all."""
-    return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
+    and for a full disk the command's one line (``error: interrupted``, ``error: the disk is full: ...``) says it
+    all."""
+    if record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt):
+        return False
+    if record.levelno >= logging.ERROR and record.name.startswith("apache_beam"):
+        return not (disk_full(record.exc_info[1]) if record.exc_info else disk_full(Exception(record.getMessage())))
+    return True
 
 
 # what TensorFlow's native libraries write to stderr while they load, before its logging starts (so that
@@ -156,7 +190,7 @@ def record_step_failures() -> None:
 
         try:
             with open(path, "a", encoding="utf-8") as handle:
-                text = str(err).strip() if getattr(err, "whole_message", False) else one_line(err)
+                text = str(err).strip() if getattr(err, "whole_message", False) else disk_full(err) or one_line(err)
                 handle.write(json.dumps({"error": text, "usage": isinstance(err, UsageError)}) + "\n")
         finally:
             original(kind, err, trace)
@@ -179,6 +213,12 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
     except KeyboardInterrupt as err:
         print(f"error: {str(err) or 'interrupted'}", file=sys.stderr)
         code = INTERRUPTED_EXIT_CODE
+    except Exception as err:
+        line = disk_full(err)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        code = 1
     if at_once:
         exit_at_once(code)
     sys.exit(code)

@@ -280,8 +280,12 @@ def read_stats(examples_dir: str) -> dict:
     path = f"{examples_dir.rstrip('/')}/{STATS_FILE}"
     failed = f"{examples_dir.rstrip('/')}/{FAILED_FILE}"
     if exists(failed):
-        raise UsageError(f"examples dir {examples_dir} holds a conversion that failed ({read_json(failed)['reason']}): "
-                         "convert again into it")  # fmt: skip
+        try:
+            reason = read_json(failed)["reason"]
+        except (ValueError, KeyError, TypeError):  # (an empty marker: its record could not be written, a full disk)
+            reason = "its reason could not be recorded"
+        raise UsageError(f"examples dir {examples_dir} holds a conversion that failed ({reason}): convert again into "
+                         "it")  # fmt: skip
     if not exists(path):
         raise UsageError(f"examples dir {examples_dir} has no {STATS_FILE}: run the convert step into it first")
     return read_json(path)

@@ -4,6 +4,7 @@ uses), so that the steps that only list and read files need neither Beam nor Ten
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -32,8 +33,15 @@ def write_atomically(path: str, payload: bytes) -> None:
     parent = os.path.dirname(path)
     if parent:
         os.makedirs(parent, exist_ok=True)
-    with open(temporary, "wb") as handle:
-        handle.write(payload)
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(payload)
+    except BaseException as err:
+        with contextlib.suppress(OSError):  # (a full disk: no half-written temporary file left behind)
+            os.remove(temporary)
+        if isinstance(err, OSError) and err.errno is not None and not err.filename:
+            err.filename = path  # (a failed write names no file)
+        raise
     os.replace(temporary, path)  # one atomic step: a reader sees the old file or the new one, never none
 
 

@@ -365,3 +365,22 @@ def fingerprint_step(source: str) -> str:
 
     return fingerprint(source, classes=[], run_id="", modality=CONVERT["modality"].default,
                        text_column=TEXT["text_column"].default, label_column=TEXT["label_column"].default)  # fmt: skip
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real full disk: a 64 KiB tmpfs mounted at ``tmp_path/disk`` (writes past it fail with ENOSPC, as on a full
+    disk); ``grow("8m")`` makes room. (root, as CI's container runs its tests; where mounting is not allowed the
+    full-disk tests cannot make their fault, and say so.)"""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True,
+                             text=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"a full disk needs a tmpfs mount, which this machine refuses: {mounted.stderr.strip()}")
+
+    def grow(size: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,size={size}", str(folder)], check=True)
+
+    yield folder, grow
+    subprocess.run(["umount", "-l", str(folder)], check=False)

@@ -135,7 +135,12 @@ def marked_if_it_fails(output_dir: str):
         written = (os.path.isdir(output_dir) and any(os.scandir(output_dir))) if "://" not in output_dir else True
         if written:
             failure = {"reason": one_line(err, with_type=True), "failed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-            write_json(f"{output_dir.rstrip('/')}/{FAILED_FILE}", failure)
+            marker = f"{output_dir.rstrip('/')}/{FAILED_FILE}"
+            try:
+                write_json(marker, failure)
+            except OSError:  # a full disk: an empty marker takes no space, and the error raised stays the first
+                with contextlib.suppress(OSError):
+                    open(marker, "wb").close()
         if isinstance(err, RuntimeError) and str(err).startswith("KeyboardInterrupt"):
             # Beam re-raises an interruption (Ctrl-C) in a step as a RuntimeError: it is an interruption again
             raise KeyboardInterrupt() from err
@@ -259,10 +264,13 @@ def written_atomically(path: str):
     try:
         yield handle
         handle.close()
-    except BaseException:
-        with contextlib.suppress(Exception):
+    except BaseException as err:
+        with contextlib.suppress(Exception):  # (closing flushes: on a full disk it fails too)
             handle.close()
+        with contextlib.suppress(Exception):
             FileSystems.delete([temporary])
+        if isinstance(err, OSError) and err.errno is not None and not err.filename:
+            err.filename = path  # (a failed write names no file)
         raise
     FileSystems.rename([temporary], [path])
 
