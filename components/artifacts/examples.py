@@ -6,9 +6,11 @@ names, ``stats.json``) is ``components.schema``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
-from components.cli import UsageError
+from components.cli import UsageError, one_line
 from components.schema import split_files, split_pattern
 
 log = logging.getLogger(__name__)
@@ -222,3 +224,32 @@ def client_files(examples_dir: str, split: str, num_classes: int, counts: dict, 
             rows = []
     if rows:
         yield rows
+
+
+@contextlib.contextmanager
+def damaged_shards_named(examples_dir: str) -> Iterator[None]:
+    """A damaged record (a truncated shard, a CRC mismatch), which TensorFlow reports without naming its file, as
+    one line that names the shard: every shard of ``examples_dir`` is read again, its CRCs checked."""
+    try:
+        yield
+    except Exception as err:
+        if not any(type(cause).__name__ == "DataLossError" for cause in (err, err.__cause__, err.__context__)):
+            raise
+        raise UsageError(damaged_shard(examples_dir) or f"examples dir {examples_dir} holds a damaged record "
+                         f"({one_line(err)}): convert the data again") from None  # fmt: skip
+
+
+def damaged_shard(examples_dir: str) -> str | None:
+    """One line naming the first shard of ``examples_dir`` whose records do not read back whole; None if all do."""
+    from components.schema import SPLITS, RecordError, read_records
+    from components.storage import open_read
+
+    for split in SPLITS:
+        for path in split_files(examples_dir, split):
+            try:
+                with open_read(path) as handle:
+                    for _ in read_records(handle):
+                        pass
+            except RecordError as err:
+                return f"examples shard {path} is damaged ({err}): convert the data again into a new folder"
+    return None

@@ -292,7 +292,14 @@ def top_k_accuracy(y_true, probabilities, k: int) -> float:
 
 def run(config: EvaluateConfig) -> dict:
     """Evaluates the trained model (and the baseline, if any) on ``config.split``; writes ``metrics.json`` with the
-    metrics and the blessing."""
+    metrics and the blessing. A damaged shard is one line naming it."""
+    from components.artifacts.examples import damaged_shards_named
+
+    with damaged_shards_named(config.examples_dir):
+        return _evaluate(config)
+
+
+def _evaluate(config: EvaluateConfig) -> dict:
     from components.keras_backend import activate_backend
 
     activate_backend("tensorflow")  # a CPU step; the baseline may be a TensorFlow SavedModel

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR
-from components.cli import UsageError
+from components.cli import UsageError, one_line
 from components.storage import copy, exists, match, read_json, write_json
 
 log = logging.getLogger(__name__)
@@ -84,13 +84,22 @@ class FolderRegistry:
         pointer = f"{self.root}/{DEFAULT_FILE}"
         if not exists(pointer):
             return None
+        not_ours = UsageError(
+            f"model registry {self.root} is not one this pipeline keeps: its {DEFAULT_FILE} does not name a "
+            f"complete version <N>/{VERSION_FILE}; pass another folder"
+        )
         try:
             number = int(read_json(pointer)["version"])
-            return self.version(number)
         except (ValueError, KeyError, TypeError, OSError):
+            raise not_ours from None
+        if not exists(f"{self.root}/{number}/{VERSION_FILE}"):
+            raise not_ours
+        try:
+            return self.version(number)
+        except (ValueError, OSError) as err:
             raise UsageError(
-                f"model registry {self.root} is not one this pipeline keeps: its {DEFAULT_FILE} does not name a "
-                f"complete version <N>/{VERSION_FILE}; pass another folder"
+                f"model registry {self.root}: version {number}'s {VERSION_FILE} is damaged ({one_line(err)}): "
+                f'restore it, or make another version the default ({{"version": N}} in {self.root}/{DEFAULT_FILE})'
             ) from None
 
     @contextlib.contextmanager

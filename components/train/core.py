@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from components.artifacts.examples import example_shape, first_images, input_size, make_dataset
+from components.artifacts.examples import damaged_shards_named, example_shape, first_images, input_size, make_dataset
 from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE, MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE
 from components.cli import UsageError
 from components.learning import not_learning, what_to_try
@@ -633,8 +633,13 @@ def load_model_code(config: TrainConfig, examples: Examples) -> ModelCode:
 
 
 def run(config: TrainConfig, env: Mapping[str, str] | None = None) -> dict:
-    """Trains and saves the model; returns the final epoch's metrics and where things were written."""
-    env = os.environ if env is None else env
+    """Trains and saves the model; returns the final epoch's metrics and where things were written. A damaged shard
+    is one line naming it."""
+    with damaged_shards_named(config.examples_dir):
+        return _train(config, os.environ if env is None else env)
+
+
+def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
     config, examples, dirs = check_inputs(config, env)
     placement, backend = placed(config, env, examples.modality)
     if placement.is_chief:  # (the other hosts of a slice keep their backups in scratch folders)

@@ -277,3 +277,15 @@ def test_runs_that_register_at_once_never_move_the_default_to_a_model_not_compar
                                        judged=False))["version"] == 6  # fmt: skip
     assert json.loads(register_version(fake_export(tmp_path / "y", "y" * 64), "digits", str(tmp_path / "x"), root,
                                        "r", None))["version"] == 7  # fmt: skip
+
+
+def test_a_damaged_version_record_is_named_as_such_not_taken_for_another_folder(tmp_path):
+    registry = FolderRegistry(str(tmp_path / "registry"))
+    registry.push(fake_export(tmp_path / "a", "1" * 64), {})
+    (tmp_path / "registry" / "1" / "version.json").write_text('{"version": 1, "sour')
+    with pytest.raises(UsageError) as raised:
+        registry.default()
+    assert str(raised.value).startswith(f"model registry {tmp_path}/registry: version 1's version.json is damaged (")
+    assert str(raised.value).endswith(
+        f'restore it, or make another version the default ({{"version": N}} in {tmp_path}/registry/default)'
+    )

@@ -375,6 +375,26 @@ def test_a_second_training_into_a_checkpoint_folder_in_use_is_refused(converted,
     assert not os.path.exists(checkpoints / ".writer")
 
 
+def test_a_truncated_shard_is_one_line_naming_it(converted, tmp_path):
+    """TensorFlow reports a damaged record without its file (an 89-line DataLossError): the step names the shard."""
+    import glob
+    import shutil
+
+    examples_dir, _ = converted
+    copy = tmp_path / "examples"
+    shutil.copytree(examples_dir, copy)
+    (shard,) = glob.glob(f"{copy}/train/*.tfrec")
+    with open(shard, "r+b") as handle:
+        handle.truncate(os.path.getsize(shard) - 100)
+    result = run_cli("components.train", "--examples", str(copy), "--model-dir", str(tmp_path / "model"), "--epochs",
+                     "1", "--batch-size", "8")  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: examples shard {shard} is damaged (truncated record): convert the data again into a new folder"
+    )
+
+
 def backups_of_two_epochs(checkpoint_dir, saves: int = 2):
     """Keras's own ``BackupAndRestore`` (``double_checkpoint``, as the train step keeps it) after ``saves`` epochs of
     a one-layer model whose kernel is filled with the epoch's number; the restore of a fresh model from it."""
