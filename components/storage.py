@@ -208,6 +208,10 @@ def gcs_fuse_path(path: str) -> str:
     return "/gcs/" + path[len("gs://") :] if path.startswith("gs://") else path
 
 
+# what Linux takes: a file name's bytes, a path's; and the room the steps' own files take beneath a folder given
+NAME_MAX, PATH_MAX, PATH_MARGIN = 255, 4096, 1024
+
+
 def check_writable(path: str, what: str) -> None:
     """A local folder about to be written, probed with a file before any work starts (in the folder, or in its
     nearest existing parent when it is not there yet: nothing is created); a one-line error naming it and the user
@@ -219,6 +223,13 @@ def check_writable(path: str, what: str) -> None:
     if "://" in path:
         return
     folder = os.path.abspath(path)
+    longest = max(folder.split(os.sep), key=len)
+    if len(longest.encode()) > NAME_MAX:
+        raise UsageError(f"{what} {path} cannot be made: its part {longest[:40]}... is {len(longest.encode())} bytes "
+                         f"long, more than the {NAME_MAX} a file name may take; choose a shorter name")  # fmt: skip
+    if len(folder.encode()) > PATH_MAX - PATH_MARGIN:
+        raise UsageError(f"{what} {path} is {len(folder.encode())} bytes long: the files written under it would pass "
+                         f"the {PATH_MAX} a path may take; choose a shorter path")  # fmt: skip
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
     try:

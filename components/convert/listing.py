@@ -109,7 +109,7 @@ def list_manifest(manifest: str, classes: Sequence[str] = CONVERT["classes"].def
         raise UsageError(f"manifest {manifest} does not exist: pass a CSV file of [ML_USE,]IMAGE_URI,LABEL rows")
     text = read_bytes(manifest).decode("utf-8-sig")
     base = manifest.rsplit("/", 1)[0] if "/" in manifest else "."
-    rows, rejected = [], []
+    rows, rejected, first_row = [], [], {}
     for number, row in enumerate(csv.reader(text.splitlines()), start=1):
         row = [cell.strip() for cell in row]
         where = f"{manifest}:{number}"
@@ -130,6 +130,12 @@ def list_manifest(manifest: str, classes: Sequence[str] = CONVERT["classes"].def
             rejected.append({"path": uri, "reason": f"unknown label {label!r}: not one of --classes"})
         else:
             path = uri if "://" in uri or uri.startswith("/") else f"{base}/{uri}"
+            if path in first_row:  # one image, one example: its first row's label (a class of no other row is none)
+                first, first_label = first_row[path]
+                other = f" with another label ({label!r}, not {first_label!r})" if label != first_label else ""
+                rejected.append({"path": where, "reason": f"{uri} is listed again{other}: its row {first} is kept"})
+                continue
+            first_row[path] = (number, label)
             rows.append((path, label, split))
     if not rows:
         raise UsageError(f"manifest {manifest} has no usable rows: expected [ML_USE,]IMAGE_URI,LABEL lines")

@@ -474,16 +474,19 @@ def provisional_spec(source: str, parameters: dict, demo: bool):
     from components.imaging import MAX_AUTO_IMAGE_SIZE
     from components.models import ModelSpec
     from components.params import CONVERT, TEXT
+    from components.schema import check_class_count
 
     given = {**{name: param.default for name, param in {**CONVERT, **TEXT}.items()}, **parameters}
     text = {name: given[name] for name in ("text_column", "label_column")}
     classes = given["classes"] or ()
     if resolve_modality(given["modality"], source, **text) == "text":
         names = list_text_source(source, classes, **text).class_names
+        check_class_count(names, source)
         return ModelSpec.for_texts(int(given["sequence_length"]), int(given["vocabulary_size"]), len(names), names)
     if is_tfrecord_source(source):
         return None
     names = list_source(source, classes).class_names
+    check_class_count(names, source)  # (before anything is written, as the conversion would check it)
     size = given["image_size"] or (DEMO_IMAGE_SIZE if demo else MAX_AUTO_IMAGE_SIZE)
     return ModelSpec.for_images(int(size), len(names), names)
 

@@ -555,6 +555,8 @@ def test_a_manifest_lists_each_row_where_it_points_and_records_each_unusable_row
         "training,,",  # line 6: no file either: the line
         f"validation,{tmp_path}/bucket/a.png,cat",  # line 7: an absolute path as it is
         "bucket/c.png,ant",  # line 8: no ML_USE, the bytes decide the split
+        "training,bucket/c.png,bee",  # line 9: the same image again, another label (bee: no class of its own)
+        "bucket/b.png,dog",  # line 10: the same row again
     ]) + "\n"  # fmt: skip
     (tmp_path / "import.csv").write_text(text, encoding="utf-8")
     listing = list_manifest("import.csv")
@@ -566,14 +568,17 @@ def test_a_manifest_lists_each_row_where_it_points_and_records_each_unusable_row
         {"path": "import.csv:4", "reason": "unknown ML_USE 'sometimes': use training, validation or test"},
         {"path": "bucket/a.png", "reason": "unknown label: the label column is empty"},
         {"path": "import.csv:6", "reason": "unknown label: the label column is empty"},
-    )
+        {"path": "import.csv:9", "reason": "bucket/c.png is listed again with another label ('bee', not 'ant'): its "
+                                           "row 8 is kept"},
+        {"path": "import.csv:10", "reason": "bucket/b.png is listed again: its row 1 is kept"},
+    )  # fmt: skip
     assert listing.total_bytes == 11 + 7 + 5
     assert re.fullmatch("[0-9a-f]{64}", listing.fingerprint)
     # given classes fix the order and refuse the others; another manifest over the same files is another source
     given = list_manifest(str(tmp_path / "import.csv"), classes=("dog", "cat"))
     assert given.class_names == ("dog", "cat")
     assert [(os.path.basename(path), index) for path, index, _ in given.items] == [("b.png", 0), ("a.png", 1)]
-    assert given.rejected[-1] == {"path": "bucket/c.png", "reason": "unknown label 'ant': not one of --classes"}
+    assert {"path": "bucket/c.png", "reason": "unknown label 'ant': not one of --classes"} in given.rejected
     (tmp_path / "again.csv").write_text(text.replace("TEST,", "test,"), encoding="utf-8")
     assert list_manifest("again.csv").items == listing.items
     assert list_manifest("again.csv").fingerprint != listing.fingerprint

@@ -286,3 +286,27 @@ def test_run_local_in_docker_binds_only_folders_that_exist_a_new_registry_made_f
     run.start_run(config)
     assert str(tmp_path / "new" / "reg") in bound and source in bound
     assert all(os.path.isdir(path) for path in bound), bound
+
+
+def test_a_source_of_one_class_is_refused_before_the_run_starts(tmp_path, image_folder):
+    """Up front, as the empty folder is: not a failed convert step with a work dir written."""
+    import shutil
+
+    shutil.copytree(os.path.join(image_folder, "cat"), tmp_path / "one" / "cat")
+    with pytest.raises(UsageError, match=r"has one class \(cat\): a classifier needs at least 2 classes"):
+        main(["run-local", "--work-dir", str(tmp_path / "work"), "--source", str(tmp_path / "one")])
+    assert not (tmp_path / "work").exists()
+
+
+def test_a_work_dir_the_filesystem_cannot_take_is_one_line(tmp_path):
+    long = "w" * 300
+    with pytest.raises(UsageError) as raised:
+        main(["run-local", "--work-dir", str(tmp_path / long / "run")])
+    assert str(raised.value) == (
+        f"--work-dir {tmp_path / long / 'run'} cannot be made: its part {'w' * 40}... is 300 bytes long, more than "
+        "the 255 a file name may take; choose a shorter name"
+    )
+    deep = tmp_path.joinpath(*["d" * 200] * 17)
+    with pytest.raises(UsageError, match=r"^--work-dir .* is \d+ bytes long: the files written under it would pass "
+                       "the 4096 a path may take; choose a shorter path$"):  # fmt: skip
+        main(["run-local", "--work-dir", str(deep)])
