@@ -81,6 +81,47 @@ def disk_full(err: BaseException) -> str | None:
     return None
 
 
+# how long one Cloud Storage call is retried (transient errors, an outage) before it fails: google-cloud-storage's
+# own deadline unless this variable sets another
+STORAGE_DEADLINE_ENV = "TPU_PIPELINE_STORAGE_DEADLINE"
+DEFAULT_STORAGE_DEADLINE = 120.0
+
+
+def storage_deadline() -> float:
+    """The seconds a Cloud Storage call is retried (``TPU_PIPELINE_STORAGE_DEADLINE``, else 120)."""
+    import os
+
+    text = os.environ.get(STORAGE_DEADLINE_ENV, "")
+    try:
+        return float(text) if text else DEFAULT_STORAGE_DEADLINE
+    except ValueError:
+        raise UsageError(f"{STORAGE_DEADLINE_ENV}={text!r} is not a number of seconds") from None
+
+
+def storage_unreachable(err: BaseException) -> str | None:
+    """One line for a Cloud Storage call that still failed after its retries (an outage, no network), however it
+    was wrapped on its way up: what could not be reached, for how long it was retried, and what to do; None for any
+    other error."""
+    import re
+
+    seen, cause = set(), err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        text = str(cause)
+        kind = type(cause).__name__
+        if kind == "RetryError" or "RetryError(" in text or (kind == "ConnectionError" and "gs://" in text):
+            notes = " ".join(getattr(cause, "__notes__", ()))
+            named = next(filter(None, (re.search(r"gs://[^'\"\s]+", found) for found in (notes, str(err), text))), None)
+            what = named.group(0) if named else "Cloud Storage"
+            return (
+                f"{what} could not be reached: Cloud Storage did not answer within {storage_deadline():.0f} s of "
+                "retries; check the network and the bucket, then run the same command again "
+                f"({STORAGE_DEADLINE_ENV} sets how long to retry)"
+            )
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def configure_logging(verbose: bool = False) -> None:
     """Our progress lines at INFO; library chatter only with ``verbose``."""
     logging.basicConfig(
@@ -190,7 +231,8 @@ def record_step_failures() -> None:
 
         try:
             with open(path, "a", encoding="utf-8") as handle:
-                text = str(err).strip() if getattr(err, "whole_message", False) else disk_full(err) or one_line(err)
+                text = (str(err).strip() if getattr(err, "whole_message", False)
+                        else disk_full(err) or storage_unreachable(err) or one_line(err))  # fmt: skip
                 handle.write(json.dumps({"error": text, "usage": isinstance(err, UsageError)}) + "\n")
         finally:
             original(kind, err, trace)
@@ -214,7 +256,7 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
         print(f"error: {str(err) or 'interrupted'}", file=sys.stderr)
         code = INTERRUPTED_EXIT_CODE
     except Exception as err:
-        line = disk_full(err)
+        line = disk_full(err) or storage_unreachable(err)
         if line is None:
             raise
         print(f"error: {line}", file=sys.stderr)

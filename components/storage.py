@@ -190,12 +190,26 @@ def _client():
     return _client_for(os.environ.get("STORAGE_EMULATOR_HOST"))
 
 
+def bound_storage_retries() -> None:
+    """Every call of the Cloud Storage client in this process retried for ``storage_deadline()`` seconds at most;
+    then it fails, and the command says so in one line (``components.cli.storage_unreachable``). (The client's retry
+    is a shared object, read at each call; Beam's GCS filesystem uses it too, beside a throttling retry of its own,
+    which the conversion bounds: ``components.convert.common.bound_beam_storage_retries``.)"""
+    from google.cloud.storage import retry
+
+    from components.cli import storage_deadline
+
+    retry.DEFAULT_RETRY._timeout = storage_deadline()
+
+
 @functools.lru_cache(maxsize=4)
 def _client_for(emulator: str | None):
     """One Cloud Storage client per process (and per emulator, in tests): the Application Default Credentials, or
     anonymous where there are none (public buckets, as Beam does)."""
     import google.auth.exceptions
     from google.cloud import storage
+
+    bound_storage_retries()
 
     try:
         return storage.Client()

@@ -87,6 +87,18 @@ def split_for_digest(digest: bytes, validation_fraction: float, test_fraction: f
     return "train"
 
 
+def bound_beam_storage_retries() -> None:
+    """Every Cloud Storage call of this process, the client's and Beam's (its GCS filesystem's throttling retry, a
+    shared object read at each call), retried for ``storage_deadline()`` seconds at most."""
+    from apache_beam.io.gcp import gcsio_retry
+
+    from components.cli import storage_deadline
+    from components.storage import bound_storage_retries
+
+    bound_storage_retries()
+    gcsio_retry.DEFAULT_RETRY_WITH_THROTTLING_COUNTER._timeout = storage_deadline()
+
+
 def check_output_is_empty(output_dir: str) -> None:
     """The output must hold exactly what this conversion writes: a folder that already holds files (an earlier
     conversion's shards, say) is refused in one line, before anything is read or written. A failed conversion's
@@ -138,9 +150,10 @@ def marked_if_it_fails(output_dir: str):
             marker = f"{output_dir.rstrip('/')}/{FAILED_FILE}"
             try:
                 write_json(marker, failure)
-            except OSError:  # a full disk: an empty marker takes no space, and the error raised stays the first
+            except Exception:  # (a full disk, an outage): the error raised stays the first one
                 with contextlib.suppress(OSError):
-                    open(marker, "wb").close()
+                    if "://" not in marker:  # an empty marker takes no space
+                        open(marker, "wb").close()
         if isinstance(err, RuntimeError) and str(err).startswith("KeyboardInterrupt"):
             # Beam re-raises an interruption (Ctrl-C) in a step as a RuntimeError: it is an interruption again
             raise KeyboardInterrupt() from err
@@ -271,6 +284,8 @@ def written_atomically(path: str):
             FileSystems.delete([temporary])
         if isinstance(err, OSError) and err.errno is not None and not err.filename:
             err.filename = path  # (a failed write names no file)
+        elif isinstance(err, Exception) and "://" in path:
+            err.add_note(f"while writing {path}")  # (a storage client's error names no object)
         raise
     FileSystems.rename([temporary], [path])
 

@@ -33,6 +33,7 @@ from components.convert.common import (
     KeepFirstCopy,
     WriteShards,
     WriteUniqueShard,
+    bound_beam_storage_retries,
     check_beam_args,
     check_output_is_empty,
     check_split_options,
@@ -380,6 +381,7 @@ class ConvertImages(beam.DoFn):
         self._quarantined = beam.metrics.Metrics.counter("convert", "images_quarantined")
 
     def setup(self):
+        bound_beam_storage_retries()  # (on a Dataflow worker, a process of its own)
         self._converter = Converter(self._settings, self._processes, conversion_threads(self._config))
         with _progress_lock:  # one per process and job, shared by the DoFn instances of its threads
             self._progress = _progress.setdefault(self._job, Progress(self._total))

@@ -9,10 +9,12 @@ import dataclasses
 def convert_source(modality: str, options: dict) -> dict:
     """Converts ``options["source"]`` as ``modality`` says (``auto``: what the source holds), each conversion taking
     the options its config has; returns its ``stats.json``."""
+    from components.convert.common import bound_beam_storage_retries
     from components.convert.core import ConvertConfig, run
     from components.convert.listing import resolve_modality
     from components.convert.text import TextConvertConfig, run_text
 
+    bound_beam_storage_retries()
     columns = {name: options[name] for name in ("text_column", "label_column") if name in options}
     text = resolve_modality(modality, options["source"], **columns) == "text"
     config_class, convert = (TextConvertConfig, run_text) if text else (ConvertConfig, run)

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from components.cli import one_line
+from components.cli import one_line, storage_unreachable
 from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError
 from components.schema import serialize_example
 
@@ -106,6 +106,9 @@ def convert_item(item: Sequence, settings: ItemSettings):
     try:
         content = read_item(path)
     except Exception as err:  # named in a manifest but absent, gone since the listing, unreadable
+        if storage_unreachable(err):  # an outage, not a bad file: the conversion stops, in one line
+            err.add_note(f"while reading {path}")
+            raise
         missing = isinstance(err, FileNotFoundError) or "no such file" in str(err).lower() or not _exists(path)
         reason = "missing file" if missing else f"unreadable: {one_line(err, with_type=True)}"
         return {"path": path, "reason": reason}

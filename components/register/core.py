@@ -118,22 +118,10 @@ class FolderRegistry:
             yield
 
     def check_default_is(self, baseline: str) -> None:
-        """A one-line error when the default version is no longer ``baseline``, the model a candidate was judged
-        against ("": none; a version's folder or its ``saved_model/``), because another run registered meanwhile: the
-        default never moves to a model that was not compared with the one it replaces. A baseline outside the
-        registry (one given by hand) is not the registry's to check."""
-        judged = baseline.rstrip("/").removesuffix("/" + SAVED_MODEL_DIR)
-        if judged and not judged.startswith(self.root + "/"):
-            return
+        """``check_still_default`` against this registry's default version."""
         current = self.default()
-        if (current.uri if current else "") == judged:
-            return
-        now = f"version {current.number}" if current else "no version"
-        was = f"version {judged.rsplit('/', 1)[-1]}" if judged else "no model"
-        raise UsageError(
-            f"model registry {self.root}: its default is now {now}, not the {was} this model was judged against "
-            "(another run registered meanwhile), so it is not registered: run again to be judged against it"
-        )
+        check_still_default(self.root, baseline, current.uri if current else "",
+                            f"version {current.number}" if current else "no version")  # fmt: skip
 
     def push(self, export_uri: str, record: dict, make_default: bool = True, data_statistics: str = "",
              evaluation: str = "") -> Version:  # fmt: skip
@@ -179,6 +167,25 @@ class FolderRegistry:
                 return number
             except FileExistsError:
                 number += 1
+
+
+def check_still_default(root: str, baseline: str, current: str, current_name: str) -> None:
+    """A one-line error when the model in service (``current``, its folder or ``saved_model/``; "": none) is no
+    longer ``baseline``, the model a candidate was judged against ("": none), because another run registered
+    meanwhile: the default never moves to a model that was not compared with the one it replaces. A baseline outside
+    the registry ``root`` (one given by hand) is not the registry's to check."""
+
+    def folder(uri: str) -> str:
+        return uri.rstrip("/").removesuffix("/" + SAVED_MODEL_DIR)
+
+    judged = folder(baseline)
+    if (judged and not judged.startswith(root + "/")) or folder(current) == judged:
+        return
+    was = f"version {judged.rsplit('/', 1)[-1]}" if judged else "no model"
+    raise UsageError(
+        f"model registry {root}: its default is now {current_name}, not the {was} this model was judged against "
+        "(another run registered meanwhile), so it is not registered: run again to be judged against it"
+    )
 
 
 def _now() -> str:

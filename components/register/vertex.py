@@ -207,6 +207,7 @@ def register_version(
     from components.artifacts.exported import check_export
     from components.register.core import (
         FolderRegistry,
+        check_still_default,
         decision,
         default_model_root,
         model_code_record,
@@ -230,8 +231,12 @@ def register_version(
     registry = FolderRegistry(root)
     record = {"display_name": display_name, "pipeline_run": pipeline_run, **model_code_record(export_uri)}
     with registry.turn():
-        if judged:
+        if judged and settings is None:
             registry.check_default_is(baseline)
+        elif judged:  # the Model Registry's default version is what the DAG judged against
+            serving = find_model(settings, display_name)
+            name = f"{serving.resource_name} version {serving.version_id}" if serving else "no version"
+            check_still_default(registry.root, baseline, (serving.uri or "") if serving else "", name)
         version = registry.push(export_uri, record, make_default=settings is None, data_statistics=data_statistics,
                                 evaluation=evaluation)  # fmt: skip
     if settings is None:

@@ -727,7 +727,6 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
         log.warning("training did not learn: %s", not_learned)
     images_per_second = trained_epochs * steps_per_epoch * global_batch / max(seconds, 1e-9)
     log.info("trained in %.1fs (%.0f %ss/s): %s", seconds, images_per_second, examples.modality, json.dumps(final))
-    writer_lock.release()
     return {
         "final": final,
         "train_seconds": seconds,
@@ -1042,7 +1041,8 @@ def save_results(
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(dirs.checkpoint_dir, HEAD_WEIGHTS))
         os.remove(epoch_log)
-        if not os.listdir(dirs.checkpoint_dir):
+        writer_lock.release()  # (its lock file too: a finished training leaves no trace there)
+        if os.path.isdir(dirs.checkpoint_dir) and not os.listdir(dirs.checkpoint_dir):
             os.rmdir(dirs.checkpoint_dir)
     placement.barrier("model saved")
     history_path = os.path.join(dirs.model_dir, HISTORY_FILE)

@@ -52,8 +52,7 @@ def hold(checkpoint_dir: str) -> None:
 
 
 def release() -> None:
-    """Gives back the folders this process holds, once training is done, leaving no lock file behind (a finished
-    training leaves its checkpoint folder as it found it)."""
+    """Gives back the folders this process holds, once training is done, leaving no lock file behind."""
     while _held:
         handle = _held.pop()
         with contextlib.suppress(OSError):

@@ -4,6 +4,8 @@ retries, once per process) and then connects anonymously, as it would on a lapto
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from components.convert.core import ConvertConfig, run
@@ -48,3 +50,78 @@ def test_missing_gcs_folder_is_a_one_line_usage_error(gcs):
 
     with pytest.raises(UsageError, match=f"data path gs://{BUCKET}/nothing-here holds no images"):
         list_image_folder(f"gs://{BUCKET}/nothing-here")
+
+
+def test_a_storage_outage_mid_conversion_ends_in_one_line_once_its_retries_are_spent(image_folder, monkeypatch,
+                                                                                       capsys):  # fmt: skip
+    """The emulator (a process of its own) killed once the source is listed: each Cloud Storage call that meets the
+    outage (an image read, Beam's own) is retried for TPU_PIPELINE_STORAGE_DEADLINE seconds, then the command ends in
+    one line naming what it could not reach, not after minutes of silence and a traceback, and no image is taken for
+    a bad file (quarantined) for it."""
+    import logging
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from apache_beam.internal.gcp import auth
+    from apache_beam.io.gcp import gcsio_retry
+    from google.cloud import storage
+    from google.cloud.storage import retry
+
+    from components.cli import run_main
+    from components.convert.__main__ import main as convert
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = (
+        "from gcp_storage_emulator.server import create_server; import time; "
+        f"create_server('127.0.0.1', {port}, in_memory=True, default_bucket='{BUCKET}').start(); time.sleep(600)"
+    )
+    emulator = subprocess.Popen([sys.executable, "-c", server])
+    kept = retry.DEFAULT_RETRY._timeout, gcsio_retry.DEFAULT_RETRY_WITH_THROTTLING_COUNTER._timeout
+    found = logging.getLogger("components.convert.core")
+
+    class OutageOnceListed(logging.Handler):
+        def emit(self, record):
+            if record.getMessage().startswith("found ") and emulator.poll() is None:
+                emulator.kill()
+                killed.append(time.monotonic())
+
+    outage, killed = OutageOnceListed(), []
+    try:
+        for _ in range(100):
+            with socket.socket() as up:
+                if up.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("TPU_PIPELINE_STORAGE_DEADLINE", "3")
+        monkeypatch.setattr(auth._Credentials, "_credentials_init", True)  # anonymous at once (see the gcs fixture)
+        monkeypatch.setattr(auth._Credentials, "_credentials", None)
+        bucket = storage.Client.create_anonymous_client().bucket(BUCKET)
+        for folder, _, names in os.walk(image_folder):
+            for name in names:
+                path = os.path.join(folder, name)
+                bucket.blob(f"src/{os.path.relpath(path, image_folder)}").upload_from_filename(path)
+        found.addHandler(outage)
+        monkeypatch.setattr(found, "level", logging.INFO)
+        with pytest.raises(SystemExit) as exited:
+            run_main(convert, ["--source", f"gs://{BUCKET}/src", "--output", f"gs://{BUCKET}/out", "--image-size",
+                               "16", *IN_MEMORY])  # fmt: skip
+        took = time.monotonic() - killed[0]
+    finally:
+        found.removeHandler(outage)
+        emulator.kill()
+        retry.DEFAULT_RETRY._timeout, gcsio_retry.DEFAULT_RETRY_WITH_THROTTLING_COUNTER._timeout = kept
+    assert exited.value.code == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.fullmatch(
+        rf"error: gs://{BUCKET}/(src|out)/\S+ could not be reached: Cloud Storage did not answer within 3 s of "
+        r"retries; check the network and the bucket, then run the same command again \(TPU_PIPELINE_STORAGE_DEADLINE "
+        r"sets how long to retry\)",
+        last,
+    ), last
+    assert took < 60  # (no hang: 3 s of retries for the calls that meet the outage, an image read or a write)

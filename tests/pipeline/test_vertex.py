@@ -609,7 +609,11 @@ def register_step(bucket, export: str, display_name: str, **options) -> tuple[di
     statistics = Artifact(uri=f"gs://{BUCKET}/{prefix}-statistics")
     output = VertexModel(name="vertex_model", uri="gs://x/vertex_model", metadata={})
     where = {"project": "demo-project", "location": "europe-west4"}
-    options = {"baseline": "", "model_root": "", "pipeline_run": "", **options}  # the DAG passes each (none: "")
+    options = {"model_root": "", "pipeline_run": "", **options}  # the DAG passes each (none: "")
+    if "baseline" not in options:  # what the DAG's find-baseline step gave evaluate to judge against
+        from components.register.component import find_baseline
+
+        options["baseline"] = find_baseline(display_name, "", options["model_root"], "", **where)
     decided = register(Model(uri=export), evaluation, statistics, output, display_name, **where, **options)
     return json.loads(decided), output
 
@@ -777,6 +781,21 @@ def test_the_dag_registration_step_reports_a_missing_permission(in_pipeline, gcs
     in_pipeline.fail("POST", "/evaluations:import", [403])
     with pytest.raises(VertexError, match=r"import the evaluation: .*aiplatform\.modelEvaluations\.import"):
         register_step(gcs, upload_export(gcs, "root/y", "e" * 64), "flowers")
+
+
+def test_a_model_judged_against_a_default_that_moved_since_is_not_registered(in_pipeline, gcs):
+    """Two runs judged against no model in service (find-baseline gave both ""): the first becomes the Model
+    Registry's default; the second, checked against it before its upload, is refused in one line."""
+    from components.cli import UsageError
+
+    first, _ = register_step(gcs, upload_export(gcs, "root/iris-1/export", "f" * 64), "irises", baseline="")
+    with pytest.raises(UsageError) as raised:
+        register_step(gcs, upload_export(gcs, "root/iris-2/export", "9" * 64), "irises", baseline="")
+    assert str(raised.value) == (
+        f"model registry gs://{BUCKET}/models/irises: its default is now {first['model']} version {first['version']}, "
+        "not the no model this model was judged against (another run registered meanwhile), so it is not registered: "
+        "run again to be judged against it"
+    )
 
 
 def test_an_endpoint_with_a_wrong_port_is_one_line(vertex):
