@@ -115,6 +115,19 @@ def copy(source: str, target: str) -> None:
                 return
 
 
+def remove_tree(folder: str) -> int:
+    """Removes every file under ``folder`` (local or ``gs://``) and, locally, the folder; returns the files removed."""
+    found = match(f"{folder.rstrip('/')}/**")
+    if "://" not in folder:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        return len(found)
+    for info in found:
+        _blob(info.path).delete()
+    return len(found)
+
+
 def translate_pattern(pattern: str) -> str:
     """``pattern`` as a regular expression, by Beam's rules (``FileSystem.translate_pattern``: fnmatch's, with ``*``
     kept within a folder and ``**`` across folders)."""

@@ -22,6 +22,11 @@ def build_parser() -> argparse.ArgumentParser:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     baseline = actions.add_parser("baseline", help="print the baseline: the one given, else the registry's default")
     add = actions.add_parser("add", help="register an export as the next version and make it the default")
+    unfinished = actions.add_parser(
+        "unfinished", help="list the copies a killed registration left (no version.json); --remove deletes them"
+    )
+    unfinished.add_argument("--remove", action="store_true", help="delete them (those not written to for an hour: "
+                            "a copy still being written may be a registration in progress)")  # fmt: skip
     add.add_argument("--export", required=True, help="the export step's output folder")
     add.add_argument("--run", default="", help="the run that made it, recorded with the version")
     add.add_argument("--data-statistics", default="", metavar="DIR", help="the check-data step's output: the "
@@ -29,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "later runs) (default: none)")  # fmt: skip
     add.add_argument("--evaluation", default="", metavar="DIR", help="the evaluate step's output: its metrics.json "
                      "is kept with the version (the prediction mix of later runs) (default: none)")  # fmt: skip
+    unfinished.add_argument("--registry", required=True, help="the registry folder (local or gs://)")
+    unfinished.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     for action in (baseline, add):
         action.add_argument("--registry", required=True, help="the registry folder (local or gs://)")
         action.add_argument("--baseline", help="the model in service, when known (add: the model the export was "
@@ -44,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
+    if args.action == "unfinished":
+        return unfinished_versions(args.registry, args.remove)
     name = args.display_name or os.path.basename(args.registry.rstrip("/"))
     if args.action == "baseline":
         print(json.dumps({"baseline": find_baseline(name, args.baseline or "", args.registry, None)}))
@@ -51,6 +60,28 @@ def main(argv: list[str] | None = None) -> int:
         print(register_version(args.export, name, args.baseline or "", args.registry, args.run, None,
                                evaluation=args.evaluation, data_statistics=args.data_statistics,
                                judged=args.baseline is not None))  # fmt: skip
+    return 0
+
+
+IN_PROGRESS_SECONDS = 3600  # a copy written to more recently may be a registration still running
+
+
+def unfinished_versions(root: str, remove: bool) -> int:
+    """Prints each unfinished copy of the registry ``root`` (a line each), and with ``remove`` deletes those not
+    written to for ``IN_PROGRESS_SECONDS``, taking the registry's turn first (locally)."""
+    from components.register.core import FolderRegistry
+    from components.storage import remove_tree
+
+    registry = FolderRegistry(root)
+    with registry.turn():
+        for number, age in registry.unfinished():
+            recent = age < IN_PROGRESS_SECONDS
+            if remove and not recent:
+                removed = remove_tree(f"{registry.root}/{number}")
+                print(f"{registry.root}/{number}: removed ({removed} files of an unfinished copy)")
+            else:
+                state = "written to in the last hour: may be in progress" if recent else "no version.json"
+                print(f"{registry.root}/{number}: unfinished ({state})")
     return 0
 
 

@@ -149,6 +149,23 @@ class FolderRegistry:
         log.info("model registry %s: version %d (%d files from %s)", self.root, number, copied, export_uri)
         return Version(number, uri, version_record)
 
+    def unfinished(self, older_than: float = 0.0) -> list[tuple[int, float]]:
+        """(number, seconds since its last file was written) of each copy without its ``version.json`` (a push
+        that was killed, or one in progress) whose last write is at least ``older_than`` seconds ago, oldest
+        number first."""
+        complete = set(self._numbers(complete_only=True))
+        found = []
+        for number in self._numbers(complete_only=False):
+            if number in complete:
+                continue
+            times = [info.last_updated_in_seconds for info in match(f"{self.root}/{number}/**")]
+            if not times and "://" not in self.root:  # (an empty claimed folder)
+                times = [os.path.getmtime(os.path.join(self.root, str(number)))]
+            age = time.time() - max(times, default=0.0)
+            if age >= older_than:
+                found.append((number, age))
+        return found
+
     def set_default(self, number: int) -> None:
         write_json(f"{self.root}/{DEFAULT_FILE}", {"version": number})
 

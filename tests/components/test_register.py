@@ -289,3 +289,34 @@ def test_a_damaged_version_record_is_named_as_such_not_taken_for_another_folder(
     assert str(raised.value).endswith(
         f'restore it, or make another version the default ({{"version": N}} in {tmp_path}/registry/default)'
     )
+
+
+def test_the_copies_killed_registrations_left_are_listed_and_removed_by_a_command(tmp_path, capsys):
+    """A killed push leaves a numbered copy without version.json: `unfinished` lists them; `--remove` deletes those
+    not written to for an hour (a recent one may be a registration in progress), never a version."""
+    import os
+    import time
+
+    from components.register.__main__ import main
+
+    root = tmp_path / "registry"
+    registry = FolderRegistry(str(root))
+    registry.push(fake_export(tmp_path / "a", "1" * 64), {})
+    for number in (2, 3):  # killed while copying
+        (root / str(number) / "saved_model").mkdir(parents=True)
+        (root / str(number) / "saved_model" / "saved_model.pb").write_bytes(b"half")
+    old = time.time() - 7200
+    for path in (root / "2" / "saved_model" / "saved_model.pb",):
+        os.utime(path, (old, old))
+    assert main(["unfinished", "--registry", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{root}/2: unfinished (no version.json)",
+        f"{root}/3: unfinished (written to in the last hour: may be in progress)",
+    ]
+    assert main(["unfinished", "--registry", str(root), "--remove"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{root}/2: removed (1 files of an unfinished copy)",
+        f"{root}/3: unfinished (written to in the last hour: may be in progress)",
+    ]
+    assert sorted(os.listdir(root)) == [".lock", "1", "3", "default"]
+    assert [v.number for v in registry.versions()] == [1] and registry.default().number == 1
