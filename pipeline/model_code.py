@@ -18,6 +18,7 @@ from components.models.source import pin
 log = logging.getLogger(__name__)
 
 CHECK_SECONDS = 600  # a check builds the model once and runs it on two examples
+CHECKS_PASSED_FILE = "model-checks-passed.json"  # beside the check's log: the checks passed, not made again
 
 
 def check_backend(parameters: dict) -> str:
@@ -39,6 +40,12 @@ def check_up_front(ref: str, hparams, spec: ModelSpec | None, backend: str, log_
         command += ["--image-size", str(spec.image_size)]
     if spec is not None:
         command += ["--classes", ",".join(spec.class_names) if spec.class_names else str(spec.num_classes)]
+    memo_path = os.path.join(os.path.dirname(os.path.abspath(log_path)), CHECKS_PASSED_FILE)
+    key = passed_check_key(ref, command)
+    passed = _read_json(memo_path) if key else {}
+    if key in passed:  # (the same file, built for the same input, classes and backend, passed before)
+        log.info("model %s: unchanged since it passed its check for this input; not checked again", ref)
+        return passed[key]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore"}
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     with open(log_path, "w", encoding="utf-8") as errors:
@@ -55,7 +62,42 @@ def check_up_front(ref: str, hparams, spec: ModelSpec | None, backend: str, log_
         raise UsageError(
             f"--model {ref}: the model check ended with exit code {done.returncode} (see {log_path})"
         ) from None
+    if key and "error" not in found and not found.get("tensorflow_under_jax"):
+        from components.storage import write_json
+
+        write_json(memo_path, {**passed, key: found})
     return found
+
+
+def passed_check_key(ref: str, command: list[str]) -> str:
+    """What makes two checks of a model file the same check: its bytes, everything the check is told (input,
+    classes, backend, hyperparameters), this Python and Keras; "" for a module or a ``gs://`` file (not read here)."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return ""
+
+    parsed = parse_ref(ref)
+    path = parsed.text.rsplit(":", 1)[0] if parsed.kind == "file" else ""
+    if not path or "://" in path or not os.path.isfile(path):
+        return ""
+    with open(path, "rb") as handle:
+        digest = hashlib.sha256(handle.read()).hexdigest()
+    frameworks = [installed(name) for name in ("keras", "jax", "tensorflow", "tensorflow-cpu")]
+    told = json.dumps([command[3:], digest, sys.version, *frameworks])
+    return hashlib.sha256(told.encode()).hexdigest()
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return {}
 
 
 def checked_and_pinned(

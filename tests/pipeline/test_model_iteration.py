@@ -36,15 +36,21 @@ def test_an_edited_model_file_trains_again_and_an_unchanged_one_is_a_cache_hit(t
         "width=0.5",
     ]
 
+    said = []
+
     def run() -> dict:
         result = run_cli(*command, timeout=900)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        said.append(result.stdout + result.stderr)
         with open(work / "summary.json") as handle:
             return json.load(handle)
 
     first, again = run(), run()
     model.write_text(model.read_text() + "# next: a wider stack\n")
     edited = run()
+    # the model check (a process building the model) is made again only for a file that changed
+    unchanged = f"model {model}:build: unchanged since it passed its check for this input; not checked again"
+    assert [unchanged in output for output in said] == [False, True, False]
     everything = ("convert", "check data", "train", "evaluate")
     assert first["steps"] == dict.fromkeys(everything, "ran")
     assert again["steps"] == dict.fromkeys(everything, "cached")
