@@ -122,12 +122,14 @@ class Scheduling:
     ``reservation``: ``any`` (any matching reservation of the project), ``none``, or a reservation's resource name
     ``projects/P/zones/Z/reservations/NAME``; empty: Vertex AI's default. ``max_queue``: how long the job may wait
     for its machines before the train step cancels it and fails in one line naming quota and capacity (empty: an
-    hour; ``0``: no limit); flex-start's own is ``max_wait``."""
+    hour; ``0``: no limit); flex-start's own is ``max_wait``. ``max_train_time``: how long the training job may run
+    once started before Vertex AI cancels it (empty: 7 days, Google Cloud Pipeline Components' default)."""
 
     strategy: str = "standard"
     max_wait: str = ""
     reservation: str = ""
     max_queue: str = ""
+    max_train_time: str = ""
 
     def __post_init__(self) -> None:
         if self.strategy not in SCHEDULING_STRATEGIES:
@@ -143,6 +145,10 @@ class Scheduling:
             raise UsageError(
                 f"--max-queue {self.max_queue!r} is not a duration: use e.g. 30m, 2h, 1800s, or 0 for no limit"
             )
+        if self.max_train_time and (not DURATION.fullmatch(self.max_train_time) or self.seconds(self.max_train_time)
+                                    == 0):  # fmt: skip
+            raise UsageError(f"--max-train-time {self.max_train_time!r} is not a duration: use e.g. 6h, 90m, 3600s "
+                             "(the job is cancelled past it)")  # fmt: skip
         if self.max_queue and self.strategy == "flex-start":
             raise UsageError(
                 "--max-queue applies to standard and spot machines: with flex-start, --max-wait bounds the queueing"
@@ -178,8 +184,7 @@ class Scheduling:
             return 0
         if not self.max_queue:
             return DEFAULT_MAX_QUEUE_SECONDS
-        number, unit = DURATION.fullmatch(self.max_queue).groups()
-        return int(number) * SECONDS_PER[unit]
+        return self.seconds(self.max_queue)
 
     def reservation_affinity(self) -> dict:
         """The ``reservation_affinity`` a worker pool's ``machine_spec`` carries for this choice (the tuning trials'
@@ -197,6 +202,11 @@ class Scheduling:
             }
         }
 
+    @staticmethod
+    def seconds(duration: str) -> int:
+        number, unit = DURATION.fullmatch(duration).groups()
+        return int(number) * SECONDS_PER[unit]
+
     def job_arguments(self) -> dict:
         """The arguments of Google Cloud Pipeline Components' ``create_custom_training_job_from_component`` that
         carry this choice (none for the defaults, whose spec stays as it was)."""
@@ -204,8 +214,9 @@ class Scheduling:
         if self.strategy != "standard":
             arguments["strategy"] = SCHEDULING_STRATEGIES[self.strategy]
         if self.max_wait:
-            number, unit = DURATION.fullmatch(self.max_wait).groups()
-            arguments["max_wait_duration"] = f"{int(number) * SECONDS_PER[unit]}s"
+            arguments["max_wait_duration"] = f"{self.seconds(self.max_wait)}s"
+        if self.max_train_time:  # (else Google Cloud Pipeline Components' own: 7 days)
+            arguments["timeout"] = f"{self.seconds(self.max_train_time)}s"
         if self.reservation == "any":
             arguments["reservation_affinity_type"] = "ANY_RESERVATION"
         elif self.reservation == "none":

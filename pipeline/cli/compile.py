@@ -50,6 +50,13 @@ def add_command(commands) -> None:
         "(default 1h; with --scheduling flex-start, --max-wait bounds it)",
     )
     compile_cmd.add_argument(
+        "--max-train-time",
+        default="",
+        metavar="DURATION",
+        help="how long the training job may run before Vertex AI cancels it (a hung job stops costing), e.g. 6h, "
+        "90m (default 7 days, Google Cloud Pipeline Components')",
+    )
+    compile_cmd.add_argument(
         "--notify-email",
         dest="notify_emails",
         action="append",
@@ -72,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.accelerators import Scheduling
     from pipeline.compile import compile_pipeline
 
-    scheduling = Scheduling(args.scheduling, args.max_wait, args.reservation, args.max_queue)
+    scheduling = Scheduling(args.scheduling, args.max_wait, args.reservation, args.max_queue, args.max_train_time)
     path = compile_pipeline(
         args.output,
         Images(registry=args.registry, tag=args.tag),

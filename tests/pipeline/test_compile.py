@@ -468,6 +468,7 @@ def test_how_the_training_job_gets_its_machines_is_compiled_into_the_ir(
     spec = without_sdk_version(str(output))
     inputs = job_inputs(spec)
     assert (inputs["strategy"], inputs["max_wait_duration"]) == (strategy, max_wait)
+    assert inputs["timeout"] == "604800s"  # (the job's own bound, unless --max-train-time sets one)
     machine, _ = train_machine(spec)
     assert machine.get("reservation_affinity") == affinity
     machines = {"v6e-8": "ct6e-standard-8t", "a100": "a2-highgpu-1g", "l4": "g2-standard-8",
@@ -479,9 +480,18 @@ def test_how_the_training_job_gets_its_machines_is_compiled_into_the_ir(
     assert tuning.get("reservation_affinity") == affinity
 
 
+def test_the_training_job_is_cancelled_past_its_max_train_time(tmp_path):
+    from pipeline.__main__ import main
+
+    output = tmp_path / "p.yaml"
+    assert main(["compile", "--output", str(output), "--max-train-time", "6h"]) == 0
+    assert job_inputs(without_sdk_version(str(output)))["timeout"] == "21600s"
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
+        (["--max-train-time", "0"], "--max-train-time '0' is not a duration: use e.g. 6h, 90m, 3600s"),
         (["--scheduling", "spot", "--max-wait", "2h"], "--max-wait 2h applies to --scheduling flex-start only"),
         (["--scheduling", "flex-start", "--max-wait", "two hours"], "--max-wait 'two hours' is not a duration: use "
          "e.g. 90m, 2h, 1800s, or 0 for no limit"),
