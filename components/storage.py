@@ -27,7 +27,8 @@ def write_atomically(path: str, payload: bytes) -> None:
     if "://" in path:
         from google.cloud.storage.retry import DEFAULT_RETRY
 
-        _blob(path).upload_from_string(payload, retry=DEFAULT_RETRY)  # (the same bytes again: safe to retry)
+        with naming(path):
+            _blob(path).upload_from_string(payload, retry=DEFAULT_RETRY)  # (the same bytes again: safe to retry)
         return
     temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     parent = os.path.dirname(path)
@@ -43,6 +44,17 @@ def write_atomically(path: str, payload: bytes) -> None:
             err.filename = path  # (a failed write names no file)
         raise
     os.replace(temporary, path)  # one atomic step: a reader sees the old file or the new one, never none
+
+
+@contextlib.contextmanager
+def naming(path: str):
+    """An error of the Cloud Storage client (whose messages name its API's URL, not the object) noted with
+    ``path``, for the one line that reports it."""
+    try:
+        yield
+    except Exception as err:
+        err.add_note(f"while reaching {path}")
+        raise
 
 
 def write_json(path: str, value) -> None:
@@ -62,7 +74,8 @@ def read_bytes(path: str) -> bytes:
     if "://" not in path:
         with open(path, "rb") as handle:
             return handle.read()
-    return _blob(path).download_as_bytes()
+    with naming(path):
+        return _blob(path).download_as_bytes()
 
 
 def read_json(path: str):
@@ -73,7 +86,8 @@ def exists(path: str) -> bool:
     """Whether the file (on ``gs://``, the object) exists."""
     if "://" not in path:
         return os.path.exists(path)
-    return _blob(path).exists()
+    with naming(path):
+        return _blob(path).exists()
 
 
 def glob(pattern: str) -> list[str]:
@@ -163,9 +177,10 @@ def _listed(prefix: str):
             yield from filter(None, (_info(os.path.join(where, name)) for name in names))  # (gone while listing)
         return
     bucket, name = _bucket_and_name(prefix)
-    for blob in _client().list_blobs(bucket, prefix=name):
-        if not blob.name.endswith("/"):
-            yield FileInfo(f"gs://{bucket}/{blob.name}", blob.size, blob.updated.timestamp())
+    with naming(prefix):
+        for blob in _client().list_blobs(bucket, prefix=name):
+            if not blob.name.endswith("/"):
+                yield FileInfo(f"gs://{bucket}/{blob.name}", blob.size, blob.updated.timestamp())
 
 
 def _info(path: str) -> FileInfo | None:
@@ -176,7 +191,8 @@ def _info(path: str) -> FileInfo | None:
         except OSError:
             return None
     bucket, name = _bucket_and_name(path)
-    blob = _client().bucket(bucket).get_blob(name)
+    with naming(path):
+        blob = _client().bucket(bucket).get_blob(name)
     return FileInfo(path, blob.size, blob.updated.timestamp()) if blob is not None else None
 
 

@@ -119,3 +119,32 @@ print(json.dumps(sorted({{name.split(".")[0] for name in sys.modules}} & {{"apac
     assert json.loads(listed) == [{}, [f"{registry}/export.json", f"{registry}/saved_model/variables/v.data"]]
     assert (tmp_path / "back.bin").read_bytes() == local.read_bytes()
     assert gcs.blob("light/registry/1/saved_model/variables/v.data").download_as_bytes() == local.read_bytes()
+
+
+def test_a_storage_outage_in_the_register_step_ends_in_one_line_within_its_deadline(monkeypatch, capsys):
+    """Nothing answers at the Cloud Storage endpoint: the register step's first call is retried for
+    TPU_PIPELINE_STORAGE_DEADLINE seconds, then the command ends in one line naming the object."""
+    import re
+    import socket
+    import time
+
+    from google.cloud.storage import retry
+
+    from components.cli import run_main
+    from components.register.__main__ import main as register
+
+    monkeypatch.setattr(retry.DEFAULT_RETRY, "_timeout", retry.DEFAULT_RETRY._timeout)  # (restored afterwards)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # (nothing listens there once it is closed)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("TPU_PIPELINE_STORAGE_DEADLINE", "2")
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exited:
+        run_main(register, ["add", "--export", "gs://b/run/export", "--registry", "gs://b/models/x", "--baseline", ""])
+    took = time.monotonic() - started
+    assert exited.value.code == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.fullmatch(r"error: gs://b/run/export/export.json could not be reached: Cloud Storage did not answer "
+                        r"within 2 s of retries; .*", last), last  # fmt: skip
+    assert took < 30  # (no hang: 2 s of retries, not google-cloud-storage's 120)
