@@ -104,22 +104,22 @@ def storage_unreachable(err: BaseException) -> str | None:
     other error."""
     import re
 
-    seen, cause = set(), err
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        text = str(cause)
-        kind = type(cause).__name__
-        if kind == "RetryError" or "RetryError(" in text or (kind == "ConnectionError" and "gs://" in text):
-            notes = " ".join(getattr(cause, "__notes__", ()))
-            named = next(filter(None, (re.search(r"gs://[^'\"\s]+", found) for found in (notes, str(err), text))), None)
-            what = named.group(0) if named else "Cloud Storage"
-            return (
-                f"{what} could not be reached: Cloud Storage did not answer within {storage_deadline():.0f} s of "
-                "retries; check the network and the bucket, then run the same command again "
-                f"({STORAGE_DEADLINE_ENV} sets how long to retry)"
-            )
+    chain, cause = [], err
+    while cause is not None and all(cause is not seen for seen in chain):
+        chain.append(cause)
         cause = cause.__cause__ or cause.__context__
-    return None
+    texts = [" ".join((*getattr(cause, "__notes__", ()), str(cause))) for cause in chain]
+    gave_up = any(type(cause).__name__ == "RetryError" or "RetryError(" in str(cause) for cause in chain)
+    storage = [text for text in texts if "gs://" in text or "/storage/v1/" in text]
+    if not (gave_up and storage):  # (a Vertex AI call that gave up is not Cloud Storage's)
+        return None
+    named = next(filter(None, (re.search(r"gs://[^'\"\s]+", text) for text in storage)), None)
+    what = named.group(0) if named else "Cloud Storage"
+    return (
+        f"{what} could not be reached: Cloud Storage did not answer within {storage_deadline():.0f} s of retries; "
+        f"check the network and the bucket, then run the same command again ({STORAGE_DEADLINE_ENV} sets how long "
+        "to retry)"
+    )
 
 
 def configure_logging(verbose: bool = False) -> None:

@@ -148,3 +148,10 @@ def test_a_storage_outage_in_the_register_step_ends_in_one_line_within_its_deadl
     assert re.fullmatch(r"error: gs://b/run/export/export.json could not be reached: Cloud Storage did not answer "
                         r"within 2 s of retries; .*", last), last  # fmt: skip
     assert took < 30  # (no hang: 2 s of retries, not google-cloud-storage's 120)
+    # a Vertex AI call that gave up is not Cloud Storage's outage
+    from google.api_core.exceptions import RetryError
+
+    from components.cli import storage_unreachable
+
+    vertex = RetryError("Timeout of 2.0s exceeded", ConnectionError("europe-west4-aiplatform.googleapis.com"))
+    assert storage_unreachable(vertex) is None
