@@ -26,9 +26,11 @@ def check_backend(parameters: dict) -> str:
     return "tensorflow" if parameters.get("backend") == "tensorflow" else "jax"
 
 
-def check_up_front(ref: str, hparams, spec: ModelSpec | None, backend: str, log_path: str) -> dict:
+def check_up_front(ref: str, hparams, spec: ModelSpec | None, backend: str, log_path: str,
+                   remember: bool = False) -> dict:  # fmt: skip
     """``python -m pipeline models check`` in a process of its own (Keras imported there, on ``backend``, on the
-    CPU): what it found, or its one-line error (its traceback in ``log_path``)."""
+    CPU): what it found, or its one-line error (its traceback in ``log_path``). ``remember``: a check passed is kept
+    beside ``log_path`` (a work dir's), and not made again for the same file, input and frameworks."""
     command = [sys.executable, "-m", "pipeline", "models", "check", ref, "--json", "--backend", backend]
     for pair in hparams or ():
         command += ["--hparam", str(pair)]
@@ -41,7 +43,7 @@ def check_up_front(ref: str, hparams, spec: ModelSpec | None, backend: str, log_
     if spec is not None:
         command += ["--classes", ",".join(spec.class_names) if spec.class_names else str(spec.num_classes)]
     memo_path = os.path.join(os.path.dirname(os.path.abspath(log_path)), CHECKS_PASSED_FILE)
-    key = passed_check_key(ref, command)
+    key = passed_check_key(ref, command) if remember else ""
     passed = _read_json(memo_path) if key else {}
     if key in passed:  # (the same file, built for the same input, classes and backend, passed before)
         log.info("model %s: unchanged since it passed its check for this input; not checked again", ref)
@@ -101,7 +103,12 @@ def _read_json(path: str) -> dict:
 
 
 def checked_and_pinned(
-    parameters: dict, root: str, spec: ModelSpec | None, log_path: str, pin_modules: bool = True
+    parameters: dict,
+    root: str,
+    spec: ModelSpec | None,
+    log_path: str,
+    pin_modules: bool = True,
+    remember: bool = True,
 ) -> dict:
     """``parameters`` with a model of one's own checked up front and pinned under ``root`` (a file copied there; a
     module's digest added where ``pin_modules``); ours as they are. A mistake is one line, before anything runs. A
@@ -112,13 +119,13 @@ def checked_and_pinned(
         return parameters
     hparams = parameters.get("hparams") or []
     backend = check_backend(parameters)
-    found = check_up_front(ref.text, hparams, spec, backend, log_path)
+    found = check_up_front(ref.text, hparams, spec, backend, log_path, remember)
     if found.get("tensorflow_under_jax") and parameters.get("backend") != "jax":
         log.warning(
             "%s: on TPUs, where JAX trains, it would fail; here it trains on TensorFlow",
             found["error"].removeprefix(f"--model {ref.text}: "),
         )
-        found = check_up_front(ref.text, hparams, spec, "tensorflow", log_path)
+        found = check_up_front(ref.text, hparams, spec, "tensorflow", log_path, remember)
     if "error" in found:
         raise UsageError(found["error"] + (f" (its traceback: {log_path})" if "raised" in found["error"] else ""))
     pinned = pin(ref, root) if ref.kind == "file" or pin_modules else ref.text
@@ -149,6 +156,8 @@ def with_model_code(settings):
     if ref.kind != "file" or "://" in ref.location:
         return settings
     log_path = os.path.join(tempfile.gettempdir(), "tpu-pipeline-model-check.log")
-    parameters = checked_and_pinned(settings.parameters, settings.pipeline_root, None, log_path, pin_modules=False)
+    parameters = checked_and_pinned(
+        settings.parameters, settings.pipeline_root, None, log_path, pin_modules=False, remember=False
+    )  # (a temporary folder: nothing kept there)
     print(f"model file {ref.location} is at {parameters['model_name']}")
     return dataclasses.replace(settings, parameters=parameters)
