@@ -122,6 +122,25 @@ def process_alive(pid: int, created: float = 0.0) -> bool:
         return True
 
 
+def check_free(work_dir: str) -> None:
+    """A one-line error while a run-local runs in the work dir, or a step of a killed one (a run-local killed
+    outright, by the out-of-memory killer say, leaves its running step behind); made before anything is read or
+    written, and again as the run begins."""
+    from components.cli import UsageError
+
+    previous = read_state(work_dir) if os.path.isdir(work_dir) else None
+    alive = previous is not None and process_alive(previous.pid, previous.pid_created)
+    decision = decide(previous, "", True, alive)
+    if decision.action == "refuse":
+        raise UsageError(f"--work-dir {work_dir}: {decision.why}; wait for it to end, or pass another --work-dir")
+    left = steps_left_running(work_dir) if previous is not None else []
+    if left:
+        pid, step = left[0]
+        raise UsageError(f"--work-dir {work_dir}: the {step} step of the run-local that was killed there is still "
+                         f"running (process {pid}); wait for it to end, or end it (kill {pid}), then run the same "
+                         "command again")  # fmt: skip
+
+
 def steps_left_running(work_dir: str) -> list[tuple[int, str]]:
     """(process, step) of each step process (kfp.local's executor) still working on the work dir's files, but this
     process's own."""
@@ -153,18 +172,9 @@ def begin(work_dir: str, key: str, run_name: str, resume: bool) -> tuple[RunStat
     import shutil
     import uuid
 
-    from components.cli import UsageError
-
+    check_free(work_dir)
     previous = read_state(work_dir)
-    decision = decide(previous, key, resume, previous is not None and process_alive(previous.pid, previous.pid_created))
-    if decision.action == "refuse":
-        raise UsageError(f"--work-dir {work_dir}: {decision.why}; wait for it to end, or pass another --work-dir")
-    left = steps_left_running(work_dir) if previous is not None else []
-    if left:  # (a run-local killed outright, by the out-of-memory killer say, leaves its running step behind)
-        pid, step = left[0]
-        raise UsageError(f"--work-dir {work_dir}: the {step} step of the run-local that was killed there is still "
-                         f"running (process {pid}); wait for it to end, or end it (kill {pid}), then run the same "
-                         "command again")  # fmt: skip
+    decision = decide(previous, key, resume, previous_alive=False)  # (checked just now)
     if decision.action == "resume":
         log.info("%s: its finished steps are reused and training goes on from its last finished epoch "
                  "(--no-resume starts over)", decision.why)  # fmt: skip

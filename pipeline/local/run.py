@@ -186,6 +186,7 @@ def start_run(config: LocalRunConfig) -> LocalRun:
 
         train_image = machine_spec(config.accelerator).image
         check_docker(config.images, train_image)
+    resume.check_free(work_dir)  # (before the source is read and the model checked)
     identity = run_identity(config)
     source, registry, parameters = identity.source, identity.registry, identity.parameters
     pipeline_root = os.path.join(work_dir, "artifacts")
