@@ -526,7 +526,7 @@ def test_the_same_seed_trains_the_same_model_on_the_cpu(converted, tmp_path):
     histories = []
     for attempt in range(2):
         model_dir = tmp_path / str(attempt)
-        run(TrainConfig(examples_dir=examples_dir, model_dir=str(model_dir), epochs=3, per_replica_batch_size=4))
+        run(TrainConfig(examples_dir=examples_dir, model_dir=str(model_dir), epochs=2, per_replica_batch_size=4))
         histories.append(json.loads((model_dir / "history.json").read_text())["history"]["loss"])
     assert histories[0] == histories[1]
 
