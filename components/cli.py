@@ -52,6 +52,15 @@ def one_line(err: BaseException, with_type: bool = False) -> str:
     return f"{type(err).__name__}: {first}" if with_type else first
 
 
+def causes(err: BaseException):
+    """``err`` and the errors it was raised from or during, outermost first, each once."""
+    seen = []
+    while err is not None and all(err is not earlier for earlier in seen):
+        seen.append(err)
+        yield err
+        err = err.__cause__ or err.__context__
+
+
 def disk_full(err: BaseException) -> str | None:
     """One line for a write that failed for want of space (``ENOSPC``, a quota), however it was wrapped on its way
     up (Beam's and TensorFlow's errors keep only its message): what could not be written, the space left on that
@@ -61,9 +70,7 @@ def disk_full(err: BaseException) -> str | None:
     import re
     import shutil
 
-    seen, cause = set(), err
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
+    for cause in causes(err):
         full = isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT)
         if full or "No space left on device" in str(cause) or "Disk quota exceeded" in str(cause):
             path = getattr(cause, "filename", None)
@@ -77,7 +84,6 @@ def disk_full(err: BaseException) -> str | None:
             free = f" ({shutil.disk_usage(folder).free / 2**20:.1f} MiB free there)" if folder else ""
             return (f"the disk is full: no space left{where}{free}: free some space or write elsewhere, then run "
                     "the same command again")  # fmt: skip
-        cause = cause.__cause__ or cause.__context__
     return None
 
 
@@ -104,10 +110,7 @@ def storage_unreachable(err: BaseException) -> str | None:
     other error."""
     import re
 
-    chain, cause = [], err
-    while cause is not None and all(cause is not seen for seen in chain):
-        chain.append(cause)
-        cause = cause.__cause__ or cause.__context__
+    chain = list(causes(err))
     texts = [" ".join((*getattr(cause, "__notes__", ()), str(cause))) for cause in chain]
     gave_up = any(type(cause).__name__ == "RetryError" or "RetryError(" in str(cause) for cause in chain)
     storage = [text for text in texts if "gs://" in text or "/storage/v1/" in text]

@@ -384,3 +384,17 @@ def small_disk(tmp_path):
 
     yield folder, grow
     subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def truncated_copy(examples_dir: str, split: str, folder) -> tuple[str, str]:
+    """A copy of ``examples_dir`` under ``folder`` whose ``split`` shard is cut 100 bytes short (a damaged record);
+    (the copy, the shard)."""
+    import glob
+    import shutil
+
+    copy = os.path.join(str(folder), "examples")
+    shutil.copytree(examples_dir, copy)
+    (shard,) = glob.glob(f"{copy}/{split}/*.tfrec")
+    with open(shard, "r+b") as handle:
+        handle.truncate(os.path.getsize(shard) - 100)
+    return copy, shard

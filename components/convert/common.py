@@ -103,7 +103,7 @@ def check_output_is_empty(output_dir: str) -> None:
     """The output must hold exactly what this conversion writes: a folder that already holds files (an earlier
     conversion's shards, say) is refused in one line, before anything is read or written. A failed conversion's
     folder (``FAILED_FILE``) is taken over: emptied first."""
-    from components.storage import exists
+    from components.storage import exists, remove_tree
 
     if exists(f"{output_dir.rstrip('/')}/{FAILED_FILE}"):
         log.info("--output %s holds a conversion that failed: removing what it wrote, to convert again", output_dir)
@@ -119,18 +119,6 @@ def check_output_is_empty(output_dir: str) -> None:
             f"--output {output_dir} already holds files (an earlier conversion?): pass a new or empty folder, or "
             "remove it first; its shards would otherwise mix with this conversion's"
         )
-
-
-def remove_tree(folder: str) -> None:
-    """Everything under ``folder`` (local or any Beam filesystem)."""
-    import shutil
-
-    if "://" not in folder:
-        shutil.rmtree(folder, ignore_errors=True)
-        return
-    (result,) = FileSystems.match([folder.rstrip("/") + "/**"])
-    if result.metadata_list:
-        FileSystems.delete([meta.path for meta in result.metadata_list])
 
 
 @contextlib.contextmanager

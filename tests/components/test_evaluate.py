@@ -711,17 +711,11 @@ def test_a_registered_baselines_prediction_mix_is_checked_warned_and_shown(conve
 
 def test_a_truncated_shard_is_one_line_naming_it(converted, trained, tmp_path):
     """TensorFlow reports a damaged record without its file (an 89-line DataLossError): evaluate names the shard."""
-    import glob
-    import shutil
+    from tests.conftest import truncated_copy
 
-    examples_dir, _ = converted
     model_dir, _ = trained
-    copy = tmp_path / "examples"
-    shutil.copytree(examples_dir, copy)
-    (shard,) = glob.glob(f"{copy}/test/*.tfrec")
-    with open(shard, "r+b") as handle:
-        handle.truncate(os.path.getsize(shard) - 100)
+    copy, shard = truncated_copy(converted[0], "test", tmp_path)
     with pytest.raises(UsageError) as raised:
-        run(EvaluateConfig(str(copy), model_dir, str(tmp_path / "out")))
+        run(EvaluateConfig(copy, model_dir, str(tmp_path / "out")))
     assert str(raised.value) == (f"examples shard {shard} is damaged (truncated record): convert the data again into "
                                  "a new folder")  # fmt: skip

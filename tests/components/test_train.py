@@ -373,17 +373,11 @@ def test_a_second_training_into_a_checkpoint_folder_in_use_is_refused(converted,
 
 def test_a_truncated_shard_is_one_line_naming_it(converted, tmp_path):
     """TensorFlow reports a damaged record without its file (an 89-line DataLossError): the step names the shard."""
-    import glob
-    import shutil
+    from tests.conftest import truncated_copy
 
-    examples_dir, _ = converted
-    copy = tmp_path / "examples"
-    shutil.copytree(examples_dir, copy)
-    (shard,) = glob.glob(f"{copy}/train/*.tfrec")
-    with open(shard, "r+b") as handle:
-        handle.truncate(os.path.getsize(shard) - 100)
+    copy, shard = truncated_copy(converted[0], "train", tmp_path)
     with pytest.raises(UsageError) as raised:
-        run(TrainConfig(examples_dir=str(copy), model_dir=str(tmp_path / "model"), epochs=1, per_replica_batch_size=8,
+        run(TrainConfig(examples_dir=copy, model_dir=str(tmp_path / "model"), epochs=1, per_replica_batch_size=8,
                         precision="float32", backend="tensorflow"))  # fmt: skip
     assert str(raised.value) == (
         f"examples shard {shard} is damaged (truncated record): convert the data again into a new folder"
