@@ -14,6 +14,8 @@ same sizes and crop offsets, and agree within 1 level (``tests/components/test_c
 
 from __future__ import annotations
 
+import functools
+
 
 def fill_square(image, size: int):
     """Resizes an ``[H, W, C]`` uint8 image to fill ``size`` x ``size`` and centre-crops it; returns uint8."""
@@ -157,7 +159,7 @@ def decode_rgb(encoded, at_least: int = 0):
             lambda scale=scale: tf.io.decode_jpeg(encoded, channels=3, ratio=scale, dct_method="INTEGER_ACCURATE")
             for scale in DRAFT_SCALES
         ]
-        return apply_orientation(tf.switch_case(index, branches), exif_orientation(encoded))
+        return tf.switch_case(index, branches)
 
     def png():
         header = tf.cast(tf.io.decode_raw(tf.strings.substr(encoded, 24, 2), tf.uint8), tf.int32)
@@ -181,7 +183,7 @@ def decode_rgb(encoded, at_least: int = 0):
         alpha = tf.logical_or(tf.equal(color_type, 4), tf.equal(color_type, 6))
         pixels = tf.case([(alpha, translucent), (tf.equal(color_type, 3), lambda: tf.cond(
             png_has_transparency(encoded), translucent, palette))], default=opaque)  # fmt: skip
-        return apply_orientation(tf.cast(pixels, tf.uint8), exif_orientation(encoded))
+        return tf.cast(pixels, tf.uint8)
 
     def gif():
         return tf.io.decode_gif(gif_first_frame_on_white(encoded))[0]
@@ -202,7 +204,9 @@ def decode_rgb(encoded, at_least: int = 0):
         index = tf.where(kinds[position], position, index)
     image = tf.switch_case(index, [jpeg, png, gif, bmp, refused])
     image.set_shape([None, None, 3])
-    return image
+    # the orientation is read here, once for the formats that carry one (1 for the others): read in the JPEG and the
+    # PNG branch, each would hold its own copy of the walk over segments and chunks, half of the whole graph
+    return apply_orientation(image, exif_orientation(encoded))
 
 
 def serving_pixels(image_bytes, image_size: int):
@@ -218,8 +222,11 @@ def serving_pixels(image_bytes, image_size: int):
     )
 
 
+@functools.cache
 def serving_decoder(image_size: int):
-    """``serving_pixels`` traced once, as the SavedModel traces it (autograph off): call it a batch at a time."""
+    """``serving_pixels`` traced once, as the SavedModel traces it (autograph off): call it a batch at a time. One
+    per size and process: its graph takes seconds to trace and optimise, which the export's ``serving_default``
+    (it calls this function) and evaluate's check on the files clients send then share."""
     import tensorflow as tf
 
     return tf.function(

@@ -130,24 +130,25 @@ def exported(converted, trained, tmp_path_factory) -> tuple[str, dict]:
 
 # the test files that take longest (whole-DAG runs, multi-process training, trained models), run first, longest
 # first (their summed test times in a make test on 2 cores): with make test's workers (pytest-xdist, --dist loadfile
-# --no-loadscope-reorder, which keeps this order; by default xdist starts with the files of the most tests) one
-# worker starts on the whole-DAG runs while the other takes the next files, and the short files even out the end
+# --no-loadscope-reorder, which keeps this order; by default xdist starts with the files of the most tests) the
+# longest files start at once, one to a worker, the next go to whichever worker is free, and the short files even
+# out the end
 LONGEST_FIRST = (
     "tests/components/test_transfer.py",
     "tests/pipeline/test_local_run.py",
-    "tests/components/test_own_model.py",
     "tests/components/test_train.py",
-    "tests/components/test_evaluate.py",
-    "tests/components/test_train_jax.py",
-    "tests/pipeline/test_model_iteration.py",
     "tests/pipeline/test_vertex.py",
+    "tests/pipeline/test_model_iteration.py",
+    "tests/components/test_train_jax.py",
+    "tests/components/test_own_model.py",
     "tests/components/test_serving.py",
+    "tests/components/test_evaluate.py",
     "tests/components/test_decoding_parity.py",
-    "tests/components/test_evaluate_text.py",
+    "tests/pipeline/test_cli_mistakes.py",
+    "tests/pipeline/test_preflight.py",
+    "tests/pipeline/test_tuning.py",
     "tests/components/test_export_raw_files.py",
-    "tests/components/test_train_text.py",
-    "tests/components/test_export.py",
-    "tests/components/test_convert_dataflow.py",
+    "tests/components/test_learning.py",
 )
 
 

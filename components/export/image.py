@@ -45,12 +45,13 @@ def write_saved_model(model, image_size: int, class_names, path: str) -> None:
     import tensorflow as tf
     from keras.export import ExportArchive
 
-    from components.imaging import serving_pixels
+    from components.imaging import serving_decoder
 
     predictions = predictions_of(model, class_names)
+    decode = serving_decoder(image_size)  # (traced once, a function of the SavedModel's that the endpoint calls)
 
     def serve_bytes(image_bytes):
-        return predictions(serving_pixels(image_bytes, image_size))
+        return predictions(decode(image_bytes))
 
     archive = ExportArchive()
     archive.track(model)

@@ -131,7 +131,7 @@ def test_a_kill_while_fine_tuning_resumes_there_without_training_the_head_again(
     command = [
         sys.executable, "-m", "components.train", "--examples", converted32[0], "--model-dir", str(model_dir),
         "--checkpoint-dir", str(checkpoints), "--model", MODEL, "--weights", backbone_weights, "--epochs", "2",
-        "--fine-tune-epochs", "20", "--batch-size", "8", "--precision", "float32", "--backend", "tensorflow",
+        "--fine-tune-epochs", "8", "--batch-size", "8", "--precision", "float32", "--backend", "tensorflow",
         "--backup-interval", "0",
     ]  # fmt: skip
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -148,15 +148,15 @@ def test_a_kill_while_fine_tuning_resumes_there_without_training_the_head_again(
             process.kill()
     assert process.returncode == -signal.SIGKILL, "training finished before it could be killed"
     kept = epochs_kept(str(checkpoints), FINE_TUNE_BACKUP_DIR)
-    assert 4 <= kept < 22
+    assert 4 <= kept < 10
     resumed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads(resumed.stdout.strip().splitlines()[-1])
-    assert (summary["resumed_after_epoch"], summary["epochs_trained"]) == (kept, 22 - kept)
+    assert (summary["resumed_after_epoch"], summary["epochs_trained"]) == (kept, 10 - kept)
     assert "the head was trained before" in resumed.stderr
-    assert f"epoch {kept + 1} of 22: loss " in resumed.stderr and "epoch 1 of 22" not in resumed.stderr
+    assert f"epoch {kept + 1} of 10: loss " in resumed.stderr and "epoch 1 of 10" not in resumed.stderr
     with open(model_dir / "history.json") as handle:
-        assert len(json.load(handle)["history"]["loss"]) == 22
+        assert len(json.load(handle)["history"]["loss"]) == 10
     assert not checkpoints.exists() or not os.listdir(checkpoints)  # a finished run leaves no backup behind
 
 
