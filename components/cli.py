@@ -148,13 +148,14 @@ def configure_logging(verbose: bool = False) -> None:
 
 
 def _not_an_interruption(record: logging.LogRecord) -> bool:
-    """Beam logs the exception of a step that fails, its traceback included, before raising it again: for Ctrl-C
-    and for a full disk the command's one line (``error: interrupted``, ``error: the disk is full: ...``) says it
-    all."""
+    """Beam logs the exception of a step that fails, its traceback included, before raising it again: for Ctrl-C,
+    a full disk and a Cloud Storage outage the command's one line (``error: interrupted``, ``error: the disk is full:
+    ...``, ``error: gs://... could not be reached: ...``) says it all."""
     if record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt):
         return False
     if record.levelno >= logging.ERROR and record.name.startswith("apache_beam"):
-        return not (disk_full(record.exc_info[1]) if record.exc_info else disk_full(Exception(record.getMessage())))
+        err = record.exc_info[1] if record.exc_info else Exception(record.getMessage())
+        return not (disk_full(err) or storage_unreachable(err))
     return True
 
 
