@@ -122,13 +122,13 @@ def process_alive(pid: int, created: float = 0.0) -> bool:
         return True
 
 
-def check_free(work_dir: str) -> None:
+def check_free(work_dir: str) -> RunState | None:
     """A one-line error while a run-local runs in the work dir, or a step of a killed one (a run-local killed
     outright, by the out-of-memory killer say, leaves its running step behind); made before anything is read or
-    written, and again as the run begins."""
+    written, and again as the run begins. Returns the state of the run that was there (None: none)."""
     from components.cli import UsageError
 
-    previous = read_state(work_dir) if os.path.isdir(work_dir) else None
+    previous = read_state(work_dir)
     alive = previous is not None and process_alive(previous.pid, previous.pid_created)
     decision = decide(previous, "", True, alive)
     if decision.action == "refuse":
@@ -139,6 +139,7 @@ def check_free(work_dir: str) -> None:
         raise UsageError(f"--work-dir {work_dir}: the {step} step of the run-local that was killed there is still "
                          f"running (process {pid}); wait for it to end, or end it (kill {pid}), then run the same "
                          "command again")  # fmt: skip
+    return previous
 
 
 def steps_left_running(work_dir: str) -> list[tuple[int, str]]:
@@ -172,8 +173,7 @@ def begin(work_dir: str, key: str, run_name: str, resume: bool) -> tuple[RunStat
     import shutil
     import uuid
 
-    check_free(work_dir)
-    previous = read_state(work_dir)
+    previous = check_free(work_dir)
     decision = decide(previous, key, resume, previous_alive=False)  # (checked just now)
     if decision.action == "resume":
         log.info("%s: its finished steps are reused and training goes on from its last finished epoch "
