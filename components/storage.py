@@ -196,6 +196,45 @@ def _info(path: str) -> FileInfo | None:
     return FileInfo(path, blob.size, blob.updated.timestamp()) if blob is not None else None
 
 
+def create_only(path: str, payload: bytes) -> int | None:
+    """Creates the Cloud Storage object ``path`` unless it exists, in one call whose precondition the service checks
+    (``ifGenerationMatch=0``): of writers at once, one wins. Its generation, or None where it exists."""
+    from google.api_core.exceptions import PreconditionFailed
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    blob = _blob(path)
+    with naming(path):
+        try:
+            blob.upload_from_string(payload, if_generation_match=0, retry=DEFAULT_RETRY)
+        except PreconditionFailed:
+            return None
+    return blob.generation
+
+
+def read_generation(path: str) -> tuple[bytes, int] | None:
+    """The Cloud Storage object ``path`` and its generation, read together; None where there is none."""
+    from google.api_core.exceptions import NotFound, PreconditionFailed
+
+    bucket, name = _bucket_and_name(path)
+    with naming(path):
+        blob = _client().bucket(bucket).get_blob(name)
+        if blob is None:
+            return None
+        generation = blob.generation
+        try:
+            return blob.download_as_bytes(if_generation_match=generation), generation
+        except (NotFound, PreconditionFailed):  # (deleted or written in between)
+            return None
+
+
+def delete_generation(path: str, generation: int) -> None:
+    """Deletes the Cloud Storage object ``path`` if it is still ``generation`` (not one written since)."""
+    from google.api_core.exceptions import NotFound, PreconditionFailed
+
+    with naming(path), contextlib.suppress(NotFound, PreconditionFailed):
+        _blob(path).delete(if_generation_match=generation)
+
+
 def bucket_of(path: str):
     """The ``google.cloud.storage`` bucket of a ``gs://`` path (the emulator's where ``STORAGE_EMULATOR_HOST`` is
     set), not read yet."""

@@ -308,12 +308,84 @@ def run_cli(
     )
 
 
+def at_once(call, items: list) -> dict:
+    """``call(item)`` for every item, in threads started together: {item: its result, or the message of the
+    ``UsageError`` it raised}."""
+    import threading
+
+    from components.cli import UsageError
+
+    outcomes = {}
+
+    def one(item):
+        try:
+            outcomes[item] = call(item)
+        except UsageError as err:
+            outcomes[item] = str(err)
+
+    threads = [threading.Thread(target=one, args=(item,)) for item in items]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+def emulate_generation_preconditions() -> None:
+    """gcp-storage-emulator ignores ``ifGenerationMatch``, which Cloud Storage checks on every object call: here its
+    object routes check it, as the service does (412 when the object's generation, 0 for none, is another), one call
+    at a time so that of two creations at once one wins."""
+    import threading
+    from http import HTTPStatus
+
+    from gcp_storage_emulator import server
+    from gcp_storage_emulator.exceptions import NotFound
+    from gcp_storage_emulator.handlers import objects
+
+    if getattr(server, "generation_preconditions", False):
+        return
+    one_at_a_time = threading.Lock()
+
+    def checked(handler):
+        def handle(request, response, storage, *args, **kwargs):
+            wanted = request.query.get("ifGenerationMatch")
+            if not wanted:
+                return handler(request, response, storage, *args, **kwargs)
+            bucket = request.params["bucket_name"]
+            name = request.params.get("object_id") or request.query.get("name", [None])[0]
+            if name is None:  # (a multipart upload names its object in its metadata)
+                name = request.data["meta"]["name"]
+            with one_at_a_time:
+                try:
+                    generation = str(storage.get_file_obj(bucket, name)["generation"])
+                except NotFound:
+                    generation = "0"
+                if generation != wanted[0]:
+                    response.status = HTTPStatus.PRECONDITION_FAILED
+                    failed = "At least one of the pre-conditions you specified did not hold."
+                    response.json({"error": {"code": 412, "message": failed}})
+                    return None
+                return handler(request, response, storage, *args, **kwargs)
+
+        return handle
+
+    wrapped = {objects.insert, objects.delete, objects.download, objects.get}
+    for _, handlers in server.HANDLERS:
+        for method, handler in list(handlers.items()):
+            if handler in wrapped:
+                handlers[method] = checked(handler)
+    server.generation_preconditions = True
+
+
 @pytest.fixture(scope="module")
 def gcs():
-    """gcp-storage-emulator on 127.0.0.1 with bucket ``BUCKET``; ``STORAGE_EMULATOR_HOST`` points the real clients
-    at it. Yields the bucket (an anonymous ``google.cloud.storage`` client)."""
+    """gcp-storage-emulator on 127.0.0.1 with bucket ``BUCKET``, checking generation preconditions as Cloud Storage
+    does (``emulate_generation_preconditions``); ``STORAGE_EMULATOR_HOST`` points the real clients at it. Yields the
+    bucket (an anonymous ``google.cloud.storage`` client)."""
     from gcp_storage_emulator.server import create_server
     from google.cloud import storage
+
+    emulate_generation_preconditions()
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -11,8 +11,8 @@ at ``<N>/``; here it is at ``<N>/saved_model/``, beside the TFLite files):
 
 A candidate whose trained weights are the baseline's (a cached train step over unchanged data) is not pushed again,
 and one judged against a model that is no longer the default (another run registered meanwhile) is refused:
-registrations into a local folder take turns (a lock the kernel releases when its holder dies), and each checks the
-default it would replace first.
+registrations take turns (on a local folder a lock the kernel releases when its holder dies; on Cloud Storage a lock
+object created only where there is none, with a lease), and each checks the default it would replace first.
 """
 
 from __future__ import annotations
@@ -105,10 +105,11 @@ class FolderRegistry:
     @contextlib.contextmanager
     def turn(self) -> Iterator[None]:
         """This process's turn to register: on a local folder, an exclusive lock on ``<root>/.lock``, which the
-        kernel releases when its holder ends however it ends; on Cloud Storage none (the DAG's runs of one schedule
-        do not overlap with ``--max-concurrent-runs 1``, the default)."""
+        kernel releases when its holder ends however it ends; on Cloud Storage, the object ``<root>/.lock``, created
+        only where there is none (``cloud_turn``)."""
         if "://" in self.root:
-            yield
+            with cloud_turn(f"{self.root}/{LOCK_FILE}"):
+                yield
             return
         import fcntl
 
@@ -171,8 +172,7 @@ class FolderRegistry:
 
     def _claim(self) -> int:
         """The next free number. Locally the folder is made atomically, so runs that overlap never share one; on
-        Cloud Storage two overlapping pushes could pick the same number (runs of one schedule do not overlap with
-        ``--max-concurrent-runs 1``, the default)."""
+        Cloud Storage, registrations take turns (``turn``)."""
         taken = self._numbers(complete_only=False)  # unfinished copies keep their number: never write into one
         number = (taken[-1] if taken else 0) + 1
         if "://" in self.root:
@@ -184,6 +184,57 @@ class FolderRegistry:
                 return number
             except FileExistsError:
                 number += 1
+
+
+LOCK_LEASE_SECONDS = 900.0  # a Cloud Storage registry's lock, left by a holder that died, is taken over after it
+LOCK_WAIT_SECONDS = 1200.0  # then a registration stops waiting for its turn
+
+
+@contextlib.contextmanager
+def cloud_turn(lock: str) -> Iterator[None]:
+    """Holds the Cloud Storage object ``lock``, created only where there is none (a precondition the service checks,
+    so of two registrations at once one holds it), and deleted at the end. Its record names its holder and the end
+    of its lease: a lock whose holder died without deleting it is taken over once its lease is over."""
+    import random
+    import socket
+    import uuid
+
+    from components.cli import StepFailedError
+    from components.storage import create_only, delete_generation, read_generation
+
+    me = f"{socket.gethostname()} process {os.getpid()}"
+    record = {"holder": me, "token": uuid.uuid4().hex, "until": time.time() + LOCK_LEASE_SECONDS}
+    started, told = time.monotonic(), False
+    while (generation := create_only(lock, json.dumps(record).encode())) is None:
+        found = read_generation(lock)
+        if found is None:  # (released in between)
+            continue
+        try:
+            holding = json.loads(found[0])
+        except ValueError:
+            holding = {}
+        if holding.get("token") == record["token"]:  # our own, its answer lost and the call retried
+            generation = found[1]
+            break
+        holder = holding.get("holder", "another registration")
+        if float(holding.get("until", 0)) < time.time():
+            log.warning("model registry lock %s: %s held it past its lease; taking it over", lock, holder)
+            delete_generation(lock, found[1])
+            continue
+        waited = time.monotonic() - started
+        if waited > LOCK_WAIT_SECONDS:
+            raise StepFailedError(
+                f"model registry lock {lock}: {holder} has held it for the {waited / 60:.0f} min this registration "
+                "waited; once it has ended, run again (or delete the lock if nothing holds it)"
+            )
+        if not told:
+            log.info("model registry lock %s: waiting for the registration of %s to end", lock, holder)
+            told = True
+        time.sleep(random.uniform(0.5, 1.5))
+    try:
+        yield
+    finally:
+        delete_generation(lock, generation)
 
 
 def check_still_default(root: str, baseline: str, current: str, current_name: str) -> None:

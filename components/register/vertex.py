@@ -239,11 +239,12 @@ def register_version(
             check_still_default(registry.root, baseline, (serving.uri or "") if serving else "", name)
         version = registry.push(export_uri, record, make_default=settings is None, data_statistics=data_statistics,
                                 evaluation=evaluation)  # fmt: skip
-    if settings is None:
-        log.info(f"registered {export_uri} as version {version.number} of {root}")
-        return decision("registered", version=version.number, uri=version.uri)
-    metrics = read_json(metrics_path(evaluation)) if evaluation else None
-    result = register_blessed(settings, version.uri, display_name, pipeline_run, metrics)
-    registry.set_default(version.number)  # once the Model Registry serves it: the two agree on the default
+        if settings is None:
+            log.info(f"registered {export_uri} as version {version.number} of {root}")
+            return decision("registered", version=version.number, uri=version.uri)
+        # (in its turn too: the next registration checks the Model Registry's default after this one set it)
+        metrics = read_json(metrics_path(evaluation)) if evaluation else None
+        result = register_blessed(settings, version.uri, display_name, pipeline_run, metrics)
+        registry.set_default(version.number)  # once the Model Registry serves it: the two agree on the default
     return decision("registered", version=result["version_id"], model=result["name"], uri=version.uri,
                     stored_as=version.number)  # fmt: skip

@@ -11,6 +11,7 @@ Other parameters or other data start a new run; so does ``--no-resume``.
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import logging
@@ -185,6 +186,7 @@ def begin(work_dir: str, key: str, run_name: str, resume: bool) -> tuple[RunStat
     if decision.action == "replace":
         log.info("%s: starting a new run", decision.why)
         shutil.rmtree(resume_dir(work_dir, previous), ignore_errors=True)
+        remove_leftovers(work_dir, list(previous.artifact_dirs), [])
     state = RunState(run_id=uuid.uuid4().hex, run_name=run_name, key=key, started=time.strftime("%Y-%m-%dT%H:%M:%S"),
                      pid=os.getpid(), pid_created=this_process_created())  # fmt: skip
     write_state(work_dir, state)
@@ -211,15 +213,64 @@ def _record(work_dir: str, state: RunState, step: str, artifact_dirs: list[str],
     return state
 
 
-def finished(work_dir: str, state: RunState) -> None:
-    """The run ended (succeeded, or failed on its own error): nothing is left to resume."""
+def finished(work_dir: str, state: RunState, killed_attempts: list[str] = ()) -> None:
+    """The run ended (succeeded, or failed on its own error): nothing is left to resume. The step folders that its
+    killed attempts (their kfp.local run folders, ``killed_attempts``) left and that no cache entry reuses go."""
     import shutil
 
+    remove_leftovers(work_dir, killed_attempts, [os.path.join(resume_dir(work_dir, state), "cache")])
     shutil.rmtree(resume_dir(work_dir, state), ignore_errors=True)
     with contextlib.suppress(FileNotFoundError):
         os.remove(os.path.join(work_dir, STATE_FILE))
     with contextlib.suppress(OSError):  # only when no other run's folder is left in it
         os.rmdir(os.path.join(work_dir, RESUME_DIR))
+
+
+def remove_leftovers(work_dir: str, run_folders: list[str], caches: list[str]) -> list[str]:
+    """Removes the step folders under ``run_folders`` (kfp.local run folders of killed attempts) that no kfp.local
+    cache entry reuses, in ``caches`` or the work dir's shared ``cache/``: the outputs of steps that were killed before
+    they finished, or that ran again. Returns the folders removed; logs their count and size."""
+    import shutil
+
+    used = set()
+    for cache in {*caches, os.path.join(work_dir, "cache")}:
+        for entry in glob.glob(os.path.join(cache, "*.json")):
+            with contextlib.suppress(OSError, ValueError), open(entry, encoding="utf-8") as handle:
+                used.update(uri.removeprefix("file://") for uri in artifact_uris(json.load(handle)))
+    removed, size = [], 0
+    for run_folder in run_folders:
+        steps = sorted(glob.glob(os.path.join(run_folder, "*", "")))
+        for step in steps:
+            if any(uri.startswith(step) for uri in used):
+                continue
+            size += sum(os.path.getsize(os.path.join(top, name)) for top, _, names in os.walk(step) for name in names)
+            shutil.rmtree(step, ignore_errors=True)
+            removed.append(step.rstrip("/"))
+        with contextlib.suppress(OSError):  # (when nothing in it is reused)
+            os.rmdir(run_folder)
+    if removed:
+        where = os.path.dirname(run_folders[0])
+        plural = "" if len(removed) == 1 else "s"
+        log.info(
+            "removed %d step folder%s (%.1f MiB) that killed attempts left in %s",
+            len(removed),
+            plural,
+            size / 2**20,
+            where,
+        )
+    return removed
+
+
+def artifact_uris(value) -> Iterator[str]:
+    """The ``uri`` of every artifact in a kfp.local cache entry."""
+    if isinstance(value, dict):
+        if isinstance(value.get("uri"), str):
+            yield value["uri"]
+        for inner in value.values():
+            yield from artifact_uris(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from artifact_uris(inner)
 
 
 def descendants(pid: int) -> list[int]:

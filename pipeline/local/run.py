@@ -159,7 +159,7 @@ def run_local(config: LocalRunConfig) -> dict:
     started = time.monotonic()
     run = start_run(config)
     outputs = run_steps(run, config.verbose)
-    resume.finished(run.work_dir, run.state)
+    resume.finished(run.work_dir, run.state, killed_attempts(run))
     summary = {**succeeded_summary(run, outputs), "wall_seconds": round(time.monotonic() - started, 1)}
     if config.screenshot and summary["report_html"]:
         from components.evaluate.core import draw_report
@@ -255,7 +255,7 @@ def run_steps(run: LocalRun, verbose: bool) -> dict:
     except StepFailedError as err:
         step = getattr(err, "died", "")
         if not step:  # the step's own reason (a mistake, bad data): the same command would fail again
-            resume.finished(run.work_dir, run.state)
+            resume.finished(run.work_dir, run.state, killed_attempts(run))
             write_json(
                 run.summary_path,
                 {**facts, "status": "failed", "error": str(err), "source": run.source, "parameters": run.parameters},
@@ -288,6 +288,11 @@ def run_steps(run: LocalRun, verbose: bool) -> dict:
                                       "resume": "run the same command again"})  # fmt: skip
         raise Interrupted(f"interrupted{where}: run the same command again to resume it, or add --no-resume to "
                           "start over") from None  # fmt: skip
+
+
+def killed_attempts(run: LocalRun) -> list[str]:
+    """The kfp.local run folders of the run's earlier, killed attempts (not this one's)."""
+    return [folder for folder in run.state.artifact_dirs if os.path.basename(folder) in run.earlier_runs]
 
 
 def succeeded_summary(run: LocalRun, outputs: dict) -> dict:

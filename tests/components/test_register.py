@@ -5,12 +5,14 @@ registry steps on gs:// run in tests/pipeline/test_vertex.py)."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 
 import pytest
 
 from components.cli import UsageError
 from components.register.core import FolderRegistry, same_as_baseline
+from tests.conftest import at_once
 
 
 def fake_export(folder, digest: str) -> str:
@@ -217,8 +219,6 @@ def test_a_version_keeps_its_evaluation_and_the_command_line_passes_it(tmp_path,
 def test_an_unfinished_or_damaged_export_is_never_registered(tmp_path):
     """A disk-full export (no export.json, written last) or one whose files changed since export.json listed them:
     one line naming it, no version claimed, the default unchanged."""
-    import os
-
     from components.artifacts.exported import write_export_record
     from components.register.vertex import register_version
 
@@ -238,28 +238,30 @@ def test_an_unfinished_or_damaged_export_is_never_registered(tmp_path):
     assert json.loads(register_version(export, "digits", "", root, "run-1", None))["version"] == 1
 
 
-def test_runs_that_register_at_once_never_move_the_default_to_a_model_not_compared_with_it(tmp_path):
+@pytest.mark.parametrize("where", ["folder", "gs"])
+def test_runs_that_register_at_once_never_move_the_default_to_a_model_not_compared_with_it(tmp_path, where, request):
     """Two runs judged against the same default (none, then version 1) register at once, five times: one becomes
-    the default, the other is refused in one line that says why, and nothing it copied is left as a version."""
+    the default, the other is refused in one line that says why, and nothing it copied is left as a version. In a
+    local folder, and on Cloud Storage (the emulator, checking preconditions as the service does)."""
     from components.register.vertex import register_version
+    from components.storage import read_json
 
-    root = str(tmp_path / "registry")
+    if where == "gs":
+        from tests.conftest import BUCKET
+
+        request.getfixturevalue("gcs")
+        root = f"gs://{BUCKET}/registry-race-{tmp_path.name}"
+    else:
+        root = str(tmp_path / "registry")
     baseline = ""
     for attempt in range(5):
         exports = [fake_export(tmp_path / f"{attempt}-{n}", f"{attempt}{n}" * 32) for n in range(2)]
-        outcomes = {}
-
-        def register(export, outcomes=outcomes, judged_against=baseline):
-            try:
-                outcomes[export] = json.loads(register_version(export, "digits", judged_against, root, "r", None))
-            except UsageError as err:
-                outcomes[export] = str(err)
-
-        threads = [threading.Thread(target=register, args=(export,)) for export in exports]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        outcomes = at_once(
+            lambda export, judged_against=baseline: json.loads(
+                register_version(export, "digits", judged_against, root, "r", None)
+            ),
+            exports,
+        )
         (won,) = [e for e in exports if isinstance(outcomes[e], dict)]
         (lost,) = [outcomes[e] for e in exports if e != won]
         version = outcomes[won]["version"]
@@ -269,7 +271,7 @@ def test_runs_that_register_at_once_never_move_the_default_to_a_model_not_compar
                         "to be judged against it")  # fmt: skip
         registry = FolderRegistry(root)
         assert registry.default().number == version == attempt + 1 and len(registry.versions()) == attempt + 1
-        assert json.loads((tmp_path / "registry" / str(version) / "version.json").read_text())["source"] == won
+        assert read_json(f"{root}/{version}/version.json")["source"] == won
         baseline = registry.default().uri
     # a registration by hand with no baseline is not judged; one against a baseline given outside the registry is
     # the user's comparison, not the registry's
@@ -277,6 +279,39 @@ def test_runs_that_register_at_once_never_move_the_default_to_a_model_not_compar
                                        judged=False))["version"] == 6  # fmt: skip
     assert json.loads(register_version(fake_export(tmp_path / "y", "y" * 64), "digits", str(tmp_path / "x"), root,
                                        "r", None))["version"] == 7  # fmt: skip
+
+
+def test_a_cloud_storage_registrys_lock_waits_for_its_holder_and_takes_over_a_dead_ones(gcs, monkeypatch, caplog):
+    """The lock object is created only where there is none; a registration waits while another holds it, takes it
+    over once its holder's lease is over (a holder that died), and ends in one line if it waited too long."""
+    import time
+
+    import components.register.core as core
+    from components.cli import StepFailedError
+    from components.storage import create_only, delete_generation, read_generation
+    from tests.conftest import BUCKET
+
+    lock = f"gs://{BUCKET}/registry-lock/.lock"
+    mine = create_only(lock, b"{}")
+    assert mine and create_only(lock, b"{}") is None  # the service's precondition: one creation wins
+    delete_generation(lock, mine + 1)  # (another generation: not deleted)
+    assert read_generation(lock) == (b"{}", mine)
+    delete_generation(lock, mine)
+    assert read_generation(lock) is None
+
+    held = json.dumps({"holder": "host-a process 7", "token": "t", "until": time.time() + 600}).encode()
+    create_only(lock, held)
+    monkeypatch.setattr(core, "LOCK_WAIT_SECONDS", 1.0)
+    with pytest.raises(StepFailedError) as waited, core.cloud_turn(lock):
+        pass
+    assert str(waited.value).startswith(f"model registry lock {lock}: host-a process 7 has held it for the ")
+    assert read_generation(lock)[0] == held  # still its holder's
+    gcs.blob("registry-lock/.lock").delete()
+    create_only(lock, json.dumps({"holder": "host-b process 8", "token": "t", "until": time.time() - 1}).encode())
+    with core.cloud_turn(lock):
+        assert json.loads(read_generation(lock)[0])["holder"].endswith(f"process {os.getpid()}")
+    assert read_generation(lock) is None  # released
+    assert "host-b process 8 held it past its lease; taking it over" in caplog.text
 
 
 def test_a_damaged_version_record_is_named_as_such_not_taken_for_another_folder(tmp_path):
@@ -294,7 +329,6 @@ def test_a_damaged_version_record_is_named_as_such_not_taken_for_another_folder(
 def test_the_copies_killed_registrations_left_are_listed_and_removed_by_a_command(tmp_path, capsys):
     """A killed push leaves a numbered copy without version.json: `unfinished` lists them; `--remove` deletes those
     not written to for an hour (a recent one may be a registration in progress), never a version."""
-    import os
     import time
 
     from components.register.__main__ import main

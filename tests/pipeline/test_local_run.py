@@ -346,9 +346,11 @@ def side_runs(demo_run, tmp_path_factory):
     second.wait(timeout=60)
     refused = run_cli("pipeline", "run-local", "--work-dir", str(crashed), *again, timeout=300)
     os.kill(orphan, signal.SIGKILL)
+    with open(crashed / "run-state.json") as handle:  # the step folders the killed attempts left
+        left = [os.path.join(run, step) for run in json.load(handle)["artifact_dirs"] for step in os.listdir(run)]
     resumed = run_cli("pipeline", "run-local", "--work-dir", str(crashed), *again, timeout=900)
     with open(crashed / "summary.json") as handle:
-        results["crash"] = (crashed, json.load(handle), (failed, refused, resumed, orphan, kept_again))
+        results["crash"] = (crashed, json.load(handle), (failed, refused, resumed, orphan, kept_again, left))
     for name, process in started.items():
         stdout, stderr = process.communicate(timeout=900)
         result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
@@ -414,7 +416,7 @@ def test_a_train_step_that_dies_is_resumed_by_the_same_command_from_its_last_epo
     says how to go on. A run-local killed outright leaves its running step behind: the same command is refused in
     one line naming it while it runs (two trainings into one backup), and once it is gone, resumes the run: its
     conversion reused, training after the epochs its backup kept, to the end."""
-    crashed, summary, (failed, refused, resumed, orphan, kept_again) = side_runs["crash"]
+    crashed, summary, (failed, refused, resumed, orphan, kept_again, left) = side_runs["crash"]
     assert failed.returncode == 1, failed.stderr[-3000:]
     (line,) = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert line.startswith("error: step train failed: ") and line.endswith(
@@ -431,6 +433,12 @@ def test_a_train_step_that_dies_is_resumed_by_the_same_command_from_its_last_epo
     assert kept_again >= 2 and summary["training"]["resumed_after_epoch"] == kept_again
     assert summary["training"]["epochs"] == 40
     assert "interrupted during train" in resumed.stdout + resumed.stderr
+    # the killed attempts' train folders are gone; their conversion, which the resumed run reused, is kept
+    gone = [folder for folder in left if not os.path.exists(folder)]
+    assert [os.path.basename(folder) for folder in gone].count("train") == 2, left
+    assert not any(folder in json.dumps(summary) for folder in gone)
+    assert "convert" in [os.path.basename(folder) for folder in left if os.path.exists(folder)], left
+    assert f"removed {len(gone)} step folders (" in resumed.stdout + resumed.stderr
 
 
 def test_the_whole_dag_trains_a_model_of_ones_own_on_jax_over_two_devices_and_exports_through_tensorflow(side_runs):

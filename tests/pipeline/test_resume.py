@@ -24,6 +24,7 @@ from pipeline.local.resume import (
     finished,
     interrupted,
     read_state,
+    remove_leftovers,
     run_key,
 )
 
@@ -85,6 +86,30 @@ def test_begin_keeps_the_run_id_across_attempts_and_finished_leaves_nothing(tmp_
     assert previous.step == "train" and second.artifact_dirs == (str(tmp_path / "artifacts" / "attempt-1"),)
     finished(work_dir, second)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_killed_attempts_lose_the_step_folders_no_cache_entry_reuses(tmp_path):
+    """What kfp.local's own cache (its writer, here) reuses stays, unicode paths too; the rest of a killed attempt's
+    run folder goes, and a run folder left empty with it."""
+    from kfp import dsl
+    from kfp.local.cache import LocalCache
+
+    work_dir = tmp_path / "wörk dir"
+    attempts = [work_dir / "artifacts" / name for name in ("run-1", "run-2")]
+    for attempt, steps in zip(attempts, (("convert", "train", "check-data"), ("train",)), strict=True):
+        for step in steps:
+            (attempt / step / "model").mkdir(parents=True)
+            (attempt / step / "model" / "weights").write_bytes(b"w" * 1000)
+    cache = tmp_path / "resume" / "r1" / "cache"
+    for number, step in enumerate(("convert", "check-data")):
+        artifact = dsl.Artifact(uri=str(attempts[0] / step / "model"), name="model")
+        LocalCache(str(cache)).put(f"key{number}", {"model": artifact, "count": 3})
+    removed = remove_leftovers(str(work_dir), [str(attempt) for attempt in attempts], [str(cache)])
+    assert sorted(removed) == [str(attempts[0] / "train"), str(attempts[1] / "train")]
+    assert sorted(p.name for p in attempts[0].iterdir()) == ["check-data", "convert"]
+    assert not attempts[1].exists()
+    left = [str(attempts[0] / name) for name in ("check-data", "convert")]
+    assert remove_leftovers(str(work_dir), [str(attempts[0])], []) == left
 
 
 def test_another_key_discards_the_interrupted_runs_checkpoints(tmp_path):

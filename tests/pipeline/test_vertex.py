@@ -783,6 +783,27 @@ def test_the_dag_registration_step_reports_a_missing_permission(in_pipeline, gcs
         register_step(gcs, upload_export(gcs, "root/y", "e" * 64), "flowers")
 
 
+def test_runs_registering_at_once_leave_one_model_registry_default_compared_with_the_last(in_pipeline, gcs):
+    """Two runs judged against the same default (none, then the first round's) register at once, three times: their
+    turns on the model root's lock object cover the check and the upload, so one becomes the default and the other
+    is refused, every time."""
+    from tests.conftest import at_once
+
+    baseline = ""
+    for round_ in range(3):
+        exports = [upload_export(gcs, f"root/race-{round_}-{n}/export", f"{round_}{n}" * 32) for n in range(2)]
+
+        def register(export, judged=baseline):
+            return register_step(gcs, export, "races", baseline=judged)[0]
+
+        outcomes = at_once(register, exports)
+        (won,) = [outcome for outcome in outcomes.values() if isinstance(outcome, dict)]
+        (lost,) = [outcome for outcome in outcomes.values() if isinstance(outcome, str)]
+        assert won["action"] == "registered" and won["version"] == str(round_ + 1)
+        assert f"its default is now {won['model']} version {won['version']}, not the " in lost
+        baseline = won["uri"]
+
+
 def test_a_model_judged_against_a_default_that_moved_since_is_not_registered(in_pipeline, gcs):
     """Two runs judged against no model in service (find-baseline gave both ""): the first becomes the Model
     Registry's default; the second, checked against it before its upload, is refused in one line."""
