@@ -125,6 +125,49 @@ def storage_unreachable(err: BaseException) -> str | None:
     )
 
 
+STEP_DEADLINE_ENV = "TPU_PIPELINE_STEP_DEADLINE"  # seconds a DAG step may run (compile --max-step-time)
+
+
+def start_step() -> None:
+    """A DAG step's start: its logging (``configure_logging``), and its deadline. KFP gives Vertex AI's tasks no
+    timeout, so a step stuck on storage (a stalled ``/gcs/`` mount) or on a service would hold the run until its
+    own end: once ``STEP_DEADLINE_ENV`` seconds have passed, the step ends in one line, exit 1, however it is stuck."""
+    import os
+
+    configure_logging()
+    text = os.environ.get(STEP_DEADLINE_ENV, "")
+    if text.isdigit() and int(text) > 0:
+        end_past_deadline(int(text))
+
+
+def end_past_deadline(seconds: int) -> None:
+    """Ends this process in one line (``error: the STEP step ran past its deadline ...``, also left for run-local)
+    once it has run ``seconds`` more: from a watcher thread, which a main thread blocked in the kernel does not stop."""
+    import os
+    import threading
+    import time
+
+    step = sys.argv[sys.argv.index("--function_to_execute") + 1] if "--function_to_execute" in sys.argv[:-1] else ""
+
+    def watch() -> None:
+        time.sleep(seconds)
+        line = (
+            f"the {step or 'this'} step ran past its deadline of {seconds} s ({STEP_DEADLINE_ENV}, set by compile "
+            "--max-step-time): it was stuck (on Cloud Storage, or a service that did not answer) or had more work "
+            "than that; see its log above, then run again, with a longer --max-step-time if it was working"
+        )
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        record = os.environ.get(STEP_FAILURE_ENV)
+        if record:
+            import json
+
+            with open(record, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"error": line, "usage": False}) + "\n")
+        os._exit(1)
+
+    threading.Thread(target=watch, name="step-deadline", daemon=True).start()
+
+
 def configure_logging(verbose: bool = False) -> None:
     """Our progress lines at INFO; library chatter only with ``verbose``."""
     logging.basicConfig(

@@ -106,6 +106,7 @@ RESERVATION_NAME = re.compile(r"projects/[^/]+/zones/[^/]+/reservations/[^/]+")
 DURATION = re.compile(r"(\d+)([smhd]?)")
 SECONDS_PER = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 DEFAULT_MAX_QUEUE_SECONDS = 3600  # the training job's wait for its machines, by default
+DEFAULT_MAX_STEP_SECONDS = 12 * 3600  # the other steps' time, by default
 # the GPUs whose training jobs Vertex AI's Dynamic Workload Scheduler queues (its "Schedule training jobs based on
 # resource availability" page names L4, A100, H100, H200 and B200; no TPU)
 FLEX_START_ACCELERATORS = ("NVIDIA_L4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_H100_80GB",
@@ -123,13 +124,16 @@ class Scheduling:
     ``projects/P/zones/Z/reservations/NAME``; empty: Vertex AI's default. ``max_queue``: how long the job may wait
     for its machines before the train step cancels it and fails in one line naming quota and capacity (empty: an
     hour; ``0``: no limit); flex-start's own is ``max_wait``. ``max_train_time``: how long the training job may run
-    once started before Vertex AI cancels it (empty: 7 days, Google Cloud Pipeline Components' default)."""
+    once started before Vertex AI cancels it (empty: 7 days, Google Cloud Pipeline Components' default).
+    ``max_step_time``: how long each other step may run before it ends itself in one line (empty: 12 hours; ``0``:
+    no limit), since KFP gives Vertex AI's tasks no timeout."""
 
     strategy: str = "standard"
     max_wait: str = ""
     reservation: str = ""
     max_queue: str = ""
     max_train_time: str = ""
+    max_step_time: str = ""
 
     def __post_init__(self) -> None:
         if self.strategy not in SCHEDULING_STRATEGIES:
@@ -149,6 +153,9 @@ class Scheduling:
                                     == 0):  # fmt: skip
             raise UsageError(f"--max-train-time {self.max_train_time!r} is not a duration: use e.g. 6h, 90m, 3600s "
                              "(the job is cancelled past it)")  # fmt: skip
+        if self.max_step_time and not DURATION.fullmatch(self.max_step_time):
+            raise UsageError(f"--max-step-time {self.max_step_time!r} is not a duration: use e.g. 2h, 90m, 3600s, or "
+                             "0 for no limit")  # fmt: skip
         if self.max_queue and self.strategy == "flex-start":
             raise UsageError(
                 "--max-queue applies to standard and spot machines: with flex-start, --max-wait bounds the queueing"
@@ -206,6 +213,10 @@ class Scheduling:
     def seconds(duration: str) -> int:
         number, unit = DURATION.fullmatch(duration).groups()
         return int(number) * SECONDS_PER[unit]
+
+    def step_seconds(self) -> int:
+        """How long each step but training may run (``max_step_time``; 0: no limit)."""
+        return self.seconds(self.max_step_time) if self.max_step_time else DEFAULT_MAX_STEP_SECONDS
 
     def job_arguments(self) -> dict:
         """The arguments of Google Cloud Pipeline Components' ``create_custom_training_job_from_component`` that

@@ -210,23 +210,42 @@ def step_ops(images: Images, accelerator: Optional[str], registry: Optional[str]
             "boot_disk": spec.boot_disk(),
         }
     find_baseline_op, register_op = registry_components(light, vertex=registry == "vertex")
+    bounded = with_deadline(scheduling.step_seconds())
     return StepOps(
-        fingerprint=make_fingerprint_component(light),
-        convert=convert_component(image),
+        fingerprint=bounded(make_fingerprint_component(light)),
+        convert=bounded(convert_component(image)),
         worker_image=images.uri(BEAM_WORKER_IMAGE),
-        check_data=check_data_component(image),
+        check_data=bounded(check_data_component(image)),
         train=train_op,
         train_options=train_options,
-        tuning_spec=tuning_spec_op,
-        best_trial=best_trial_op,
+        tuning_spec=bounded(tuning_spec_op),
+        best_trial=bounded(best_trial_op),
         tuning_options=tuning_options,
-        evaluate=evaluate_component(image),
-        not_blessed=make_not_blessed_component(light),
-        export=export_component(image),
-        find_baseline=find_baseline_op,
-        register=register_op,
-        deploy=deploy_component(light),
+        evaluate=bounded(evaluate_component(image)),
+        not_blessed=bounded(make_not_blessed_component(light)),
+        export=bounded(export_component(image)),
+        find_baseline=bounded(find_baseline_op),
+        register=bounded(register_op),
+        deploy=bounded(deploy_component(light)),
     )
+
+
+def with_deadline(seconds: int):
+    """Wraps a component so that its tasks end themselves past ``seconds`` (0: never): KFP gives Vertex AI's tasks no
+    timeout, so each step reads its own from ``STEP_DEADLINE_ENV`` (``components.cli.start_step``). The training
+    job's is Vertex AI's (``--max-train-time``)."""
+    from components.cli import STEP_DEADLINE_ENV
+
+    def bounded(component):
+        if not seconds or component is None:
+            return component
+
+        def task(*args, **kwargs):
+            return component(*args, **kwargs).set_env_variable(STEP_DEADLINE_ENV, str(seconds))
+
+        return task
+
+    return bounded
 
 
 def outputs_type(registry: Optional[str]):

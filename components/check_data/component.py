@@ -21,10 +21,10 @@ def check_data(
     import json
 
     from components.check_data.core import CheckDataConfig, parse_thresholds, run
-    from components.cli import configure_logging
+    from components.cli import start_step
     from components.storage import write_json
 
-    configure_logging()
+    start_step()
     result = run(
         CheckDataConfig(
             examples_dir=examples.path,

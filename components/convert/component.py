@@ -35,11 +35,11 @@ def convert(
     """
     import logging
 
-    from components.cli import configure_logging
+    from components.cli import start_step
     from components.convert.dispatch import convert_source
     from components.convert.staging import runs_locally, with_worker_image
 
-    configure_logging()
+    start_step()
     beam_args = with_worker_image(beam_args or (), worker_image)
     # the local engine writes through KFP's /gcs mount (examples.path); a remote runner's workers (Dataflow) have
     # no such mount, so Beam gets the artifact's gs:// URI, and the stats are read back from there
@@ -86,10 +86,10 @@ def fingerprint(
 ) -> str:
     """The source's fingerprint (paths, sizes, modification times): feeds convert's cache key. Never cached itself:
     the DAG passes the run's id as ``run_id``, an input that changes on every run whatever the caching setting."""
-    from components.cli import configure_logging
+    from components.cli import start_step
     from components.convert.listing import fingerprint_source
 
-    configure_logging()
+    start_step()
     return fingerprint_source(source, tuple(classes), modality, text_column, label_column)
 
 

@@ -23,11 +23,11 @@ def deploy(
     what was done as a JSON line."""
     import json
 
-    from components.cli import configure_logging
+    from components.cli import start_step
     from components.deploy.core import deploy
     from components.vertex_client import name_vertex_resource, vertex_settings_in_pipeline
 
-    configure_logging()
+    start_step()
     settings = vertex_settings_in_pipeline(project, location)
     resource_name = vertex_model.metadata.get("resourceName", "")
     if not resource_name:

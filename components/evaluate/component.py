@@ -28,11 +28,11 @@ def evaluate(
     import shutil
 
     from components.artifacts.evaluation import sliced_metrics
-    from components.cli import configure_logging
+    from components.cli import start_step
     from components.evaluate.core import EvaluateConfig, run
     from components.storage import write_json
 
-    configure_logging()
+    start_step()
     result = run(
         EvaluateConfig(
             examples_dir=examples.path,
@@ -86,9 +86,9 @@ def not_blessed(evaluation: Input[Artifact]) -> str:
         blessing = json.load(handle)["blessing"]
     import logging
 
-    from components.cli import configure_logging
+    from components.cli import start_step
 
-    configure_logging()  # (a warning: on the terminal under run-local, in Cloud Logging on Vertex AI)
+    start_step()  # (a warning: on the terminal under run-local, in Cloud Logging on Vertex AI)
     logging.getLogger(__name__).warning(
         "NOT blessed: " + "; ".join(blessing["reasons"]) + ". Nothing was exported or registered; the serving model "
         "stays as it was."

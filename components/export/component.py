@@ -7,10 +7,10 @@ from kfp.dsl import Dataset, Input, Model, Output
 def export(model: Input[Model], examples: Input[Dataset], exported_model: Output[Model]) -> str:
     """Exports a CPU SavedModel (and TFLite float and int8) from the trained weights; records the parity with the
     trained model and each format's size and accuracy in the artifact's metadata; returns the export's URI."""
-    from components.cli import configure_logging
+    from components.cli import start_step
     from components.export.core import ExportConfig, run
 
-    configure_logging()
+    start_step()
     report = run(ExportConfig(model_dir=model.path, examples_dir=examples.path, output_dir=exported_model.path))
     exported_model.metadata.update(
         {

@@ -34,11 +34,11 @@ def find_baseline(
 ) -> str:
     """The baseline for the blessing: ``baseline`` when given; else the SavedModel of the default version of the
     Model Registry's model ``display_name`` (the last blessed one); else "" (judged on the value thresholds)."""
-    from components.cli import configure_logging
+    from components.cli import start_step
     from components.register.vertex import find_baseline
     from components.vertex_client import vertex_settings_in_pipeline
 
-    configure_logging()
+    start_step()
     return find_baseline(display_name, baseline, model_root, vertex_settings_in_pipeline(project, location))
 
 
@@ -64,11 +64,11 @@ def register(
     line."""
     import json
 
-    from components.cli import configure_logging
+    from components.cli import start_step
     from components.register.vertex import register_version
     from components.vertex_client import name_vertex_resource, vertex_settings_in_pipeline
 
-    configure_logging()
+    start_step()
     settings = vertex_settings_in_pipeline(project, location)
     decided = register_version(exported_model.uri, display_name, baseline, model_root, pipeline_run, settings,
                                evaluation.uri, data_statistics.uri)  # fmt: skip
@@ -81,10 +81,10 @@ def register(
 def find_baseline_in_folder(display_name: str, model_root: str, baseline: str, run_id: str) -> str:
     """The baseline for the blessing: ``baseline`` when given; else the default version of the folder registry
     ``model_root``; else "" (judged on the value thresholds)."""
-    from components.cli import configure_logging
+    from components.cli import start_step
     from components.register.vertex import find_baseline
 
-    configure_logging()
+    start_step()
     return find_baseline(display_name, baseline, model_root, None)
 
 
@@ -101,10 +101,10 @@ def register_in_folder(
     and its evaluation (evaluate's ``metrics.json``), to the next numbered version of the folder registry
     ``model_root`` and makes it the default; nothing when the candidate is the baseline itself. Returns the
     decision as a JSON line."""
-    from components.cli import configure_logging
+    from components.cli import start_step
     from components.register.vertex import register_version
 
-    configure_logging()
+    start_step()
     return register_version(exported_model.uri, display_name, baseline, model_root, pipeline_run, None,
                             evaluation=evaluation.uri, data_statistics=data_statistics.uri)  # fmt: skip
 

@@ -34,12 +34,12 @@ def train(
     its last backed-up epoch."""
     import dataclasses
 
-    from components.cli import configure_logging
+    from components.cli import start_step
     from components.train.core import TrainConfig, lasting_checkpoint_dir, run
     from components.train.transfer import weights_cache_for
     from components.train.tuning import search
 
-    configure_logging()
+    start_step()
     config = TrainConfig(
         examples_dir=examples.path,
         model_dir=model.path,

@@ -37,11 +37,11 @@ def tuning_spec(
     appended by Vertex AI; their models go under this step's ``trials`` folder (``<trial id>/model``). The search
     space follows the model: fine-tuning depth only for a pretrained backbone, and the ranges a model of one's own
     declares."""
-    from components.cli import configure_logging
+    from components.cli import start_step
     from components.keras_backend import activate_backend
     from components.train.tuning_vertex import trial_job
 
-    configure_logging()
+    start_step()
     activate_backend("jax")  # a model of one's own, read for the ranges it declares, imports Keras: JAX's is quick
 
     class TuningSpec(NamedTuple):
@@ -67,11 +67,11 @@ def best_trial(
 ) -> str:
     """The tuning job's best trial (highest ``val_accuracy``): its model becomes this step's ``model`` output (the
     trial's own folder, not a copy), which evaluate and export take; returns its values as JSON."""
-    from components.cli import configure_logging
+    from components.cli import start_step
     from components.train.tuning_vertex import keep_best_trial
     from components.vertex_client import vertex_settings_in_pipeline
 
-    configure_logging()
+    start_step()
     return keep_best_trial(gcp_resources, base_output_directory, model, vertex_settings_in_pipeline(project, location))
 
 

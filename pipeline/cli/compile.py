@@ -57,6 +57,14 @@ def add_command(commands) -> None:
         "90m (default 7 days, Google Cloud Pipeline Components')",
     )
     compile_cmd.add_argument(
+        "--max-step-time",
+        default="",
+        metavar="DURATION",
+        help="how long each other step may run before it ends itself in one line (one stuck on Cloud Storage or a "
+        "service stops holding the run; KFP gives Vertex AI's tasks no timeout), e.g. 2h, 90m, or 0 for no limit "
+        "(default 12h)",
+    )
+    compile_cmd.add_argument(
         "--notify-email",
         dest="notify_emails",
         action="append",
@@ -79,7 +87,9 @@ def run(args: argparse.Namespace) -> int:
     from pipeline.accelerators import Scheduling
     from pipeline.compile import compile_pipeline
 
-    scheduling = Scheduling(args.scheduling, args.max_wait, args.reservation, args.max_queue, args.max_train_time)
+    scheduling = Scheduling(
+        args.scheduling, args.max_wait, args.reservation, args.max_queue, args.max_train_time, args.max_step_time
+    )
     path = compile_pipeline(
         args.output,
         Images(registry=args.registry, tag=args.tag),

@@ -314,6 +314,37 @@ def test_a_cloud_storage_registrys_lock_waits_for_its_holder_and_takes_over_a_de
     assert "host-b process 8 held it past its lease; taking it over" in caplog.text
 
 
+def test_a_step_stuck_on_its_storage_ends_in_one_line_past_its_deadline(tmp_path):
+    """The find-baseline step reads a registry whose ``default`` never answers (a FIFO without a writer: the read
+    blocks in the kernel, as on a stalled /gcs/ mount); with the deadline the DAG sets, it ends in one line, exit 1."""
+    import subprocess
+    import sys
+    import time
+
+    from components.cli import STEP_DEADLINE_ENV
+    from tests.conftest import REPO_ROOT
+
+    root = tmp_path / "registry"
+    root.mkdir()
+    os.mkfifo(root / "default")
+    code = (
+        "import sys; sys.argv += ['--function_to_execute', 'find_baseline_in_folder']; "
+        "from components.register.component import find_baseline_in_folder; "
+        f"find_baseline_in_folder('digits', {str(root)!r}, '', 'run-1')"
+    )
+    started = time.monotonic()
+    environment = {**os.environ, STEP_DEADLINE_ENV: "2"}
+    ended = subprocess.run(
+        [sys.executable, "-c", code], env=environment, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert ended.returncode == 1 and time.monotonic() - started < 60, ended.stderr[-2000:]
+    assert ended.stderr.strip().splitlines()[-1] == (
+        f"error: the find_baseline_in_folder step ran past its deadline of 2 s ({STEP_DEADLINE_ENV}, set by compile "
+        "--max-step-time): it was stuck (on Cloud Storage, or a service that did not answer) or had more work than "
+        "that; see its log above, then run again, with a longer --max-step-time if it was working"
+    )
+
+
 def test_a_damaged_version_record_is_named_as_such_not_taken_for_another_folder(tmp_path):
     registry = FolderRegistry(str(tmp_path / "registry"))
     registry.push(fake_export(tmp_path / "a", "1" * 64), {})

@@ -488,10 +488,38 @@ def test_the_training_job_is_cancelled_past_its_max_train_time(tmp_path):
     assert job_inputs(without_sdk_version(str(output)))["timeout"] == "21600s"
 
 
+def step_deadlines(path: str) -> dict:
+    """{executor: the seconds its step may run, or None} of a compiled pipeline."""
+    from components.cli import STEP_DEADLINE_ENV
+
+    executors = without_sdk_version(path)["deploymentSpec"]["executors"]
+    return {
+        label: {e["name"]: e["value"] for e in executor["container"].get("env", [])}.get(STEP_DEADLINE_ENV)
+        for label, executor in executors.items()
+    }
+
+
+def test_every_step_but_the_training_job_ends_itself_past_its_max_step_time(tmp_path):
+    """KFP gives Vertex AI's tasks no timeout: each step gets its own (12 hours by default, --max-step-time), read by
+    the step itself; the training and tuning jobs have Vertex AI's (--max-train-time)."""
+    from pipeline.__main__ import main
+
+    jobs = {"exec-train", "exec-hyperparameter-tuning-job"}
+    committed = step_deadlines(COMMITTED)
+    assert {label for label, seconds in committed.items() if seconds is None} == jobs
+    assert set(committed.values()) == {None, str(12 * 3600)}
+    output = tmp_path / "p.yaml"
+    assert main(["compile", "--output", str(output), "--max-step-time", "90m"]) == 0
+    assert set(step_deadlines(str(output)).values()) == {None, "5400"}
+    assert main(["compile", "--output", str(output), "--max-step-time", "0"]) == 0
+    assert set(step_deadlines(str(output)).values()) == {None}
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
         (["--max-train-time", "0"], "--max-train-time '0' is not a duration: use e.g. 6h, 90m, 3600s"),
+        (["--max-step-time", "soon"], "--max-step-time 'soon' is not a duration: use e.g. 2h, 90m, 3600s, or 0"),
         (["--scheduling", "spot", "--max-wait", "2h"], "--max-wait 2h applies to --scheduling flex-start only"),
         (["--scheduling", "flex-start", "--max-wait", "two hours"], "--max-wait 'two hours' is not a duration: use "
          "e.g. 90m, 2h, 1800s, or 0 for no limit"),
