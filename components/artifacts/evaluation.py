@@ -21,6 +21,14 @@ def metrics_path(folder: str) -> str:
     return folder.rstrip("/") + "/" + METRICS_FILE
 
 
+def export_anyway(metrics: dict, output: str) -> str:
+    """The command that exports a model that was not blessed, the one these ``metrics`` judged, into ``output``."""
+    import shlex
+
+    folders = (metrics["model_dir"], metrics["examples_dir"], output)
+    return "python -m components.export --model-dir {} --examples {} --output {}".format(*map(shlex.quote, folders))
+
+
 def vertex_evaluation(metrics: dict) -> tuple[dict, list[dict]]:
     """Evaluate's ``metrics.json`` as Vertex AI's classification evaluation (``metrics``, ``metricsSchemaUri``) and
     one slice per class (the console's per-label figures): confusion matrix, areas under the precision-recall and

@@ -83,15 +83,18 @@ def not_blessed(evaluation: Input[Artifact]) -> str:
     from components.artifacts.evaluation import metrics_path
 
     with open(metrics_path(evaluation.path), encoding="utf-8") as handle:
-        blessing = json.load(handle)["blessing"]
+        metrics = json.load(handle)
     import logging
+    import os
 
+    from components.artifacts.evaluation import export_anyway
     from components.cli import start_step
 
     start_step()  # (a warning: on the terminal under run-local, in Cloud Logging on Vertex AI)
+    anyway = export_anyway(metrics, os.path.join(os.path.dirname(evaluation.path), "exported-anyway"))
     logging.getLogger(__name__).warning(
-        "NOT blessed: " + "; ".join(blessing["reasons"]) + ". Nothing was exported or registered; the serving model "
-        "stays as it was."
+        "NOT blessed: " + "; ".join(metrics["blessing"]["reasons"]) + ". Nothing was exported or registered; the "
+        f"serving model stays as it was. To export this model all the same: {anyway}"
     )
     return ""
 

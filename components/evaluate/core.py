@@ -9,6 +9,7 @@ baseline (the last blessed model, evaluated here on the same examples): the cand
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -88,6 +89,20 @@ def baseline_path(baseline: str) -> str:
     return path
 
 
+CHANCE_Z = 2.326  # the automatic bar's one-sided confidence, 99%
+
+
+def chance_bar(per_class: dict) -> tuple[str, float, int, float]:
+    """What beating chance takes on these test examples (``per_class``: their support by class): the most common
+    class, its share, the number of examples, and the accuracy a model needs to beat always answering that class by
+    more than chance gives at 99% confidence (the share, plus 2.326 standard errors of a binomial share of that many
+    examples, plus half an example)."""
+    count = sum(figures["support"] for figures in per_class.values())
+    name = max(per_class, key=lambda c: per_class[c]["support"])
+    share = per_class[name]["support"] / max(count, 1)
+    return name, share, count, share + CHANCE_Z * math.sqrt(share * (1 - share) / max(count, 1)) + 0.5 / max(count, 1)
+
+
 def bless(
     accuracy: float,
     min_accuracy: float,
@@ -97,47 +112,62 @@ def bless(
     per_class: dict | None = None,
     not_learning: str | None = None,
 ) -> dict:
-    """The blessing: ``blessed`` and the ``reasons`` for it, one per threshold. ``not_comparable``: why a baseline
-    was given but cannot be compared (the value threshold alone decides, and the reason says so).
+    """The blessing: ``blessed`` and the ``reasons`` for it, one per threshold, those that decided against it first.
+    ``not_comparable``: why a baseline was given but cannot be compared (the value threshold alone decides, and the
+    reason says so).
+
+    The value threshold: ``min_accuracy``, an absolute bar; 0 (the default), beating always answering the test
+    split's most common class by more than chance would (``chance_bar``), whatever the number of classes.
 
     ``per_class`` (precision, recall, support by class): a model is never blessed while a class it should predict
     has recall 0 on its test examples, or has no test example at all (then nothing shows it can predict it).
 
     ``not_learning``: why training ended at chance or diverged (``components.learning``): never blessed, and that
     reason comes first, since it explains the others."""
-    reasons, blessed = [], True
+    failed, passed = [], []  # the reasons of each kind
+
+    def check(holds: bool, reason: str) -> None:
+        (passed if holds else failed).append(reason)
+
     if not_learning:
-        blessed = False
-        reasons.append(f"training did not learn: {not_learning}")
-    if accuracy < min_accuracy:
-        blessed = False
-        reasons.append(f"accuracy {accuracy:.4f} is below the minimum {min_accuracy:.4f}")
+        check(False, f"training did not learn: {not_learning}")
+    needed = None
+    if min_accuracy > 0 or not per_class:
+        meets = accuracy >= min_accuracy
+        check(meets, f"accuracy {accuracy:.4f} {'meets' if meets else 'is below'} the minimum {min_accuracy:.4f}")
     else:
-        reasons.append(f"accuracy {accuracy:.4f} meets the minimum {min_accuracy:.4f}")
+        name, share, count, needed = chance_bar(per_class)
+        always = f"always answering {name} ({share:.4f} of the {count} test examples)"
+        own = "--min-accuracy sets a bar of your own"
+        if needed > 1:
+            check(False, f"{count} test examples are too few to show that a model beats {always}: add data ({own})")
+        elif accuracy < needed:
+            check(
+                False,
+                f"accuracy {accuracy:.4f} does not beat {always} by more than chance: it needs {needed:.4f} ({own})",
+            )
+        else:
+            check(True, f"accuracy {accuracy:.4f} beats {always} beyond chance (it needed {needed:.4f})")
     if not_comparable:
-        reasons.append(f"baseline not comparable: {not_comparable}: judged on the value threshold alone")
+        check(True, f"baseline not comparable: {not_comparable}: judged on the value threshold alone")
     elif baseline_accuracy is None:
-        reasons.append("no baseline model: judged on the value threshold alone")
+        check(True, "no baseline model: judged on the value threshold alone")
     elif accuracy < baseline_accuracy - max_accuracy_drop - 1e-12:
-        blessed = False
-        reasons.append(
-            f"accuracy {accuracy:.4f} is below the baseline's {baseline_accuracy:.4f} by more than the allowed "
-            f"{max_accuracy_drop:.4f}"
-        )
+        allowed = f"by more than the allowed {max_accuracy_drop:.4f}"
+        check(False, f"accuracy {accuracy:.4f} is below the baseline's {baseline_accuracy:.4f} {allowed}")
     else:
-        reasons.append(f"accuracy {accuracy:.4f} is not worse than the baseline's {baseline_accuracy:.4f}"
-                       + (f" by more than {max_accuracy_drop:.4f}" if max_accuracy_drop else ""))  # fmt: skip
+        allowed = f" by more than {max_accuracy_drop:.4f}" if max_accuracy_drop else ""
+        check(True, f"accuracy {accuracy:.4f} is not worse than the baseline's {baseline_accuracy:.4f}{allowed}")
     for name, figures in (per_class or {}).items():
         if figures["support"] == 0:
-            blessed = False
-            reasons.append(f"class {name} has no test example: nothing shows the model predicts it (add images)")
+            check(False, f"class {name} has no test example: nothing shows the model predicts it (add images)")
         elif figures["recall"] == 0.0:
-            blessed = False
-            reasons.append(f"class {name}: recall 0 (none of its {figures['support']} test examples predicted right)")
+            support = figures["support"]
+            check(False, f"class {name}: recall 0 (none of its {support} test examples predicted right)")
     return {
-        "blessed": blessed,
-        "reasons": reasons,
-        "thresholds": {"min_accuracy": min_accuracy, "max_accuracy_drop": max_accuracy_drop},
+        "blessed": not failed,
+        "reasons": failed + passed,
+        "thresholds": {"min_accuracy": min_accuracy, "max_accuracy_drop": max_accuracy_drop, "chance_bar": needed},
         "baseline_accuracy": baseline_accuracy,
         "baseline_comparable": not not_comparable,
     }

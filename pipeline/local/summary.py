@@ -167,8 +167,11 @@ def tuning_line(tuning: dict) -> str:
 
 def format_summary(summary: dict, summary_path: str) -> str:
     """The readable summary printed at the end of a local run."""
+    from components.artifacts.evaluation import export_anyway
+
     counts = " / ".join(f"{split} {count}" for split, count in summary["counts"].items())
     exported = summary.get("export_json") is not None
+    work_dir = os.path.dirname(os.path.abspath(summary_path))
     not_exported = "- (not blessed: nothing exported)"
     training = summary["training"]
     crossed = summary.get("backend_parity") or {}
@@ -192,6 +195,7 @@ def format_summary(summary: dict, summary_path: str) -> str:
         *([("client files", client_files_line(raw))] if raw.get("num_files") else []),
         ("TFRecords", summary["examples_dir"]),
         ("SavedModel", summary["saved_model_dir"] or not_exported),
+        *([] if exported else [("export anyway", export_anyway(summary, os.path.join(work_dir, "exported")))]),
         *(
             (name, f"{entry['bytes'] / 1e6:.2f} MB, test accuracy {entry['test_accuracy']:.4f}  {entry['path']}")
             for name, entry in summary.get("formats", {}).items()

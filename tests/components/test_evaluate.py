@@ -237,7 +237,7 @@ def test_the_reasons_against_a_baseline_say_the_drop_allowed_only_when_there_is_
         "accuracy 0.9000 is not worse than the baseline's 0.9200 by more than 0.0500"
     )
     assert bless(0.93, 0.75, 0.92, 0.0)["reasons"][1] == "accuracy 0.9300 is not worse than the baseline's 0.9200"
-    assert bless(0.80, 0.75, 0.92, 0.05)["reasons"][1] == (
+    assert bless(0.80, 0.75, 0.92, 0.05)["reasons"][0] == (
         "accuracy 0.8000 is below the baseline's 0.9200 by more than the allowed 0.0500"
     )
 
@@ -261,10 +261,68 @@ def test_a_model_that_did_not_learn_is_never_blessed_and_that_reason_comes_first
             "accuracy 0.9500 meets the minimum 0.7500",
             "no baseline model: judged on the value threshold alone",
         ],
-        "thresholds": {"min_accuracy": 0.75, "max_accuracy_drop": 0.0},
+        "thresholds": {"min_accuracy": 0.75, "max_accuracy_drop": 0.0, "chance_bar": None},
         "baseline_accuracy": None,
         "baseline_comparable": True,
     }
+
+
+def supports(**counts) -> dict:
+    """per_class figures with these test counts, every class recalled."""
+    return {name: {"precision": 1.0, "recall": 0.5, "f1": 0.6, "support": count} for name, count in counts.items()}
+
+
+def test_by_default_a_model_must_beat_always_answering_the_most_common_class_beyond_chance():
+    """No --min-accuracy: the bar is the most common class's share plus what chance gives at 99%. By hand, for 60
+    of 100 test examples in one class: 0.6 + 2.326 * sqrt(0.6 * 0.4 / 100) + 0.5 / 100 = 0.71895."""
+    per_class = supports(a=60, b=40)
+    below = bless(0.71, 0.0, None, 0.0, per_class=per_class)
+    assert below["blessed"] is False and below["thresholds"]["chance_bar"] == pytest.approx(0.71895, abs=1e-5)
+    assert below["reasons"][0] == (
+        "accuracy 0.7100 does not beat always answering a (0.6000 of the 100 test examples) by more than chance: it "
+        "needs 0.7190 (--min-accuracy sets a bar of your own)"
+    )
+    above = bless(0.72, 0.0, None, 0.0, per_class=per_class)
+    assert above["blessed"] is True
+    assert above["reasons"][0] == (
+        "accuracy 0.7200 beats always answering a (0.6000 of the 100 test examples) beyond chance (it needed 0.7190)"
+    )
+    # ten even classes: a weak but real model passes where a fixed 0.75 refused it
+    assert bless(0.34, 0.0, None, 0.0, per_class=supports(**{f"c{n}": 40 for n in range(10)}))["blessed"] is True
+    # an explicit minimum is the bar instead
+    assert (
+        bless(0.72, 0.8, None, 0.0, per_class=per_class)["reasons"][0] == "accuracy 0.7200 is below the minimum 0.8000"
+    )
+    few = bless(1.0, 0.0, None, 0.0, per_class=supports(a=3, b=2))
+    assert few["blessed"] is False and few["reasons"][0] == (
+        "5 test examples are too few to show that a model beats always answering a (0.6000 of the 5 test examples): "
+        "add data (--min-accuracy sets a bar of your own)"
+    )
+
+
+@pytest.mark.parametrize("count, share", [(40, 0.5), (100, 0.6), (400, 0.1), (2000, 0.3)])
+def test_a_model_no_better_than_the_most_common_class_is_blessed_at_most_once_in_a_hundred(count, share):
+    """20,000 test splits drawn for a model right as often as always answering the most common class: the share of
+    them that bless it stays within 1%, the bar's promise, at every size."""
+    import numpy as np
+
+    majority = round(count * share)
+    per_class = supports(a=majority, b=count - majority)
+    right = np.random.default_rng(count).binomial(count, majority / count, size=20_000)
+    values, times = np.unique(right, return_counts=True)
+    blessed = sum(
+        int(n)
+        for r, n in zip(values, times, strict=True)
+        if bless(r / count, 0.0, None, 0.0, per_class=per_class)["blessed"]
+    )
+    assert blessed / right.size <= 0.01
+
+
+def test_the_reasons_that_decided_against_a_model_come_first():
+    outcome = bless(0.95, 0.0, 0.90, 0.0, per_class={**supports(a=50, b=30), "c": {"recall": 0.0, "support": 20}})
+    assert outcome["blessed"] is False
+    assert outcome["reasons"][0] == "class c: recall 0 (none of its 20 test examples predicted right)"
+    assert outcome["reasons"][1].startswith("accuracy 0.9500 beats always answering a")
 
 
 def test_an_image_baseline_is_compared_only_on_the_same_classes_and_size():
@@ -512,9 +570,9 @@ def test_a_class_never_predicted_right_or_never_tested_is_not_blessed():
     fine = {"precision": 1.0, "recall": 1.0, "support": 9}
     blessing = bless(0.95, 0.75, None, 0.0, per_class={"cat": fine, "dog": {**fine, "recall": 0.0, "support": 1}})
     assert blessing["blessed"] is False
-    assert blessing["reasons"][-1] == "class dog: recall 0 (none of its 1 test examples predicted right)"
+    assert blessing["reasons"][0] == "class dog: recall 0 (none of its 1 test examples predicted right)"
     blessing = bless(0.95, 0.75, None, 0.0, per_class={"cat": fine, "fish": {**fine, "recall": 0.0, "support": 0}})
-    assert blessing["blessed"] is False and blessing["reasons"][-1].startswith("class fish has no test example")
+    assert blessing["blessed"] is False and blessing["reasons"][0].startswith("class fish has no test example")
     assert bless(0.95, 0.75, None, 0.0, per_class={"cat": fine, "dog": fine})["blessed"] is True
 
 

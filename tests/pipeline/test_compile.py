@@ -198,7 +198,7 @@ def test_dag_is_fingerprint_convert_check_train_evaluate_then_gated_export_and_r
     parameters = spec["root"]["inputDefinitions"]["parameters"]
     assert "notify_emails" not in parameters
     assert parameters["image_size"]["defaultValue"] == 0  # auto: the source images' typical size, at most 192
-    assert parameters["min_accuracy"]["defaultValue"] == 0.75 and parameters["baseline_model"]["defaultValue"] == ""
+    assert parameters["min_accuracy"]["defaultValue"] == 0.0 and parameters["baseline_model"]["defaultValue"] == ""
     assert parameters["model_display_name"]["defaultValue"] == "tpu-image-classifier"
     assert parameters["model_root"]["defaultValue"] == ""
 

@@ -137,7 +137,8 @@ def test_the_light_steps_run_without_what_the_light_image_leaves_out(in_pipeline
         gcs.blob(f"root/run-1/statistics/{name}").upload_from_string(name.encode())
     local_evaluation = tmp_path / "evaluation"
     local_evaluation.mkdir()
-    (local_evaluation / "metrics.json").write_text(json.dumps({**metrics, "blessing": blessing}))
+    judged = {"model_dir": "/gcs/b/root/run-1/train/model", "examples_dir": "/gcs/b/root/run-1/convert/examples"}
+    (local_evaluation / "metrics.json").write_text(json.dumps({**metrics, **judged, "blessing": blessing}))
     given = {"local_evaluation": str(local_evaluation), "sources": sources, "export": export, "evaluation": evaluation,
              "folder_registry": f"gs://{BUCKET}/registry",
              "statistics": f"gs://{BUCKET}/root/run-1/statistics"}  # fmt: skip
@@ -153,3 +154,7 @@ def test_the_light_steps_run_without_what_the_light_image_leaves_out(in_pipeline
     assert done["deploy"]["action"] == "deployed"
     assert done["find_baseline_in_folder"] == "" and done["register_in_folder"]["version"] == 1
     assert done["not_blessed"] == ""
+    assert (  # how to export the model that was not blessed, all the same
+        "To export this model all the same: python -m components.export --model-dir /gcs/b/root/run-1/train/model "
+        f"--examples /gcs/b/root/run-1/convert/examples --output {tmp_path}/exported-anyway"
+    ) in result.stderr
