@@ -70,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="preemption checkpoints (default: $AIP_CHECKPOINT_DIR, else <model-dir>/checkpoints)",
     )
     parser.add_argument(
+        "--patience",
+        default="auto",
+        metavar="auto|EPOCHS",
+        help="stop after this many epochs without a better validation loss; 0: never early (default auto: a third "
+        "of the epochs, at least 5); the best epoch's weights are kept either way",
+    )
+    parser.add_argument(
         "--backup-interval",
         default="auto",
         metavar="auto|SECONDS",
@@ -100,10 +107,25 @@ def backup_interval(text: str) -> float | None:
     return seconds
 
 
+def patience(text: str) -> int | None:
+    """``--patience``: None for auto, else the epochs (a one-line usage error for anything else)."""
+    if text == "auto":
+        return None
+    if not text.isdigit():
+        raise UsageError(f"--patience {text!r}: give auto or a number of epochs >= 0")
+    return int(text)
+
+
+def train_config(args) -> TrainConfig:
+    """The training config of the parsed flags (``build_parser``'s)."""
+    overrides = {"backup_interval": backup_interval(args.backup_interval), "patience": patience(args.patience)}
+    return config_from_args(TrainConfig, args, **overrides)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
-    config = config_from_args(TrainConfig, args, backup_interval=backup_interval(args.backup_interval))
+    config = train_config(args)
     if args.tune_trials:  # a local search: the best trial's model in --model-dir, tuning.json beside it
         from components.train.tuning import search
 

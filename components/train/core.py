@@ -54,6 +54,7 @@ from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, read_json, write_atomically, write_json
 from components.tokenizing import VOCABULARY_FILE, read_vocabulary, vocabulary_bytes, vocabulary_digest
 from components.train import writer_lock
+from components.train.keep_best import auto_patience, best_folder, keep_best_callback
 from components.train.placement import BACKENDS, PRECISIONS
 from components.train.transfer import (
     HEAD_WEIGHTS,
@@ -114,6 +115,9 @@ class TrainConfig:
             0: every epoch; ``None`` (auto): 19 times the last backup's own duration, at most 5% of the time.
         tensorboard_dir: TensorBoard logs; empty: ``AIP_TENSORBOARD_LOG_DIR``, else ``<model_dir>/logs``.
         seed: seeds weight initialisation and shuffling.
+        patience: a phase stops after this many epochs without a better validation loss (0: never early; ``None``:
+            auto, a third of its epochs, at least 5); the best epoch's weights are kept either way
+            (``components.train.keep_best``).
     """
 
     examples_dir: str
@@ -142,6 +146,7 @@ class TrainConfig:
     backup_interval: float | None = None
     tensorboard_dir: str = ""
     seed: int = TRAIN["seed"].default
+    patience: int | None = None
 
     def __post_init__(self) -> None:
         parse_ref(self.model_name)
@@ -666,7 +671,7 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
     jit_compile = backend == "jax" or config.jit_compile  # JAX steps are always XLA programs
     plan = training_phases(config)
     pretrained = weights_file(config.weights, config.model_name, config.weights_cache)
-    started, trained_epochs, backups, resumed_after = time.monotonic(), 0, [], None
+    started, trained_epochs, backups, resumed_after, kept = time.monotonic(), 0, [], None, {}
     for phase in plan:
         if phase.name == "head" and len(plan) > 1 and head_finished(dirs, placement):
             log.info("the head was trained before (%s): fine-tuning", os.path.join(dirs.checkpoint_dir, HEAD_WEIGHTS))
@@ -697,6 +702,9 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
             )
         trained_epochs += len(fitted.epoch)  # as Keras ran them, after the epoch its backup restored
         backups += next(c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)).backups
+        keeper = callbacks[-1]  # (keep_best_callback's: the weights it restored, and where it stopped)
+        kept = {"kept_epoch": keeper.best["epoch"] if keeper.best else None, "stopped_after_epoch": keeper.stopped,
+                "last_epoch": keeper.stopped or phase.last, "patience": keeper.patience}  # fmt: skip
         if phase.name == "head" and len(plan) > 1:
             save_head(model, dirs, placement)
     seconds = time.monotonic() - started
@@ -719,10 +727,11 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
         "steps_per_execution": config.steps_per_execution,
         "distribution": distribution_facts(model, placement, (global_batch, *examples.shape)),
     }
-    curves, not_learned = save_results(
-        model, config, examples, dirs, placement, model_config, finished_before, seconds, advice, code.loaded
+    curves, not_learned, kept = save_results(
+        model, config, examples, dirs, placement, model_config, finished_before, seconds, advice, code.loaded, kept
     )
-    final = {name: values[-1] for name, values in curves.items()}
+    at = kept.get("kept_index", -1)  # the figures of the epoch whose weights were kept (the best), else the last's
+    final = {name: values[at] for name, values in curves.items()}
     if not_learned:
         log.warning("training did not learn: %s", not_learned)
     images_per_second = trained_epochs * steps_per_epoch * global_batch / max(seconds, 1e-9)
@@ -734,6 +743,8 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
         "model_dir": dirs.model_dir,
         "resumed_after_epoch": finished_before,
         "epochs_trained": trained_epochs,
+        "kept_epoch": kept.get("kept_epoch"),
+        "stopped_after_epoch": kept.get("stopped_after_epoch"),
         "not_learning": not_learned,
         "process_index": placement.process_index,
         **model_config,
@@ -963,6 +974,9 @@ def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, p
     if placement.is_chief:
         earlier = [record["loss"] for record in read_epoch_log(epoch_log)] if finished_before else []
         callbacks.append(_learning_watch(examples.num_classes, advice, earlier, class_counts(examples)))
+    patience = auto_patience(phase.last - phase.first) if config.patience is None else config.patience
+    callbacks.append(keep_best_callback(best_folder(dirs.checkpoint_dir, phase.backup), placement, patience,
+                                        finished_before))  # fmt: skip
     if kept > phase.first:
         log.info("resuming from the checkpoint in %s after epoch %d", backup_dir, finished_before)
     return finished_before, callbacks, advice
@@ -1018,11 +1032,18 @@ def save_results(
     seconds: float,
     advice: str,
     loaded: LoadedModel,
+    kept: dict,
 ):
     """Process 0 writes the model artifact and removes the finished run's backup; every host then reports what it
-    wrote: (the curves, why they show no learning or None)."""
+    wrote: (the curves, why they show no learning or None, ``kept``: the epoch whose weights were kept, its index in
+    the curves, and where training stopped)."""
     epoch_log = os.path.join(dirs.checkpoint_dir, EPOCH_LOG_FILE)
     epochs = read_epoch_log(epoch_log) if placement.is_chief else []  # process 0 alone keeps the log
+    # (not an earlier attempt's epochs past where this one stopped)
+    epochs = [record for record in epochs if record["epoch"] <= kept.get("last_epoch", record["epoch"])]
+    numbers = [record["epoch"] for record in epochs]
+    if kept.get("kept_epoch") in numbers:
+        kept = {**kept, "kept_index": numbers.index(kept["kept_epoch"])}
     reference = reference_predictions(model, config.examples_dir, examples.stats, placement)
     curves = {name: [record[name] for record in epochs] for name in epochs[-1] if name != "epoch"} if epochs else {}
     not_learned = None  # why the curves show no learning, with what to try: process 0 decides, every host reports
@@ -1030,7 +1051,7 @@ def save_results(
         diagnosis = not_learning(curves.get("loss", []), examples.num_classes, class_counts=class_counts(examples))
         not_learned = diagnosis and f"{diagnosis}; {advice}"
         save_model_artifact(model, dirs.model_dir, model_config, curves, finished_before, reference, seconds,
-                            not_learned)  # fmt: skip
+                            not_learned, kept)  # fmt: skip
         if examples.vocabulary is not None:
             write_atomically(os.path.join(dirs.model_dir, VOCABULARY_FILE), vocabulary_bytes(examples.vocabulary))
         if model_config["model"]["file"]:  # the code that made the model, kept with it (evaluate and export load it)
@@ -1038,6 +1059,7 @@ def save_results(
                 write_atomically(os.path.join(dirs.model_dir, model_config["model"]["file"]), handle.read())
         for backup in (BACKUP_DIR, FINE_TUNE_BACKUP_DIR):  # a rerun starts afresh
             shutil.rmtree(os.path.join(dirs.checkpoint_dir, backup), ignore_errors=True)
+            shutil.rmtree(best_folder(dirs.checkpoint_dir, backup), ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(dirs.checkpoint_dir, HEAD_WEIGHTS))
         os.remove(epoch_log)
@@ -1049,13 +1071,15 @@ def save_results(
     if not placement.is_chief and os.path.exists(history_path):  # every host reports what process 0 wrote
         history = read_json(history_path)
         curves, not_learned = history["history"], history.get("not_learning")
-    return curves, not_learned
+        kept = {name: history.get(name) for name in ("kept_epoch", "kept_index", "stopped_after_epoch")}
+    return curves, not_learned, kept
 
 
 def save_model_artifact(model, model_dir: str, model_config: dict, curves: dict, resumed_after: int, reference,
-                        seconds: float, not_learning: str | None = None):  # fmt: skip
+                        seconds: float, not_learning: str | None = None, kept: dict | None = None):  # fmt: skip
     """Writes the model artifact (``components.artifacts.model``); ``seconds``: how long this run's epochs took;
-    ``not_learning``: why the curves show no learning (with what to try), or None."""
+    ``not_learning``: why the curves show no learning (with what to try), or None; ``kept``: the epoch whose weights
+    the model has (``kept_epoch``, ``kept_index`` in the curves), and where training stopped early, if it did."""
     import numpy as np
 
     os.makedirs(model_dir, exist_ok=True)
@@ -1065,7 +1089,9 @@ def save_model_artifact(model, model_dir: str, model_config: dict, curves: dict,
     model.save_weights(os.path.join(model_dir, WEIGHTS_FILE))
     write_json(os.path.join(model_dir, MODEL_CONFIG_FILE), model_config)
     history = {"epochs": len(next(iter(curves.values()), [])), "resumed_after_epoch": resumed_after,
-               "train_seconds": round(seconds, 3), "not_learning": not_learning, "history": curves}  # fmt: skip
+               "train_seconds": round(seconds, 3), "not_learning": not_learning, "history": curves,
+               **{name: (kept or {}).get(name) for name in ("kept_epoch", "kept_index", "stopped_after_epoch",
+                                                            "patience")}}  # fmt: skip
     write_json(os.path.join(model_dir, HISTORY_FILE), history)
     if reference is not None:
         np.savez(os.path.join(model_dir, REFERENCE_FILE), probabilities=reference)

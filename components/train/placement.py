@@ -206,6 +206,16 @@ class Placement:
             return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
         return value
 
+    def from_chief_arrays(self, arrays: list) -> list:
+        """Process 0's list of arrays on every process (``arrays`` itself with one); each process passes a list of
+        the same shapes."""
+        if self.processes > 1:
+            import numpy as np
+            from jax.experimental import multihost_utils
+
+            return [np.asarray(array) for array in multihost_utils.broadcast_one_to_all(list(arrays))]
+        return arrays
+
     def barrier(self, name: str) -> None:
         """Waits for every process (a no-op with one)."""
         if self.processes > 1:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import sys
 
-from components.cli import config_from_args, configure_logging, console_script
+from components.cli import configure_logging, console_script
 
 
 def main(argv: list[str] | None = None) -> int:
-    from components.train.__main__ import backup_interval, build_parser
-    from components.train.core import TrainConfig, run
+    from components.train.__main__ import build_parser, train_config
+    from components.train.core import run
     from components.train.tuning import apply, report, split_trial_flags
 
     values, rest = split_trial_flags(sys.argv[1:] if argv is None else argv)
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.prog = "python -m components.train.trial"
     args = parser.parse_args(rest)
     configure_logging(args.verbose)
-    config = apply(config_from_args(TrainConfig, args, backup_interval=backup_interval(args.backup_interval)), values)
+    config = apply(train_config(args), values)
     result = run(config)
     print(json.dumps({"trial": values, "val_accuracy": report(result), "model_dir": result["model_dir"]}))
     return 0

@@ -39,12 +39,20 @@ def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
     path = os.path.join(model_dir, HISTORY_FILE)
     recorded = read_json(path) if exists(path) else {}
     accuracies = recorded.get("history", {}).get("val_accuracy") or [None]
+    kept = recorded.get("kept_index")  # the epoch whose weights the model has (the best), else the last
     tuning_path = os.path.join(model_dir, TUNING_FILE)
     tuning = read_json(tuning_path) if exists(tuning_path) else None
     if tuning:  # a search: the kept trial's values are the run's
         used.update({name: value for name, value in tuning["best"]["parameters"].items() if name in used})
-    return {**used, "final_validation_accuracy": accuracies[-1],
-            "resumed_after_epoch": recorded.get("resumed_after_epoch", 0), "tuning": tuning}  # fmt: skip
+    return {
+        **used,
+        "final_validation_accuracy": accuracies[-1 if kept is None else kept],
+        "kept_epoch": recorded.get("kept_epoch"),
+        "epochs_run": len(accuracies) if accuracies != [None] else None,
+        "stopped_after_epoch": recorded.get("stopped_after_epoch"),
+        "resumed_after_epoch": recorded.get("resumed_after_epoch", 0),
+        "tuning": tuning,
+    }
 
 
 def parameter_used(name: str, spec: dict, parameters: dict):
@@ -120,7 +128,13 @@ def model_line(training: dict) -> str:
         )
         line = line.replace(f", {training.get('epochs')} epochs,", f" from {training['weights']} weights, {phases},", 1)
     final = training.get("final_validation_accuracy")
-    line = line if final is None else f"{line}, final validation accuracy {final:.4f}"
+    kept, stopped = training.get("kept_epoch"), training.get("stopped_after_epoch")
+    if stopped:
+        line += f", stopped after epoch {stopped}"
+    if final is not None and kept:
+        line += f", kept epoch {kept} (the best validation loss): validation accuracy {final:.4f}"
+    elif final is not None:
+        line += f", final validation accuracy {final:.4f}"
     resumed = training.get("resumed_after_epoch")
     return f"{line} (resumed after epoch {resumed})" if resumed else line
 
