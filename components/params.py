@@ -113,7 +113,7 @@ TRAIN = {
     ),
     "jit_compile": Param(False, "compile TensorFlow's training step with XLA (JAX always does)"),
     "steps_per_execution": Param(1, "training steps per compiled call"),
-    "augment": Param(False, "random flips, brightness and saturation"),
+    "augment": Param(False, "random flips, brightness and saturation of the training images (images only)"),
     "seed": Param(42, "the seed of the weights, the shuffles and the augmentation"),
 }
 # hyperparameter tuning (components.train.tuning): learning rate, batch size, augmentation, fine-tuning depth
@@ -155,3 +155,13 @@ CHECK_DATA = {
         (), "data check thresholds as NAME=VALUE, e.g. class_mix_block=0.25 (python -m components.check_data --help)"
     ),
 }
+
+
+def check_no_augment(augment: bool, modality: str) -> None:
+    """``--augment`` changes images only (random flips, brightness and saturation): on texts, a one-line error
+    instead of a flag that does nothing."""
+    if augment and modality == "text":
+        from components.cli import UsageError
+
+        message = "--augment applies to images (random flips, brightness and saturation): texts get no augmentation"
+        raise UsageError(message + "; leave --augment out")

@@ -49,7 +49,7 @@ from components.models import (
     resolve_hparams,
 )
 from components.models.source import local_copy, split_pairs
-from components.params import TRAIN
+from components.params import TRAIN, check_no_augment
 from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, read_json, write_atomically, write_json
 from components.tokenizing import VOCABULARY_FILE, read_vocabulary, vocabulary_bytes, vocabulary_digest
@@ -760,6 +760,7 @@ def check_inputs(config: TrainConfig, env: Mapping[str, str]):
                        ("TensorBoard dir", dirs.tensorboard_dir)):  # fmt: skip
         check_writable(path, what)
     modality = stats.get("modality", "image")
+    check_no_augment(config.augment, modality)
     image_size, sequence_length = input_size(stats)
     ref = resolve_auto(parse_ref(config.model_name), modality)
     if ref.text != config.model_name:

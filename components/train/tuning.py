@@ -47,18 +47,22 @@ BATCH_SIZES = (16, 32, 64)
 HPARAM_PREFIX = "hparam_"  # a model's own hyperparameter, as the search names it: hparam_units
 
 
-def search_space(model_name: str, weights: str, train_examples: int = 0, declared: Mapping | None = None) -> dict:
-    """The parameters searched, as Vertex AI SDK parameter specs: fine-tuning depth only for a pretrained backbone
-    (``weights`` other than ``none``); batch sizes up to the train split's ``train_examples`` (0: all of them); the
-    ranges a model of one's own ``declared`` (``components.models.source.declared_space``), as ``hparam_<name>``."""
+def search_space(
+    model_name: str, weights: str, train_examples: int = 0, declared: Mapping | None = None, modality: str = "image"
+) -> dict:
+    """The parameters searched, as Vertex AI SDK parameter specs: augmentation only for images; fine-tuning depth
+    only for a pretrained backbone (``weights`` other than ``none``); batch sizes up to the train split's
+    ``train_examples`` (0: all of them); the ranges a model of one's own ``declared``
+    (``components.models.source.declared_space``), as ``hparam_<name>``."""
     from google.cloud.aiplatform import hyperparameter_tuning as hpt
 
     batches = [size for size in BATCH_SIZES if not train_examples or size <= train_examples] or [BATCH_SIZES[0]]
     space = {
         "learning_rate": hpt.DoubleParameterSpec(min=1e-4, max=1e-2, scale="log"),
         "per_replica_batch_size": hpt.DiscreteParameterSpec(values=batches, scale="linear"),
-        "augment": hpt.CategoricalParameterSpec(values=["false", "true"]),
     }
+    if modality == "image":
+        space["augment"] = hpt.CategoricalParameterSpec(values=["false", "true"])
     if model_name in BACKBONES and weights != "none":
         space["fine_tune_blocks"] = hpt.IntegerParameterSpec(min=1, max=6, scale="linear")
     for name, entry in (declared or {}).items():
@@ -107,9 +111,11 @@ def space_for(model_name: str, weights: str, examples_dir: str) -> dict:
     stats = read_json(os.path.join(examples_dir, "stats.json"))
     if not stats["counts"].get("validation"):  # before any trial trains: every one of them would end on this
         raise UsageError(NO_VALIDATION.format(examples=examples_dir))
-    ref = resolve_auto(parse_ref(model_name), stats.get("modality", "image"))
+    modality = stats.get("modality", "image")
+    ref = resolve_auto(parse_ref(model_name), modality)
     declared = declared_space(load(ref)) if ref.kind != "builtin" else {}  # (a model of one's own imports Keras)
-    return search_space(ref.text, resolve_weights_choice(weights, ref.text), stats["counts"]["train"], declared)
+    weights = resolve_weights_choice(weights, ref.text)
+    return search_space(ref.text, weights, stats["counts"]["train"], declared, modality)
 
 
 def study_spec_metrics() -> list[dict]:

@@ -479,13 +479,14 @@ def provisional_spec(source: str, parameters: dict, demo: bool):
     from components.convert.listing import is_tfrecord_source, list_source, list_text_source, resolve_modality
     from components.imaging import MAX_AUTO_IMAGE_SIZE
     from components.models import ModelSpec
-    from components.params import CONVERT, TEXT
+    from components.params import CONVERT, TEXT, check_no_augment
     from components.schema import check_class_count
 
     given = {**{name: param.default for name, param in {**CONVERT, **TEXT}.items()}, **parameters}
     text = {name: given[name] for name in ("text_column", "label_column")}
     classes = given["classes"] or ()
     if resolve_modality(given["modality"], source, **text) == "text":
+        check_no_augment(bool(given.get("augment")), "text")
         names = list_text_source(source, classes, **text).class_names
         check_class_count(names, source)
         return ModelSpec.for_texts(int(given["sequence_length"]), int(given["vocabulary_size"]), len(names), names)

@@ -62,3 +62,12 @@ def test_an_image_model_on_text_examples_is_one_line(text_examples, tmp_path):
         "cnn1d, lstm, or a model of your own"
     )
     assert not os.path.exists(tmp_path / "m" / "model_config.json")
+
+
+def test_the_train_step_refuses_augment_on_texts_before_it_trains(text_examples, tmp_path):
+    from components.train.core import TrainConfig, run
+
+    examples_dir, _ = text_examples
+    with pytest.raises(UsageError, match=r"^--augment applies to images .*: texts get no augmentation; leave"):
+        run(TrainConfig(examples_dir=examples_dir, model_dir=str(tmp_path / "model"), augment=True))
+    assert not (tmp_path / "model").exists()

@@ -202,6 +202,23 @@ def test_every_parameter_is_checked_before_the_dag_starts(tmp_path, args, messag
     assert not (tmp_path / "work").exists()
 
 
+def test_augment_on_texts_is_refused_in_one_line_before_anything_is_written(tmp_path):
+    """--augment changes images only: on a text source, run-local refuses it up front, and so does the train step
+    (the DAG's parameter)."""
+    from components.params import check_no_augment
+    from tests.conftest import write_reviews
+
+    reviews = write_reviews(tmp_path / "reviews.jsonl", count=40)
+    with pytest.raises(UsageError) as raised:
+        main(["run-local", "--work-dir", str(tmp_path / "work"), "--source", reviews, "--augment"])
+    assert str(raised.value) == (
+        "--augment applies to images (random flips, brightness and saturation): texts get no augmentation; leave "
+        "--augment out"
+    )
+    assert not (tmp_path / "work").exists()
+    check_no_augment(True, "image")  # (images take it)
+
+
 def test_a_mistyped_model_is_refused_with_the_choices(tmp_path):
     with pytest.raises(
         UsageError,

@@ -279,6 +279,7 @@ def test_the_search_space_follows_the_model_and_the_data():
     assert "fine_tune_blocks" not in tune.search_space(backbone, "none")  # trained from scratch: one phase
     assert tune.search_space("lstm", "none", train_examples=20)["per_replica_batch_size"].values == [16]
     assert tune.search_space("lstm", "none", train_examples=10)["per_replica_batch_size"].values == [16]  # the least
+    assert "augment" not in tune.search_space("lstm", "none", modality="text")  # (it changes images only)
 
 
 def test_random_draws_stay_in_the_space_and_follow_the_seed():
