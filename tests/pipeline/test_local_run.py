@@ -195,8 +195,13 @@ def test_the_summary_says_what_was_trained_and_how(demo_run):
     assert training["global_batch_size"] == training["per_replica_batch_size"] * training["replicas"] == 32
     assert training["precision"] in ("float32", "mixed_bfloat16") and training["lr_schedule"] == "constant"
     with open(os.path.join(summary["model_dir"], "history.json")) as handle:
-        assert training["final_validation_accuracy"] == json.load(handle)["history"]["val_accuracy"][-1]
+        history = json.load(handle)
+    kept = history["kept_index"]  # the epoch of the lowest validation loss, whose weights the model has
+    losses = history["history"]["val_loss"]
+    assert losses[kept] == min(losses) and training["kept_epoch"] == kept + 1 == history["kept_epoch"]
+    assert training["final_validation_accuracy"] == history["history"]["val_accuracy"][kept]
     assert "model          codelab_convnet_bn, 15 epochs, learning rate 0.002 (constant), batch 32" in result.stdout
+    assert f"kept epoch {kept + 1} (the best validation loss): validation accuracy " in result.stdout
     with open(summary["report_html"]) as handle:
         page = handle.read()
     assert "Evaluation of codelab_convnet_bn" in page and summary["model_dir"] in page

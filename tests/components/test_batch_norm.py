@@ -1,0 +1,84 @@
+"""Batch-norm statistics re-estimated with the final weights (``components.train.batch_norm``): each trainable layer's
+moving mean and variance become numpy's mean of its inputs' per-batch means and variances, on TensorFlow and on JAX
+over two virtual devices (DataParallel); a frozen layer keeps its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from tests.components.test_train_jax import jax_env
+from tests.conftest import REPO_ROOT
+
+CHECK = """
+import json, sys
+import numpy as np
+import keras
+from components.train.batch_norm import reestimate
+
+backend = keras.backend.backend()
+if backend == "jax" and len(keras.distribution.list_devices()) > 1:  # the train step's JAX placement
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=keras.distribution.list_devices()))
+keras.utils.set_random_seed(2)
+model = keras.Sequential([
+    keras.Input((4,)), keras.layers.Dense(6), keras.layers.BatchNormalization(), keras.layers.ReLU(),
+    keras.layers.Dense(5), keras.layers.BatchNormalization(), keras.layers.BatchNormalization(), keras.layers.Dense(3),
+])
+model.layers[-2].trainable = False  # a frozen layer (a pretrained backbone's) keeps its statistics
+rng = np.random.default_rng(0)
+batches = [(rng.normal(loc=n, scale=1 + n, size=(16, 4)).astype("float32"), np.zeros(16)) for n in range(5)]
+norms = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+inputs = keras.Model(model.inputs, [layer.input for layer in norms[:2]])  # what the trainable layers are given
+seen = [[np.asarray(a) for a in inputs(x, training=True)] for x, _ in batches]  # (training mode: batch statistics)
+frozen = [np.asarray(w) for w in norms[2].get_weights()]
+used = reestimate(model, batches, backend)
+expected = [(np.mean([batch[n].mean(axis=0) for batch in seen], axis=0),
+             np.mean([batch[n].var(axis=0) for batch in seen], axis=0)) for n in range(2)]
+print(json.dumps({
+    "used": used,
+    "errors": [max(float(np.abs(np.asarray(layer.moving_mean) - mean).max()),
+                   float(np.abs(np.asarray(layer.moving_variance) - variance).max()))
+               for layer, (mean, variance) in zip(norms[:2], expected)],
+    "frozen_kept": all(np.array_equal(a, np.asarray(b)) for a, b in zip(frozen, norms[2].get_weights())),
+    "momentum": [layer.momentum for layer in norms],
+}))
+"""
+
+
+def check(env: dict) -> dict:
+    ran = subprocess.run([sys.executable, "-c", CHECK], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                         env=env)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    return json.loads(ran.stdout.strip().splitlines()[-1])
+
+
+def test_tensorflow_statistics_are_the_mean_of_the_batches_with_the_final_weights():
+    import os
+
+    found = check({**os.environ, "KERAS_BACKEND": "tensorflow"})
+    assert found["used"] == 5 and max(found["errors"]) < 1e-5, found
+    assert found["frozen_kept"] and found["momentum"] == [0.99, 0.99, 0.99]  # (the layers' own, given back)
+
+
+def test_jax_statistics_over_two_devices_are_the_mean_of_the_batches_with_the_final_weights():
+    found = check({**jax_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"), "KERAS_BACKEND": "jax"})
+    assert found["used"] == 5 and max(found["errors"]) < 1e-5, found
+    assert found["frozen_kept"] and found["momentum"] == [0.99, 0.99, 0.99]
+
+
+def test_a_model_without_batch_norm_reads_no_batch():
+    import keras
+
+    from components.train.batch_norm import reestimate
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+
+    def never():
+        raise AssertionError("read")
+        yield
+
+    assert reestimate(model, never(), "tensorflow") == 0
+    assert np.isfinite(model.get_weights()[0]).all()
