@@ -15,6 +15,7 @@ source converted again, or split again, passes clean.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -64,6 +65,17 @@ THRESHOLDS = {
         PREDICTION_MIX_WARN,
         "L-infinity distance of the class shares of the model in service's answers, on the new test split against "
         "its own evaluation split, that warns (evaluate checks it; never blocks)",
+    ),
+    "split_mix_block": (
+        0.25,
+        "within the version: a class whose share of train is under this fraction of its share of validation and "
+        "test blocks, even on a first version (it is nearly absent from what the model learns from)",
+    ),
+    "split_mix_warn": (0.5, "that fraction under which it warns"),
+    "split_mix_chance": (
+        3.0,
+        "...each only where chance would not set that many aside: more held-out examples of the class than a random "
+        "split gives by this many standard deviations (and by one more to block)",
     ),
     "text_share_warn": (0.02, "rise of the truncated or out-of-vocabulary share that warns (2 points)"),
     "text_share_block": (0.10, "that rise that blocks (10 points)"),
@@ -218,6 +230,47 @@ def check_class_mix(new: dict, base: dict, limits: dict) -> list[dict]:
                         detail=f"class {moved} {q[names.index(moved)]:.1%} -> {p[names.index(moved)]:.1%}; "
                                f"Jensen-Shannon {jensen_shannon(p, q):.4f}"))  # fmt: skip
     return rows
+
+
+def check_split_mix(new: dict, limits: dict) -> dict:
+    """Within the version, each class's share of train against its share of validation and test: a class nearly
+    absent from train cannot be learned, whatever the baseline. A class is judged where its share of train is under
+    ``split_mix_warn`` (``split_mix_block``) of its held-out share and a random split would set that many of its
+    examples aside less often than ``split_mix_chance`` (one more) standard deviations allow; the row gives the
+    class with the least ratio among those judged, else the least of all. Its block holds on a first version too
+    (``within_version``)."""
+    per_class, counts = new["per_class"], new["counts"]
+    held_total, train_total = counts["validation"] + counts["test"], counts["train"]
+    share_aside = held_total / max(held_total + train_total, 1)  # a random split's, for any class
+    judged = {}
+    for name in new["class_names"]:
+        train = per_class["train"].get(name, 0)
+        held = per_class["validation"].get(name, 0) + per_class["test"].get(name, 0)
+        if not held:
+            continue
+        ratio = (train / max(train_total, 1)) / (held / held_total)
+        total = train + held
+        spread = math.sqrt(total * share_aside * (1 - share_aside)) or 1.0
+        above = (held - total * share_aside) / spread  # how unlikely a random split sets that many aside
+        verdict = ("block" if ratio < limits["split_mix_block"] and above > limits["split_mix_chance"] + 1
+                   else "warn" if ratio < limits["split_mix_warn"] and above > limits["split_mix_chance"]
+                   else "pass")  # fmt: skip
+        judged[name] = (verdict, ratio, train, held)
+    thresholds = {"warn": limits["split_mix_warn"], "block": limits["split_mix_block"],
+                  "chance": limits["split_mix_chance"]}  # fmt: skip
+    if not judged:
+        return {**row("split class mix", "skipped", "block", thresholds=thresholds, detail="no held-out examples"),
+                "within_version": True}  # fmt: skip
+    order = {"block": 0, "warn": 1, "pass": 2}
+    name = min(judged, key=lambda n: (order[judged[n][0]], judged[n][1]))
+    verdict, ratio, train, held = judged[name]
+    detail = (f"class {name}: {train / max(train_total, 1):.1%} of train ({train} examples) against "
+              f"{held / held_total:.1%} of validation and test ({held})")  # fmt: skip
+    if verdict == "block":
+        detail += ": it is nearly absent from what the model learns from; add its examples to train (or convert "
+        detail += "again without the split that put them aside)"
+    return {**row("split class mix", verdict, "block", value=round(ratio, 4), thresholds=thresholds, detail=detail),
+            "within_version": True}  # fmt: skip
 
 
 def check_counts(new: dict, base: dict, limits: dict) -> dict:
@@ -402,23 +455,25 @@ def check_texts(new: dict, base: dict, limits: dict) -> list[dict]:
 def compare(new: dict, new_keys: dict, base: dict | None, base_keys: dict | None, limits: dict) -> list[dict]:
     """Every check's row, the new version's statistics against the baseline's (None: the first version, whose own
     leakage is still checked)."""
+    own = check_split_mix(new, limits)  # (the version alone: it blocks on a first version too)
     if base is None:  # nothing learned from before to block against: its blocking rows are warnings
-        return [dict(found, verdict="warn", severity="warn") if found["verdict"] == "block" else found
-                for found in check_leakage(new, new_keys, None, None, limits)]  # fmt: skip
+        return [*(dict(found, verdict="warn", severity="warn") if found["verdict"] == "block" else found
+                  for found in check_leakage(new, new_keys, None, None, limits)), own]  # fmt: skip
     rows = [check_label_set(new, base)]
     if new["modality"] != base["modality"]:
-        return [*rows, row("modality", "block", "block", detail=f"{base['modality']} -> {new['modality']}")]
+        return [*rows, row("modality", "block", "block", detail=f"{base['modality']} -> {new['modality']}"), own]
     rows += check_class_mix(new, base, limits)
     rows.append(check_counts(new, base, limits))
     rows.append(check_quarantine(new, base, limits))
     rows += check_leakage(new, new_keys, base, base_keys, limits)
     rows += check_images(new, base, limits) if new["modality"] == "image" else check_texts(new, base, limits)
-    return rows
+    return [*rows, own]
 
 
 def verdict_of(rows: list[dict], has_baseline: bool, accepted: bool) -> dict:
-    """The step's outcome: ``blocked`` (a blocking row, without ``accept_data_change``; never without a baseline,
-    as nothing was learned from before: its blocking rows are reported as warnings), the reasons of each kind."""
+    """The step's outcome: ``blocked`` (a blocking row, without ``accept_data_change``; without a baseline only a
+    check of the version alone, as nothing was learned from before: the other blocking rows are reported as
+    warnings), the reasons of each kind."""
 
     def reason(found):
         split = f" ({found['split']})" if found.get("split") else ""
@@ -426,8 +481,9 @@ def verdict_of(rows: list[dict], has_baseline: bool, accepted: bool) -> dict:
 
     blocking = [reason(found) for found in rows if found["verdict"] == "block"]
     warnings = [reason(found) for found in rows if found["verdict"] == "warn"]
-    if not has_baseline:
-        blocking, warnings = [], blocking + warnings
+    if not has_baseline:  # (but a check of the version alone)
+        demoted = [reason(found) for found in rows if found["verdict"] == "block" and not found.get("within_version")]
+        blocking, warnings = [line for line in blocking if line not in demoted], demoted + warnings
     return {
         "blocked": bool(blocking) and not accepted,
         "blocking": blocking,

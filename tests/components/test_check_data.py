@@ -83,6 +83,34 @@ def outcome(new, base, **options):
     return rows, verdict_of(rows, True, options.pop("accepted", False))
 
 
+def test_a_class_nearly_absent_from_train_blocks_even_a_first_version_and_can_be_accepted():
+    """Within one version: a class whose share of train is under a quarter of its share of validation and test
+    blocks, with no baseline too (the model could not learn it); under a half warns; --accept-data-change goes on."""
+    from components.check_data.core import check_split_mix
+
+    limits = threshold_values({})
+    absent = {"train": [100, 100, 100, 2], "validation": [25, 25, 25, 52], "test": [25, 25, 25, 53]}
+    found = check_split_mix(version(absent)[0], limits)
+    # by hand: class 3 is 2 / 302 of train (0.66%) and 105 / 255 of validation and test (41.2%): 0.0161 of it
+    assert (found["verdict"], found["value"]) == ("block", 0.0161)
+    assert found["detail"].startswith(
+        "class " + CLASSES[3] + ": 0.7% of train (2 examples) against 41.2% of "
+        "validation and test (105): it is nearly absent from what the model learns"
+    )
+    rows = compare(*version(absent), None, None, limits)  # a first version: nothing to compare with
+    result = verdict_of(rows, False, False)
+    assert result["blocked"] and result["blocking"] == ["split class mix: " + found["detail"]]
+    assert verdict_of(rows, False, True)["blocked"] is False  # accepted
+    # 0.47 of its held-out share, and 50 of its 90 set aside where a random split sets 37% aside: 3.6 standard
+    # deviations over, so a warning, not a block
+    few = {"train": [100, 100, 100, 40], "validation": [25, 25, 25, 25], "test": [25, 25, 25, 25]}
+    assert check_split_mix(version(few)[0], limits)["verdict"] == "warn"
+    # the same ratio on a few examples is what chance gives a small class (10 of 30 aside, where 9 are expected)
+    small = {"train": [100, 100, 100, 20], "validation": [50, 50, 50, 5], "test": [50, 50, 50, 5]}
+    assert check_split_mix(version(small)[0], limits)["verdict"] == "pass"
+    assert check_split_mix(version(BALANCED)[0], limits)["verdict"] == "pass"
+
+
 def test_the_same_statistics_pass_every_check():
     rows, result = outcome(version(BALANCED), version(BALANCED))
     assert set(verdicts(rows).values()) == {"pass"}
@@ -395,7 +423,8 @@ def test_without_a_baseline_blocking_rows_are_only_warnings():
     rows = compare(new, keys, None, None, LIMITS)
     # 50 of 200 held out: past the block level, a warning in the rows as in the outcome
     assert [(found["check"], found["verdict"], found["severity"]) for found in rows] == [
-        ("leakage across splits", "warn", "warn")
+        ("leakage across splits", "warn", "warn"),
+        ("split class mix", "pass", "block"),  # (the version alone, which blocks on a first version too)
     ]
     assert rows[0]["thresholds"] == {"warn": 0.0, "block": 0.05}  # any leak warns; no baseline raises the warning
     result = verdict_of(rows, has_baseline=False, accepted=False)
@@ -428,7 +457,7 @@ SEVERITIES = {"label set": "block", "class mix": "block", "examples": "block", "
               "leakage across splits": "block", "leakage across versions": "block", "brightness": "warn",
               "contrast": "warn", "source width": "warn", "source height": "warn", "source aspect": "warn",
               "formats": "warn", "token counts": "warn", "truncated share": "block",
-              "out-of-vocabulary share": "block"}  # fmt: skip
+              "out-of-vocabulary share": "block", "split class mix": "block"}  # fmt: skip
 
 
 def test_every_row_carries_its_checks_severity_whatever_its_verdict():
@@ -1178,15 +1207,16 @@ def test_a_version_of_the_other_modality_blocks_with_nothing_else_compared():
     new, keys = version(BALANCED, first_id=10_000)
     new = {**new, "modality": "text"}  # texts where the model in service learned images
     rows, result = outcome((new, keys), (base, base_keys))
-    assert rows[1:] == [{"check": "modality", "verdict": "block", "severity": "block", "value": None,
-                         "thresholds": {}, "detail": "image -> text"}]  # fmt: skip
-    assert [found["check"] for found in rows] == ["label set", "modality"] and result["blocked"]
+    assert rows[1:-1] == [{"check": "modality", "verdict": "block", "severity": "block", "value": None,
+                           "thresholds": {}, "detail": "image -> text"}]  # fmt: skip
+    assert [found["check"] for found in rows] == ["label set", "modality", "split class mix"] and result["blocked"]
 
 
 def test_without_a_baseline_a_version_that_does_not_leak_passes():
     new, keys = version(BALANCED)
     assert [(found["verdict"], found["severity"]) for found in compare(new, keys, None, None, LIMITS)] == [
-        ("pass", "block")
+        ("pass", "block"),
+        ("pass", "block"),  # (its split class mix)
     ]
 
 
