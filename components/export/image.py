@@ -97,10 +97,6 @@ def check_parity(saved_model, trained_model, examples_dir: str, split: str, mode
     }
 
 
-# a gap larger than this between the test accuracy on the raw files and on the TFRecords fails the export
-MAX_RAW_ACCURACY_GAP = 0.01
-
-
 def raw_file_accuracy(saved_model, examples_dir: str, model_config: dict) -> dict:
     """The SavedModel's ``serving_default`` on what clients send: each test example's source file, read as it is
     (local or ``gs://``), beside the same example's TFRecord JPEG; the accuracy of both, and the first file whose
@@ -111,7 +107,7 @@ def raw_file_accuracy(saved_model, examples_dir: str, model_config: dict) -> dic
     from components.artifacts.examples import client_files
 
     serving = loaded(saved_model).signatures["serving_default"]
-    counts, total, raw_correct, tfrecord_correct, differs = {}, 0, 0, 0, []
+    counts, total, raw_correct, tfrecord_correct, differs, only_raw, only_tfrecord = {}, 0, 0, 0, [], 0, 0
     for chunk in client_files(examples_dir, "test", model_config["num_classes"], counts, PARITY_BATCH_SIZE // 2):
         sent = [content for _, content, _, _ in chunk] + [encoded for _, _, encoded, _ in chunk]
         answers = serving(image_bytes=tf.constant(sent))["class_id"].numpy()
@@ -122,6 +118,8 @@ def raw_file_accuracy(saved_model, examples_dir: str, model_config: dict) -> dic
             tfrecord_correct += int(recorded == truth)
             if raw != recorded:
                 differs.append(path)
+                only_raw += int(raw == truth)
+                only_tfrecord += int(recorded == truth)
     if counts["missing_files"]:
         log.warning("%d test files named by the examples are gone since the conversion: the check on the files "
                     "clients send leaves them out", counts["missing_files"])  # fmt: skip
@@ -131,30 +129,40 @@ def raw_file_accuracy(saved_model, examples_dir: str, model_config: dict) -> dic
         "test_accuracy": raw_correct / total if total else None,
         "tfrecord_test_accuracy": tfrecord_correct / total if total else None,
         "files_answered_otherwise": len(differs),
+        "right_only_as_sent": only_raw,  # files the SavedModel gets right as sent and wrong from their TFRecords
+        "right_only_from_tfrecords": only_tfrecord,
         "first_disagreeing_file": differs[0] if differs else None,
         **counts,
     }
 
 
-# the TFRecords hold re-encoded JPEGs of the files: a borderline file may go either way on the two, so a gap fails
-# the export only past 1 point and past this many files
+# the TFRecords hold re-encoded JPEGs of the files: a borderline file may go either way on the two. A difference
+# fails the export only past this many files and past what such flips give by chance
 MAX_RAW_FILES_APART = 2
+RAW_SKEW_Z = 3.0  # McNemar's test on the files answered otherwise: standard deviations of a fair coin's tosses
 
 
 def check_raw_file_accuracy(raw: dict) -> None:
-    """A gap of more than ``MAX_RAW_ACCURACY_GAP`` (and more than ``MAX_RAW_FILES_APART`` files) between what clients
-    get and what was measured is an export error: one line naming the first file answered otherwise."""
+    """Skew between what clients get and what was measured, told from noise: an export error (one line naming the
+    first file answered otherwise) when the files right only one way (as sent, or from their TFRecords) outnumber
+    those right only the other way by more than ``MAX_RAW_FILES_APART`` and by more than ``RAW_SKEW_Z`` standard
+    deviations of the fair coin that borderline files would be (McNemar's test), in either direction. Files that
+    decode as in training are answered alike and never count."""
+    import math
+
     from components.cli import UsageError
 
     if not raw["num_files"]:
         return
-    gap = raw["tfrecord_test_accuracy"] - raw["test_accuracy"]
-    if abs(gap) > MAX_RAW_ACCURACY_GAP and abs(gap) * raw["num_files"] > MAX_RAW_FILES_APART + 0.5:
+    sent, recorded = raw["right_only_as_sent"], raw["right_only_from_tfrecords"]
+    apart = abs(sent - recorded)
+    if apart > MAX_RAW_FILES_APART and apart > RAW_SKEW_Z * math.sqrt(sent + recorded):
         raise UsageError(
             f"the SavedModel scores {raw['test_accuracy']:.4f} on the {raw['num_files']} test files as clients send "
             f"them, against {raw['tfrecord_test_accuracy']:.4f} on their TFRecords (re-encoded JPEGs of the same "
-            f"files): the first file answered otherwise is {raw['first_disagreeing_file']}; check how the serving "
-            "graph decodes it against the conversion (docs/serving.md), and report it with the file"
+            f"files): {sent} files are right only as sent and {recorded} only from their TFRecords, more than "
+            f"chance flips; the first file answered otherwise is {raw['first_disagreeing_file']}; check how the "
+            "serving graph decodes it against the conversion (docs/serving.md), and report it with the file"
         )
 
 

@@ -151,22 +151,25 @@ def test_phone_photos_score_as_their_upright_twins(bars_exported):
     assert abs(accuracy["phone"] - accuracy["upright"]) <= 0.01
 
 
-def test_a_gap_fails_the_export_only_past_1_point_and_past_2_files():
-    """The TFRecords hold re-encoded JPEGs: one borderline file of a small split is not a decoder's fault."""
+def test_a_gap_fails_the_export_only_past_2_files_and_past_what_chance_flips_give_either_way():
+    """The TFRecords hold re-encoded JPEGs, so borderline files flip either way: a difference fails only where the
+    files right only one way outnumber those right only the other by more than 2 and by more than 3 standard
+    deviations of a fair coin's tosses (McNemar's test), whichever way."""
     from components.cli import UsageError
     from components.export.image import check_raw_file_accuracy
 
-    def raw(files: int, apart: int) -> dict:
-        return {"num_files": files, "test_accuracy": (files - 10 - apart) / files,
-                "tfrecord_test_accuracy": (files - 10) / files,
-                "first_disagreeing_file": "gs://b/cats/IMG#1.jpg"}  # fmt: skip
+    def raw(sent: int, recorded: int, files: int = 250) -> dict:
+        return {"num_files": files, "test_accuracy": (150 + sent) / files,
+                "tfrecord_test_accuracy": (150 + recorded) / files, "right_only_as_sent": sent,
+                "right_only_from_tfrecords": recorded, "first_disagreeing_file": "gs://b/cats/IMG#1.jpg"}  # fmt: skip
 
-    check_raw_file_accuracy(raw(40, 1))  # 2.5 points, 1 file
-    check_raw_file_accuracy(raw(40, 2))  # 5 points, 2 files
-    check_raw_file_accuracy(raw(1000, 9))  # 9 files, 0.9 point
-    for files, apart in ((40, 3), (1000, 11)):
+    check_raw_file_accuracy(raw(0, 2))  # 2 files apart
+    check_raw_file_accuracy(raw(12, 5))  # the files as sent 7 better: 7 against 3 x sqrt(17) = 12.4, chance
+    check_raw_file_accuracy(raw(0, 5))  # 5 against 3 x sqrt(5) = 6.7
+    check_raw_file_accuracy(raw(20, 5))  # 15 against 3 x sqrt(25) = 15: not past it
+    for sent, recorded in ((21, 5), (5, 21), (0, 10), (3, 40)):  # 16 > 15.3, 16 > 15.3, 10 > 9.5, 37 > 19.2
         with pytest.raises(UsageError, match=r"first file answered otherwise is gs://b/cats/IMG#1\.jpg"):
-            check_raw_file_accuracy(raw(files, apart))
+            check_raw_file_accuracy(raw(sent, recorded))
     check_raw_file_accuracy({"num_files": 0})  # nothing to score: an array source
 
 
