@@ -6,7 +6,7 @@ scored on its test split, as the TFRecords hold them:
   a logistic regression;
 - texts: TF-IDF of words and word pairs into a logistic regression.
 
-Prints the pipeline's figures (its test accuracy, and for images the SavedModel's on the test files as clients send
+Prints the pipeline's figures (its test accuracy, and the SavedModel's on the test files or texts as clients send
 them), each baseline's, and the pipeline against the best baseline; the last line is a JSON object.
 
     .venv/bin/python bench/quality.py [--source PATH] [--work-dir DIR] [-- run-local flags...]
@@ -136,13 +136,13 @@ def main() -> int:
     started = time.monotonic()
     scores = baselines((x_train, y_train), (x_test, y_test), modality)
     baseline_seconds = time.monotonic() - started
-    served = (summary.get("raw_files") or {}).get("test_accuracy")
+    served = (summary.get("raw_files") or summary.get("raw_texts") or {}).get("test_accuracy")
     ours = served if served is not None else summary["test_accuracy"]
     best_name = max(scores, key=scores.get)
     print(f"source: {args.source or 'the demo digits'} ({modality}s; train {len(y_train)}, test {len(y_test)}, "
           f"{len(summary['class_names'])} classes); CPU: {cpu_name()}")  # fmt: skip
     print(f"pipeline, defaults ({summary['training']['model_name']}): test accuracy {summary['test_accuracy']:.4f}"
-          + (f", {served:.4f} on the test files as clients send them" if served is not None else "")
+          + (f", {served:.4f} on the test {modality}s as clients send them" if served is not None else "")
           + f"; blessed {summary['blessed']}; {seconds:.0f} s")  # fmt: skip
     for name, score in scores.items():
         print(f"{name}: {score:.4f}")

@@ -210,6 +210,7 @@ def export_text(config: ExportConfig) -> dict:
         write_atomically(os.path.join(config.output_dir, TFLITE_FILES[name]), tflite[name])
     write_atomically(os.path.join(config.output_dir, VOCABULARY_FILE), vocabulary_bytes(vocabulary))
     correct, total = text_format_accuracies(saved_model, tflite, config.examples_dir, model_config)
+    served = correct["saved_model"] / total if total else None
     figures = format_entries(model, saved_model_path, tflite, config.output_dir, correct, total)
     figures["formats"]["tflite_int8"]["quantization"] = quantization
     report = {
@@ -222,6 +223,8 @@ def export_text(config: ExportConfig) -> dict:
         },
         "parity": parity,
         "backend_parity": crossed,
+        # what clients get: the SavedModel on the test texts as they send them, raw strings tokenised in its graph
+        "raw_texts": {"split": "test", "num_texts": total, "test_accuracy": served},
         "class_names": model_config["class_names"],
         "sequence_length": length,
         "vocabulary_size": len(vocabulary),

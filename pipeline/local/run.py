@@ -343,6 +343,7 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
         "report_html": metrics.get("report_html"),
         "export_agreement": export_report.get("parity", {}).get("argmax_agreement"),
         "raw_files": export_report.get("raw_files"),
+        "raw_texts": export_report.get("raw_texts"),
         "training": {
             **{name: model_config.get(name) for name in TRAINING_FACTS},
             **training_run(outputs["model"].path, run.spec, run.parameters),

@@ -160,6 +160,11 @@ def client_files_line(raw: dict) -> str:
     return line + (f" ({', '.join(left)})" if left else "")
 
 
+def client_texts_line(texts: dict) -> str:
+    """The SavedModel on the test texts as clients send them (export.json's raw_texts)."""
+    return f"test accuracy {texts['test_accuracy']:.4f} on the {texts['num_texts']} test texts as sent (raw strings)"
+
+
 def data_check_rows(checks: dict | None) -> list[tuple[str, str]]:
     """The data checks' lines: passed, or each warning (and each blocking reason accepted) on a line of its own."""
     if not checks:
@@ -190,6 +195,7 @@ def format_summary(summary: dict, summary_path: str) -> str:
     training = summary["training"]
     crossed = summary.get("backend_parity") or {}
     raw = summary.get("raw_files") or {}
+    texts = summary.get("raw_texts") or {}
     rows = [
         ("examples", f"{counts}  ({len(summary['class_names'])} classes, {summary['quarantined']} quarantined)"),
         *([("image size", image_size_line(summary))] if summary.get("image_size") else []),
@@ -207,6 +213,7 @@ def format_summary(summary: dict, summary_path: str) -> str:
         ("blessed", f"{'yes' if summary.get('blessed') else 'NO'}: {'; '.join(summary.get('reasons', []))}"),
         ("export parity", export_parity(summary, crossed) if exported else not_exported),
         *([("client files", client_files_line(raw))] if raw.get("num_files") else []),
+        *([("client texts", client_texts_line(texts))] if texts.get("num_texts") else []),
         ("TFRecords", summary["examples_dir"]),
         ("SavedModel", summary["saved_model_dir"] or not_exported),
         *([] if exported else [("export anyway", export_anyway(summary, os.path.join(work_dir, "exported")))]),

@@ -63,6 +63,27 @@ def test_serving_default_takes_raw_strings_and_agrees_with_the_trained_model(tex
     assert report["modality"] == "text" and report["sequence_length"] == TEXT_SEQUENCE_LENGTH
 
 
+def test_the_served_accuracy_is_the_saved_models_on_the_test_texts_as_clients_send_them(text_examples, exported_text):
+    """export.json's raw_texts, which run-local's summary shows as "client texts": the SavedModel fed each raw test
+    string, scored here from the test split's texts and labels."""
+    import tensorflow as tf
+
+    from components.artifacts.examples import make_dataset
+    from components.schema import read_stats
+
+    examples_dir, _ = text_examples
+    output, report = exported_text
+    serving = tf.saved_model.load(os.path.join(output, "saved_model")).signatures["serving_default"]
+    classes = read_stats(examples_dir)["num_classes"]
+    right = total = 0
+    for _, labels, texts in make_dataset(examples_dir, "test", TEXT_SEQUENCE_LENGTH, classes, 32, training=False,
+                                         sources=True, sequence_length=TEXT_SEQUENCE_LENGTH):  # fmt: skip
+        answers = serving(text=texts)["class_id"].numpy()
+        right += int((answers == labels.numpy().argmax(-1)).sum())
+        total += len(answers)
+    assert report["raw_texts"] == {"split": "test", "num_texts": total, "test_accuracy": right / total}
+
+
 def test_tflite_files_take_ids_and_their_accuracy_is_recorded(text_examples, exported_text):
     from ai_edge_litert.interpreter import Interpreter
 

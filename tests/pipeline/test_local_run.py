@@ -508,3 +508,8 @@ def test_the_same_dag_classifies_texts_from_a_csv_into_the_registry(side_runs):
     assert [label.decode() for label in labels.numpy()] == ["pos", "neg"]
     with open(os.path.join(registry, "1", "export.json")) as handle:
         assert json.load(handle)["formats"]["tflite_int8"]["test_accuracy"] >= 0.8
+    texts = summary["raw_texts"]  # what clients get, on the test texts as they send them
+    assert texts["num_texts"] == stats["counts"]["test"] and texts["test_accuracy"] >= 0.8
+    assert f"client texts   test accuracy {texts['test_accuracy']:.4f} on the {texts['num_texts']} test texts" in (
+        result.stdout
+    )
