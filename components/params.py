@@ -155,13 +155,3 @@ CHECK_DATA = {
         (), "data check thresholds as NAME=VALUE, e.g. class_mix_block=0.25 (python -m components.check_data --help)"
     ),
 }
-
-
-def check_no_augment(augment: bool, modality: str) -> None:
-    """``--augment`` changes images only (random flips, brightness and saturation): on texts, a one-line error
-    instead of a flag that does nothing."""
-    if augment and modality == "text":
-        from components.cli import UsageError
-
-        message = "--augment applies to images (random flips, brightness and saturation): texts get no augmentation"
-        raise UsageError(message + "; leave --augment out")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from components.artifacts.examples import damaged_shards_named, example_shape, first_images, input_size, make_dataset
 from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE, MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE
-from components.cli import UsageError
+from components.cli import UsageError, check_no_augment
 from components.learning import not_learning, what_to_try
 from components.models import (
     BACKBONES,
@@ -49,7 +49,7 @@ from components.models import (
     resolve_hparams,
 )
 from components.models.source import local_copy, split_pairs
-from components.params import TRAIN, check_no_augment
+from components.params import TRAIN
 from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, read_json, write_atomically, write_json
 from components.tokenizing import VOCABULARY_FILE, read_vocabulary, vocabulary_bytes, vocabulary_digest

@@ -477,10 +477,11 @@ def provisional_spec(source: str, parameters: dict, demo: bool):
     """What the model will be given, as far as it is known before the conversion: the source's classes, the image
     size given (auto: the demo's 32, else the largest that auto takes) or the texts' length and vocabulary; None for
     TFRecords, whose classes only their conversion reads."""
+    from components.cli import check_no_augment
     from components.convert.listing import is_tfrecord_source, list_source, list_text_source, resolve_modality
     from components.imaging import MAX_AUTO_IMAGE_SIZE
     from components.models import ModelSpec
-    from components.params import CONVERT, TEXT, check_no_augment
+    from components.params import CONVERT, TEXT
     from components.schema import check_class_count
 
     given = {**{name: param.default for name, param in {**CONVERT, **TEXT}.items()}, **parameters}

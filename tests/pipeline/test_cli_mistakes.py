@@ -205,7 +205,7 @@ def test_every_parameter_is_checked_before_the_dag_starts(tmp_path, args, messag
 def test_augment_on_texts_is_refused_in_one_line_before_anything_is_written(tmp_path):
     """--augment changes images only: on a text source, run-local refuses it up front, and so does the train step
     (the DAG's parameter)."""
-    from components.params import check_no_augment
+    from components.cli import check_no_augment
     from tests.conftest import write_reviews
 
     reviews = write_reviews(tmp_path / "reviews.jsonl", count=40)
