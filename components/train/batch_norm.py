@@ -38,21 +38,56 @@ def reestimate(model, batches, backend: str) -> int:
     if not layers:
         return 0
     momenta = [layer.momentum for layer in layers]
-    used = 0
     try:
-        for inputs, _ in batches:
-            used += 1
-            for layer in layers:
-                layer.momentum = (used - 1) / used  # the first batch's statistics replace the lagging ones
-            model(inputs.numpy() if backend == "jax" and hasattr(inputs, "numpy") else inputs, training=True)
+        used = (_reestimate_jax if backend == "jax" else _reestimate_eager)(model, layers, batches)
     finally:
         for layer, momentum in zip(layers, momenta, strict=True):
             layer.momentum = momentum
     plural = "" if len(layers) == 1 else "s"
-    log.info(
-        "batch-norm statistics of %d layer%s re-estimated with the final weights on %d training batches",
-        len(layers),
-        plural,
-        used,
-    )
+    log.info("batch-norm statistics of %d layer%s re-estimated with the final weights on %d training batches",
+             len(layers), plural, used)  # fmt: skip
+    return used
+
+
+def _reestimate_eager(model, layers, batches) -> int:
+    """TensorFlow: the model called in training mode, batch ``k`` (from 1) at momentum ``(k - 1) / k``."""
+    used = 0
+    for inputs, _ in batches:
+        used += 1
+        for layer in layers:
+            layer.momentum = (used - 1) / used  # the first batch's statistics replace the lagging ones
+        model(inputs, training=True)
+    return used
+
+
+def _reestimate_jax(model, layers, batches) -> int:
+    """JAX: one compiled forward pass in training mode (``stateless_call``, momentum 0: the statistics it returns
+    are the batch's), the same program for every batch, averaged here; JAX would compile each operation of an
+    eager call on its own."""
+    import jax
+    import numpy as np
+
+    for layer in layers:
+        layer.momentum = 0.0
+    positions = {id(variable): n for n, variable in enumerate(model.non_trainable_variables)}
+    wanted = [positions[id(variable)] for layer in layers for variable in (layer.moving_mean, layer.moving_variance)]
+    trainable = [variable.value for variable in model.trainable_variables]
+    non_trainable = [variable.value for variable in model.non_trainable_variables]
+
+    @jax.jit
+    def statistics(trainable, non_trainable, inputs):
+        _, updated = model.stateless_call(trainable, non_trainable, inputs, training=True)
+        return [updated[n] for n in wanted], updated
+
+    sums, used = None, 0
+    for inputs, _ in batches:
+        batch = inputs.numpy() if hasattr(inputs, "numpy") else inputs
+        found, non_trainable = statistics(trainable, non_trainable, batch)
+        found = [np.asarray(value, dtype=np.float64) for value in found]
+        sums = found if sums is None else [total + value for total, value in zip(sums, found, strict=True)]
+        used += 1
+    if used:
+        pairs = [(layer.moving_mean, layer.moving_variance) for layer in layers]
+        for variable, total in zip((v for pair in pairs for v in pair), sums, strict=True):
+            variable.assign((total / used).astype(np.float32))
     return used
