@@ -87,15 +87,18 @@ def keep_best_callback(folder: str, placement, patience: int, finished_before: i
                          self.best["val_loss"])  # fmt: skip
 
         def _keep(self) -> None:
-            """The best epoch, written whole: a kill while writing leaves the one before."""
-            os.makedirs(folder, exist_ok=True)
-            path = os.path.join(folder, BEST_FILE)
+            """The best epoch, written whole (``write_atomically``): a kill while writing leaves the one before."""
+            import io
+
+            from components.storage import write_atomically
+
             arrays = {
                 f"w{n}": w.astype(np.float32) if w.dtype.name in ("bfloat16", "float16") else w
                 for n, w in enumerate(self.weights)
             }  # (numpy files keep no bfloat16)
-            np.savez(path + ".tmp.npz", epoch=self.best["epoch"], val_loss=self.best["val_loss"], **arrays)
-            os.replace(path + ".tmp.npz", path)
+            buffer = io.BytesIO()
+            np.savez(buffer, epoch=self.best["epoch"], val_loss=self.best["val_loss"], **arrays)
+            write_atomically(os.path.join(folder, BEST_FILE), buffer.getvalue())
 
     keeper = KeepBest()
     keeper.patience = patience
