@@ -6,8 +6,9 @@ the check's 16x16 grey thumbnail (``components.check_data.statistics``). Side by
   digit at or above the check's threshold (a false copy);
 - each digit against a copy of it re-encoded as a JPEG of quality 95, 75, 50 and 30 before the conversion: the
   lowest similarity, and how many copies fall below the threshold (a copy missed);
-- beside them, the usual perceptual hash (a 64-bit dHash of the converted image): how many distinct digits share
-  their hash with another.
+- the split's perceptual key (``components.convert.split_keys``), which keeps near-copies in one split: how many
+  distinct pictures share one (and the largest such group), and how many copies of each kind keep their original's
+  key, and so its split.
 
 ``--photos DIR`` measures the same on the photographs in a folder instead (any format the conversion reads),
 converted at ``--image-size``: each against copies re-encoded at those qualities and a copy at half the size (a
@@ -44,13 +45,28 @@ def thumbnail(jpeg: bytes) -> np.ndarray:
         return thumbnail(image.convert("L"))
 
 
-def dhash(jpeg: bytes) -> int:
-    """A 64-bit difference hash: is each of 8x9 grey pixels brighter than its left neighbour."""
-    from PIL import Image
+def split_keys(sources: list[bytes], copies: dict[str, list[bytes]], image_size: int) -> dict:
+    """The split's perceptual key of each picture as converted at ``image_size``: how many distinct keys the
+    pictures have (and the largest group that shares one), and per kind of copy the share that keeps its
+    original's key."""
+    from collections import Counter
 
-    with Image.open(io.BytesIO(jpeg)) as image:
-        grey = np.asarray(image.convert("L").resize((9, 8), Image.Resampling.BILINEAR), dtype=np.int16)
-    return int.from_bytes(np.packbits(grey[:, 1:] > grey[:, :-1]).tobytes(), "big")
+    from components.convert.split_keys import image_key
+    from components.decoding import conversion_square
+
+    def key(source: bytes) -> bytes:
+        return image_key(conversion_square(source, image_size))
+
+    keys = [key(source) for source in sources]
+    groups = Counter(keys)
+    result = {"distinct_keys": len(groups), "largest_group": max(groups.values()), "same_key": {}}
+    print(f"the split key: {len(groups)} distinct keys for {len(keys)} pictures (the largest group "
+          f"{result['largest_group']})")  # fmt: skip
+    for kind, found in copies.items():
+        same = sum(key(copy) == original for copy, original in zip(found, keys, strict=True)) / len(keys)
+        result["same_key"][kind] = round(same, 4)
+        print(f"the split key, copies ({kind}): {same:.1%} keep their original's key (and split)")
+    return result
 
 
 def measure(label: str, names: list[str], originals: np.ndarray, copies: dict[str, np.ndarray]) -> dict:
@@ -128,12 +144,10 @@ def digits() -> None:
 
     sources = [written(pixels, 95) for pixels in scans]
     originals = np.stack([converted(source) for source in sources])
-    copies = {f"JPEG quality {quality}": np.stack([converted(re_encoded(source, quality)) for source in sources])
-              for quality in QUALITIES}  # fmt: skip
+    copied = {f"JPEG quality {quality}": [re_encoded(source, quality) for source in sources] for quality in QUALITIES}
+    copies = {kind: np.stack([converted(copy) for copy in found]) for kind, found in copied.items()}
     result = measure("digits", names, originals, copies)
-    hashes = [dhash(encode_image(source, DEFAULT_SIZE, 95)) for source in sources]
-    result["dhash_shared"] = shared = sum(1 for value in hashes if hashes.count(value) > 1)
-    print(f"a 64-bit dHash: {shared} distinct digits ({shared / len(scans):.0%}) share their hash with another")
+    result["split_key"] = split_keys(sources, copied, DEFAULT_SIZE)
     print(json.dumps(result))
 
 
@@ -163,9 +177,10 @@ def photos(folder: str, image_size: int) -> None:
 
     kinds = [(f"JPEG quality {quality}", quality, 1.0) for quality in QUALITIES] + [("half size, JPEG 75", 75, 0.5)]
     originals = np.stack([converted(source) for source in sources])
-    copies = {kind: np.stack([converted(saved(source, quality, scale)) for source in sources])
-              for kind, quality, scale in kinds}  # fmt: skip
+    copied = {kind: [saved(source, quality, scale) for source in sources] for kind, quality, scale in kinds}
+    copies = {kind: np.stack([converted(copy) for copy in found]) for kind, found in copied.items()}
     result = measure(f"photographs from {folder} at {image_size} px", names, originals, copies)
+    result["split_key"] = split_keys(sources, copied, image_size)
     result["image_size"] = image_size
     print(json.dumps(result))
 

@@ -17,6 +17,13 @@ SPLITS = ("train", "validation", "test")
 MODALITIES = ("auto", "image", "text")
 SHARD_SUFFIX = ".tfrec"
 STATS_FILE = "stats.json"
+# how a conversion split its examples, recorded in its stats as ``split_method`` (none: 1); the data checks compare
+# two versions split the same way (components.convert.split_keys)
+SPLIT_METHOD = 2
+SPLIT_METHODS = {
+    1: "a hash of each file's bytes",
+    2: "a hash of each image's perceptual key or each text's standardised words (near-copies in one split)",
+}
 QUARANTINE_FILE = "quarantine.jsonl"  # a record a line for each item that could not be converted, with its reason
 # what a failed conversion leaves in its output folder beside what it wrote: no step reads that folder, and the next
 # conversion into it takes it over

@@ -53,6 +53,7 @@ def compute(examples_dir: str, vocabulary: list[str] | None = None) -> tuple[dic
         "quarantine_reasons": quarantine_reasons(examples_dir),
         "fingerprint": stats.get("fingerprint", ""),
         "source": stats.get("source", ""),
+        "split_method": stats.get("split_method", 1),  # (a conversion that does not say was split by file bytes)
     }
     keys = {}
     if text:

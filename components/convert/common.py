@@ -1,4 +1,4 @@
-"""What the image and the text conversions share: the split of an example by a hash of its bytes, the
+"""What the image and the text conversions share: the split of an example by a hash of its split key, the
 de-duplication, the quarantine and duplicates records, the shards' writing, the counts, and the checks of the
 options and the output folder."""
 
@@ -162,20 +162,21 @@ def duplicates_of(copies: Sequence[tuple[str, int]]) -> list[dict]:
 
 
 class KeepFirstCopy(beam.DoFn):
-    """Byte-identical images are kept once (the first path in order), so that no image is in two splits or twice
-    in one; the others are listed as duplicates, with a flag when their folder says another class. The kept example
-    goes to its split: the manifest's ``ML_USE`` when given, else the one the content hash picks."""
+    """Copies (byte-identical images; texts the same once standardised) are kept once (the first path in order), so
+    that no example is in two splits or twice in one; the others are listed as duplicates, with a flag when their
+    folder says another class. The kept example goes to its split: the manifest's ``ML_USE`` when given, else the
+    one its split key's hash picks (``components.convert.split_keys``)."""
 
     def __init__(self, validation_fraction: float, test_fraction: float):
         self._fractions = (validation_fraction, test_fraction)
 
     def process(self, element):
-        digest, copies = element
+        _, copies = element
         copies = sorted(copies, key=lambda copy: copy[0])
-        for record in duplicates_of([(path, class_index) for path, class_index, _, _ in copies]):
+        for record in duplicates_of([(path, class_index) for path, class_index, *_ in copies]):
             yield beam.pvalue.TaggedOutput(DUPLICATE_TAG, record)
-        _, kept_class, source_split, example = copies[0]
-        split = source_split or split_for_digest(digest, *self._fractions)
+        _, kept_class, source_split, example, key = copies[0]
+        split = source_split or split_for_digest(key, *self._fractions)
         yield beam.pvalue.TaggedOutput(split, (kept_class, example))
 
 
@@ -217,17 +218,19 @@ class WriteShard(beam.DoFn):
 
 
 def content_shard_key(element, fractions: tuple[float, float], shards: dict[str, int]):
-    """(content digest, (path, class index, split, example)) -> ((split, shard), the same): the split and the shard
-    both from the digest, for a source that names no split, so that byte-identical copies meet in one shard."""
-    digest, _ = element
-    split = split_for_digest(digest, *fractions)
-    return (split, int.from_bytes(digest[8:16], "big") % shards[split]), element
+    """(content digest, (path, class index, split, example, split digest)) -> ((split, shard), the same): the split
+    and the shard both from the split key's digest, for a source that names no split, so that near-copies (which
+    share the key) land in one split, and byte-identical copies (which share it too) meet in one shard."""
+    key = element[1][4]
+    split = split_for_digest(key, *fractions)
+    return (split, int.from_bytes(key[8:16], "big") % shards[split]), element
 
 
 class WriteUniqueShard(WriteShard):
-    """((split, shard), its (content digest, (path, class index, split, example)) pairs) -> one shard holding each
-    content once, its first path's example (``KeepFirstCopy``'s rule, here within the shard all copies meet in),
-    written as ``WriteShard`` writes; the other copies as duplicates records -> (split, shard, {class index: count}).
+    """((split, shard), its (content digest, (path, class index, split, example, split digest)) pairs) -> one shard
+    holding each content once, its first path's example (``KeepFirstCopy``'s rule, here within the shard all copies
+    meet in), written as ``WriteShard`` writes; the other copies as duplicates records -> (split, shard, {class
+    index: count}).
     Two passes over the shard's examples: the first keeps paths alone, so that no more than one example at a time
     is held in memory."""
 
@@ -236,7 +239,7 @@ class WriteUniqueShard(WriteShard):
 
         (split, shard), pairs = element
         copies: dict[bytes, list[tuple[str, int]]] = {}
-        for digest, (path, class_index, _, _) in pairs:
+        for digest, (path, class_index, *_) in pairs:
             copies.setdefault(digest, []).append((path, class_index))
         kept = {}
         for digest, paths in copies.items():
@@ -246,7 +249,7 @@ class WriteUniqueShard(WriteShard):
                 yield beam.pvalue.TaggedOutput(DUPLICATE_TAG, record)
 
         def first_copies():
-            for digest, (path, class_index, _, example) in pairs:
+            for digest, (path, class_index, _, example, _) in pairs:
                 if kept.get(digest) == path:
                     del kept[digest]  # (the same path twice is one image)
                     yield google_crc32c.value(example), class_index, example

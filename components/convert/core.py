@@ -2,8 +2,9 @@
 
 The listing and every check on the user's input happen in the driver before anything is written; the per-image work
 (read, decode, resize, crop, re-encode, serialize) runs in Beam, so the same code runs on the DirectRunner and on
-Dataflow. The split of each image is decided by a hash of its bytes: the same image lands in the same split on every
-rerun, wherever it is stored.
+Dataflow. The split of each image is decided by a hash of its perceptual key
+(``components.convert.split_keys``): the same image lands in the same split on every rerun, wherever it is stored,
+and its near-copies with it.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ from components.convert.common import (
 from components.convert.items import (
     Converter,
     ItemSettings,
-    content_digest,
     worker_processes,
 )
 from components.convert.listing import (
@@ -57,6 +57,7 @@ from components.convert.listing import (
     is_tfrecord_source,
     list_source,
 )
+from components.convert.split_keys import split_digest
 from components.convert.staging import (
     ReadRows,
     default_pipeline_args,
@@ -68,6 +69,7 @@ from components.decoding import DEFAULT_MAX_PIXELS
 from components.imaging import AUTO_IMAGE_SIZE, MAX_AUTO_IMAGE_SIZE, image_size_mistake
 from components.params import CONVERT
 from components.schema import (
+    SPLIT_METHOD,
     SPLITS,
     STATS_FILE,
     check_class_count,
@@ -181,9 +183,10 @@ def auto_image_size(source_side: int | None) -> tuple[int, str]:
                   f"{MAX_AUTO_IMAGE_SIZE} and at least {least}")  # fmt: skip
 
 
-def assign_split(content: bytes, validation_fraction: float, test_fraction: float) -> str:
-    """The split of an image, from a hash of its bytes: stable across reruns, paths and machines."""
-    return split_for_digest(content_digest(content), validation_fraction, test_fraction)
+def assign_split(key: bytes, validation_fraction: float, test_fraction: float) -> str:
+    """The split of an example, from a hash of its split key (``components.convert.split_keys``): stable across
+    reruns, paths and machines."""
+    return split_for_digest(split_digest(key), validation_fraction, test_fraction)
 
 
 def auto_num_shards(expected_examples: float, image_size: int) -> int:
@@ -276,7 +279,8 @@ def conversion_graph(pipeline, config: ConvertConfig, listing: ImageListing, sta
     fractions = (config.validation_fraction, config.test_fraction)
     if any(split for _, _, split in listing.items):
         # a manifest names splits: byte-identical images meet first (keyed by content digest), so that each is kept
-        # once, in the split of its first path; then each split's examples meet in their shards
+        # once, in the split of its first path (or, where the manifest names none, its split key's); then each
+        # split's examples meet in their shards
         unique = (
             converted["converted"]
             | "GroupByContent" >> beam.GroupByKey()
@@ -284,8 +288,8 @@ def conversion_graph(pipeline, config: ConvertConfig, listing: ImageListing, sta
         )
         written = {split: unique[split] for split in SPLITS} | "Write" >> WriteShards(output_dir, shards)
     else:
-        # the content picks both the split and the shard: byte-identical images meet in the shard they are written
-        # to, one grouping for both
+        # the split key picks both the split and the shard: near-copies land in one split, and byte-identical
+        # images (one key) meet in the shard they are written to, one grouping for both
         unique = (
             converted["converted"]
             | "ContentShard" >> beam.Map(content_shard_key, fractions, shards)
@@ -364,7 +368,8 @@ SIZES_TAG = "sizes"
 
 
 class ConvertImages(beam.DoFn):
-    """A batch of (path, class index, split) -> (content digest, (path, class index, split, serialized example)),
+    """A batch of (path, class index, split) -> (content digest, (path, class index, split, serialized example,
+    split digest)),
     or quarantine records; at a bundle's end, the counts of its images' shorter sides (``SIZES_TAG``). Each batch is
     read and converted on ``processes`` worker processes of this machine
     (``local_processes``), or else on a pool of threads (I/O and Pillow release the GIL), so that one worker process
@@ -478,6 +483,7 @@ def write_stats(
         source=config.source,
         shards=shards,
         input_bytes=input_bytes,
+        split_method=SPLIT_METHOD,
     )
     write_records(output_dir, quarantine, duplicates)
     write_json(f"{output_dir}/{STATS_FILE}", stats)

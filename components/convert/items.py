@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from components.cli import one_line, storage_unreachable
-from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError
+from components.convert.split_keys import image_key, split_digest
+from components.decoding import DEFAULT_MAX_PIXELS, UnusableImageError, conversion_square
 from components.schema import serialize_example
 
 log = logging.getLogger(__name__)
@@ -65,11 +66,12 @@ def encode_image(content: bytes, image_size: int, jpeg_quality: int, max_pixels:
     that keeps both sides at least twice the target (as Pillow's ``thumbnail`` does), then resized with the same
     triangle filter as the serving signature (``components.imaging``).
     """
+    return jpeg_bytes(conversion_square(content, image_size, max_pixels), jpeg_quality)
+
+
+def jpeg_bytes(image, jpeg_quality: int) -> bytes:
     import io
 
-    from components.decoding import conversion_square
-
-    image = conversion_square(content, image_size, max_pixels)
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=jpeg_quality)
     return buffer.getvalue()
@@ -99,9 +101,9 @@ class ItemSettings:
 
 
 def convert_item(item: Sequence, settings: ItemSettings):
-    """(path, class index, split) -> (content digest, (path, class index, split, serialized example), the source's
-    shorter side), or a quarantine record ``{"path", "reason"}`` for an item that cannot be read or is not a usable
-    image."""
+    """(path, class index, split) -> (content digest, (path, class index, split, serialized example, split digest),
+    the source's shorter side), or a quarantine record ``{"path", "reason"}`` for an item that cannot be read or is
+    not a usable image."""
     path, class_index, split = item
     try:
         content = read_item(path)
@@ -113,7 +115,8 @@ def convert_item(item: Sequence, settings: ItemSettings):
         reason = "missing file" if missing else f"unreadable: {one_line(err, with_type=True)}"
         return {"path": path, "reason": reason}
     try:
-        jpeg = encode_image(content, settings.image_size, settings.jpeg_quality, settings.max_pixels)
+        square = conversion_square(content, settings.image_size, settings.max_pixels)
+        jpeg = jpeg_bytes(square, settings.jpeg_quality)
     except UnusableImageError as err:
         return {"path": path, "reason": str(err)}
     except Exception as err:  # one bad file must not sink the job: record it instead
@@ -121,7 +124,8 @@ def convert_item(item: Sequence, settings: ItemSettings):
     size, source_size = (settings.image_size, settings.image_size), oriented_size(content)
     example = serialize_example(jpeg, class_index, settings.class_names[class_index], size, len(settings.class_names),
                                 source=path, source_size=source_size)  # fmt: skip
-    return content_digest(content), (path, class_index, split, example), min(source_size)
+    key = split_digest(image_key(square))
+    return content_digest(content), (path, class_index, split, example, key), min(source_size)
 
 
 def _exists(path: str) -> bool:

@@ -42,11 +42,12 @@ from components.convert.common import (
     warn_small_classes,
     write_records,
 )
-from components.convert.items import content_digest
 from components.convert.listing import TextListing, list_text_source
+from components.convert.split_keys import split_digest, text_key
 from components.convert.staging import ReadRows, default_pipeline_args, one_local_worker, sample_often, staged_rows
 from components.params import CONVERT, TEXT
 from components.schema import (
+    SPLIT_METHOD,
     SPLITS,
     STATS_FILE,
     _bytes_feature,
@@ -134,8 +135,9 @@ def decode_text(content: bytes) -> str:
 
 
 class ReadTexts(beam.DoFn):
-    """(id, class index, split, text or None) -> (content digest, (id, class index, split, text)), or a quarantine
-    record naming why the item is not a text."""
+    """(id, class index, split, text or None) -> (split digest, (id, class index, split, text, split digest)), or a
+    quarantine record naming why the item is not a text. Texts the same once standardised share the split digest
+    (``components.convert.split_keys``): they meet, and one is kept."""
 
     def __init__(self):
         self._read = beam.metrics.Metrics.counter("convert", "texts_read")
@@ -159,7 +161,8 @@ class ReadTexts(beam.DoFn):
             yield beam.pvalue.TaggedOutput(QUARANTINE_TAG, {"path": where, "reason": one_line(err, with_type=True)})
             return
         self._read.inc()
-        yield content_digest(content), (where, class_index, split, text)
+        key = split_digest(text_key(text))
+        yield key, (where, class_index, split, text, key)
 
 
 def build_vocabulary(counts: list[tuple[str, int]], size: int) -> list[str]:
@@ -247,6 +250,7 @@ def write_text_stats(outcome: dict[str, list], vocabulary, *, output_dir: str, c
         sequence_length=config.sequence_length,
         standardization="lowercase, HTML line breaks and ASCII punctuation removed, split on whitespace",
         splits_from_source=list(listing.splits_from_source),
+        split_method=SPLIT_METHOD,
         tokens=tokens,
     )
     write_atomically(f"{output_dir}/{VOCABULARY_FILE}", vocabulary_bytes(vocabulary))
@@ -268,8 +272,8 @@ def text_graph(pipeline, config: TextConvertConfig, listing: TextListing, staged
         | "ListTexts" >> ReadRows(staged["items"], spread=not one_local_worker(pipeline.options))
         | "Read" >> beam.ParDo(ReadTexts()).with_outputs(QUARANTINE_TAG, main="read")
     )
-    # byte-identical texts meet here (keyed by content digest): each is kept once, in one split; a test item
-    # of aclImdb stays in test, a train item goes to train or (hashed) validation
+    # texts the same once standardised meet here (keyed by their split digest): each is kept once, in one split; a
+    # test item of aclImdb stays in test, a train item goes to train or (hashed) validation
     unique = (
         read["read"]
         | "GroupByContent" >> beam.GroupByKey()

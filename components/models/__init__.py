@@ -134,4 +134,6 @@ def load_trained_model(model_dir: str, model_config: dict | None = None):
         model_config = read_json(path) if exists(path) else {}
     if (model_config.get("model") or {}).get("kind", "builtin") != "builtin":
         load_trained(model_config, model_dir)  # (its import registers the model's custom layers)
+    import components.models.text_layers  # noqa: F401 (registers the built-in models' own layers)
+
     return keras.models.load_model(os.path.join(model_dir, MODEL_FILE), compile=False)

@@ -303,6 +303,30 @@ def cnn1d(spec, filters: int = 64, kernel_size: int = 5, embedding_dim: int = TE
     )
 
 
+# the bag of words and word pairs (fastText's classifier): word pairs hashed into buckets beside the vocabulary;
+# a prime below 46,341, so that a bucket times a bucket stays within int32
+NGRAM_BUCKETS = 40_009
+NGRAM_DIM = 64
+
+
+def ngrams(spec, embedding_dim: int = NGRAM_DIM, buckets: int = NGRAM_BUCKETS, dropout: float = 0.0):
+    """fastText's classifier: the words and hashed word pairs of a text, embedded and averaged, -> softmax."""
+    import keras
+    from keras import layers
+
+    if not 2 <= buckets <= 46_340:
+        raise ValueError(f"buckets must be from 2 to 46340 (a bucket times a bucket fits int32), not {buckets}")
+    from components.models.text_layers import NGramBag, WordPairs
+
+    ids = spec.inputs()
+    grams = WordPairs(spec.vocabulary_size, buckets)(ids)
+    vectors = layers.Embedding(spec.vocabulary_size + buckets, embedding_dim, name="grams")(grams)
+    bag = NGramBag()([grams, vectors])
+    if dropout:
+        bag = layers.Dropout(dropout)(bag)
+    return keras.Model(ids, softmax(spec.num_classes)(bag), name="ngrams")
+
+
 @dataclass(frozen=True)
 class Builtin:
     """A built-in model: its builder, what it is (a line), the modality it takes and, for images, the smallest square
@@ -330,6 +354,7 @@ BUILTINS: dict[str, Builtin] = {
     "lstm": Builtin(lstm, "the IMDB-on-TPU article's LSTM", "text"),
     "bilstm": Builtin(bilstm, "the LSTM read both ways", "text"),
     "cnn1d": Builtin(cnn1d, "a fast baseline: a convolution over the embeddings", "text"),
+    "ngrams": Builtin(ngrams, "fastText's classifier: a bag of words and word pairs", "text"),
 }
 DEFAULT_MODELS = {"image": "codelab_convnet_bn", "text": "lstm"}
 # the image models that normalise their activations with batch norm (what to try when a run does not learn)

@@ -16,7 +16,14 @@ from pipeline.accelerators import DEFAULT_ACCELERATOR
 from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
 from pipeline.local.docker import check_docker, docker_runner
 from pipeline.local.progress import RUN_LOG, quiet
-from pipeline.local.summary import TRAINING_FACTS, epochs_done, registry_outcome, step_outcome, training_run
+from pipeline.local.summary import (
+    TRAINING_FACTS,
+    epochs_done,
+    registry_outcome,
+    served_figure,
+    step_outcome,
+    training_run,
+)
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +325,7 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
     if exported_dir:
         produced["export"] = exported_dir
     previous = run.previous
-    return {
+    summary = {
         "pipeline": PIPELINE_NAME,
         "run_id": run.state.run_id,
         "status": "succeeded",
@@ -361,6 +368,8 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
         "registry": registry_outcome(run.registry, outputs),
         "pipeline_root": run.pipeline_root,
     }
+    summary["served"] = served_figure(summary)
+    return summary
 
 
 def data_checks_outcome(checks_dir: str) -> dict:
@@ -369,7 +378,9 @@ def data_checks_outcome(checks_dir: str) -> dict:
     from components.artifacts.data_statistics import CHECKS_NAME, read_checks
 
     found = read_checks(checks_dir)
+    across = next((row for row in found["checks"] if row["check"] == "leakage across splits"), {})
     return {
+        "test_copies": across.get("test_copies"),
         "checks": len(found["checks"]),
         "warnings": found["warnings"],
         "accepted": found["blocking"] if found["accepted_data_change"] else [],

@@ -4,6 +4,7 @@ terminal (``summary.json`` holds the same)."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 
 log = logging.getLogger(__name__)
@@ -151,18 +152,64 @@ def image_size_line(summary: dict) -> str:
     return f"{size}x{size}" + (f" (auto: {summary['image_size_auto']})" if summary.get("image_size_auto") else "")
 
 
-def client_files_line(raw: dict) -> str:
-    """The SavedModel on the test files as clients send them, beside their TFRecords (export.json's raw_files)."""
-    left = [f"{raw['without_file']} without a file"] if raw.get("without_file") else []
-    left += [f"{count} {kind} refused" for kind, count in (raw.get("refused_formats") or {}).items()]
-    line = (f"test accuracy {raw['test_accuracy']:.4f} on the {raw['num_files']} test files as sent, "
-            f"{raw['tfrecord_test_accuracy']:.4f} on their TFRecords")  # fmt: skip
-    return line + (f" ({', '.join(left)})" if left else "")
+# the run's other test figures, by the names the summary gives them
+OTHER_FIGURES = {"saved_model": "the SavedModel on the TFRecords", "tflite_float": "TFLite float32",
+                 "tflite_int8": "TFLite int8"}  # fmt: skip
 
 
-def client_texts_line(texts: dict) -> str:
-    """The SavedModel on the test texts as clients send them (export.json's raw_texts)."""
-    return f"test accuracy {texts['test_accuracy']:.4f} on the {texts['num_texts']} test texts as sent (raw strings)"
+def served_figure(summary: dict) -> dict:
+    """The one test figure that stands for the served model: the exported SavedModel's accuracy on the test files or
+    texts as clients send them (without them, on the test TFRecords); with nothing exported, the trained model's.
+    Beside it: the test split's noise (one standard error of that accuracy, at least one example in all) and the
+    run's other test figures (the trained model's, each exported file's) that differ from it by more."""
+    raw, texts = summary.get("raw_files") or {}, summary.get("raw_texts") or {}
+    formats = summary.get("formats") or {}
+    if raw.get("num_files"):
+        accuracy, examples = raw["test_accuracy"], raw["num_files"]
+        what = f"the SavedModel on the {examples} test files as clients send them"
+        left = [f"{raw['without_file']} without a file"] if raw.get("without_file") else []
+        left += [f"{count} {kind} refused" for kind, count in (raw.get("refused_formats") or {}).items()]
+        what += f" ({', '.join(left)})" if left else ""
+    elif texts.get("num_texts"):
+        accuracy, examples = texts["test_accuracy"], texts["num_texts"]
+        what = f"the SavedModel on the {examples} test texts as clients send them (raw strings)"
+    elif "saved_model" in formats:
+        accuracy, examples = formats["saved_model"]["test_accuracy"], summary["counts"]["test"]
+        what = f"the SavedModel on the {examples} test examples' TFRecords"
+    else:
+        accuracy, examples = summary["test_accuracy"], summary["counts"]["test"]
+        what = f"the trained model on the {examples} test examples (nothing exported)"
+    noise = max(math.sqrt(accuracy * (1 - accuracy) / examples), 1 / examples) if examples else 0.0
+    others = {"the trained model": summary["test_accuracy"]}
+    if raw.get("num_files") or texts.get("num_texts"):
+        others.update({OTHER_FIGURES.get(name, name): entry["test_accuracy"] for name, entry in formats.items()})
+    else:
+        others.update({OTHER_FIGURES.get(name, name): entry["test_accuracy"] for name, entry in formats.items()
+                       if name != "saved_model"})  # fmt: skip
+    differ = {name: value for name, value in others.items()
+              if value is not None and abs(value - accuracy) > noise + 1e-9}  # fmt: skip
+    if what.startswith("the trained model"):
+        differ = {}
+    return {"accuracy": accuracy, "examples": examples, "what": what, "noise": round(noise, 4), "differ": differ}
+
+
+def served_rows(summary: dict) -> list[tuple[str, str]]:
+    """The test accuracy's lines: the served model's figure, the near-copies that may flatter it, and the other
+    figures only where they differ from it by more than the test split's noise."""
+    served = summary.get("served") or served_figure(summary)
+    line = f"{served['accuracy']:.4f}: {served['what']}"
+    copies = (summary.get("data_checks") or {}).get("test_copies") or {}
+    if copies.get("found"):
+        line += (f"; {copies['found']} of the {copies['compared']} test examples have a near-copy in train, which "
+                 "flatters it")  # fmt: skip
+    rows = [("test accuracy", line)]
+    if served["differ"]:
+        shown = ", ".join(f"{name} {value:.4f}" for name, value in served["differ"].items())
+        rows.append(("", f"beyond the test split's noise (±{served['noise']:.4f}): {shown}"))
+    elif not served["what"].startswith("the trained model"):
+        rows.append(("", f"the trained model and every exported file agree within the test split's noise "
+                         f"(±{served['noise']:.4f})"))  # fmt: skip
+    return rows
 
 
 def data_check_rows(checks: dict | None) -> list[tuple[str, str]]:
@@ -194,8 +241,6 @@ def format_summary(summary: dict, summary_path: str) -> str:
     not_exported = "- (not blessed: nothing exported)"
     training = summary["training"]
     crossed = summary.get("backend_parity") or {}
-    raw = summary.get("raw_files") or {}
-    texts = summary.get("raw_texts") or {}
     rows = [
         ("examples", f"{counts}  ({len(summary['class_names'])} classes, {summary['quarantined']} quarantined)"),
         *([("image size", image_size_line(summary))] if summary.get("image_size") else []),
@@ -208,17 +253,15 @@ def format_summary(summary: dict, summary_path: str) -> str:
         ),
         ("steps", ", ".join(f"{step} {how}" for step, how in summary.get("steps", {}).items())),
         *data_check_rows(summary.get("data_checks")),
-        ("test accuracy", f"{summary['test_accuracy']:.4f}"),
+        *served_rows(summary),
         ("baseline", summary.get("baseline") or "none"),
         ("blessed", f"{'yes' if summary.get('blessed') else 'NO'}: {'; '.join(summary.get('reasons', []))}"),
         ("export parity", export_parity(summary, crossed) if exported else not_exported),
-        *([("client files", client_files_line(raw))] if raw.get("num_files") else []),
-        *([("client texts", client_texts_line(texts))] if texts.get("num_texts") else []),
         ("TFRecords", summary["examples_dir"]),
         ("SavedModel", summary["saved_model_dir"] or not_exported),
         *([] if exported else [("export anyway", export_anyway(summary, os.path.join(work_dir, "exported")))]),
         *(
-            (name, f"{entry['bytes'] / 1e6:.2f} MB, test accuracy {entry['test_accuracy']:.4f}  {entry['path']}")
+            (name, f"{entry['bytes'] / 1e6:.2f} MB  {entry['path']}")
             for name, entry in summary.get("formats", {}).items()
             if name != "saved_model"
         ),

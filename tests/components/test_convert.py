@@ -160,6 +160,100 @@ def test_rerun_puts_every_image_in_the_same_split(image_folder, converted, tmp_p
         assert before == after, f"{split} changed between runs"
 
 
+def shapes_picture(seed: int, side: int = 48):
+    """A picture of four random ellipses and rectangles on a random background."""
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    picture = Image.new("RGB", (side, side), tuple(int(v) for v in rng.integers(0, 256, 3)))
+    draw = ImageDraw.Draw(picture)
+    for _ in range(4):
+        x, y = (int(v) for v in rng.integers(0, side - 8, 2))
+        width, height = (int(v) for v in rng.integers(8, side // 2, 2))
+        shape = draw.ellipse if rng.random() < 0.5 else draw.rectangle
+        shape([x, y, x + width, y + height], fill=tuple(int(v) for v in rng.integers(0, 256, 3)))
+    return picture
+
+
+def encoded(picture, fmt: str, **options) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    picture.save(buffer, format=fmt, **options)
+    return buffer.getvalue()
+
+
+def test_near_copies_land_in_one_split(tmp_path):
+    """Each picture three times, as a PNG, re-encoded as a JPEG and resized to twice its side: the copies of nearly
+    every picture share one split (by chance, with these fractions, about 12% would), and copies that share the
+    split key always do. The split fractions still hold across pictures."""
+    from PIL import Image
+
+    from components.schema import SOURCE_FEATURE, bytes_features, read_records
+
+    pictures = 60
+    for index in range(pictures):
+        picture = shapes_picture(index)
+        folder = tmp_path / "src" / CLASSES[index % len(CLASSES)]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{index}-png.png").write_bytes(encoded(picture, "PNG"))
+        (folder / f"{index}-q75.jpg").write_bytes(encoded(picture, "JPEG", quality=75))
+        larger = picture.resize((96, 96), Image.Resampling.BILINEAR)
+        (folder / f"{index}-large.jpg").write_bytes(encoded(larger, "JPEG", quality=90))
+    output = tmp_path / "out"
+    run(ConvertConfig(source=str(tmp_path / "src"), output_dir=str(output), image_size=32, validation_fraction=0.3,
+                      test_fraction=0.3, pipeline_args=IN_MEMORY))  # fmt: skip
+    splits_of: dict[str, set] = {}
+    for split in SPLITS:
+        for path in glob.glob(split_pattern(str(output), split)):
+            with open(path, "rb") as handle:
+                for record in read_records(handle):
+                    source = bytes_features(record, (SOURCE_FEATURE,))[SOURCE_FEATURE].decode()
+                    splits_of.setdefault(os.path.basename(source).split("-")[0], set()).add(split)
+    assert len(splits_of) == pictures
+    together = [name for name, splits in splits_of.items() if len(splits) == 1]
+    assert len(together) >= 0.8 * pictures, f"only {len(together)} of {pictures} pictures in one split"
+    shares = {split: sum(split in found for found in splits_of.values()) / pictures for split in SPLITS}
+    assert all(share >= 0.1 for share in shares.values()), shares
+
+
+def test_the_key_sees_shapes_in_grey_and_tells_flat_pictures_apart():
+    """A picture and its copy recoloured share the key (the data checks' near-copy search is colour-blind too);
+    flat pictures of two colours, which have no shape to hash, do not; a flat picture keeps its own key."""
+    from PIL import Image, ImageOps
+
+    from components.convert.split_keys import image_key
+
+    picture = shapes_picture(3)
+    inverted_hue = ImageOps.grayscale(picture).convert("RGB")
+    assert image_key(picture) == image_key(inverted_hue)
+    red, blue = Image.new("RGB", (32, 32), (200, 30, 30)), Image.new("RGB", (32, 32), (30, 30, 200))
+    assert image_key(red) != image_key(blue)
+    assert image_key(red) == image_key(red.copy())
+    assert image_key(picture) != image_key(shapes_picture(4))
+
+
+def test_texts_the_same_once_standardised_are_one_example(tmp_path):
+    """A text written three ways (case, punctuation, spacing) is kept once, in one split; the others are listed as
+    its duplicates."""
+    from components.convert.text import TextConvertConfig, run_text
+
+    rows = ["text,label"]
+    for index in range(40):
+        words = f"package number {index} does thing {index % 7} well"
+        label = ("alpha", "beta")[index % 2]
+        rows += [f"{words},{label}", f'"{words.upper()}!",{label}', f'"  {words.title()} ... ",{label}']
+    (tmp_path / "texts.csv").write_text("\n".join(rows) + "\n")
+    output = tmp_path / "out"
+    config = TextConvertConfig(source=str(tmp_path / "texts.csv"), output_dir=str(output), validation_fraction=0.3,
+                               test_fraction=0.3, pipeline_args=IN_MEMORY)  # fmt: skip
+    stats = run_text(config)
+    assert stats["num_examples"] == 40 and stats["duplicates"] == 80
+    assert stats["split_method"] == 2
+    duplicates = [json.loads(line) for line in (output / "duplicates.jsonl").read_text().splitlines()]
+    assert len(duplicates) == 80 and not any(record.get("label_conflict") for record in duplicates)
+
+
 def test_resize_fills_the_square_then_centre_crops():
     import tensorflow as tf
 
@@ -447,10 +541,10 @@ def test_copies_meeting_in_a_shard_keep_the_first_path_whatever_order_they_come_
 
     one, other = b"d" * 32, b"e" * 32
     pairs = [
-        (one, ("b/2.jpg", 1, None, b"example of b/2")),
-        (other, ("c/9.jpg", 2, None, b"example of c/9")),
-        (one, ("a/1.jpg", 0, None, b"example of a/1")),
-        (one, ("a/3.jpg", 0, None, b"example of a/3")),
+        (one, ("b/2.jpg", 1, None, b"example of b/2", b"k" * 32)),
+        (other, ("c/9.jpg", 2, None, b"example of c/9", b"k" * 32)),
+        (one, ("a/1.jpg", 0, None, b"example of a/1", b"k" * 32)),
+        (one, ("a/3.jpg", 0, None, b"example of a/3", b"k" * 32)),
     ]
     out = list(WriteUniqueShard(str(tmp_path), {"test": 1}).process((("test", 0), pairs)))
     duplicates = sorted((o.value for o in out if getattr(o, "tag", None) == DUPLICATE_TAG), key=lambda r: r["path"])

@@ -20,9 +20,11 @@ from components.convert.core import (
     run,
     split_for_digest,
 )
-from components.convert.items import content_digest, encode_image, oriented_size
+from components.convert.items import encode_image, oriented_size
 from components.convert.listing import ImageListing
+from components.convert.split_keys import image_key, split_digest
 from components.convert.text import TextConvertConfig
+from components.decoding import conversion_square
 from components.schema import SPLITS, serialize_example
 from tests.conftest import BUCKET, COLORS, IN_MEMORY, image_bytes
 
@@ -217,9 +219,10 @@ def test_the_text_job_graph_holds_no_row_of_a_large_table(tmp_path):
     assert not row_inside and len(graph) < 1_000_000, f"the job graph is {len(graph)} bytes"
 
 
-def test_the_staged_listing_gives_each_image_once_in_the_split_of_its_bytes(tmp_path):
+def test_the_staged_listing_gives_each_image_once_in_the_split_of_its_key(tmp_path):
     """The TFRecords hold exactly the examples a direct computation gives: every listed image read once, byte-identical
-    copies kept once (the first path), each in the split its bytes hash to or that its manifest row names."""
+    copies kept once (the first path), each in the split its perceptual key hashes to or that its manifest row
+    names."""
     sources = {}
     for name in ("cat", "dog", "fish"):
         for n in range(9):
@@ -249,7 +252,8 @@ def test_the_staged_listing_gives_each_image_once_in_the_split_of_its_bytes(tmp_
             jpeg = encode_image(content, 8, config.jpeg_quality)
             example = serialize_example(jpeg, classes.index(name), name, (8, 8), len(classes), source=path,
                                         source_size=oriented_size(content))  # fmt: skip
-            expected[split or split_for_digest(content_digest(content), *fractions)].add(example)
+            key = split_digest(image_key(conversion_square(content, 8)))
+            expected[split or split_for_digest(key, *fractions)].add(example)
         for split in SPLITS:
             found = [r.numpy() for r in tf.data.TFRecordDataset(tf.io.gfile.glob(f"{output}/{split}/*.tfrec"))]
             assert len(found) == len(set(found)) and set(found) == expected[split], (source.name, split)

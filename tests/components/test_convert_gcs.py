@@ -16,9 +16,10 @@ from tests.conftest import BUCKET, COLORS, IN_MEMORY, image_bytes
 
 
 def test_converts_a_gcs_folder_into_gcs_tfrecords(gcs):
-    for name in ("cat", "dog", "fish"):
+    for index, name in enumerate(("cat", "dog", "fish")):
         for n in range(6):
-            gcs.blob(f"photos/{name}/{n}.jpg").upload_from_string(image_bytes(COLORS[name], (30 + n, 20), seed=n))
+            picture = image_bytes(COLORS[name], (30 + n, 20), seed=100 * index + n)
+            gcs.blob(f"photos/{name}/{n}.jpg").upload_from_string(picture)
     gcs.blob("photos/dog/broken.jpg").upload_from_string(b"not an image")
 
     listing = list_image_folder(f"gs://{BUCKET}/photos")
@@ -33,7 +34,7 @@ def test_converts_a_gcs_folder_into_gcs_tfrecords(gcs):
     assert {"examples/stats.json", "examples/quarantine.jsonl", "examples/duplicates.jsonl"} <= names
     for split in SPLITS:
         shards = sorted(f"gs://{BUCKET}/{n}" for n in names if n.startswith(f"examples/{split}/{split}-"))
-        assert all(shard.endswith(".tfrec") for shard in shards) and bool(shards) == bool(stats["counts"][split])
+        assert shards and all(shard.endswith(".tfrec") for shard in shards)  # (an empty split's shard, empty)
         assert split_files(output, split) == shards  # what train, evaluate and export read, listed on gs://
     # the data checks read the records back on gs:// too: every example, each split's classes counted
     from components.check_data.statistics import compute

@@ -119,6 +119,7 @@ def test_an_unknown_model_is_one_line_exit_2_naming_its_forms_and_the_built_in_m
             "lstm",
             "bilstm",
             "cnn1d",
+            "ngrams",
         ]
     )
 
@@ -308,7 +309,7 @@ def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_pa
     command = [
         sys.executable, "-m", "components.train", "--examples", examples_dir, "--model-dir", str(model_dir),
         "--checkpoint-dir", str(checkpoints), "--epochs", "30", "--batch-size", "8", "--precision", "float32",
-        "--backend", backend, "--backup-interval", interval,
+        "--backend", backend, "--backup-interval", interval, "--patience", "0",  # (all 30 epochs, never stopping early)
     ]  # fmt: skip
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     epoch_log = checkpoints / EPOCH_LOG_FILE

@@ -59,7 +59,7 @@ def test_an_image_model_on_text_examples_is_one_line(text_examples, tmp_path):
         run(TrainConfig(examples_dir=examples, model_dir=str(tmp_path / "m"), model_name="codelab_convnet"), env={})
     assert str(raised.value) == (
         f"--model codelab_convnet takes images, and the examples in {examples} are texts: choose one of bilstm, "
-        "cnn1d, lstm, or a model of your own"
+        "cnn1d, lstm, ngrams, or a model of your own"
     )
     assert not os.path.exists(tmp_path / "m" / "model_config.json")
 

@@ -9,20 +9,23 @@ import json
 import os
 import shutil
 
-from tests.conftest import CLASSES, run_cli, write_image_folder
+from tests.conftest import CLASSES, IN_MEMORY, run_cli, write_image_folder
 
 
-def test_a_blocked_run_stops_before_training_and_registers_nothing(converted, tmp_path):
+def test_a_blocked_run_stops_before_training_and_registers_nothing(tmp_path):
     from components.check_data.core import CheckDataConfig, run
+    from components.convert.core import ConvertConfig
+    from components.convert.core import run as convert
     from components.register.core import FolderRegistry
 
-    examples_dir, _ = converted
+    source = write_image_folder(tmp_path / "photos", per_class=20)
+    examples_dir = str(tmp_path / "served-examples")  # the data the model in service learned from: every class
+    convert(ConvertConfig(source=source, output_dir=examples_dir, image_size=16, pipeline_args=IN_MEMORY))
     served = tmp_path / "served-export"
     run(CheckDataConfig(examples_dir=examples_dir, output_dir=str(served)))  # its statistics, as export keeps them
     registry = FolderRegistry(str(tmp_path / "registry"))
     registry.push(str(served), {"note": "a stand-in for a blessed export"})
     before = sorted(os.listdir(registry.root)), registry.default().number
-    source = write_image_folder(tmp_path / "photos", per_class=20)
     shutil.rmtree(os.path.join(source, CLASSES[-1]))  # a class the model in service knows is gone
     work = tmp_path / "work"
     result = run_cli("pipeline", "run-local", "--source", source, "--registry", registry.root, "--work-dir",

@@ -1,0 +1,61 @@
+"""The local run's summary leads with one figure for the served model, and shows the others only where they
+differ from it by more than the test split's noise."""
+
+from __future__ import annotations
+
+from pipeline.local.summary import served_figure, served_rows
+
+
+def demo_like(**changes) -> dict:
+    summary = {
+        "counts": {"train": 1400, "validation": 197, "test": 200},
+        "test_accuracy": 0.99,
+        "raw_files": {"num_files": 200, "test_accuracy": 0.99, "tfrecord_test_accuracy": 0.99},
+        "formats": {
+            "saved_model": {"test_accuracy": 0.99},
+            "tflite_float": {"test_accuracy": 0.985},
+            "tflite_int8": {"test_accuracy": 0.97},
+        },
+        "data_checks": {"test_copies": {"found": 0, "compared": 200}},
+    }
+    return {**summary, **changes}
+
+
+def test_the_served_figure_is_the_savedmodel_on_the_files_as_sent_and_only_what_differs_is_shown():
+    served = served_figure(demo_like())
+    # by hand: one standard error of 0.99 over 200 examples is sqrt(0.99 * 0.01 / 200) = 0.00704
+    assert served["noise"] == 0.0070
+    assert served["what"] == "the SavedModel on the 200 test files as clients send them"
+    assert served["differ"] == {"TFLite int8": 0.97}  # 0.985 is within 0.0070 of 0.99, 0.97 is not
+    rows = served_rows(demo_like())
+    assert rows == [
+        ("test accuracy", "0.9900: the SavedModel on the 200 test files as clients send them"),
+        ("", "beyond the test split's noise (±0.0070): TFLite int8 0.9700"),
+    ]
+    agreeing = demo_like(formats={"saved_model": {"test_accuracy": 0.99}, "tflite_int8": {"test_accuracy": 0.985}})
+    assert served_rows(agreeing)[1] == (
+        "",
+        "the trained model and every exported file agree within the test split's noise (±0.0070)",
+    )
+
+
+def test_texts_nothing_exported_and_near_copies():
+    texts = demo_like(raw_files=None, raw_texts={"num_texts": 151, "test_accuracy": 0.8212})
+    assert served_rows(texts)[0] == (
+        "test accuracy",
+        "0.8212: the SavedModel on the 151 test texts as clients send them (raw strings)",
+    )
+    refused = demo_like(data_checks={"test_copies": {"found": 12, "compared": 200}}, raw_files=None, formats={},
+                        test_accuracy=0.6)  # fmt: skip
+    assert served_rows(refused) == [
+        (
+            "test accuracy",
+            "0.6000: the trained model on the 200 test examples (nothing exported); 12 of the 200 test examples "
+            "have a near-copy in train, which flatters it",
+        )
+    ]
+    # a small split: the noise is at least one example (1 / 20 over sqrt(0.95 * 0.05 / 20) = 0.0487)
+    small = demo_like(counts={"test": 20}, raw_files=None, formats={"saved_model": {"test_accuracy": 0.95}},
+                      test_accuracy=0.95)  # fmt: skip
+    assert served_figure(small)["noise"] == 0.05
+    assert served_figure(small)["what"] == "the SavedModel on the 20 test examples' TFRecords"
