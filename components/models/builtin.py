@@ -356,6 +356,6 @@ BUILTINS: dict[str, Builtin] = {
     "cnn1d": Builtin(cnn1d, "a fast baseline: a convolution over the embeddings", "text"),
     "ngrams": Builtin(ngrams, "fastText's classifier: a bag of words and word pairs", "text"),
 }
-DEFAULT_MODELS = {"image": "codelab_convnet_bn", "text": "lstm"}
+DEFAULT_MODELS = {"image": "codelab_convnet_bn", "text": "ngrams"}
 # the image models that normalise their activations with batch norm (what to try when a run does not learn)
 BATCH_NORM_MODELS = ("codelab_convnet_bn", "squeezenet", "cifar_convnet")

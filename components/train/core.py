@@ -88,7 +88,8 @@ class TrainConfig:
         model_dir: where the model, its weights, its config and the history go; empty: ``AIP_MODEL_DIR``.
         model_name: a built-in model (``components.models.BUILTINS``), a model of one's own (``FILE.py[:FUNCTION]``,
             local or ``gs://``, or ``MODULE:FUNCTION``: ``components.models.source``), or ``auto``: the codelab
-            convnet with batch norm for images, the article's LSTM for texts (``components.models.DEFAULT_MODELS``).
+            convnet with batch norm for images, the bag of words and word pairs (``ngrams``) for texts
+            (``components.models.DEFAULT_MODELS``).
         hparams: the model's own hyperparameters, ``NAME=VALUE`` each: its builder's keyword arguments.
         epochs: passes over the training split (with a pretrained backbone: the head's, the backbone frozen).
         weights: a backbone's pretrained weights: ``imagenet``, a file of them (local or ``gs://``), ``none``, or

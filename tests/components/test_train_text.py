@@ -12,7 +12,7 @@ from components.cli import UsageError
 from tests.components.test_train_jax import TWO_DEVICES, jax_env, read, start_all
 from tests.conftest import TEXT_SEQUENCE_LENGTH as SEQUENCE_LENGTH
 
-MODELS = ("bilstm", "cnn1d")  # on JAX; the LSTM on TensorFlow (tests.conftest.trained_text)
+MODELS = ("bilstm", "cnn1d", "ngrams")  # on JAX; the LSTM on TensorFlow (tests.conftest.trained_text)
 
 
 def test_the_articles_lstm_learns_the_reviews_on_tensorflow(text_examples, trained_text):
@@ -34,8 +34,8 @@ def test_the_articles_lstm_learns_the_reviews_on_tensorflow(text_examples, train
         assert mine.read() == theirs.read()
 
 
-def test_the_bilstm_and_the_convolution_train_on_jax_over_two_devices(text_examples, tmp_path):
-    """Both at once (start-up dominates these tiny runs), each over two virtual CPU devices."""
+def test_the_bilstm_the_convolution_and_the_ngrams_train_on_jax_over_two_devices(text_examples, tmp_path):
+    """All three at once (start-up dominates these tiny runs), each over two virtual CPU devices."""
     examples, _ = text_examples
     env = jax_env(XLA_FLAGS=TWO_DEVICES, KERAS_BACKEND="jax")
     common = ["--examples", examples, "--epochs", "6", "--batch-size", "8", "--backend", "jax", "--cpu-replicas", "2"]

@@ -500,7 +500,7 @@ def test_the_same_dag_classifies_texts_from_a_csv_into_the_registry(side_runs):
     work_dir, summary, result = side_runs["text"]
     assert summary["blessed"] is True and summary["test_accuracy"] >= 0.8, result.stdout[-3000:]
     assert summary["parameters"]["modality"] == "text"
-    assert summary["training"]["model_name"] == "lstm"  # --model auto
+    assert summary["training"]["model_name"] == "ngrams"  # --model auto
     with open(os.path.join(summary["examples_dir"], "stats.json")) as handle:
         stats = json.load(handle)
     assert stats["modality"] == "text" and stats["sequence_length"] == TEXT_SEQUENCE_LENGTH
