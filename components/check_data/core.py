@@ -366,9 +366,6 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
     floor = 0.0
     if base is not None:  # (capped: a leaky baseline raises the warning up to the block level, never the block)
         floor = min(2 * leakage_share(base_keys, base_keys["train"], limits, text)[0], limits["leakage_block"])
-    # a baseline split by another method: the same examples sit in other splits, so this version's held-out
-    # examples meet the baseline's train by design; that warns, and never blocks the first run after an upgrade
-    methods = (base or new).get("split_method", 1), new.get("split_method", 1)
     warn, block = max(limits["leakage_warn"], floor), limits["leakage_block"]
     thresholds = {"warn": round(warn, 4), "block": round(block, 4)}
     held_out = new["counts"]["validation"] + new["counts"]["test"]
@@ -394,6 +391,9 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
         detail = f"{found} of {total} validation and test examples{sampled(total)} have a near-copy in the baseline's"
         detail += " train split"
         verdict = graded(share, warn, block)
+        # a baseline split by another method: the same examples sit in other splits, so this version's held-out
+        # examples meet the baseline's train by design; that warns, and never blocks the first run after an upgrade
+        methods = base.get("split_method", 1), new.get("split_method", 1)
         if methods[0] != methods[1]:
             verdict = "warn" if verdict == "block" else verdict
             detail += (f"; the baseline was split by {SPLIT_METHODS.get(methods[0], 'another method')}, this version "

@@ -310,7 +310,8 @@ NGRAM_DIM = 64
 
 
 def ngrams(spec, embedding_dim: int = NGRAM_DIM, buckets: int = NGRAM_BUCKETS, dropout: float = 0.0):
-    """fastText's classifier: the words and hashed word pairs of a text, embedded and averaged, -> softmax."""
+    """fastText's classifier: the words and hashed word pairs of a text, embedded, summed over the square root of
+    their count (``NGramBag``) -> softmax."""
     import keras
     from keras import layers
 

@@ -180,17 +180,14 @@ def served_figure(summary: dict) -> dict:
         accuracy, examples = summary["test_accuracy"], summary["counts"]["test"]
         what = f"the trained model on the {examples} test examples (nothing exported)"
     noise = max(math.sqrt(accuracy * (1 - accuracy) / examples), 1 / examples) if examples else 0.0
+    led_by = None if raw.get("num_files") or texts.get("num_texts") else "saved_model"  # (the figure shown already)
     others = {"the trained model": summary["test_accuracy"]}
-    if raw.get("num_files") or texts.get("num_texts"):
-        others.update({OTHER_FIGURES.get(name, name): entry["test_accuracy"] for name, entry in formats.items()})
-    else:
-        others.update({OTHER_FIGURES.get(name, name): entry["test_accuracy"] for name, entry in formats.items()
-                       if name != "saved_model"})  # fmt: skip
+    others.update({OTHER_FIGURES.get(name, name): entry["test_accuracy"] for name, entry in formats.items()
+                   if name != led_by})  # fmt: skip
     differ = {name: value for name, value in others.items()
               if value is not None and abs(value - accuracy) > noise + 1e-9}  # fmt: skip
-    if what.startswith("the trained model"):
-        differ = {}
-    return {"accuracy": accuracy, "examples": examples, "what": what, "noise": round(noise, 4), "differ": differ}
+    return {"accuracy": accuracy, "examples": examples, "what": what, "noise": round(noise, 4), "differ": differ,
+            "exported": bool(formats)}  # fmt: skip
 
 
 def served_rows(summary: dict) -> list[tuple[str, str]]:
@@ -206,7 +203,7 @@ def served_rows(summary: dict) -> list[tuple[str, str]]:
     if served["differ"]:
         shown = ", ".join(f"{name} {value:.4f}" for name, value in served["differ"].items())
         rows.append(("", f"beyond the test split's noise (±{served['noise']:.4f}): {shown}"))
-    elif not served["what"].startswith("the trained model"):
+    elif served.get("exported"):
         rows.append(("", f"the trained model and every exported file agree within the test split's noise "
                          f"(±{served['noise']:.4f})"))  # fmt: skip
     return rows
