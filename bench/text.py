@@ -52,7 +52,7 @@ def keras_baseline(root: str, output: str, vocabulary_size: int, sequence_length
     def standardize(text):
         text = tf.strings.lower(text)
         text = tf.strings.regex_replace(text, r"<br\s*/?>", " ")
-        return tf.strings.regex_replace(text, f"[{re.escape(string.punctuation)}]", "")
+        return tf.strings.regex_replace(text, f"[{re.escape(string.punctuation)}]", " ")
 
     layer = tf.keras.layers.TextVectorization(max_tokens=vocabulary_size, standardize=standardize,
                                               output_sequence_length=sequence_length)  # fmt: skip

@@ -1,8 +1,12 @@
 """Text to token ids, twice over: in Python for the Beam conversion, and as TensorFlow ops inside the exported
 SavedModel, so that serving tokenises raw strings exactly as the training examples were tokenised.
 
-Standardisation: lowercase (Unicode), HTML line breaks (``<br />``, any case) to spaces, ASCII punctuation removed,
-then split on runs of whitespace (every character Python's ``str.split`` takes for whitespace). Ids: 0 pads, 1 is
+Standardisation: lowercase (Unicode), HTML line breaks (``<br />``, any case) to spaces, each ASCII punctuation
+character to a space (``SPLIT_PUNCTUATION``: ``e-mail`` is two tokens), then split on runs of whitespace (every
+character Python's ``str.split`` takes for whitespace). The IMDB article's standardisation, Keras's
+``lower_and_strip_punctuation``, removes punctuation instead (``STRIP_PUNCTUATION``: ``e-mail`` is ``email``); each
+conversion records which one it used (``stats.json``'s ``standardization``), and every later step tokenises by that
+record (a conversion made before it was recorded stripped punctuation). Ids: 0 pads, 1 is
 out of vocabulary, then the vocabulary's tokens in ``vocabulary.txt`` order (one a line); a text's first
 ``sequence_length`` tokens, padded at the end with 0.
 
@@ -17,6 +21,8 @@ import re
 import string
 
 VOCABULARY_FILE = "vocabulary.txt"
+# beside an export's vocabulary (and packed in its TFLite files): the standardisation's name, one line
+STANDARDIZATION_FILE = "standardization.txt"
 PADDING, OUT_OF_VOCABULARY = "", "[UNK]"  # ids 0 and 1, as Keras's TextVectorization names them
 PADDING_ID, OUT_OF_VOCABULARY_ID = 0, 1
 # what standardisation strips: HTML line breaks (aclImdb's reviews hold "<br />"), then ASCII punctuation
@@ -28,15 +34,31 @@ WHITESPACE = "".join(chr(code) for code in range(0x110000) if chr(code).isspace(
 
 _LINE_BREAK, _PUNCTUATION = re.compile(LINE_BREAK), re.compile(PUNCTUATION)
 
+# what punctuation becomes: a space (the default: on short technical texts, such as package descriptions, it scores
+# 1 to 2 points above removing it, bench/RESULTS.md), or nothing (the article's)
+SPLIT_PUNCTUATION, STRIP_PUNCTUATION = "lower_split_punctuation", "lower_strip_punctuation"
+PUNCTUATION_TO = {SPLIT_PUNCTUATION: " ", STRIP_PUNCTUATION: ""}
+STANDARDIZATION = SPLIT_PUNCTUATION  # what a conversion uses and records now
 
-def standardize(text: str) -> list[str]:
-    """The tokens of a text: lowercased, HTML line breaks and ASCII punctuation removed, split on whitespace."""
-    return _PUNCTUATION.sub("", _LINE_BREAK.sub(" ", text.lower())).split()
+
+def standardization_of(facts: dict) -> str:
+    """The standardisation that a conversion's ``stats.json`` or a model's ``model_config.json`` records; one from
+    before it was recorded (no such key, or a sentence) stripped punctuation."""
+    recorded = facts.get("standardization")
+    return recorded if recorded in PUNCTUATION_TO else STRIP_PUNCTUATION
 
 
-def token_ids(text: str, index: dict[str, int], length: int) -> tuple[list[int], int, int]:
+def standardize(text: str, standardization: str = STANDARDIZATION) -> list[str]:
+    """The tokens of a text: lowercased, HTML line breaks to spaces, ASCII punctuation to spaces (or removed, under
+    ``STRIP_PUNCTUATION``), split on whitespace."""
+    return _PUNCTUATION.sub(PUNCTUATION_TO[standardization], _LINE_BREAK.sub(" ", text.lower())).split()
+
+
+def token_ids(
+    text: str, index: dict[str, int], length: int, standardization: str = STANDARDIZATION
+) -> tuple[list[int], int, int]:
     """(ids padded or truncated to ``length``, tokens in the text, of which out of vocabulary)."""
-    tokens = standardize(text)
+    tokens = standardize(text, standardization)
     ids = [index.get(token, OUT_OF_VOCABULARY_ID) for token in tokens]
     unknown = sum(1 for i in ids if i == OUT_OF_VOCABULARY_ID)
     return (ids + [PADDING_ID] * length)[:length], len(tokens), unknown
@@ -80,10 +102,10 @@ class GraphTokenizer:
     """The same tokenisation as TensorFlow ops: ``tokenizer(strings [N]) -> int32 ids [N, sequence_length]``. Holds a
     lookup table of the vocabulary (its tokens are constants in the graph); track it in a SavedModel (``table``)."""
 
-    def __init__(self, vocabulary: list[str], sequence_length: int):
+    def __init__(self, vocabulary: list[str], sequence_length: int, standardization: str = STANDARDIZATION):
         import tensorflow as tf
 
-        self.sequence_length = sequence_length
+        self.sequence_length, self.punctuation_to = sequence_length, PUNCTUATION_TO[standardization]
         tokens = list(vocabulary[2:])  # ids 0 and 1 are padding and out-of-vocabulary: never looked up
         self.table = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
@@ -97,7 +119,7 @@ class GraphTokenizer:
 
         text = tf.strings.lower(strings, encoding="utf-8")
         text = tf.strings.regex_replace(text, LINE_BREAK, " ")
-        text = tf.strings.regex_replace(text, PUNCTUATION, "")
+        text = tf.strings.regex_replace(text, PUNCTUATION, self.punctuation_to)
         text = tf.strings.regex_replace(text, "[" + "".join(f"\\x{{{ord(c):04x}}}" for c in WHITESPACE) + "]+", " ")
         ids = self.table.lookup(tf.strings.split(text))  # ragged: each text's tokens
         # the first sequence_length ids, padded at the end

@@ -269,25 +269,38 @@ def predict_texts(model: str, texts: list[str], files: list[str], top: int = 3) 
 
 
 def _tflite_text_probabilities(path: str, texts: list[str]):
-    """A text TFLite model's probabilities: the texts tokenised here with the vocabulary packed in the file (or the
-    ``vocabulary.txt`` beside it)."""
+    """A text TFLite model's probabilities: the texts tokenised here with the vocabulary and standardisation packed in
+    the file (or the ``vocabulary.txt`` and ``standardization.txt`` beside it; a file from before the standardisation
+    was packed stripped punctuation)."""
     import numpy as np
 
     from components.export.text import tflite_token_predict
     from components.export.tflite_metadata import packed_file
-    from components.tokenizing import VOCABULARY_FILE, parse_vocabulary, token_ids
+    from components.tokenizing import (
+        STANDARDIZATION_FILE,
+        VOCABULARY_FILE,
+        parse_vocabulary,
+        standardization_of,
+        token_ids,
+    )
 
     content = tflite_content(path)
-    vocabulary = packed_file(content, VOCABULARY_FILE)
-    beside = os.path.join(os.path.dirname(os.path.abspath(path)), VOCABULARY_FILE)
-    if vocabulary is None and os.path.isfile(beside):
-        with open(beside, "rb") as handle:
-            vocabulary = handle.read()
+
+    def packed_or_beside(name: str) -> bytes | None:
+        found = packed_file(content, name)
+        beside = os.path.join(os.path.dirname(os.path.abspath(path)), name)
+        if found is None and os.path.isfile(beside):
+            with open(beside, "rb") as handle:
+                found = handle.read()
+        return found
+
+    vocabulary = packed_or_beside(VOCABULARY_FILE)
+    standardization = standardization_of({"standardization": (packed_or_beside(STANDARDIZATION_FILE) or b"").decode()})
     if vocabulary is None:
         raise UsageError(f"model {path} carries no {VOCABULARY_FILE} and none is beside it: pass the export's file")
     from ai_edge_litert.interpreter import Interpreter
 
     length = int(Interpreter(model_content=content).get_input_details()[0]["shape"][1])
     index = {token: i for i, token in enumerate(parse_vocabulary(vocabulary))}
-    ids = np.array([token_ids(text, index, length)[0] for text in texts], dtype=np.int32)
+    ids = np.array([token_ids(text, index, length, standardization)[0] for text in texts], dtype=np.int32)
     return tflite_token_predict(content, ids)

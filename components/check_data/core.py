@@ -569,10 +569,12 @@ def run(config: CheckDataConfig) -> dict:
     limits = threshold_values(config.thresholds)
     base, base_folder, note = load_baseline(config.baseline)
     base_statistics, base_keys = base if base else (None, None)
-    vocabulary = None
+    vocabulary, served_standardization = None, None
     if base_statistics is not None and base_statistics["modality"] == "text":
-        vocabulary = baseline_vocabulary(base_folder)
-    new, new_keys = data_statistics.compute(config.examples_dir, vocabulary)
+        from components.tokenizing import standardization_of
+
+        vocabulary, served_standardization = baseline_vocabulary(base_folder), standardization_of(base_statistics)
+    new, new_keys = data_statistics.compute(config.examples_dir, vocabulary, served_standardization)
     data_statistics.write(config.output_dir, new, new_keys)
     if new["modality"] == "text":  # the vocabulary beside them: this output is a baseline as it is
         from components.storage import open_read, write_atomically

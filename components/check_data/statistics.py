@@ -32,12 +32,15 @@ SIZE_STEP, ASPECT_STEP = 16, 0.05  # the sources' width and height in bins of 16
 SIZE_BINS = {"width": 512, "height": 512, "aspect": 201}  # up to 8,192 pixels and an aspect of 10, the rest beyond
 
 
-def compute(examples_dir: str, vocabulary: list[str] | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+def compute(
+    examples_dir: str, vocabulary: list[str] | None = None, served_standardization: str | None = None
+) -> tuple[dict, dict[str, np.ndarray]]:
     """(``data_stats.json``'s content, the near-duplicate keys per split) of the version in ``examples_dir``.
 
     ``vocabulary``: for texts, the served model's vocabulary: the out-of-vocabulary share under it is counted too
     (``served_out_of_vocabulary_share``, for the comparison), beside the share under the version's own
-    ``vocabulary.txt``, which is what the statistics keep for later runs.
+    ``vocabulary.txt``, which is what the statistics keep for later runs. Each under its own standardisation:
+    the version's, and ``served_standardization`` (the served model's).
     """
     stats = read_stats(examples_dir)
     text = stats.get("modality") == "text"
@@ -57,12 +60,18 @@ def compute(examples_dir: str, vocabulary: list[str] | None = None) -> tuple[dic
     }
     keys = {}
     if text:
+        from components.tokenizing import standardization_of
+
         own = {token: i for i, token in enumerate(read_vocabulary(examples_dir))}
         served = {token: i for i, token in enumerate(vocabulary)} if vocabulary else None
+        result["standardization"] = standardization_of(stats)
+        served_standardization = served_standardization or result["standardization"]
         result["text"] = {}
         for split in SPLITS:
-            result["text"][split], keys[split] = text_statistics(examples_dir, split, own, stats["sequence_length"],
-                                                                 served)  # fmt: skip
+            result["text"][split], keys[split] = text_statistics(
+                examples_dir, split, own, stats["sequence_length"], served,
+                (result["standardization"], served_standardization),
+            )  # fmt: skip
     else:
         result["image"] = {}
         for split in SPLITS:
@@ -163,12 +172,17 @@ def source_format(source: str) -> str:
 
 
 def text_statistics(
-    examples_dir: str, split: str, index: dict[str, int], sequence_length: int, served: dict[str, int] | None = None
-) -> tuple[dict, np.ndarray]:
+    examples_dir: str, split: str, index: dict[str, int], sequence_length: int, served: dict[str, int] | None = None,
+    standardizations: tuple[str, str] | None = None,
+) -> tuple[dict, np.ndarray]:  # fmt: skip
     """A split's token counts (a histogram, one bin per count up to ``TOKEN_BINS - 1``, the longer in the last,
     whatever the sequence length), truncated and out-of-vocabulary shares under ``index`` (and under ``served``, the
-    served model's vocabulary, when given), and a hash of each standardised text (uint64)."""
-    from components.tokenizing import standardize
+    served model's vocabulary, when given), and a hash of each text's split key (uint64: texts with one key are
+    copies). ``standardizations``: the version's and the served model's (``components.tokenizing``)."""
+    from components.convert.split_keys import text_key
+    from components.tokenizing import STANDARDIZATION, standardize
+
+    own_standardization, served_standardization = standardizations or (STANDARDIZATION, STANDARDIZATION)
 
     lengths = np.zeros(TOKEN_BINS, np.int64)
     tokens_seen = unknown = unknown_served = truncated = 0
@@ -176,14 +190,17 @@ def text_statistics(
     from components.schema import bytes_features
 
     for record in read_examples(examples_dir, split):
-        tokens = standardize(bytes_features(record, ("text",)).get("text", b"").decode("utf-8"))
+        text = bytes_features(record, ("text",)).get("text", b"").decode("utf-8")
+        tokens = standardize(text, own_standardization)
         lengths[min(len(tokens), TOKEN_BINS - 1)] += 1
         truncated += len(tokens) > sequence_length
         tokens_seen += len(tokens)
         unknown += sum(1 for token in tokens if index.get(token, 0) < 2)  # (ids 0 and 1: padding, unknown)
         if served is not None:
-            unknown_served += sum(1 for token in tokens if served.get(token, 0) < 2)
-        digest = hashlib.sha256(" ".join(tokens).encode("utf-8")).digest()
+            served_tokens = tokens if served_standardization == own_standardization else standardize(
+                text, served_standardization)  # fmt: skip
+            unknown_served += sum(1 for token in served_tokens if served.get(token, 0) < 2)
+        digest = hashlib.sha256(text_key(text)).digest()
         hashes.append(int.from_bytes(digest[:8], "big"))
     examples = int(lengths.sum())
     statistics = {

@@ -9,8 +9,9 @@ its own (no pair of examples is ever compared), so the split scales as the conve
   near-copy search, it sees grey levels: a picture recoloured is a copy. A flat picture (its thumbnail's grey
   levels spread by less than ``FLAT_LEVELS``) has no shape to hash: its key is its pixels' digest, so that flat
   pictures of different colours are not one group.
-- A text's key is its standardised text (``components.tokenizing.standardize``: the tokens the model sees, joined
-  by spaces); texts with the same key are the same example to the model, so the conversion keeps one.
+- A text's key is its words once lowercased, with markup and ASCII punctuation removed
+  (``components.tokenizing.STRIP_PUNCTUATION``), joined by spaces: texts with the same key are copies of one text
+  (``e-mail`` and ``email`` alike), so the conversion keeps one.
 
 Copies the key misses (two drawings of one icon, a crop) are what the data checks' near-copy search still finds
 across splits; the summary counts them beside the test accuracy.
@@ -48,10 +49,10 @@ def image_key(image) -> bytes:
 
 
 def text_key(text: str) -> bytes:
-    """A text's key: its standardised words, joined by spaces, UTF-8."""
-    from components.tokenizing import standardize
+    """A text's key: its words with punctuation removed (``STRIP_PUNCTUATION``), joined by spaces, UTF-8."""
+    from components.tokenizing import STRIP_PUNCTUATION, standardize
 
-    return " ".join(standardize(text)).encode("utf-8")
+    return " ".join(standardize(text, STRIP_PUNCTUATION)).encode("utf-8")
 
 
 def split_digest(key: bytes) -> bytes:

@@ -3,13 +3,14 @@
 Sources: folders of text files per class (``<root>/<class>/*.txt``), or the aclImdb layout, whose split folders set
 the split (``<root>/train/<class>/``, ``<root>/test/<class>/``; ``unsup/`` and the files beside the class folders
 are left out); or a CSV (with a header) or JSONL file of text and label columns. Each text is standardised
-(lowercase, HTML line breaks and punctuation removed, split on whitespace); byte-identical texts are kept once; the
-vocabulary is built by Beam from the training split only (no leakage into validation and test): id 0 pads, id 1 is
-out-of-vocabulary, then the most frequent tokens (ties by token), ``vocabulary_size`` ids in all. Each example holds
-``tokens`` (int64, ``sequence_length`` ids: the first tokens, padded at the end with 0, as Keras's
-``TextVectorization`` pads), ``text`` (the raw UTF-8 bytes), ``class``, ``label`` and ``one_hot_class``;
-``vocabulary.txt`` (one token a line, in id order: an empty line for padding, ``[UNK]``) and ``stats.json`` go beside
-the splits. Empty files, files that are not UTF-8 and binary files are quarantined with their reason.
+(``components.tokenizing``: lowercase, HTML line breaks and punctuation to spaces, split on whitespace); texts the
+same once lowercased and stripped of punctuation are kept once; the vocabulary is built by Beam from the training
+split only (no leakage into validation and test): id 0 pads, id 1 is out-of-vocabulary, then the most frequent
+tokens (ties by token), ``vocabulary_size`` ids in all. Each example holds ``tokens`` (int64, ``sequence_length``
+ids: the first tokens, padded at the end with 0, as Keras's ``TextVectorization`` pads), ``text`` (the raw UTF-8
+bytes), ``class``, ``label`` and ``one_hot_class``; ``vocabulary.txt`` (one token a line, in id order: an empty line
+for padding, ``[UNK]``) and ``stats.json`` go beside the splits. Empty files, files that are not UTF-8 and binary
+files are quarantined with their reason.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from components.storage import check_writable, write_atomically, write_json
 from components.tokenizing import (
     OUT_OF_VOCABULARY,
     PADDING,
+    STANDARDIZATION,
     VOCABULARY_FILE,
     standardize,
     token_ids,
@@ -248,7 +250,7 @@ def write_text_stats(outcome: dict[str, list], vocabulary, *, output_dir: str, c
         vocabulary_file=VOCABULARY_FILE,
         vocabulary_basis="train split only",
         sequence_length=config.sequence_length,
-        standardization="lowercase, HTML line breaks and ASCII punctuation removed, split on whitespace",
+        standardization=STANDARDIZATION,
         splits_from_source=list(listing.splits_from_source),
         split_method=SPLIT_METHOD,
         tokens=tokens,

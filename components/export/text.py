@@ -42,7 +42,14 @@ from components.export.common import (
 from components.export.tflite_metadata import text_classifier_files
 from components.models import load_trained_model
 from components.storage import write_atomically
-from components.tokenizing import VOCABULARY_FILE, GraphTokenizer, read_vocabulary, vocabulary_bytes
+from components.tokenizing import (
+    STANDARDIZATION_FILE,
+    VOCABULARY_FILE,
+    GraphTokenizer,
+    read_vocabulary,
+    standardization_of,
+    vocabulary_bytes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +193,9 @@ def export_text(config: ExportConfig) -> dict:
     model, model_config = build_cpu_model(config.model_dir)
     length = model_config["sequence_length"]
     saved_model_path = os.path.join(config.output_dir, SAVED_MODEL_DIR)
-    write_text_saved_model(model, GraphTokenizer(vocabulary, length), model_config["class_names"], saved_model_path)
+    standardization = standardization_of(model_config)
+    tokenizer = GraphTokenizer(vocabulary, length, standardization)
+    write_text_saved_model(model, tokenizer, model_config["class_names"], saved_model_path)
     trained = load_trained_model(config.model_dir, model_config)
     saved_model = loaded(saved_model_path)  # once, for every check of it
     parity, differing = check_text_parity(saved_model, trained, config.examples_dir, config.parity_split,
@@ -206,9 +215,11 @@ def export_text(config: ExportConfig) -> dict:
             content, name=model_config["model_name"], version=digest[:12],
             description=describe_text(model_config, name, quantization), sequence_length=length,
             class_names=model_config["class_names"], vocabulary=vocabulary_bytes(vocabulary),
+            standardization=standardization,
         )  # fmt: skip
         write_atomically(os.path.join(config.output_dir, TFLITE_FILES[name]), tflite[name])
     write_atomically(os.path.join(config.output_dir, VOCABULARY_FILE), vocabulary_bytes(vocabulary))
+    write_atomically(os.path.join(config.output_dir, STANDARDIZATION_FILE), standardization.encode())
     correct, total = text_format_accuracies(saved_model, tflite, config.examples_dir, model_config)
     served = correct["saved_model"] / total if total else None
     figures = format_entries(model, saved_model_path, tflite, config.output_dir, correct, total)
@@ -230,6 +241,8 @@ def export_text(config: ExportConfig) -> dict:
         "vocabulary_size": len(vocabulary),
         "vocabulary_file": VOCABULARY_FILE,
         "vocabulary_sha256": model_config.get("vocabulary_sha256"),
+        "standardization": standardization,
+        "standardization_file": STANDARDIZATION_FILE,
         "trained_precision": model_config["precision"],
         "trained_backend": crossed["trained_backend"],
         "model_digest": digest,

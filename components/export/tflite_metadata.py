@@ -17,6 +17,7 @@ import io
 import zipfile
 
 from components.export import metadata_schema_py_generated as schema
+from components.tokenizing import PUNCTUATION_TO, STANDARDIZATION_FILE
 
 METADATA_BUFFER_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
@@ -88,9 +89,10 @@ def image_classifier_metadata(*, name: str, description: str, version: str, imag
 
 
 def text_classifier_metadata(*, name: str, description: str, version: str, sequence_length: int,
-                             vocabulary_size: int, num_classes: int) -> bytes:  # fmt: skip
+                             vocabulary_size: int, num_classes: int, punctuation: str) -> bytes:  # fmt: skip
     """The ``ModelMetadata`` flatbuffer of a text classifier that takes token ids: ``[1, sequence_length]`` int32
-    ids of ``vocabulary.txt`` (attached to the input as its vocabulary), and one probability per class out."""
+    ids of ``vocabulary.txt`` (attached to the input as its vocabulary), and one probability per class out.
+    ``punctuation``: what standardisation turns ASCII punctuation into, in words."""
     vocabulary = schema.AssociatedFileT(
         name=VOCABULARY_FILE,
         description="The tokens, one a line, in id order: id 0 pads (an empty line), id 1 is out of vocabulary "
@@ -99,8 +101,9 @@ def text_classifier_metadata(*, name: str, description: str, version: str, seque
     )
     tokens = _tensor(
         "tokens",
-        f"{sequence_length} token ids of the text: lowercased, HTML line breaks and ASCII punctuation removed, split "
-        "on whitespace, looked up in vocabulary.txt (1 when absent), padded with 0 at the end.",
+        f"{sequence_length} token ids of the text: lowercased, HTML line breaks to spaces, ASCII punctuation "
+        f"{punctuation} (standardization.txt), split on whitespace, looked up in vocabulary.txt (1 when absent), "
+        "padded with 0 at the end.",
         _features(),
         _stats(0.0, vocabulary_size - 1.0),
         files=[vocabulary],
@@ -155,14 +158,17 @@ def classifier_files(model: bytes, *, name: str, description: str, version: str,
 
 
 def text_classifier_files(model: bytes, *, name: str, description: str, version: str, sequence_length: int,
-                          class_names: list[str], vocabulary: bytes) -> bytes:  # fmt: skip
-    """``model`` with a token-id text classifier's metadata, its ``labels.txt`` and ``vocabulary.txt``."""
+                          class_names: list[str], vocabulary: bytes, standardization: str) -> bytes:  # fmt: skip
+    """``model`` with a token-id text classifier's metadata, its ``labels.txt``, ``vocabulary.txt`` and
+    ``standardization.txt`` (``standardization``'s name)."""
+    punctuation = "to spaces" if PUNCTUATION_TO[standardization] else "removed"
     metadata = text_classifier_metadata(name=name, description=description, version=version,
                                         sequence_length=sequence_length,
                                         vocabulary_size=len(vocabulary.decode("utf-8").split("\n")) - 1,
-                                        num_classes=len(class_names))  # fmt: skip
+                                        num_classes=len(class_names), punctuation=punctuation)  # fmt: skip
     labels = "".join(f"{label}\n" for label in class_names).encode()
-    return with_metadata(model, metadata, {LABELS_FILE: labels, VOCABULARY_FILE: vocabulary})
+    return with_metadata(model, metadata, {LABELS_FILE: labels, VOCABULARY_FILE: vocabulary,
+                                           STANDARDIZATION_FILE: standardization.encode()})  # fmt: skip
 
 
 def packed_file(content: bytes, name: str) -> bytes | None:

@@ -310,8 +310,9 @@ NGRAM_DIM = 64
 
 
 def ngrams(spec, embedding_dim: int = NGRAM_DIM, buckets: int = NGRAM_BUCKETS, dropout: float = 0.0):
-    """fastText's classifier: the words and hashed word pairs of a text, embedded, summed over the square root of
-    their count (``NGramBag``) -> softmax."""
+    """fastText's classifier on TF-IDF's weights: the words and hashed word pairs of a text, embedded, each weighted by
+    its inverse document frequency over the training texts (``NGramBag``; training sets it before the first epoch)
+    and the sum L2-normalised -> softmax."""
     import keras
     from keras import layers
 
@@ -322,7 +323,7 @@ def ngrams(spec, embedding_dim: int = NGRAM_DIM, buckets: int = NGRAM_BUCKETS, d
     ids = spec.inputs()
     grams = WordPairs(spec.vocabulary_size, buckets)(ids)
     vectors = layers.Embedding(spec.vocabulary_size + buckets, embedding_dim, name="grams")(grams)
-    bag = NGramBag()([grams, vectors])
+    bag = NGramBag(spec.vocabulary_size + buckets)([grams, vectors])
     if dropout:
         bag = layers.Dropout(dropout)(bag)
     return keras.Model(ids, softmax(spec.num_classes)(bag), name="ngrams")

@@ -52,7 +52,13 @@ from components.models.source import local_copy, split_pairs
 from components.params import TRAIN
 from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, read_json, write_atomically, write_json
-from components.tokenizing import VOCABULARY_FILE, read_vocabulary, vocabulary_bytes, vocabulary_digest
+from components.tokenizing import (
+    VOCABULARY_FILE,
+    read_vocabulary,
+    standardization_of,
+    vocabulary_bytes,
+    vocabulary_digest,
+)
 from components.train import writer_lock
 from components.train.batch_norm import MAX_BATCHES, reestimate, trainable_batch_norms
 from components.train.keep_best import auto_patience, best_folder, keep_best_callback
@@ -77,6 +83,7 @@ BACKUP_AUTO_FACTOR = 19  # --backup-interval auto: backups take at most 1 / (1 +
 BATCH_MULTIPLE = 8  # TPU cores work on 8x128 tiles: per-device batches in multiples of 8 keep them full
 CACHE_LIMIT_BYTES = 2 * 1024**3  # decoded images are cached in memory when they take less than this
 REFERENCE_EXAMPLES = 128  # validation images whose probabilities export compares across backends
+ADAPT_BATCH = 1024  # training texts counted at a time when a text model adapts to them
 
 
 @dataclass(frozen=True)
@@ -940,6 +947,8 @@ def compiled_model(
                 load_backbone_weights(model, pretrained)
                 if phase.name == "head":
                     freeze_backbone(model)
+            if examples.modality == "text":
+                adapt_to_training_texts(model, config.examples_dir, examples)
             model.compile(
                 optimizer=keras.optimizers.Adam(rate),
                 loss="categorical_crossentropy",
@@ -952,6 +961,19 @@ def compiled_model(
     if placement.is_chief:
         model.summary(print_fn=lambda line, **_: log.info(line))
     return model
+
+
+def adapt_to_training_texts(model, examples_dir: str, examples: Examples) -> None:
+    """Sets what a text model learns from the training texts before training (``text_layers.adapt``: the ``ngrams``
+    bag's inverse document frequencies), from the whole train split, the same on every process."""
+    from components.artifacts.examples import make_dataset
+    from components.models.text_layers import adapt
+
+    batches = make_dataset(examples_dir, "train", 0, examples.num_classes, ADAPT_BATCH, training=False,
+                           sequence_length=examples.sequence_length)  # fmt: skip
+    texts = adapt(model, (tokens for tokens, _ in batches.as_numpy_iterator()))
+    if texts:
+        log.info("inverse document frequencies of the grams counted over the %d training texts", texts)
 
 
 def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, phase: Phase, total_epochs: int):
@@ -1011,6 +1033,7 @@ def model_facts(code: ModelCode, examples: Examples, backend: str, why: str, pre
                 "sequence_length": examples.sequence_length,
                 "vocabulary_size": stats["vocabulary_size"],
                 "vocabulary_sha256": vocabulary_digest(examples.vocabulary),
+                "standardization": standardization_of(stats),
             }
         ),
         "num_classes": examples.num_classes,

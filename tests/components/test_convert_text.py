@@ -28,9 +28,9 @@ TEST_ONLY = {"pos": ["Zebra-striped " + "quokka " * 12], "neg": ["Xylophone " + 
 
 
 def tokens_of(text: str) -> list[str]:
-    """The article's standardisation, written here on its own: lowercase, drop <br />, drop punctuation."""
+    """The standardisation, written here on its own: lowercase, <br /> and punctuation to spaces."""
     text = text.lower().replace("<br />", " ")
-    return text.translate(str.maketrans("", "", string.punctuation)).split()
+    return text.translate(str.maketrans(string.punctuation, " " * len(string.punctuation))).split()
 
 
 def write(path, content: bytes) -> None:
@@ -121,7 +121,7 @@ def test_the_vocabulary_comes_from_the_training_split_only(imdb):
     assert vocabulary[2:] == expected
     held_out = {token for split in ("validation", "test") for r in read_split(output, split)
                 for token in tokens_of(r["text"].decode())} - set(counts)  # fmt: skip
-    assert {"zebrastriped", "quokka", "xylophone", "kumquat"} <= held_out
+    assert {"zebra", "striped", "quokka", "xylophone", "kumquat"} <= held_out
     assert not held_out & set(vocabulary)
 
 

@@ -92,6 +92,9 @@ def test_tflite_files_take_ids_and_their_accuracy_is_recorded(text_examples, exp
     output, report = exported_text
     saved_accuracy = report["formats"]["saved_model"]["test_accuracy"]
     assert saved_accuracy >= 0.9
+    assert report["standardization"] == "lower_split_punctuation"
+    with open(os.path.join(output, "standardization.txt"), "rb") as handle:
+        assert handle.read() == b"lower_split_punctuation"
     for name, file in (("tflite_float", "model_float.tflite"), ("tflite_int8", "model_int8.tflite")):
         with open(os.path.join(output, file), "rb") as handle:
             content = handle.read()
@@ -101,6 +104,8 @@ def test_tflite_files_take_ids_and_their_accuracy_is_recorded(text_examples, exp
         assert packed_labels(content) == ["neg", "pos"]
         with open(os.path.join(output, "vocabulary.txt"), "rb") as vocabulary:
             assert packed_file(content, "vocabulary.txt") == vocabulary.read()
+        # how predict tokenises texts for it: the conversion's standardisation, packed beside the vocabulary
+        assert packed_file(content, "standardization.txt") == b"lower_split_punctuation"
         assert report["formats"][name]["test_accuracy"] >= saved_accuracy - 0.05, report["formats"]
     # the LSTM's loop cannot be calibrated by the converter: int8 weights, float activations, and smaller
     assert report["formats"]["tflite_int8"]["quantization"] == "dynamic_range"

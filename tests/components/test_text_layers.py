@@ -1,5 +1,5 @@
-"""The built-in ``ngrams`` text model's layers: the word pairs it hashes, the bag it sums, and a saved model that
-loads back."""
+"""The built-in ``ngrams`` text model's layers: the word pairs it hashes, the bag it weighs as TF-IDF does, what it
+counts from the training texts, and a saved model that loads back."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_word_pairs_hash_each_pair_of_neighbours_past_the_vocabulary_and_skip_pa
     assert ((pairs[2, :3] >= 15_000) & (pairs[2, :3] < 15_000 + 40_009)).all() and pairs[2, 3] == 0
 
 
-def test_the_bag_is_the_sum_over_the_square_root_of_the_count_and_an_empty_text_is_zeros():
+def test_a_bag_without_idf_is_the_sum_over_the_square_root_of_the_count_and_an_empty_text_is_zeros():
     from components.models.text_layers import NGramBag
 
     rng = np.random.default_rng(0)
@@ -32,6 +32,56 @@ def test_the_bag_is_the_sum_over_the_square_root_of_the_count_and_an_empty_text_
     np.testing.assert_array_equal(bag[1], np.zeros(5))
 
 
+def test_the_adapted_bag_weighs_one_hot_grams_as_scikit_learns_tfidf_does():
+    """On one-hot vectors the bag is a text's TF-IDF row: scikit-learn's ``TfidfVectorizer`` (smooth idf, L2 norm) on
+    the same grams, counted from the same training texts; a gram no training text holds weighs nothing."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from components.models.text_layers import NGramBag, document_frequencies
+
+    size = 8
+    train = np.array([[2, 3, 3, 0], [2, 4, 0, 0], [5, 2, 6, 6], [3, 0, 0, 0]], dtype=np.int32)
+    texts = np.array([[2, 3, 4, 7], [6, 5, 0, 0]], dtype=np.int32)  # 7: in no training text
+    assert document_frequencies(train, size).tolist() == [3, 0, 3, 2, 1, 1, 1, 0]  # padding: rows that hold some
+    bag = NGramBag(size)
+    bag.build(None)
+    bag.adapt_to(document_frequencies(train, size), len(train))
+    one_hot = np.eye(size, dtype=np.float32)[texts]
+    rows = np.asarray(bag([texts, one_hot]))
+
+    def words(ids):
+        return " ".join(f"g{i}" for i in ids if i > 0)
+
+    vectorizer = TfidfVectorizer(token_pattern=r"\S+").fit([words(row) for row in train])
+    expected = vectorizer.transform([words(row) for row in texts]).toarray()
+    columns = [int(name[1:]) for name in vectorizer.get_feature_names_out()]
+    np.testing.assert_allclose(rows[:, columns], expected, rtol=1e-5)
+    assert np.abs(rows[:, [0, 1, 7]]).max() == 0  # padding, and the grams no training text holds
+    # a repeated gram: each occurrence weighs its idf, and the norm is over the occurrences
+    idf = bag.idf.numpy()
+    repeated = np.asarray(bag([np.array([[3, 3, 2, 0]], np.int32), np.eye(size, dtype=np.float32)[[[3, 3, 2, 0]]]]))
+    weights = np.array([2 * idf[3], idf[2]]) / np.sqrt(2 * idf[3] ** 2 + idf[2] ** 2)
+    np.testing.assert_allclose(repeated[0, [3, 2]], weights, rtol=1e-5)
+
+
+def test_adapt_counts_the_models_grams_over_every_training_batch():
+    from components.models.builtin import ngrams
+    from components.models.spec import ModelSpec
+    from components.models.text_layers import NGramBag, adapt
+
+    model = ngrams(ModelSpec.for_texts(4, 10, 2), embedding_dim=4, buckets=7)
+    batches = [np.array([[2, 3, 0, 0]], np.int32), np.array([[2, 2, 5, 0], [9, 0, 0, 0]], np.int32)]
+    assert adapt(model, iter(batches)) == 3
+    idf = next(layer for layer in model.layers if isinstance(layer, NGramBag)).idf.numpy()
+    # word 2 is in 2 of the 3 texts, words 3, 5 and 9 in one; the pair (2, 3) in one
+    np.testing.assert_allclose(idf[[2, 3, 5, 9]], np.log(4 / np.array([3, 2, 2, 2])) + 1, rtol=1e-6)
+    assert idf[10 + (2 * 10 + 3) % 7] == np.float32(np.log(4 / 2) + 1)
+    assert idf[4] == 0 and idf[0] == 0  # word 4: in no training text
+    from components.models.builtin import lstm
+
+    assert adapt(lstm(ModelSpec.for_texts(4, 10, 2)), iter(batches)) == 0  # nothing to adapt
+
+
 def test_an_ngrams_model_saved_whole_loads_back_in_a_fresh_process(tmp_path):
     """``load_trained_model`` registers the layers itself: a process that never built the model loads it."""
     import subprocess
@@ -39,10 +89,12 @@ def test_an_ngrams_model_saved_whole_loads_back_in_a_fresh_process(tmp_path):
 
     from components.models.builtin import ngrams
     from components.models.spec import ModelSpec
+    from components.models.text_layers import adapt
     from tests.conftest import REPO_ROOT
 
     model = ngrams(ModelSpec.for_texts(6, 50, 3), embedding_dim=8, buckets=101)
     ids = np.array([[2, 3, 4, 0, 0, 0], [7, 7, 1, 9, 0, 0]], dtype=np.int32)
+    adapt(model, [ids[:1], np.array([[2, 7, 9, 0, 0, 0]], np.int32)])  # (the idf is saved and loaded with it)
     model.save(tmp_path / "model.keras")
     np.save(tmp_path / "ids.npy", ids)
     script = (

@@ -10,9 +10,12 @@ import pytest
 
 from components.cli import UsageError
 from components.tokenizing import (
+    SPLIT_PUNCTUATION,
+    STRIP_PUNCTUATION,
     GraphTokenizer,
     parse_vocabulary,
     read_vocabulary,
+    standardization_of,
     standardize,
     token_ids,
     vocabulary_bytes,
@@ -28,13 +31,31 @@ INDEX = {token: i for i, token in enumerate(VOCABULARY)}
     [
         ("A superb, lovely film!<br /><br />Really GOOD.", ["a", "superb", "lovely", "film", "really", "good"]),
         ("one<BR>two<br/>three", ["one", "two", "three"]),
-        ("don't (1/10)", ["dont", "110"]),
+        ("don't (1/10) e-mail", ["don", "t", "1", "10", "e", "mail"]),
+        ("python3-gi:amd64,x", ["python3", "gi", "amd64", "x"]),
         ("Straße\u00a0ΟΔΟΣ\tx", ["straße", "οδος", "x"]),
         ("  ...  ", []),
     ],
 )
-def test_standardize_lowercases_drops_markup_and_punctuation_and_splits_on_whitespace(text, tokens):
+def test_standardize_lowercases_drops_markup_and_splits_on_punctuation_and_whitespace(text, tokens):
     assert standardize(text) == tokens
+
+
+@pytest.mark.parametrize(
+    "text, tokens",
+    [("don't (1/10) e-mail", ["dont", "110", "email"]), ("A,b<br/>C", ["ab", "c"]), ("  ...  ", [])],
+)
+def test_the_articles_standardisation_removes_punctuation_instead(text, tokens):
+    assert standardize(text, STRIP_PUNCTUATION) == tokens
+
+
+def test_the_recorded_standardisation_is_read_and_an_unrecorded_one_stripped_punctuation():
+    assert standardization_of({"standardization": SPLIT_PUNCTUATION}) == SPLIT_PUNCTUATION
+    assert standardization_of({"standardization": STRIP_PUNCTUATION}) == STRIP_PUNCTUATION
+    assert standardization_of({}) == STRIP_PUNCTUATION  # a conversion from before it was recorded
+    # (what those conversions recorded instead: a sentence)
+    old = {"standardization": "lowercase, HTML line breaks and ASCII punctuation removed, split on whitespace"}
+    assert standardization_of(old) == STRIP_PUNCTUATION
 
 
 def test_token_ids_pads_at_the_end_and_counts_the_unknown_tokens():
@@ -99,10 +120,12 @@ def test_the_graph_and_python_tokenise_every_whitespace_and_punctuation_alike():
         "",
         "!!! ... ???",  # punctuation only: nothing left
     ]
-    vocabulary = ["", "[UNK]", *sorted({token for text in texts for token in standardize(text)})[::2]]
-    index = {token: i for i, token in enumerate(vocabulary)}
-    length = 12
-    graph = GraphTokenizer(vocabulary, length)(tf.constant(texts)).numpy()
-    for text, ids in zip(texts, graph, strict=True):
-        assert ids.tolist() == token_ids(text, index, length)[0], repr(text)
-    assert sum(len(standardize(text)) for text in texts) > 60  # the cases held tokens to compare
+    for standardization in (SPLIT_PUNCTUATION, STRIP_PUNCTUATION):
+        tokens = {token for text in texts for token in standardize(text, standardization)}
+        vocabulary = ["", "[UNK]", *sorted(tokens)[::2]]
+        index = {token: i for i, token in enumerate(vocabulary)}
+        length = 12
+        graph = GraphTokenizer(vocabulary, length, standardization)(tf.constant(texts)).numpy()
+        for text, ids in zip(texts, graph, strict=True):
+            assert ids.tolist() == token_ids(text, index, length, standardization)[0], (standardization, text)
+        assert sum(len(standardize(text, standardization)) for text in texts) > 60  # the cases held tokens

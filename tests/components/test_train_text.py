@@ -5,7 +5,10 @@ path) in a subprocess, as a user starts it."""
 from __future__ import annotations
 
 import os
+from collections import Counter
+from itertools import pairwise
 
+import numpy as np
 import pytest
 
 from components.cli import UsageError
@@ -49,6 +52,27 @@ def test_the_bilstm_the_convolution_and_the_ngrams_train_on_jax_over_two_devices
         history = read(tmp_path / model / "history.json")["history"]
         assert history["loss"][-1] < history["loss"][0], model
         assert history["val_accuracy"][-1] >= 0.9, (model, history["val_accuracy"])
+    # the ngrams bag's inverse document frequencies: counted here by hand over the training texts' words and pairs
+    from components.artifacts.examples import make_dataset
+    from components.models import load_trained_model
+    from components.models.builtin import NGRAM_BUCKETS
+    from components.models.text_layers import NGramBag
+
+    vocabulary_size = read(tmp_path / "ngrams" / "model_config.json")["vocabulary_size"]
+    documents = Counter()
+    texts = [row for tokens, _ in make_dataset(examples, "train", 0, 2, 64, training=False,
+                                               sequence_length=SEQUENCE_LENGTH).as_numpy_iterator()
+             for row in tokens.tolist()]  # fmt: skip
+    for ids in texts:
+        words = [i for i in ids if i]
+        pairs = [vocabulary_size + (a * vocabulary_size + b) % NGRAM_BUCKETS for a, b in pairwise(words)]
+        documents.update(set(words + pairs))
+    bag = next(layer for layer in load_trained_model(str(tmp_path / "ngrams")).layers if isinstance(layer, NGramBag))
+    idf = bag.idf.numpy()
+    grams = sorted(documents)
+    expected = [np.log((1 + len(texts)) / (1 + documents[g])) + 1 for g in grams]
+    np.testing.assert_allclose(idf[grams], expected, rtol=1e-5)
+    assert np.count_nonzero(idf) == len(grams)  # a gram no training text holds weighs nothing
 
 
 def test_an_image_model_on_text_examples_is_one_line(text_examples, tmp_path):
