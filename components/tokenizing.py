@@ -54,6 +54,12 @@ def standardize(text: str, standardization: str = STANDARDIZATION) -> list[str]:
     return _PUNCTUATION.sub(PUNCTUATION_TO[standardization], _LINE_BREAK.sub(" ", text.lower())).split()
 
 
+def text_key(text: str) -> bytes:
+    """A text's split key (``components.convert.split_keys``): its words with punctuation removed
+    (``STRIP_PUNCTUATION``), joined by spaces, UTF-8. Texts with one key are copies of one text."""
+    return " ".join(standardize(text, STRIP_PUNCTUATION)).encode("utf-8")
+
+
 def token_ids(
     text: str, index: dict[str, int], length: int, standardization: str = STANDARDIZATION
 ) -> tuple[list[int], int, int]:

@@ -179,8 +179,7 @@ def text_statistics(
     whatever the sequence length), truncated and out-of-vocabulary shares under ``index`` (and under ``served``, the
     served model's vocabulary, when given), and a hash of each text's split key (uint64: texts with one key are
     copies). ``standardizations``: the version's and the served model's (``components.tokenizing``)."""
-    from components.convert.split_keys import text_key
-    from components.tokenizing import STANDARDIZATION, standardize
+    from components.tokenizing import STANDARDIZATION, standardize, text_key
 
     own_standardization, served_standardization = standardizations or (STANDARDIZATION, STANDARDIZATION)
 

@@ -10,7 +10,7 @@ its own (no pair of examples is ever compared), so the split scales as the conve
   levels spread by less than ``FLAT_LEVELS``) has no shape to hash: its key is its pixels' digest, so that flat
   pictures of different colours are not one group.
 - A text's key is its words once lowercased, with markup and ASCII punctuation removed
-  (``components.tokenizing.STRIP_PUNCTUATION``), joined by spaces: texts with the same key are copies of one text
+  (``components.tokenizing.text_key``), joined by spaces: texts with the same key are copies of one text
   (``e-mail`` and ``email`` alike), so the conversion keeps one.
 
 Copies the key misses (two drawings of one icon, a crop) are what the data checks' near-copy search still finds
@@ -46,13 +46,6 @@ def image_key(image) -> bytes:
     # symmetric picture's odd frequencies are exactly 0, and the median can be 0 too
     frequencies = np.round((_DCT @ grey @ _DCT.T).reshape(-1)[1:], 3)
     return np.packbits(frequencies > np.median(frequencies)).tobytes()
-
-
-def text_key(text: str) -> bytes:
-    """A text's key: its words with punctuation removed (``STRIP_PUNCTUATION``), joined by spaces, UTF-8."""
-    from components.tokenizing import STRIP_PUNCTUATION, standardize
-
-    return " ".join(standardize(text, STRIP_PUNCTUATION)).encode("utf-8")
 
 
 def split_digest(key: bytes) -> bytes:

@@ -44,7 +44,7 @@ from components.convert.common import (
     write_records,
 )
 from components.convert.listing import TextListing, list_text_source
-from components.convert.split_keys import split_digest, text_key
+from components.convert.split_keys import split_digest
 from components.convert.staging import ReadRows, default_pipeline_args, one_local_worker, sample_often, staged_rows
 from components.params import CONVERT, TEXT
 from components.schema import (
@@ -63,6 +63,7 @@ from components.tokenizing import (
     STANDARDIZATION,
     VOCABULARY_FILE,
     standardize,
+    text_key,
     token_ids,
     vocabulary_bytes,
 )
