@@ -8,6 +8,7 @@ with the best epoch's weights restored, they lag the weights: ``bench/RESULTS.md
 ``MAX_BATCHES`` training batches, computed with the final weights (the forward pass in training mode, as PyTorch's
 ``update_bn`` does): batch ``k`` (from 1) takes the momentum ``(k - 1) / k``, so that after ``n`` batches each holds
 the plain mean of the ``n`` batches' means and variances. A frozen layer (a pretrained backbone's) keeps its own.
+On several processes (JAX), each batch is the global batch, each process reading its share.
 """
 
 from __future__ import annotations
@@ -63,8 +64,11 @@ def _reestimate_eager(model, layers, batches) -> int:
 def _reestimate_jax(model, layers, batches) -> int:
     """JAX: one compiled forward pass in training mode (``stateless_call``, momentum 0: the statistics it returns
     are the batch's), the same program for every batch, averaged here; JAX would compile each operation of an
-    eager call on its own."""
+    eager call on its own. Under a distribution each batch is this process's share of a global batch, placed as the
+    train step places it: over several processes, every process runs each pass on its share and gets the global
+    batch's statistics."""
     import jax
+    import keras
     import numpy as np
 
     for layer in layers:
@@ -79,11 +83,16 @@ def _reestimate_jax(model, layers, batches) -> int:
         _, updated = model.stateless_call(trainable, non_trainable, inputs, training=True)
         return [updated[n] for n in wanted], updated
 
+    distribution = keras.distribution.distribution()
     sums, used = None, 0
     for inputs, _ in batches:
         batch = inputs.numpy() if hasattr(inputs, "numpy") else inputs
+        if distribution is not None:  # this process's share of the global batch, as the train step places it
+            layout = distribution.get_data_layout(batch.shape).backend_layout
+            batch = jax.make_array_from_process_local_data(layout, batch)
         found, non_trainable = statistics(trainable, non_trainable, batch)
-        found = [np.asarray(value, dtype=np.float64) for value in found]
+        # the global batch's statistics, the same on every process (a copy of each is on this process's devices)
+        found = [np.asarray(value.addressable_data(0), dtype=np.float64) for value in found]
         sums = found if sums is None else [total + value for total, value in zip(sums, found, strict=True)]
         used += 1
     if used:

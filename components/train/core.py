@@ -60,7 +60,7 @@ from components.tokenizing import (
     vocabulary_digest,
 )
 from components.train import writer_lock
-from components.train.batch_norm import MAX_BATCHES, reestimate, trainable_batch_norms
+from components.train.batch_norm import MAX_BATCHES, reestimate
 from components.train.keep_best import auto_patience, best_folder, keep_best_callback
 from components.train.placement import BACKENDS, PRECISIONS
 from components.train.transfer import (
@@ -716,11 +716,8 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
                 "last_epoch": keeper.stopped or phase.last, "patience": keeper.patience}  # fmt: skip
         if phase.name == "head" and len(plan) > 1:
             save_head(model, dirs, placement)
-    if placement.processes == 1:  # (each process would average its own share of the data)
-        with placement.scope():
-            reestimate(model, train_ds.take(min(steps_per_epoch, MAX_BATCHES)), backend)
-    elif trainable_batch_norms(model):
-        log.info("batch-norm statistics are kept as training left them: not re-estimated over several processes")
+    with placement.scope():  # (over several processes, each reads its share of the same global batches)
+        reestimate(model, train_ds.take(min(steps_per_epoch, MAX_BATCHES)), backend)
     seconds = time.monotonic() - started
     finished_before = resumed_after or 0
     log.info("%d preemption backup(s) over %d epoch(s), %.0f ms each on average (--backup-interval %s)",

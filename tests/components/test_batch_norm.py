@@ -82,3 +82,56 @@ def test_a_model_without_batch_norm_reads_no_batch():
 
     assert reestimate(model, never(), "tensorflow") == 0
     assert np.isfinite(model.get_weights()[0]).all()
+
+
+TWO_PROCESSES = """
+import json, os
+import numpy as np
+from components.train.placement import connect_processes
+
+processes, index = connect_processes(2, os.environ)
+import keras
+from components.train.batch_norm import reestimate
+
+keras.distribution.set_distribution(keras.distribution.DataParallel(devices=keras.distribution.list_devices()))
+keras.utils.set_random_seed(2)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6), keras.layers.BatchNormalization(),
+                          keras.layers.Dense(3)])
+rng = np.random.default_rng(0)
+global_batches = [rng.normal(loc=n, scale=1 + n, size=(16, 4)).astype("float32") for n in range(5)]
+share = [(batch[8 * index : 8 * (index + 1)], np.zeros(8)) for batch in global_batches]  # this process's half
+used = reestimate(model, share, "jax")
+
+
+def local(variable):
+    return np.asarray(variable.value.addressable_data(0))
+
+
+dense, norm = model.layers[0], model.layers[1]
+inputs = [batch @ local(dense.kernel) + local(dense.bias) for batch in global_batches]  # what the layer is given
+print(json.dumps({
+    "used": used, "processes": processes, "devices": len(keras.distribution.list_devices()),
+    "mean_error": float(np.abs(local(norm.moving_mean) - np.mean([x.mean(axis=0) for x in inputs], axis=0)).max()),
+    "variance_error": float(np.abs(local(norm.moving_variance)
+                                   - np.mean([x.var(axis=0) for x in inputs], axis=0)).max()),
+    "half_error": float(np.abs(local(norm.moving_mean) - np.mean([x[:8].mean(axis=0) for x in inputs], axis=0)).max()),
+}))
+"""
+
+
+def test_jax_statistics_over_two_processes_are_those_of_the_global_batches():
+    """Each process reads its half of every global batch; both get numpy's mean and variance of the whole batches'
+    layer inputs (the weights read back from the model), not of their own halves."""
+    from tests.components.test_train_jax import hosts_of_two
+
+    hosts = hosts_of_two([], KERAS_BACKEND="jax")
+    started = [subprocess.Popen([sys.executable, "-c", TWO_PROCESSES], cwd=REPO_ROOT, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _, env in hosts]  # fmt: skip
+    outputs = [process.communicate(timeout=300) for process in started]
+    for process, (_, stderr) in zip(started, outputs, strict=True):
+        assert process.returncode == 0, stderr[-3000:]
+    for stdout, _ in outputs:
+        found = json.loads(stdout.strip().splitlines()[-1])
+        assert (found["used"], found["processes"], found["devices"]) == (5, 2, 2), found
+        assert found["mean_error"] < 1e-5 and found["variance_error"] < 1e-4, found
+        assert found["half_error"] > 0.01, found  # (a process's own half would not do)

@@ -319,14 +319,18 @@ def test_two_processes_resume_together_and_train_to_the_weights_of_one(tmp_path)
     assert summaries[0]["final"] == summaries[1]["final"] and "loss" in summaries[0]["final"]  # as process 0 wrote
     config = read(tmp_path / "two" / "model_config.json")
     assert (config["processes"], config["replicas"], config["global_batch_size"]) == (2, 2, 32)
-    # the same global batch on one process and on two: the same training, up to the order of float sums (the
-    # batch-norm statistics aside: one process re-estimates them with the final weights, several keep training's)
+    # the same global batch on one process and on two: the same training, up to the order of float sums, and the
+    # same batch-norm statistics re-estimated with the final weights (each process reading its half of the batch)
+    for result in outputs:
+        assert "re-estimated with the final weights on 1 training batches" in result.stderr
     one, two = weights(tmp_path / "one" / "model.weights.h5"), weights(tmp_path / "two" / "model.weights.h5")
     assert sorted(one) == sorted(two) and len(one) >= 14
     moving = [key for key in one if "batch_normalization" in key and key.endswith(("/vars/2", "/vars/3"))]
-    assert moving and any(not np.allclose(one[key], two[key]) for key in moving)
-    one, two = ({key: value for key, value in found.items() if key not in moving} for found in (one, two))
     scale = max(float(np.abs(v).max()) for v in one.values())
+    # (the statistics of 7 layers deep in training mode carry the float differences of every layer above: 1e-4 of
+    # their scale here, where statistics left as training left them differ by a third of it)
+    assert moving and max(float(np.abs(one[k] - two[k]).max()) for k in moving) < 1e-3 * max(scale, 1.0)
+    one, two = ({key: value for key, value in found.items() if key not in moving} for found in (one, two))
     assert max(float(np.abs(one[k] - two[k]).max()) for k in one) < 1e-5 * max(scale, 1.0)
     histories = [read(tmp_path / d / "history.json") for d in ("one", "two")]
     losses = [h["history"]["loss"] for h in histories]
