@@ -22,6 +22,7 @@ import numpy as np
 
 from components.artifacts.data_statistics import NEAR_DUPLICATES_NAME, STATS_NAME
 from components.schema import SPLITS, read_stats, split_files
+from components.tokenizing import STANDARDIZATION, standardization_of
 
 FORMAT = 1  # the layout of data_stats.json; a baseline of another layout is statistics to compute again
 THUMBNAIL_SIDE = 16
@@ -60,17 +61,14 @@ def compute(
     }
     keys = {}
     if text:
-        from components.tokenizing import standardization_of
-
         own = {token: i for i, token in enumerate(read_vocabulary(examples_dir))}
         served = {token: i for i, token in enumerate(vocabulary)} if vocabulary else None
         result["standardization"] = standardization_of(stats)
-        served_standardization = served_standardization or result["standardization"]
         result["text"] = {}
         for split in SPLITS:
             result["text"][split], keys[split] = text_statistics(
-                examples_dir, split, own, stats["sequence_length"], served,
-                (result["standardization"], served_standardization),
+                examples_dir, split, own, stats["sequence_length"], served, result["standardization"],
+                served_standardization,
             )  # fmt: skip
     else:
         result["image"] = {}
@@ -173,15 +171,14 @@ def source_format(source: str) -> str:
 
 def text_statistics(
     examples_dir: str, split: str, index: dict[str, int], sequence_length: int, served: dict[str, int] | None = None,
-    standardizations: tuple[str, str] | None = None,
+    standardization: str = STANDARDIZATION, served_standardization: str | None = None,
 ) -> tuple[dict, np.ndarray]:  # fmt: skip
     """A split's token counts (a histogram, one bin per count up to ``TOKEN_BINS - 1``, the longer in the last,
     whatever the sequence length), truncated and out-of-vocabulary shares under ``index`` (and under ``served``, the
     served model's vocabulary, when given), and a hash of each text's split key (uint64: texts with one key are
-    copies). ``standardizations``: the version's and the served model's (``components.tokenizing``)."""
-    from components.tokenizing import STANDARDIZATION, standardize, text_key
-
-    own_standardization, served_standardization = standardizations or (STANDARDIZATION, STANDARDIZATION)
+    copies). Tokens under ``standardization`` (``components.tokenizing``), and under ``served`` by the served model's
+    ``served_standardization`` (None: the same)."""
+    from components.tokenizing import standardize, text_key
 
     lengths = np.zeros(TOKEN_BINS, np.int64)
     tokens_seen = unknown = unknown_served = truncated = 0
@@ -190,14 +187,14 @@ def text_statistics(
 
     for record in read_examples(examples_dir, split):
         text = bytes_features(record, ("text",)).get("text", b"").decode("utf-8")
-        tokens = standardize(text, own_standardization)
+        tokens = standardize(text, standardization)
         lengths[min(len(tokens), TOKEN_BINS - 1)] += 1
         truncated += len(tokens) > sequence_length
         tokens_seen += len(tokens)
         unknown += sum(1 for token in tokens if index.get(token, 0) < 2)  # (ids 0 and 1: padding, unknown)
         if served is not None:
-            served_tokens = tokens if served_standardization == own_standardization else standardize(
-                text, served_standardization)  # fmt: skip
+            same = served_standardization in (None, standardization)
+            served_tokens = tokens if same else standardize(text, served_standardization)
             unknown_served += sum(1 for token in served_tokens if served.get(token, 0) < 2)
         digest = hashlib.sha256(text_key(text)).digest()
         hashes.append(int.from_bytes(digest[:8], "big"))

@@ -1354,3 +1354,21 @@ def test_the_statistics_say_which_conversion_they_describe_and_count_each_split(
     statistics, keys = compute(examples_dir)
     for split, count in stats["counts"].items():
         assert sum(statistics["image"][split]["brightness"]) == count == len(keys[split]) > 0, split
+
+
+def test_the_served_share_tokenises_as_the_served_model_does(monkeypatch):
+    """A served model converted before punctuation split words knows ``email``; the new version's tokens are ``e``
+    and ``mail``: under the served model's own standardisation its share is 0, under the new one it would be 1."""
+    import tensorflow as tf
+
+    from components.check_data import statistics
+    from components.tokenizing import SPLIT_PUNCTUATION, STRIP_PUNCTUATION
+
+    text = tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"E-mail"]))
+    record = tf.train.Example(features=tf.train.Features(feature={"text": text})).SerializeToString()
+    monkeypatch.setattr(statistics, "read_examples", lambda examples_dir, split: iter([record]))
+    own, served = {"e": 2, "mail": 3}, {"email": 2}
+    found, _ = statistics.text_statistics("examples", "train", own, 250, served, SPLIT_PUNCTUATION, STRIP_PUNCTUATION)
+    assert (found["out_of_vocabulary_share"], found["served_out_of_vocabulary_share"]) == (0.0, 0.0)
+    found, _ = statistics.text_statistics("examples", "train", own, 250, served, SPLIT_PUNCTUATION)
+    assert found["served_out_of_vocabulary_share"] == 1.0  # (the same standardisation for both)
