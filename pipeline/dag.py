@@ -371,9 +371,9 @@ def evaluate_and_gate(ops: StepOps, p: dict, converted, checked, model, baseline
         data_checks=checked.outputs["statistics"],
     ).set_display_name("evaluate and bless")
     with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712 (a KFP condition)
-        exported = ops.export(model=model, examples=converted.outputs["examples"]).set_display_name(
-            "export for CPU serving"
-        )
+        exported = ops.export(
+            model=model, examples=converted.outputs["examples"], evaluation=evaluated.outputs["evaluation"]
+        ).set_display_name("export for CPU serving")
         if registry:
             registered = register_and_deploy(ops, p, evaluated, exported, checked, baseline, registry, accelerator)
     with dsl.Else(name="not-blessed"):

@@ -29,6 +29,13 @@ def read_checks(checks_dir: str) -> dict:
     return {**{key: found[key] for key in keys}, "thresholds": found.get("thresholds", {})}
 
 
+def test_copies(checks: dict) -> dict | None:
+    """Of the data checks ``read_checks`` read: the test examples with a near-copy in train (``found``) of those
+    compared (``compared``); None when the checks did not look."""
+    across = next((row for row in checks["checks"] if row["check"] == "leakage across splits"), {})
+    return across.get("test_copies")
+
+
 def keep_with_model(statistics_dir: str, export_dir: str) -> None:
     """Copies the statistics in ``statistics_dir`` (a check-data output) into ``export_dir`` (a registered version's
     folder, beside the export); a one-line error when it holds none."""

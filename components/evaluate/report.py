@@ -14,6 +14,8 @@ import html
 import io
 from collections.abc import Sequence
 
+from components.artifacts.served import SERVED_MARKER
+
 MAX_MISCLASSIFIED = 24
 MAX_TEXT_CHARACTERS = 600  # of a misclassified text shown in the report
 CURVE_WIDTH, CURVE_HEIGHT = 420, 220
@@ -126,7 +128,7 @@ def render(metrics: dict, history: dict | None,
 </head>
 <body>
 <h1>Evaluation of {html.escape(str(metrics.get("model_name", "the model")))} on the
-{split} split</h1>
+{split} split</h1>{SERVED_MARKER}
 <table class=facts>{run_facts(metrics, history)}</table>
 <p class="verdict">{verdict}</p><ul>{reasons}</ul>{small}
 <p>On {metrics["num_examples"]} {split} {items}{baseline_note(metrics)}:</p>

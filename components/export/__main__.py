@@ -22,6 +22,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--examples", dest="examples_dir", required=True, help="the convert step's output dir (for the parity check)"
     )
     parser.add_argument("--output", dest="output_dir", required=True, help="gets saved_model/ and export.json")
+    parser.add_argument(
+        "--evaluation",
+        dest="evaluation_dir",
+        default="",
+        help="the evaluate step's output dir: its report, led by the served model's test accuracy, goes beside the "
+        "export as report.html (default none)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 

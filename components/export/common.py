@@ -27,12 +27,49 @@ REPRESENTATIVE_IMAGES = 200  # training images that calibrate the int8 ranges
 @dataclass(frozen=True)
 class ExportConfig:
     """Args: model_dir (the train output), examples_dir (for the parity check), output_dir (gets ``saved_model/``
-    and ``export.json``)."""
+    and ``export.json``), evaluation_dir (the evaluate step's output: its report, led by the served model's figure,
+    goes beside the export; "": none)."""
 
     model_dir: str
     examples_dir: str
     output_dir: str
     parity_split: str = "test"
+    evaluation_dir: str = ""
+
+
+def check_evaluation(evaluation_dir: str) -> None:
+    """A one-line error when ``evaluation_dir`` is not an evaluate step's output (before the slow work)."""
+    from components.artifacts.evaluation import METRICS_FILE, REPORT_FILE
+    from components.cli import UsageError
+    from components.storage import exists
+
+    for name in (METRICS_FILE, REPORT_FILE):
+        if not exists(f"{evaluation_dir.rstrip('/')}/{name}"):
+            raise UsageError(f"--evaluation {evaluation_dir} has no {name}: pass the evaluate step's output folder")
+
+
+def served_report(config: ExportConfig, record: dict) -> dict:
+    """With ``config.evaluation_dir``: evaluate's report, led by the served model's figure that this export measured
+    (``components.artifacts.served``), written as ``report.html`` beside the export; the record's ``report_html``
+    (nothing without an evaluation)."""
+    if not config.evaluation_dir:
+        return {}
+    from components.artifacts.data_statistics import test_copies
+    from components.artifacts.evaluation import REPORT_FILE, metrics_path
+    from components.artifacts.served import with_served
+    from components.storage import read_bytes, read_json, write_atomically
+
+    metrics = read_json(metrics_path(config.evaluation_dir))
+    facts = {
+        "counts": {"test": metrics["num_examples"]},
+        "test_accuracy": metrics["accuracy"],
+        **{key: record.get(key) for key in ("raw_files", "raw_texts", "formats")},
+        "data_checks": {"test_copies": test_copies(metrics["data_checks"]) if metrics.get("data_checks") else None},
+    }
+    evaluated = read_bytes(f"{config.evaluation_dir.rstrip('/')}/{REPORT_FILE}").decode("utf-8")
+    path = os.path.join(config.output_dir, REPORT_FILE)
+    write_atomically(path, with_served(evaluated, facts).encode("utf-8"))
+    return {"report_html": path}
 
 
 def build_cpu_model(model_dir: str):

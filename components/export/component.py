@@ -1,25 +1,31 @@
 """The export step as a lightweight KFP component: a thin wrapper over ``components.export.core``."""
 
 from kfp import dsl
-from kfp.dsl import Dataset, Input, Model, Output
+from kfp.dsl import HTML, Artifact, Dataset, Input, Model, Output
 
 
-def export(model: Input[Model], examples: Input[Dataset], exported_model: Output[Model]) -> str:
+def export(model: Input[Model], examples: Input[Dataset], evaluation: Input[Artifact], exported_model: Output[Model],
+           report: Output[HTML]) -> str:  # fmt: skip
     """Exports a CPU SavedModel (and TFLite float and int8) from the trained weights; records the parity with the
-    trained model and each format's size and accuracy in the artifact's metadata; returns the export's URI."""
+    trained model and each format's size and accuracy in the artifact's metadata; publishes the evaluation's report
+    (``evaluation``, the evaluate step's output) led by the served model's test accuracy; returns the export's URI."""
+    import shutil
+
     from components.cli import start_step
     from components.export.core import ExportConfig, run
 
     start_step()
-    report = run(ExportConfig(model_dir=model.path, examples_dir=examples.path, output_dir=exported_model.path))
+    exported = run(ExportConfig(model_dir=model.path, examples_dir=examples.path, output_dir=exported_model.path,
+                                evaluation_dir=evaluation.path))  # fmt: skip
+    shutil.copyfile(exported["report_html"], report.path)
     exported_model.metadata.update(
         {
             "framework": "tensorflow",
             "format": "saved_model",
-            "parity": report["parity"],
+            "parity": exported["parity"],
             "formats": {
                 name: {"bytes": e["bytes"], "test_accuracy": e["test_accuracy"]}
-                for name, e in report["formats"].items()
+                for name, e in exported["formats"].items()
             },
         }
     )

@@ -7,18 +7,20 @@ images in) or ``text.py`` (raw strings in); both build on ``common.py``.
 from __future__ import annotations
 
 from components.artifacts.model import check_examples_match, load_model_config
-from components.export.common import ExportConfig
+from components.export.common import ExportConfig, check_evaluation
 from components.keras_backend import activate_backend
 from components.schema import read_stats
 from components.storage import check_writable
 
 
 def run(config: ExportConfig) -> dict:
-    """Exports the SavedModel and the TFLite files, checks their parity with the trained model, and writes
-    ``export.json``."""
+    """Exports the SavedModel and the TFLite files, checks their parity with the trained model, writes the
+    evaluation's report led by the served model's figure (with ``config.evaluation_dir``), and ``export.json``."""
     trained_config = load_model_config(config.model_dir)
     check_examples_match(trained_config, read_stats(config.examples_dir), config.model_dir, config.examples_dir)
     check_writable(config.output_dir, "--output")  # (the inputs checked before the slow TensorFlow import)
+    if config.evaluation_dir:
+        check_evaluation(config.evaluation_dir)
     activate_backend("tensorflow")  # the SavedModel and TFLite files are TensorFlow graphs, whatever trained it
     if trained_config.get("modality") == "text":
         from components.export.text import export_text

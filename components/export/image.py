@@ -27,6 +27,7 @@ from components.export.common import (
     keep_model_code,
     loaded,
     predictions_of,
+    served_report,
     shown_classes,
     tflite_run,
     write_archive,
@@ -316,7 +317,7 @@ def export_image(config: ExportConfig) -> dict:
         "model_digest": digest,  # the trained weights' sha256: the model's identity
         **keep_model_code(config.model_dir, config.output_dir, model_config),
     }
-    report = write_export_record(config.output_dir, report)
+    report = write_export_record(config.output_dir, {**report, **served_report(config, report)})
     log.info(
         "exported %s; parity on %d %s images: %.4f argmax agreement, max probability difference %.2e",
         saved_model_path,

@@ -35,6 +35,7 @@ from components.export.common import (
     keep_model_code,
     loaded,
     predictions_of,
+    served_report,
     shown_classes,
     tflite_run,
     write_archive,
@@ -248,7 +249,7 @@ def export_text(config: ExportConfig) -> dict:
         "model_digest": digest,
         **keep_model_code(config.model_dir, config.output_dir, model_config),
     }
-    report = write_export_record(config.output_dir, report)
+    report = write_export_record(config.output_dir, {**report, **served_report(config, report)})
     log.info("exported %s; on %d %s texts: the graph's token ids equal the conversion's for %.4f, argmax agreement "
              "%.4f, max probability difference %.2e", saved_model_path, parity["num_examples"], parity["split"],
              parity["token_agreement"] or 0.0, parity["argmax_agreement"] or 0.0,

@@ -11,6 +11,7 @@ from typing import Any
 
 from components.artifacts.evaluation import metrics_path
 from components.artifacts.exported import EXPORT_FILE
+from components.artifacts.served import served_figure
 from components.imaging import AUTO_IMAGE_SIZE
 from pipeline.accelerators import DEFAULT_ACCELERATOR
 from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
@@ -20,7 +21,6 @@ from pipeline.local.summary import (
     TRAINING_FACTS,
     epochs_done,
     registry_outcome,
-    served_figure,
     step_outcome,
     training_run,
 )
@@ -347,7 +347,8 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
         "blessed": outputs["blessed"],
         "reasons": metrics.get("blessing", {}).get("reasons", []),
         "baseline": (outputs["baseline"] if run.registry else run.parameters.get("baseline_model")) or None,
-        "report_html": metrics.get("report_html"),
+        # the export's report leads with the served model's figure; evaluate's, with nothing exported
+        "report_html": export_report.get("report_html") or metrics.get("report_html"),
         "export_agreement": export_report.get("parity", {}).get("argmax_agreement"),
         "raw_files": export_report.get("raw_files"),
         "raw_texts": export_report.get("raw_texts"),
@@ -375,12 +376,11 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
 def data_checks_outcome(checks_dir: str) -> dict:
     """The check-data step's outcome, from its ``data_checks.json``: the warnings, the blocking reasons accepted
     (``--accept-data-change``), the baseline's note and where the file is."""
-    from components.artifacts.data_statistics import CHECKS_NAME, read_checks
+    from components.artifacts.data_statistics import CHECKS_NAME, read_checks, test_copies
 
     found = read_checks(checks_dir)
-    across = next((row for row in found["checks"] if row["check"] == "leakage across splits"), {})
     return {
-        "test_copies": across.get("test_copies"),
+        "test_copies": test_copies(found),
         "checks": len(found["checks"]),
         "warnings": found["warnings"],
         "accepted": found["blocking"] if found["accepted_data_change"] else [],

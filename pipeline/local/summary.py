@@ -4,8 +4,9 @@ terminal (``summary.json`` holds the same)."""
 from __future__ import annotations
 
 import logging
-import math
 import os
+
+from components.artifacts.served import served_lines
 
 log = logging.getLogger(__name__)
 
@@ -152,61 +153,11 @@ def image_size_line(summary: dict) -> str:
     return f"{size}x{size}" + (f" (auto: {summary['image_size_auto']})" if summary.get("image_size_auto") else "")
 
 
-# the run's other test figures, by the names the summary gives them
-OTHER_FIGURES = {"saved_model": "the SavedModel on the TFRecords", "tflite_float": "TFLite float32",
-                 "tflite_int8": "TFLite int8"}  # fmt: skip
-
-
-def served_figure(summary: dict) -> dict:
-    """The one test figure that stands for the served model: the exported SavedModel's accuracy on the test files or
-    texts as clients send them (without them, on the test TFRecords); with nothing exported, the trained model's.
-    Beside it: the test split's noise (one standard error of that accuracy, at least one example in all) and the
-    run's other test figures (the trained model's, each exported file's) that differ from it by more."""
-    raw, texts = summary.get("raw_files") or {}, summary.get("raw_texts") or {}
-    formats = summary.get("formats") or {}
-    if raw.get("num_files"):
-        accuracy, examples = raw["test_accuracy"], raw["num_files"]
-        what = f"the SavedModel on the {examples} test files as clients send them"
-        left = [f"{raw['without_file']} without a file"] if raw.get("without_file") else []
-        left += [f"{count} {kind} refused" for kind, count in (raw.get("refused_formats") or {}).items()]
-        what += f" ({', '.join(left)})" if left else ""
-    elif texts.get("num_texts"):
-        accuracy, examples = texts["test_accuracy"], texts["num_texts"]
-        what = f"the SavedModel on the {examples} test texts as clients send them (raw strings)"
-    elif "saved_model" in formats:
-        accuracy, examples = formats["saved_model"]["test_accuracy"], summary["counts"]["test"]
-        what = f"the SavedModel on the {examples} test examples' TFRecords"
-    else:
-        accuracy, examples = summary["test_accuracy"], summary["counts"]["test"]
-        what = f"the trained model on the {examples} test examples (nothing exported)"
-    noise = max(math.sqrt(accuracy * (1 - accuracy) / examples), 1 / examples) if examples else 0.0
-    led_by = None if raw.get("num_files") or texts.get("num_texts") else "saved_model"  # (the figure shown already)
-    others = {"the trained model": summary["test_accuracy"]}
-    others.update({OTHER_FIGURES.get(name, name): entry["test_accuracy"] for name, entry in formats.items()
-                   if name != led_by})  # fmt: skip
-    differ = {name: value for name, value in others.items()
-              if value is not None and abs(value - accuracy) > noise + 1e-9}  # fmt: skip
-    return {"accuracy": accuracy, "examples": examples, "what": what, "noise": round(noise, 4), "differ": differ,
-            "exported": bool(formats)}  # fmt: skip
-
-
 def served_rows(summary: dict) -> list[tuple[str, str]]:
     """The test accuracy's lines: the served model's figure, the near-copies that may flatter it, and the other
     figures only where they differ from it by more than the test split's noise."""
-    served = summary.get("served") or served_figure(summary)
-    line = f"{served['accuracy']:.4f}: {served['what']}"
-    copies = (summary.get("data_checks") or {}).get("test_copies") or {}
-    if copies.get("found"):
-        line += (f"; {copies['found']} of the {copies['compared']} test examples have a near-copy in train, which "
-                 "flatters it")  # fmt: skip
-    rows = [("test accuracy", line)]
-    if served["differ"]:
-        shown = ", ".join(f"{name} {value:.4f}" for name, value in served["differ"].items())
-        rows.append(("", f"beyond the test split's noise (±{served['noise']:.4f}): {shown}"))
-    elif served.get("exported"):
-        rows.append(("", f"the trained model and every exported file agree within the test split's noise "
-                         f"(±{served['noise']:.4f})"))  # fmt: skip
-    return rows
+    first, *others = served_lines(summary)
+    return [("test accuracy", first), *(("", line) for line in others)]
 
 
 def data_check_rows(checks: dict | None) -> list[tuple[str, str]]:

@@ -301,6 +301,13 @@ def test_the_report_of_the_demo_run_shows_its_misclassified_digits(demo_run):
         assert f"<span class=source>{entry['source']}</span>" in text
     assert text.count("data:image/png;base64,") == 1 and "Blessed" in text
     assert summary["report_html"] in result.stdout
+    # the export's copy of the report, led by the figure clients get: the one the summary leads with
+    assert os.path.dirname(summary["report_html"]) == os.path.dirname(summary["export_json"])
+    served = summary["served"]
+    lead = f"Served model: test accuracy {served['accuracy']:.4f}: the SavedModel on the {served['examples']} test"
+    assert text.index(lead) < text.index('class="verdict"') and text.index(lead) < text.index("<table")
+    with open(os.path.join(os.path.dirname(summary["metrics_json"]), "report.html"), encoding="utf-8") as handle:
+        assert "Served model" not in handle.read()  # evaluate's own, written before the export measured it
 
 
 @pytest.fixture(scope="module")
@@ -506,7 +513,9 @@ def test_the_same_dag_classifies_texts_from_a_csv_into_the_registry(side_runs):
     assert stats["modality"] == "text" and stats["sequence_length"] == TEXT_SEQUENCE_LENGTH
     assert sum(stats["counts"].values()) == 240
     with open(summary["report_html"], encoding="utf-8") as handle:
-        assert "Misclassified test texts" in handle.read()
+        page = handle.read()
+    assert "Misclassified test texts" in page
+    assert "test texts as clients send them (raw strings)" in page.split('class="verdict"')[0]
     registry = os.path.join(os.path.dirname(work_dir), "text-registry")
     assert summary["registry"]["action"] == "registered" and summary["registry"]["version"] == 1
     serving = tf.saved_model.load(os.path.join(registry, "1", "saved_model")).signatures["serving_default"]

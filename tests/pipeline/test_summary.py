@@ -3,7 +3,8 @@ differ from it by more than the test split's noise."""
 
 from __future__ import annotations
 
-from pipeline.local.summary import served_figure, served_rows
+from components.artifacts.served import served_figure
+from pipeline.local.summary import served_rows
 
 
 def demo_like(**changes) -> dict:

@@ -1,0 +1,57 @@
+"""The export publishes evaluate's report led by the served model's figure: the accuracy clients get from the
+exported SavedModel, measured by the export, above the evaluation's own verdict and figures."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from components.artifacts.evaluation import METRICS_FILE, REPORT_FILE
+from components.artifacts.served import SERVED_MARKER
+from components.export.common import ExportConfig, served_report
+from tests.conftest import run_cli
+
+EVALUATED = f"<html><body><h1>Evaluation of m on the test split</h1>{SERVED_MARKER}<p class=verdict>Blessed</p>"
+
+
+def evaluation(folder, accuracy: float, copies: dict | None = None) -> str:
+    os.makedirs(folder)
+    checks = {"checks": [{"check": "leakage across splits", "test_copies": copies}]} if copies else None
+    with open(os.path.join(folder, METRICS_FILE), "w") as handle:
+        json.dump({"accuracy": accuracy, "num_examples": 200, "data_checks": checks}, handle)
+    with open(os.path.join(folder, REPORT_FILE), "w") as handle:
+        handle.write(EVALUATED)
+    return str(folder)
+
+
+def test_the_report_leads_with_the_savedmodel_on_the_files_as_sent(tmp_path):
+    config = ExportConfig(
+        "m", "e", str(tmp_path), evaluation_dir=evaluation(tmp_path / "ev", 0.99, {"found": 3, "compared": 200})
+    )
+    record = {
+        "raw_files": {"num_files": 200, "test_accuracy": 0.94, "tfrecord_test_accuracy": 0.94},
+        "formats": {"saved_model": {"test_accuracy": 0.99}, "tflite_int8": {"test_accuracy": 0.945}},
+    }
+    written = served_report(config, record)
+    with open(written["report_html"], encoding="utf-8") as handle:
+        page = handle.read()
+    served = page.index(
+        "Served model: test accuracy 0.9400: the SavedModel on the 200 test files as clients send "
+        "them; 3 of the 200 test examples have a near-copy in train, which flatters it"
+    )
+    assert served < page.index("Blessed") and SERVED_MARKER not in page
+    # by hand: sqrt(0.94 * 0.06 / 200) = 0.0168; the trained model's 0.99 and the SavedModel on its TFRecords differ
+    # by more, TFLite int8's 0.945 does not
+    assert ("beyond the test split's noise (±0.0168): the trained model 0.9900, the SavedModel on the TFRecords "
+            "0.9900</p>") in page  # fmt: skip
+    assert served_report(ExportConfig("m", "e", str(tmp_path / "o")), record) == {}  # no evaluation, no report
+
+
+def test_an_evaluation_folder_without_its_files_is_a_one_line_error(tmp_path, converted, trained):
+    result = run_cli("components.export", "--model-dir", trained[0], "--examples", converted[0], "--output",
+                     str(tmp_path / "o"), "--evaluation", str(tmp_path))  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: --evaluation {tmp_path} has no {METRICS_FILE}: pass the evaluate step's output folder"
+    ]
+    assert not os.path.exists(tmp_path / "o" / "export.json")
