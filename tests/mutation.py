@@ -2,8 +2,7 @@
 guard it. mutmut (pyproject.toml's ``[tool.mutmut]``: the files it mutates, the test files it runs) changes one
 thing at a time (an operator, a constant, an argument) in the functions of ``GROUPS``, runs the tests that reach that
 function, and counts the change killed when one fails. Prints each group's score and every surviving mutant (``mutmut
-show NAME`` shows its diff); the last line is a JSON object. bench/RESULTS.md keeps the latest run, each survivor
-killed by a test since or explained there.
+show NAME`` shows its diff); the last line is a JSON object. bench/RESULTS.md keeps the latest run's table.
 
     make mutants                          # every mutant of every group, tried again
     make mutants GROUPS=tokenizing         # one group (comma-separated names)
