@@ -84,7 +84,12 @@ TRAIN = {
         "the model's own hyperparameters as NAME=VALUE, the builder's keyword arguments (typed as their defaults)",
         flag="--hparam",
     ),
-    "epochs": Param(20, "training epochs (a pretrained backbone's: those of its head, the backbone frozen)"),
+    "epochs": Param(
+        0,
+        "training epochs (a pretrained backbone's: those of its head, the backbone frozen); auto (0): 30 for an image "
+        "model trained from scratch, 20 for a text model or a pretrained backbone's head",
+        shown="auto",
+    ),
     "weights": Param(
         "auto",
         "a backbone's pretrained weights: imagenet (downloaded at run time; on Vertex AI kept in the pipeline "
@@ -101,7 +106,12 @@ TRAIN = {
         "per-device batch size, rounded up to a multiple of 8; the global batch is this times the devices",
         flag="--batch-size",
     ),
-    "learning_rate": Param(0.002, "Adam's learning rate, the peak with a schedule"),
+    "learning_rate": Param(
+        0.0,
+        "Adam's learning rate, the peak with a schedule; auto (0): 0.001 for an image model trained from scratch, "
+        "0.002 for a text model or a pretrained backbone's head",
+        shown="auto",
+    ),
     "lr_schedule": Param("constant", "the learning-rate schedule"),
     "precision": Param(
         "auto",
@@ -116,6 +126,21 @@ TRAIN = {
     "augment": Param(False, "random flips, brightness and saturation of the training images (images only)"),
     "seed": Param(42, "the seed of the weights, the shuffles and the augmentation"),
 }
+# what epochs and learning_rate resolve to when left to auto (0), by what trains: an image model trained from scratch
+# learns small real sets best at a lower rate over more epochs (bench/image_models.py); a text model and a pretrained
+# backbone's head learn at these in fewer
+AUTO_TRAINING = {
+    "image model from scratch": {"epochs": 30, "learning_rate": 0.001},
+    "text model or pretrained head": {"epochs": 20, "learning_rate": 0.002},
+}
+
+
+def auto_training(modality: str, pretrained: bool) -> tuple[str, dict[str, Any]]:
+    """(what trains, the epochs and learning rate that ``auto`` means for it)."""
+    kind = "image model from scratch" if modality == "image" and not pretrained else "text model or pretrained head"
+    return kind, AUTO_TRAINING[kind]
+
+
 # hyperparameter tuning (components.train.tuning): learning rate, batch size, augmentation, fine-tuning depth
 TUNE = {
     "tune_trials": Param(

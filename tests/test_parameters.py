@@ -97,8 +97,8 @@ def test_the_kfp_wrappers_take_no_defaults_of_their_own():
 @pytest.mark.parametrize(
     ("source", "caught"),
     [
-        ("def train(epochs: int = 20):\n    pass\n", True),
-        ("class Config:\n    learning_rate: float = 0.002\n", True),
+        ("def train(epochs: int = 0):\n    pass\n", True),
+        ("class Config:\n    learning_rate: float = 0.0\n", True),
         ("def dag(baseline_model: str = ''):\n    pass\n", True),
         ("def f(classes=()):\n    pass\n", True),
         ("def f(epochs: int = 21, seed: int = SEED):\n    pass\n", False),  # another value; a name

@@ -49,7 +49,7 @@ from components.models import (
     resolve_hparams,
 )
 from components.models.source import local_copy, split_pairs
-from components.params import TRAIN
+from components.params import TRAIN, auto_training
 from components.schema import read_stats
 from components.storage import check_writable, gcs_fuse_path, read_json, write_atomically, write_json
 from components.tokenizing import (
@@ -98,7 +98,8 @@ class TrainConfig:
             convnet with batch norm for images, the bag of words and word pairs (``ngrams``) for texts
             (``components.models.DEFAULT_MODELS``).
         hparams: the model's own hyperparameters, ``NAME=VALUE`` each: its builder's keyword arguments.
-        epochs: passes over the training split (with a pretrained backbone: the head's, the backbone frozen).
+        epochs: passes over the training split (with a pretrained backbone: the head's, the backbone frozen); 0:
+            auto (``components.params.AUTO_TRAINING``: 30 for an image model trained from scratch, else 20).
         weights: a backbone's pretrained weights: ``imagenet``, a file of them (local or ``gs://``), ``none``, or
             ``auto`` (``imagenet`` for the backbones, ``none`` for the others). See ``components.train.transfer``.
         weights_cache: where ``imagenet`` weights are downloaded to and found again (``gs://`` too); empty: Keras's
@@ -107,7 +108,8 @@ class TrainConfig:
             the backbone unfrozen, at ``fine_tune_learning_rate`` (0: a tenth of ``learning_rate``); 0: the head alone.
         per_replica_batch_size: examples per device per step, rounded up to a multiple of 8; the global batch is
             this times the devices (of every host).
-        learning_rate: Adam's learning rate (the peak, with ``rampup_exponential``).
+        learning_rate: Adam's learning rate (the peak, with ``rampup_exponential``); 0: auto (0.001 for an image
+            model trained from scratch, else 0.002).
         lr_schedule: ``constant``, or ``rampup_exponential``: linear ramp-up for ``rampup_epochs``, then
             exponential decay by ``lr_decay`` per epoch (the codelab's best run).
         precision: ``auto`` (bfloat16 where the hardware computes it natively), ``float32`` or ``mixed_bfloat16``.
@@ -170,7 +172,7 @@ class TrainConfig:
                 raise UsageError(
                     f"{flag} {getattr(self, name)!r} does not exist: choose one of {', '.join(sorted(valid))}"
                 )
-        for name, minimum in (("epochs", 1), ("per_replica_batch_size", 1), ("cpu_replicas", 1), ("hosts", 1),
+        for name, minimum in (("epochs", 0), ("per_replica_batch_size", 1), ("cpu_replicas", 1), ("hosts", 1),
                               ("steps_per_execution", 1), ("rampup_epochs", 0), ("fine_tune_epochs", 0),
                               ("fine_tune_blocks", 0)):  # fmt: skip
             if getattr(self, name) < minimum:
@@ -178,8 +180,8 @@ class TrainConfig:
                 raise UsageError(f"{flag} {getattr(self, name)} must be at least {minimum}")
         if self.backup_interval is not None and not self.backup_interval >= 0:
             raise UsageError(f"--backup-interval {self.backup_interval} must be auto or a number of seconds >= 0")
-        if not self.learning_rate > 0:
-            raise UsageError(f"--learning-rate {self.learning_rate} must be positive")
+        if not self.learning_rate >= 0:
+            raise UsageError(f"--learning-rate {self.learning_rate} must be positive, or 0 for auto")
         if not self.fine_tune_learning_rate >= 0:
             raise UsageError(f"--fine-tune-learning-rate {self.fine_tune_learning_rate} must be positive, or 0 for "
                              "a tenth of --learning-rate")  # fmt: skip
@@ -728,6 +730,7 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
         **transfer_facts(config, plan, model),
         "per_replica_batch_size": per_device,
         "global_batch_size": global_batch,
+        "epochs": config.epochs,
         "learning_rate": config.learning_rate,
         "augment": config.augment,
         "replicas": placement.devices,
@@ -782,6 +785,7 @@ def check_inputs(config: TrainConfig, env: Mapping[str, str]):
     elif ref.kind == "file":
         local_copy(ref, "")  # a missing file is said before the slow imports
     config = dataclasses.replace(config, weights=resolve_weights_choice(config.weights, config.model_name))
+    config = with_auto_training(config, modality)
     vocabulary = None
     if modality == "text":  # the ids mean this vocabulary's tokens: it goes into the model artifact, for export
         vocabulary = read_vocabulary(f"{config.examples_dir.rstrip('/')}/{VOCABULARY_FILE}")
@@ -796,6 +800,17 @@ def check_inputs(config: TrainConfig, env: Mapping[str, str]):
         ModelSpec.of(stats),
     )
     return config, examples, dirs
+
+
+def with_auto_training(config: TrainConfig, modality: str) -> TrainConfig:
+    """The config with the epochs and learning rate left to auto (0) set to what suits what trains
+    (``components.params.AUTO_TRAINING``)."""
+    kind, chosen = auto_training(modality, pretrained=config.weights != "none")
+    auto = {name: value for name, value in chosen.items() if not getattr(config, name)}
+    if auto:
+        log.info("auto for this %s: %s", kind, ", ".join(f"{name.replace('_', ' ')} {value:g}"
+                                                         for name, value in auto.items()))  # fmt: skip
+    return dataclasses.replace(config, **auto)
 
 
 def activated_backend(config: TrainConfig, env: Mapping[str, str], modality: str) -> tuple[str, str, str]:

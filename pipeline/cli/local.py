@@ -46,8 +46,7 @@ def add_command(commands, with_dag_parameters: bool) -> None:
         "--image-size", type=image_size_flag, help=CONVERT["image_size"].help + " (default auto; 32 for the demo)"
     )
     local_cmd.add_argument(
-        "--epochs", type=int, help=f"{TRAIN['epochs'].help} (default: {DEMO_EPOCHS} for the demo, "
-        f"{TRAIN['epochs'].default} otherwise)",
+        "--epochs", type=int, help=f"{TRAIN['epochs'].help} (default: {DEMO_EPOCHS} for the demo, auto otherwise)",
     )  # fmt: skip
     add_training_flags(local_cmd)
     add_run_flags(local_cmd)

@@ -30,13 +30,17 @@ TRAINING_FACTS = (
 
 
 def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
-    """The epochs, learning rate and schedule the run used (given, or the pipeline's defaults), and where training
-    ended: the final epoch's validation accuracy; after how many epochs it resumed from a checkpoint (0: it did not)."""
-    from components.artifacts.model import HISTORY_FILE
+    """The epochs, learning rate and schedule the run used (as the train step recorded them: given, or what auto
+    resolved to), and where training ended: the final epoch's validation accuracy; after how many epochs it resumed
+    from a checkpoint (0: it did not)."""
+    from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE
     from components.storage import exists, read_json
     from components.train.tuning import TUNING_FILE
 
     used = {name: parameter_used(name, spec, parameters) for name in ("epochs", "learning_rate", "lr_schedule")}
+    config_path = os.path.join(model_dir, MODEL_CONFIG_FILE)
+    trained = read_json(config_path) if exists(config_path) else {}
+    used.update({name: trained[name] for name in ("epochs", "learning_rate") if trained.get(name)})
     used["epochs"] = int(used["epochs"])
     path = os.path.join(model_dir, HISTORY_FILE)
     recorded = read_json(path) if exists(path) else {}
@@ -75,10 +79,10 @@ def epochs_done(checkpoints: str, parameters: dict, spec: dict) -> str:
     from components.train.core import epochs_kept
 
     done = epochs_kept(checkpoints)  # (a backbone's fine-tuning counts on from its head's epochs)
-    total = int(parameter_used("epochs", spec, parameters))
-    if done > total:
+    total = int(parameter_used("epochs", spec, parameters))  # 0: auto, which the train step resolves
+    if total and done > total:
         total += int(parameter_used("fine_tune_epochs", spec, parameters))
-    return f" (after epoch {done} of {total})" if done else ""
+    return (f" (after epoch {done} of {total})" if total else f" (after epoch {done})") if done else ""
 
 
 def registry_outcome(registry: str, outputs) -> dict:

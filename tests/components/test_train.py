@@ -158,13 +158,29 @@ def test_a_host_profile_stands_in_for_the_cpus_own_flags(tmp_path):
     ("field", "value", "message"),
     [
         ("per_replica_batch_size", 0, "--batch-size 0 must be at least 1"),  # the flag users type, not the field
-        ("epochs", 0, "--epochs 0 must be at least 1"),
+        ("epochs", -1, "--epochs -1 must be at least 0"),  # (0: auto)
         ("steps_per_execution", 0, "--steps-per-execution 0 must be at least 1"),
     ],
 )
 def test_a_count_below_its_least_names_the_flag_users_type(tmp_path, field, value, message):
     with pytest.raises(UsageError, match=f"^{message}$"):
         TrainConfig(examples_dir=str(tmp_path), **{field: value})
+
+
+def test_auto_trains_an_image_model_from_scratch_longer_at_a_lower_rate_and_keeps_what_is_given():
+    from components.train.core import with_auto_training
+
+    # the documented auto values (the flags' help): 30 epochs at 0.001 for an image model trained from scratch
+    # (bench/image_models.py), 20 at 0.002 for a text model or a pretrained backbone's head
+    image = with_auto_training(TrainConfig(examples_dir="e", weights="none"), "image")
+    assert (image.epochs, image.learning_rate) == (30, 0.001)
+    text = with_auto_training(TrainConfig(examples_dir="e", weights="none"), "text")
+    head = with_auto_training(TrainConfig(examples_dir="e", weights="imagenet"), "image")
+    assert (text.epochs, text.learning_rate) == (head.epochs, head.learning_rate) == (20, 0.002)
+    given = with_auto_training(TrainConfig(examples_dir="e", weights="none", epochs=3, learning_rate=0.01), "image")
+    assert (given.epochs, given.learning_rate) == (3, 0.01)
+    with pytest.raises(UsageError, match=r"^--learning-rate -0.1 must be positive, or 0 for auto$"):
+        TrainConfig(examples_dir="e", learning_rate=-0.1)
 
 
 def test_per_replica_batch_is_rounded_up_to_a_multiple_of_8():
