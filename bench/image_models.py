@@ -1,6 +1,7 @@
 """The default image model against classical baselines over several random splits of one image folder (a folder per
 class), in one process: a small set's single test split moves a figure by a point or more an image, too coarse to tell
-two training settings apart. Each split holds out 30% for test and 10% for validation. The images are decoded and
+two training settings apart. Each split holds out 30% for test and 10% for validation, and keeps the images that share
+the conversion's perceptual split key (near-copies) in one part, as the conversion does. The images are decoded and
 resized as the conversion does (``--image-size``, the source's median shorter side by default, as ``auto``). The
 built-in model (``--model``, ``auto``'s by default) is trained as ``run-local`` trains it: Adam, batch 32, stopped and
 the weights of the best validation loss kept as training does, the batch-norm statistics re-estimated; once with
@@ -46,6 +47,28 @@ def read_folder(root: str, size: int) -> tuple[np.ndarray, np.ndarray, int]:
         with open(path, "rb") as handle:
             pixels.append(np.asarray(conversion_square(handle.read(), size)))
     return np.stack(pixels), np.array([index for index, _ in files]), size
+
+
+def grouped_parts(pixels: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(train, validation, test) indices: 60%, 10% and 30% of the images, with the images that share the conversion's
+    perceptual split key in one part, as the conversion splits them (a random split puts near-copies on both sides,
+    and its test figure rewards a model that remembers them)."""
+    from PIL import Image
+
+    from components.convert.split_keys import image_key
+
+    keys = [image_key(Image.fromarray(image)) for image in pixels]
+    groups: dict[bytes, list[int]] = {}
+    for index, key in enumerate(keys):
+        groups.setdefault(key, []).append(index)
+    order = [groups[key] for key in sorted(groups)]
+    np.random.RandomState(seed).shuffle(order)
+    parts: tuple[list[int], list[int], list[int]] = ([], [], [])
+    for members in order:  # each group to the first part still short of its share: test, then validation
+        n = len(pixels)
+        part = 2 if len(parts[2]) < 0.3 * n else 1 if len(parts[1]) < 0.1 * n else 0
+        parts[part].extend(members)
+    return tuple(np.array(part) for part in parts)
 
 
 def model_accuracy(name: str, epochs: int, rate: float, data, parts, seed: int) -> tuple[float, int]:
@@ -100,9 +123,7 @@ def main() -> None:
     epochs_run: dict[str, list[int]] = {}  # the epochs each setting trained before its early stop
     started = time.monotonic()
     for seed in range(args.splits):
-        order = np.random.RandomState(seed).permutation(len(labels))
-        n = len(labels)
-        parts = order[4 * n // 10 :], order[3 * n // 10 : 4 * n // 10], order[: 3 * n // 10]
+        parts = grouped_parts(pixels, seed)
         train, _, test = parts
         trained: dict[str, int] = {}
         for name, value in baselines((pixels[train], labels[train]), (pixels[test], labels[test]), "image").items():
