@@ -26,7 +26,6 @@ import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def read_folder(root: str, size: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -105,8 +104,7 @@ def main() -> None:
                         help="other training settings to set beside auto's")  # fmt: skip
     args = parser.parse_args()
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    from quality import baselines
-
+    from bench.quality import baselines
     from components.params import auto_training
 
     _, auto = auto_training("image", pretrained=False)
