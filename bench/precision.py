@@ -1,7 +1,7 @@
 """Which models learn the demo, and what bfloat16 costs in accuracy on the CPU, side by side in one run: the demo
-digits converted once at ``--image-size``, then the demo's training (the default learning rate and batch, ``--epochs``
-epochs) of each of ``--models`` in float32 and in mixed_bfloat16, each with ``--seeds`` seeds, every run a fresh
-``python -m components.train`` then ``python -m components.evaluate``. Prints each run's test accuracy, the first
+digits converted once at ``--image-size``, then the demo's training (``auto``'s learning rate, the default batch,
+``--epochs`` epochs) of each of ``--models`` in float32 and in mixed_bfloat16, each with ``--seeds`` seeds, every run a
+fresh ``python -m components.train`` then ``python -m components.evaluate``. Prints each run's test accuracy, the first
 epoch whose validation accuracy passes 0.5 and its training seconds; then, per model, the mean per precision and the
 bfloat16 - float32 difference in points, and each model's training time as a ratio of the first model's. The last
 line is a JSON object.

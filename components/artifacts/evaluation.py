@@ -21,12 +21,15 @@ def metrics_path(folder: str) -> str:
     return folder.rstrip("/") + "/" + METRICS_FILE
 
 
-def export_anyway(metrics: dict, output: str) -> str:
-    """The command that exports a model that was not blessed, the one these ``metrics`` judged, into ``output``."""
+def export_anyway(metrics: dict, output: str, evaluation_dir: str) -> str:
+    """The command that exports a model that was not blessed, the one these ``metrics`` (in ``evaluation_dir``)
+    judged, into ``output``, with the evaluation's report led by what the export serves."""
     import shlex
 
-    folders = (metrics["model_dir"], metrics["examples_dir"], output)
-    return "python -m components.export --model-dir {} --examples {} --output {}".format(*map(shlex.quote, folders))
+    folders = (metrics["model_dir"], metrics["examples_dir"], output, evaluation_dir)
+    return "python -m components.export --model-dir {} --examples {} --output {} --evaluation {}".format(
+        *map(shlex.quote, folders)
+    )
 
 
 def vertex_evaluation(metrics: dict) -> tuple[dict, list[dict]]:

@@ -91,7 +91,7 @@ def not_blessed(evaluation: Input[Artifact]) -> str:
     from components.cli import start_step
 
     start_step()  # (a warning: on the terminal under run-local, in Cloud Logging on Vertex AI)
-    anyway = export_anyway(metrics, os.path.join(os.path.dirname(evaluation.path), "exported-anyway"))
+    anyway = export_anyway(metrics, os.path.join(os.path.dirname(evaluation.path), "exported-anyway"), evaluation.path)
     logging.getLogger(__name__).warning(
         "NOT blessed: " + "; ".join(metrics["blessing"]["reasons"]) + ". Nothing was exported or registered; the "
         f"serving model stays as it was. To export this model all the same: {anyway}"

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.artifacts.evaluation import metrics_path
+from components.artifacts.evaluation import REPORT_FILE, metrics_path
 from components.artifacts.exported import EXPORT_FILE
 from components.artifacts.served import served_figure
 from components.imaging import AUTO_IMAGE_SIZE
@@ -168,10 +168,10 @@ def run_local(config: LocalRunConfig) -> dict:
     outputs = run_steps(run, config.verbose)
     resume.finished(run.work_dir, run.state, killed_attempts(run))
     summary = {**succeeded_summary(run, outputs), "wall_seconds": round(time.monotonic() - started, 1)}
-    if config.screenshot and summary["report_html"]:
+    if config.screenshot and summary["report_html"]:  # evaluate's report, in its artifact (the export's is sealed)
         from components.evaluate.core import draw_report
 
-        summary["report_screenshot"] = draw_report(summary["report_html"])
+        summary["report_screenshot"] = draw_report(os.path.join(os.path.dirname(summary["metrics_json"]), REPORT_FILE))
     write_json(run.summary_path, summary)
     return summary
 

@@ -190,6 +190,8 @@ def format_summary(summary: dict, summary_path: str) -> str:
     counts = " / ".join(f"{split} {count}" for split, count in summary["counts"].items())
     exported = summary.get("export_json") is not None
     work_dir = os.path.dirname(os.path.abspath(summary_path))
+    evaluation_dir = os.path.dirname(summary["metrics_json"])
+    anyway = "" if exported else export_anyway(summary, os.path.join(work_dir, "exported"), evaluation_dir)
     not_exported = "- (not blessed: nothing exported)"
     training = summary["training"]
     crossed = summary.get("backend_parity") or {}
@@ -211,7 +213,7 @@ def format_summary(summary: dict, summary_path: str) -> str:
         ("export parity", export_parity(summary, crossed) if exported else not_exported),
         ("TFRecords", summary["examples_dir"]),
         ("SavedModel", summary["saved_model_dir"] or not_exported),
-        *([] if exported else [("export anyway", export_anyway(summary, os.path.join(work_dir, "exported")))]),
+        *([] if exported else [("export anyway", anyway)]),
         *(
             (name, f"{entry['bytes'] / 1e6:.2f} MB  {entry['path']}")
             for name, entry in summary.get("formats", {}).items()

@@ -14,11 +14,11 @@ from tests.conftest import run_cli
 EVALUATED = f"<html><body><h1>Evaluation of m on the test split</h1>{SERVED_MARKER}<p class=verdict>Blessed</p>"
 
 
-def evaluation(folder, accuracy: float, copies: dict | None = None) -> str:
+def evaluation(folder, accuracy: float, copies: dict | None = None, split: str = "test") -> str:
     os.makedirs(folder)
     checks = {"checks": [{"check": "leakage across splits", "test_copies": copies}]} if copies else None
     with open(os.path.join(folder, METRICS_FILE), "w") as handle:
-        json.dump({"accuracy": accuracy, "num_examples": 200, "data_checks": checks}, handle)
+        json.dump({"accuracy": accuracy, "num_examples": 200, "data_checks": checks, "split": split}, handle)
     with open(os.path.join(folder, REPORT_FILE), "w") as handle:
         handle.write(EVALUATED)
     return str(folder)
@@ -47,6 +47,14 @@ def test_the_report_leads_with_the_savedmodel_on_the_files_as_sent(tmp_path):
     assert served_report(ExportConfig("m", "e", str(tmp_path / "o")), record) == {}  # no evaluation, no report
 
 
+def test_what_the_export_measured_is_shown_as_text_not_markup(tmp_path):
+    config = ExportConfig("m", "e", str(tmp_path), evaluation_dir=evaluation(tmp_path / "ev", 0.9))
+    record = {"raw_files": {"num_files": 200, "test_accuracy": 0.9, "refused_formats": {"<b>webp</b>": 2}}}
+    with open(served_report(config, record)["report_html"], encoding="utf-8") as handle:
+        page = handle.read()
+    assert "(2 &lt;b&gt;webp&lt;/b&gt; refused)" in page and "<b>webp</b>" not in page
+
+
 def test_an_evaluation_folder_without_its_files_is_a_one_line_error(tmp_path, converted, trained):
     result = run_cli("components.export", "--model-dir", trained[0], "--examples", converted[0], "--output",
                      str(tmp_path / "o"), "--evaluation", str(tmp_path))  # fmt: skip
@@ -55,3 +63,11 @@ def test_an_evaluation_folder_without_its_files_is_a_one_line_error(tmp_path, co
         f"error: --evaluation {tmp_path} has no {METRICS_FILE}: pass the evaluate step's output folder"
     ]
     assert not os.path.exists(tmp_path / "o" / "export.json")
+    validation = evaluation(tmp_path / "validation", 0.9, split="validation")
+    result = run_cli("components.export", "--model-dir", trained[0], "--examples", converted[0], "--output",
+                     str(tmp_path / "o"), "--evaluation", validation)  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: --evaluation {validation} evaluated the validation split: pass an evaluation of the test split "
+        "(python -m components.evaluate without --split)"
+    ]

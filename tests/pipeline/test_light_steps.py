@@ -156,5 +156,6 @@ def test_the_light_steps_run_without_what_the_light_image_leaves_out(in_pipeline
     assert done["not_blessed"] == ""
     assert (  # how to export the model that was not blessed, all the same
         "To export this model all the same: python -m components.export --model-dir /gcs/b/root/run-1/train/model "
-        f"--examples /gcs/b/root/run-1/convert/examples --output {tmp_path}/exported-anyway"
+        f"--examples /gcs/b/root/run-1/convert/examples --output {tmp_path}/exported-anyway --evaluation "
+        f"{tmp_path}/evaluation\n"
     ) in result.stderr

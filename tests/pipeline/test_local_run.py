@@ -401,7 +401,8 @@ def test_a_run_that_is_not_blessed_succeeds_says_why_and_exports_nothing(demo_ru
     assert "not blessed, so no export" in result.stdout and "blessed        NO: " in result.stdout
     anyway = f"python -m components.export --model-dir {summary['model_dir']} --examples {summary['examples_dir']}"
     assert "To export this model all the same: " + anyway in result.stdout
-    assert f"  export anyway  {anyway} --output {weak_dir}/exported\n" in result.stdout
+    evaluation = os.path.dirname(summary["metrics_json"])  # the exported model gets the report, led by what it serves
+    assert f"  export anyway  {anyway} --output {weak_dir}/exported --evaluation {evaluation}\n" in result.stdout
 
 
 def test_a_sigterm_to_run_local_stops_its_steps_and_marks_the_run_interrupted(side_runs):

@@ -108,7 +108,7 @@ def test_the_tuning_job_request_is_what_the_rest_reference_documents(in_pipeline
     assert container["command"] == ["python", "-m", "components.train.trial"]
     args = container["args"]
     assert args[:2] == ["--examples", examples_uri]
-    assert args[args.index("--epochs") + 1] == "20" and args[args.index("--model") + 1] == "auto"  # the defaults
+    assert args[args.index("--epochs") + 1] == "0" and args[args.index("--model") + 1] == "auto"  # the defaults (auto)
     assert args[args.index("--weights-cache") + 1] == f"gs://{gcs.name}/keras-weights"
     assert "--augment" not in args  # a switch, off by default: the trials' own --augment=... decides
     assert json.loads(resources.read_text())["resources"][0]["resourceType"] == "HyperparameterTuningJob"

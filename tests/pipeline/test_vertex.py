@@ -481,7 +481,7 @@ def test_gcloud_s_project_is_the_last_fallback_and_each_command_says_where_its_s
           "--param", "source=x", "--param", "image_size=100000"],
          "--param: --image-size 100000 is too large: use 1024 or less, or auto"),
         (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
-          "--param", "source=x", "--param", "epochs=0"], "--param: --epochs 0 must be at least 1"),
+          "--param", "source=x", "--param", "epochs=-1"], "--param: --epochs -1 must be at least 0"),
         (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
           "--param", "source=x", "--param", "test_fraction=1.5"],
          "--param: --test-fraction 1.5 is out of range: use a fraction in [0, 1)"),
