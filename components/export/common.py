@@ -39,14 +39,14 @@ class ExportConfig:
 
 def check_evaluation(evaluation_dir: str) -> None:
     """A one-line error when ``evaluation_dir`` is not an evaluate step's output (before the slow work)."""
-    from components.artifacts.evaluation import METRICS_FILE, REPORT_FILE
+    from components.artifacts.evaluation import METRICS_FILE, REPORT_FILE, metrics_path
     from components.cli import UsageError
     from components.storage import exists, read_json
 
     for name in (METRICS_FILE, REPORT_FILE):
         if not exists(f"{evaluation_dir.rstrip('/')}/{name}"):
             raise UsageError(f"--evaluation {evaluation_dir} has no {name}: pass the evaluate step's output folder")
-    split = read_json(f"{evaluation_dir.rstrip('/')}/{METRICS_FILE}").get("split", "test")
+    split = read_json(metrics_path(evaluation_dir)).get("split", "test")
     if split != "test":  # the served figure is the test split's, and the report's figures must be of the same
         raise UsageError(f"--evaluation {evaluation_dir} evaluated the {split} split: pass an evaluation of the test "
                          "split (python -m components.evaluate without --split)")  # fmt: skip

@@ -29,18 +29,16 @@ TRAINING_FACTS = (
 )
 
 
-def training_run(model_dir: str, spec: dict, parameters: dict) -> dict:
-    """The epochs, learning rate and schedule the run used (as the train step recorded them: given, or what auto
-    resolved to), and where training ended: the final epoch's validation accuracy; after how many epochs it resumed
-    from a checkpoint (0: it did not)."""
-    from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE
+def training_run(model_dir: str, model_config: dict, spec: dict, parameters: dict) -> dict:
+    """The epochs, learning rate and schedule the run used (as the train step recorded them in ``model_config``:
+    given, or what auto resolved to), and where training ended: the final epoch's validation accuracy; after how many
+    epochs it resumed from a checkpoint (0: it did not)."""
+    from components.artifacts.model import HISTORY_FILE
     from components.storage import exists, read_json
     from components.train.tuning import TUNING_FILE
 
     used = {name: parameter_used(name, spec, parameters) for name in ("epochs", "learning_rate", "lr_schedule")}
-    config_path = os.path.join(model_dir, MODEL_CONFIG_FILE)
-    trained = read_json(config_path) if exists(config_path) else {}
-    used.update({name: trained[name] for name in ("epochs", "learning_rate") if trained.get(name)})
+    used.update({name: model_config[name] for name in ("epochs", "learning_rate") if model_config.get(name)})
     used["epochs"] = int(used["epochs"])
     path = os.path.join(model_dir, HISTORY_FILE)
     recorded = read_json(path) if exists(path) else {}
