@@ -20,7 +20,7 @@ SKIP_IMAGES ?=
 export UV_PYTHON_DOWNLOADS := never
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-profiles profile-env test-heavy test-browser lint format compile lock mutants images test-images clean
+.PHONY: help setup run test test-profiles profile-env test-heavy test-browser lint format house compile lock mutants images test-images clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}' \
@@ -93,6 +93,9 @@ lint: setup ## ruff lint and format check, deptry (every import declared, every 
 format: setup ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+house: setup ## the code's shape: modality branches outside components/modalities/, long files, format opt-outs
+	$(VENV)/bin/python -m tests.house
 
 compile: setup ## compile the DAG to pipeline.yaml
 	$(VENV)/bin/python -m pipeline compile --registry $(REGISTRY) --tag $(TAG)

@@ -134,17 +134,25 @@ def stage_costs(root: str, size: int, samples: int = 200) -> dict:
         image.save(buffer, format="JPEG", quality=95)
         return buffer.getvalue()
 
-    worker = {f"decode_resize_encode_in_a_worker_{name}_ms": in_a_worker_ms(paths, size, keep)
-              for name, keep in (("glibc_defaults", False), ("freed_memory_kept", True))}  # fmt: skip
+    worker = {
+        f"decode_resize_encode_in_a_worker_{name}_ms": in_a_worker_ms(paths, size, keep)
+        for name, keep in (("glibc_defaults", False), ("freed_memory_kept", True))
+    }
     images, decode_ms = per_item_ms(lambda c: decode_rgb_image(c, at_least=decoded_at_least(size)), contents)
     resized, resize_ms = per_item_ms(lambda image: fill_square_pillow(image, size), images)
     _, encode_ms = per_item_ms(encode, resized)
     _, whole_ms = per_item_ms(lambda c: encode_image(c, size, 95), contents)
     decoded, tf_decode_ms = per_item_ms(lambda c: tf.io.decode_jpeg(c, channels=3), contents)
     _, tf_resize_ms = per_item_ms(tf_resize, decoded)
-    return {"decode_ms": decode_ms, "resize_crop_ms": resize_ms, "encode_ms": encode_ms,
-            "decode_resize_encode_ms": whole_ms, **worker,
-            "tf_decode_ms": tf_decode_ms, "tf_resize_crop_ms": tf_resize_ms}  # fmt: skip
+    return {
+        "decode_ms": decode_ms,
+        "resize_crop_ms": resize_ms,
+        "encode_ms": encode_ms,
+        "decode_resize_encode_ms": whole_ms,
+        **worker,
+        "tf_decode_ms": tf_decode_ms,
+        "tf_resize_crop_ms": tf_resize_ms,
+    }
 
 
 def in_a_worker_ms(paths: list[str], size: int, keep_freed_memory: bool) -> float:
@@ -252,8 +260,14 @@ def library_floors(root: str, size: int, samples: int = 200) -> dict:
     # the serving graph's pixels: its own decode and resize, a file at a time
     serving_decode = serving_decoder(size)
     served = [serving_decode([content])[0].numpy() for content in contents]
-    found: dict = {"decode_ms": {}, "decode_levels_from_serving": {}, "resize_crop_ms": {},
-                   "resize_levels_from_serving": {}, "encode_ms": {}, "not_installed": missing}  # fmt: skip
+    found: dict = {
+        "decode_ms": {},
+        "decode_levels_from_serving": {},
+        "resize_crop_ms": {},
+        "resize_levels_from_serving": {},
+        "encode_ms": {},
+        "not_installed": missing,
+    }
     conversion_resize = resizers["pillow triangle (the conversion's)"]
     for name, decode in decoders.items():  # each decoder followed by the conversion's resize
         outputs, found["decode_ms"][name] = per_item_ms(decode, contents)
@@ -275,8 +289,10 @@ def library_floors(root: str, size: int, samples: int = 200) -> dict:
         + min(found["resize_crop_ms"][name] for name in within)
         + min(found["encode_ms"].values())
     )
-    rounded = {key: {name: round(ms, 3) for name, ms in found[key].items()} for key in ("decode_ms", "resize_crop_ms",
-                                                                                         "encode_ms")}  # fmt: skip
+    rounded = {
+        key: {name: round(ms, 3) for name, ms in found[key].items()}
+        for key in ("decode_ms", "resize_crop_ms", "encode_ms")
+    }
     return {**found, **rounded, "floor_ms": round(found["floor_ms"], 3)}
 
 
@@ -305,8 +321,13 @@ def fresh_process(*args: str) -> tuple[float, str]:
     import sys
 
     begun = time.perf_counter()
-    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     return time.perf_counter() - begun, done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
 
 
@@ -314,8 +335,17 @@ def whole_processes(root: str, directory: str, size: int, attempt: int) -> dict:
     """Seconds (wall, CPU) of each conversion as a user runs it, a fresh ``python`` each: the notebook's loop and
     ``python -m components.convert``."""
     loop = measured(fresh_process, "-c", NOTEBOOK, root, os.path.join(directory, f"loop-process-{attempt}"), str(size))
-    beam = measured(fresh_process, "-m", "components.convert", "--source", root, "--output",
-                    os.path.join(directory, f"beam-process-{attempt}"), "--image-size", str(size))  # fmt: skip
+    beam = measured(
+        fresh_process,
+        "-m",
+        "components.convert",
+        "--source",
+        root,
+        "--output",
+        os.path.join(directory, f"beam-process-{attempt}"),
+        "--image-size",
+        str(size),
+    )
     return {"codelab_loop_process": loop, "beam_process": beam}
 
 
@@ -375,8 +405,11 @@ def startup(repeats: int, image_size: int) -> dict:
             runs.append({**json.loads(line), "process_s": wall})
             floors.append(float(fresh_process("-c", FLOOR, os.path.join(directory, f"floor-{attempt}", "lines"))[1]))
             output = os.path.join(directory, f"cli-{attempt}")
-            wholes.append(fresh_process("-m", "components.convert", "--source", root, "--output", output,
-                                        "--image-size", str(image_size))[0])  # fmt: skip
+            wholes.append(
+                fresh_process(
+                    "-m", "components.convert", "--source", root, "--output", output, "--image-size", str(image_size)
+                )[0]
+            )
         costs = stage_costs(root, image_size, samples=10)
     median = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
     return {
@@ -392,8 +425,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=2000, help="photo-sized JPEGs to generate (default 2000)")
     parser.add_argument("--image-size", type=int, default=192, help="default 192 (the codelab's)")
-    parser.add_argument("--part", choices=("speed", "startup"), default="speed",
-                        help="speed (default): the 2,000-photo comparison; startup: the fixed cost")  # fmt: skip
+    parser.add_argument(
+        "--part",
+        choices=("speed", "startup"),
+        default="speed",
+        help="speed (default): the 2,000-photo comparison; startup: the fixed cost",
+    )
     parser.add_argument(
         "--repeats",
         type=int,
@@ -407,8 +444,16 @@ def main() -> None:
         found = startup(args.repeats, args.image_size)
         for key, value in found.items():
             print(f"{key:24s} {value:6.2f}")
-        print(json.dumps({"cpu_cores": os.cpu_count(), "repeats": args.repeats, "image_size": args.image_size,
-                          **{key: round(value, 3) for key, value in found.items()}}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "cpu_cores": os.cpu_count(),
+                    "repeats": args.repeats,
+                    "image_size": args.image_size,
+                    **{key: round(value, 3) for key, value in found.items()},
+                }
+            )
+        )
         return
     import statistics
 
@@ -418,16 +463,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-convert-") as directory:
         root = os.path.join(directory, "photos")
         input_bytes = write_photos(root, args.images)
-        print(f"{args.images} JPEGs of 500x375, {input_bytes / 1e6:.0f} MB, in {len(CLASSES)} classes, {cores} cores, "
-              f"{args.repeats} runs each, taking turns")  # fmt: skip
+        print(
+            f"{args.images} JPEGs of 500x375, {input_bytes / 1e6:.0f} MB, in {len(CLASSES)} classes, {cores} cores, "
+            f"{args.repeats} runs each, taking turns"
+        )
         # each side's one-time costs (TensorFlow's and tf.data's start, Beam's, the worker processes') paid before
         # the clocks: the steady state, as a long conversion runs
         warm = os.path.join(directory, "warm")
         write_photos(warm, 20)
         codelab_loop(warm, os.path.join(directory, "warm-loop"), args.image_size)
         run(ConvertConfig(source=warm, output_dir=os.path.join(directory, "warm-beam"), image_size=args.image_size))
-        runs: dict[str, list[tuple[float, float]]] = {"loop": [], "same": [], "beam": [], "loop_process": [],
-                                                      "beam_process": []}  # fmt: skip
+        runs: dict[str, list[tuple[float, float]]] = {
+            "loop": [],
+            "same": [],
+            "beam": [],
+            "loop_process": [],
+            "beam_process": [],
+        }
         for attempt in range(args.repeats):
             out = os.path.join(directory, f"run-{attempt}")
             runs["loop"].append(measured(codelab_loop, root, f"{out}-loop", args.image_size))
@@ -448,43 +500,67 @@ def main() -> None:
         loop_rate, same_rate, beam_rate = (args.images / wall[name] for name in ("loop", "same", "beam"))
         ratio, ratio_same = wall["loop"] / wall["beam"], wall["same"] / wall["beam"]
         whole_ratio = wall["loop_process"] / wall["beam_process"]
-        print(f"(a) codelab notebook's tf.data loop     {loop_rate:7.1f} images/s  (median {wall['loop']:.2f}s of "
-              f"{spread('loop')}, {cpu['loop']:.1f} CPU s)")  # fmt: skip
-        print(f"(a') same loop, our resize and encode   {same_rate:7.1f} images/s  (median {wall['same']:.2f}s of "
-              f"{spread('same')}, {cpu['same']:.1f} CPU s)")  # fmt: skip
-        print(f"(b) Beam, local runner, every core     {beam_rate:7.1f} images/s  (median {wall['beam']:.2f}s of "
-              f"{spread('beam')}, {cpu['beam']:.1f} CPU s)")  # fmt: skip
+        print(
+            f"(a) codelab notebook's tf.data loop     {loop_rate:7.1f} images/s  (median {wall['loop']:.2f}s of "
+            f"{spread('loop')}, {cpu['loop']:.1f} CPU s)"
+        )
+        print(
+            f"(a') same loop, our resize and encode   {same_rate:7.1f} images/s  (median {wall['same']:.2f}s of "
+            f"{spread('same')}, {cpu['same']:.1f} CPU s)"
+        )
+        print(
+            f"(b) Beam, local runner, every core     {beam_rate:7.1f} images/s  (median {wall['beam']:.2f}s of "
+            f"{spread('beam')}, {cpu['beam']:.1f} CPU s)"
+        )
         print(f"steady-state ratio {ratio:.2f} (goal 1.3), {ratio_same:.2f} against (a')")
-        print(f"whole process: (a) median {wall['loop_process']:.2f}s of {spread('loop_process')} "
-              f"({cpu['loop_process']:.1f} CPU s), (b) python -m components.convert median "
-              f"{wall['beam_process']:.2f}s of {spread('beam_process')} ({cpu['beam_process']:.1f} CPU s)  ratio "
-              f"{whole_ratio:.2f} (goal 1.7)")  # fmt: skip
+        print(
+            f"whole process: (a) median {wall['loop_process']:.2f}s of {spread('loop_process')} "
+            f"({cpu['loop_process']:.1f} CPU s), (b) python -m components.convert median "
+            f"{wall['beam_process']:.2f}s of {spread('beam_process')} ({cpu['beam_process']:.1f} CPU s)  ratio "
+            f"{whole_ratio:.2f} (goal 1.7)"
+        )
         costs = stage_costs(root, args.image_size)
         print("ms per image, one thread: " + ", ".join(f"{k} {v:.2f}" for k, v in costs.items()))
         floors = library_floors(root, args.image_size)
     # the CPU a photo may take for the steady-state goal, every core busy and nothing else done
     budget_ms = cores * 1000 / (1.3 * loop_rate)
     print("per-image floor by library, one thread (ms; levels from the serving graph's pixels):")
-    for stage, levels in (("decode", "decode_levels_from_serving"), ("resize_crop", "resize_levels_from_serving"),
-                          ("encode", None)):  # fmt: skip
+    for stage, levels in (
+        ("decode", "decode_levels_from_serving"),
+        ("resize_crop", "resize_levels_from_serving"),
+        ("encode", None),
+    ):
         for name, ms in floors[f"{stage}_ms"].items():
             far = f"  {floors[levels][name]} levels" if levels else ""
             print(f"  {stage:12s} {name:46s} {ms:6.2f}{far}")
     if floors["not_installed"]:
         print(f"  not installed: {', '.join(floors['not_installed'])} (.tools/bin/uv run --group bench ...)")
-    print(f"floor with every check kept: {floors['floor_ms']:.2f} ms a photo; the steady-state goal allows "
-          f"{budget_ms:.2f} ms of CPU a photo on {cores} cores")  # fmt: skip
-    print(json.dumps({
-        "images": args.images, "image_size": args.image_size, "cpu_cores": cores, "repeats": args.repeats,
-        "codelab_loop_images_per_second": round(loop_rate, 1), "same_work_loop_images_per_second": round(same_rate, 1),
-        "beam_images_per_second": round(beam_rate, 1), "ratio": round(ratio, 2),
-        "ratio_same_work": round(ratio_same, 2),
-        "median_seconds": {name: round(value, 2) for name, value in wall.items()},
-        "median_cpu_seconds": {name: round(value, 2) for name, value in cpu.items()},
-        "runs_seconds": {name: [round(w, 2) for w, _ in found] for name, found in runs.items()},
-        "ratio_whole_process": round(whole_ratio, 2),
-        **{k: round(v, 3) for k, v in costs.items()}, "library_floors": floors, "budget_ms": round(budget_ms, 3),
-    }))  # fmt: skip
+    print(
+        f"floor with every check kept: {floors['floor_ms']:.2f} ms a photo; the steady-state goal allows "
+        f"{budget_ms:.2f} ms of CPU a photo on {cores} cores"
+    )
+    print(
+        json.dumps(
+            {
+                "images": args.images,
+                "image_size": args.image_size,
+                "cpu_cores": cores,
+                "repeats": args.repeats,
+                "codelab_loop_images_per_second": round(loop_rate, 1),
+                "same_work_loop_images_per_second": round(same_rate, 1),
+                "beam_images_per_second": round(beam_rate, 1),
+                "ratio": round(ratio, 2),
+                "ratio_same_work": round(ratio_same, 2),
+                "median_seconds": {name: round(value, 2) for name, value in wall.items()},
+                "median_cpu_seconds": {name: round(value, 2) for name, value in cpu.items()},
+                "runs_seconds": {name: [round(w, 2) for w, _ in found] for name, found in runs.items()},
+                "ratio_whole_process": round(whole_ratio, 2),
+                **{k: round(v, 3) for k, v in costs.items()},
+                "library_floors": floors,
+                "budget_ms": round(budget_ms, 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

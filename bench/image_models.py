@@ -35,8 +35,11 @@ def read_folder(root: str, size: int) -> tuple[np.ndarray, np.ndarray, int]:
     from components.decoding import conversion_square
 
     names = sorted(name for name in os.listdir(root) if os.path.isdir(os.path.join(root, name)))
-    files = [(index, os.path.join(root, name, file)) for index, name in enumerate(names)
-             for file in sorted(os.listdir(os.path.join(root, name)))]  # fmt: skip
+    files = [
+        (index, os.path.join(root, name, file))
+        for index, name in enumerate(names)
+        for file in sorted(os.listdir(os.path.join(root, name)))
+    ]
     if not size:  # auto: the median shorter side, as the conversion picks it
         from components.convert.core import auto_image_size
 
@@ -87,8 +90,16 @@ def model_accuracy(name: str, epochs: int, rate: float, data, parts, seed: int) 
     model.compile(keras.optimizers.Adam(rate), "categorical_crossentropy")
     one_hot = keras.utils.to_categorical(labels, classes)
     keep = keras.callbacks.EarlyStopping(patience=auto_patience(epochs), restore_best_weights=True)
-    history = model.fit(pixels[train], one_hot[train], batch_size=32, epochs=epochs, verbose=0, shuffle=True,
-              validation_data=(pixels[validation], one_hot[validation]), callbacks=[keep])  # fmt: skip
+    history = model.fit(
+        pixels[train],
+        one_hot[train],
+        batch_size=32,
+        epochs=epochs,
+        verbose=0,
+        shuffle=True,
+        validation_data=(pixels[validation], one_hot[validation]),
+        callbacks=[keep],
+    )
     reestimate(model, tf.data.Dataset.from_tensor_slices((pixels[train], one_hot[train])).batch(32), "tensorflow")
     accuracy = float((model.predict(pixels[test], verbose=0).argmax(-1) == labels[test]).mean())
     return accuracy, len(history.history["loss"])
@@ -100,8 +111,13 @@ def main() -> None:
     parser.add_argument("--splits", type=int, default=3)
     parser.add_argument("--model", default="auto")
     parser.add_argument("--image-size", type=int, default=0, help="0: the median shorter side, as auto")
-    parser.add_argument("--also", action="append", default=[], metavar="EPOCHS:RATE",
-                        help="other training settings to set beside auto's")  # fmt: skip
+    parser.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="EPOCHS:RATE",
+        help="other training settings to set beside auto's",
+    )
     args = parser.parse_args()
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     from bench.quality import baselines
@@ -137,11 +153,23 @@ def main() -> None:
     best = max(("HOG + colour histogram + SVC", "PCA + LogReg"), key=means.get)
     for name, mean in means.items():
         print(f"{name}: mean {mean:.4f} over {args.splits} splits ({mean / means[best]:.3f}x {best})")
-    print(json.dumps({"source": args.source, "splits": args.splits, "images": len(labels), "image_size": size,
-                      "settings": settings, "means": means, "best_baseline": best,
-                      "ratios": {name: mean / means[best] for name, mean in means.items()}, "per_split": figures,
-                      "epochs_run": epochs_run,
-                      "seconds": round(time.monotonic() - started, 1)}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "source": args.source,
+                "splits": args.splits,
+                "images": len(labels),
+                "image_size": size,
+                "settings": settings,
+                "means": means,
+                "best_baseline": best,
+                "ratios": {name: mean / means[best] for name, mean in means.items()},
+                "per_split": figures,
+                "epochs_run": epochs_run,
+                "seconds": round(time.monotonic() - started, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -60,8 +60,10 @@ def split_keys(sources: list[bytes], copies: dict[str, list[bytes]], image_size:
     keys = [key(source) for source in sources]
     groups = Counter(keys)
     result = {"distinct_keys": len(groups), "largest_group": max(groups.values()), "same_key": {}}
-    print(f"the split key: {len(groups)} distinct keys for {len(keys)} pictures (the largest group "
-          f"{result['largest_group']})")  # fmt: skip
+    print(
+        f"the split key: {len(groups)} distinct keys for {len(keys)} pictures (the largest group "
+        f"{result['largest_group']})"
+    )
     for kind, found in copies.items():
         same = sum(key(copy) == original for copy, original in zip(found, keys, strict=True)) / len(keys)
         result["same_key"][kind] = round(same, 4)
@@ -99,17 +101,25 @@ def measure(label: str, names: list[str], originals: np.ndarray, copies: dict[st
         "distinct_called_copies": len(false_copies),
         "copies": {},
     }
-    print(f"{len(originals)} {label}; copies at a correlation of {threshold}, or of {FLAT} with a difference of at "
-          f"most {levels} grey levels")  # fmt: skip
-    print(f"distinct {label}: the closest pair {closest.max():.4f} ({names[first]}, {names[second]}); "
-          f"{result['distinct_at_or_above_threshold']} with another at or above {threshold}; "
-          f"{len(false_copies)} called a copy of another by the rule")  # fmt: skip
+    print(
+        f"{len(originals)} {label}; copies at a correlation of {threshold}, or of {FLAT} with a difference of at "
+        f"most {levels} grey levels"
+    )
+    print(
+        f"distinct {label}: the closest pair {closest.max():.4f} ({names[first]}, {names[second]}); "
+        f"{result['distinct_at_or_above_threshold']} with another at or above {threshold}; "
+        f"{len(false_copies)} called a copy of another by the rule"
+    )
     for kind, found in copies.items():
         pairs = (units * unit(found)).sum(axis=1)
         below = int((pairs < threshold).sum())
         missed = [name for index, name in enumerate(names) if not copy_of(found[index], originals[index : index + 1])]
-        result["copies"][kind] = {"lowest": round(float(pairs.min()), 4), "lowest_of": names[int(pairs.argmin())],
-                                  "below_threshold": below, "missed": missed}  # fmt: skip
+        result["copies"][kind] = {
+            "lowest": round(float(pairs.min()), 4),
+            "lowest_of": names[int(pairs.argmin())],
+            "below_threshold": below,
+            "missed": missed,
+        }
         print(
             f"copies ({kind}): the lowest {pairs.min():.4f} ({names[int(pairs.argmin())]}); {below} below "
             f"{threshold}; {len(missed)} missed by the rule{': ' + ', '.join(missed) if missed else ''}"

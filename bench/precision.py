@@ -45,19 +45,50 @@ def train_and_evaluate(examples: str, root: str, model: str, precision: str, see
     name = f"{model}-{precision}-{seed}"
     model_dir, evaluation = os.path.join(root, name), os.path.join(root, f"eval-{name}")
     started = time.monotonic()
-    step("components.train", "--examples", examples, "--model-dir", model_dir, "--epochs", str(args.epochs),
-         "--precision", precision, "--backend", args.backend, "--seed", str(seed), "--model", model,
-         "--batch-size", str(args.batch_size))  # fmt: skip
+    step(
+        "components.train",
+        "--examples",
+        examples,
+        "--model-dir",
+        model_dir,
+        "--epochs",
+        str(args.epochs),
+        "--precision",
+        precision,
+        "--backend",
+        args.backend,
+        "--seed",
+        str(seed),
+        "--model",
+        model,
+        "--batch-size",
+        str(args.batch_size),
+    )
     seconds = time.monotonic() - started
-    step("components.evaluate", "--examples", examples, "--model-dir", model_dir, "--output", evaluation,
-         "--min-accuracy", "0")  # fmt: skip
+    step(
+        "components.evaluate",
+        "--examples",
+        examples,
+        "--model-dir",
+        model_dir,
+        "--output",
+        evaluation,
+        "--min-accuracy",
+        "0",
+    )
     with open(os.path.join(evaluation, "metrics.json")) as handle:
         accuracy = json.load(handle)["accuracy"]
     with open(os.path.join(model_dir, "history.json")) as handle:
         history = json.load(handle)["history"]
-    return {"model": model, "precision": precision, "seed": seed, "test_accuracy": accuracy,
-            "train_seconds": round(seconds, 1), "first_epoch_val_over_half": first_epoch_over(history),
-            "final_loss": round(history["loss"][-1], 4)}  # fmt: skip
+    return {
+        "model": model,
+        "precision": precision,
+        "seed": seed,
+        "test_accuracy": accuracy,
+        "train_seconds": round(seconds, 1),
+        "first_epoch_val_over_half": first_epoch_over(history),
+        "final_loss": round(history["loss"][-1], 4),
+    }
 
 
 def summarise(runs: list[dict], models: list[str]) -> dict:
@@ -68,9 +99,11 @@ def summarise(runs: list[dict], models: list[str]) -> dict:
         mine = [r for r in runs if r["model"] == model]
         means = {p: statistics.mean(r["test_accuracy"] for r in mine if r["precision"] == p) for p in PRECISIONS}
         seconds = statistics.mean(r["train_seconds"] for r in mine)
-        summary[model] = {"mean_test_accuracy": {p: round(m, 4) for p, m in means.items()},
-                          "bfloat16_points_lost": round((means["float32"] - means["mixed_bfloat16"]) * 100, 2),
-                          "mean_train_seconds": round(seconds, 1)}  # fmt: skip
+        summary[model] = {
+            "mean_test_accuracy": {p: round(m, 4) for p, m in means.items()},
+            "bfloat16_points_lost": round((means["float32"] - means["mixed_bfloat16"]) * 100, 2),
+            "mean_train_seconds": round(seconds, 1),
+        }
     first = summary[models[0]]["mean_train_seconds"]
     for model in models:
         summary[model]["train_time_ratio"] = round(summary[model]["mean_train_seconds"] / first, 2)
@@ -84,8 +117,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="per-device batch (default 32, the demo's)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--backend", default="tensorflow", choices=("tensorflow", "jax"))
-    parser.add_argument("--models", default="codelab_convnet_bn,codelab_convnet,squeezenet",
-                        help="image models, comma-separated; ratios to the first (default %(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--models",
+        default="codelab_convnet_bn,codelab_convnet,squeezenet",
+        help="image models, comma-separated; ratios to the first (default %(default)s)",
+    )
     args = parser.parse_args()
     models = [name.strip() for name in args.models.split(",") if name.strip()]
     sys.path.insert(0, REPO_ROOT)
@@ -103,20 +139,34 @@ def main() -> None:
                 for precision in PRECISIONS:
                     run = train_and_evaluate(examples, root, model, precision, seed, args)
                     runs.append(run)
-                    print(f"{model:16s} {precision:15s} seed {seed}: test accuracy {run['test_accuracy']:.4f}, "
-                          f"validation over 0.5 at epoch {run['first_epoch_val_over_half']}, final loss "
-                          f"{run['final_loss']}, {run['train_seconds']} s", flush=True)  # fmt: skip
+                    print(
+                        f"{model:16s} {precision:15s} seed {seed}: test accuracy {run['test_accuracy']:.4f}, "
+                        f"validation over 0.5 at epoch {run['first_epoch_val_over_half']}, final loss "
+                        f"{run['final_loss']}, {run['train_seconds']} s",
+                        flush=True,
+                    )
     summary = summarise(runs, models)
     for model, line in summary.items():
         means = line["mean_test_accuracy"]
-        print(f"{model}: mean test accuracy float32 {means['float32']:.4f}, mixed_bfloat16 "
-              f"{means['mixed_bfloat16']:.4f} (bfloat16 loses {line['bfloat16_points_lost']:.2f} points); training "
-              f"{line['mean_train_seconds']} s, {line['train_time_ratio']}x {models[0]}'s")  # fmt: skip
-    print(json.dumps({"image_size": args.image_size, "epochs": args.epochs, "batch_size": args.batch_size,
-                      "backend": args.backend,
-                      "cpu": platform.processor() or platform.machine(),
-                      "cpu_bf16": sorted(read_cpu_flags() & {"amx_bf16", "avx512_bf16"}), "runs": runs,
-                      "models": summary}))  # fmt: skip
+        print(
+            f"{model}: mean test accuracy float32 {means['float32']:.4f}, mixed_bfloat16 "
+            f"{means['mixed_bfloat16']:.4f} (bfloat16 loses {line['bfloat16_points_lost']:.2f} points); training "
+            f"{line['mean_train_seconds']} s, {line['train_time_ratio']}x {models[0]}'s"
+        )
+    print(
+        json.dumps(
+            {
+                "image_size": args.image_size,
+                "epochs": args.epochs,
+                "batch_size": args.batch_size,
+                "backend": args.backend,
+                "cpu": platform.processor() or platform.machine(),
+                "cpu_bf16": sorted(read_cpu_flags() & {"amx_bf16", "avx512_bf16"}),
+                "runs": runs,
+                "models": summary,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

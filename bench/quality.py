@@ -50,8 +50,16 @@ def split_arrays(examples_dir: str, split: str) -> tuple[list, np.ndarray, str]:
     stats = read_stats(examples_dir)
     size, length = input_size(stats)
     text = stats.get("modality", "image") == "text"
-    dataset = make_dataset(examples_dir, split, size, stats["num_classes"], 256, training=False, sources=text,
-                           sequence_length=length if text else None)  # fmt: skip
+    dataset = make_dataset(
+        examples_dir,
+        split,
+        size,
+        stats["num_classes"],
+        256,
+        training=False,
+        sources=text,
+        sequence_length=length if text else None,
+    )
     inputs, labels = [], []
     for batch in dataset.as_numpy_iterator():
         inputs.extend(batch[2] if text else batch[0])
@@ -78,8 +86,9 @@ def hog(images: np.ndarray, cell: int = 8, bins: int = 9) -> np.ndarray:
             for b in range(bins):
                 features[:, y, x, b] = np.where(which[window] == b, magnitude[window], 0).sum(axis=(1, 2))
     features /= np.linalg.norm(features, axis=-1, keepdims=True) + 1e-6
-    colours = np.stack([np.histogram(image[..., c], bins=8, range=(0, 256))[0] for image in images
-                        for c in range(3)]).reshape(n, 24) / (height * width)  # fmt: skip
+    colours = np.stack(
+        [np.histogram(image[..., c], bins=8, range=(0, 256))[0] for image in images for c in range(3)]
+    ).reshape(n, 24) / (height * width)
     return np.concatenate([features.reshape(n, -1), colours], axis=1)
 
 
@@ -94,19 +103,32 @@ def baselines(train: tuple, test: tuple, modality: str) -> dict[str, float]:
 
     (x_train, y_train), (x_test, y_test) = train, test
     if modality == "text":
-        models = {"TF-IDF 1-2 grams + LogReg": (make_pipeline(
-            TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1), LogisticRegression(C=10, max_iter=2000)
-        ), x_train, x_test)}  # fmt: skip
+        models = {
+            "TF-IDF 1-2 grams + LogReg": (
+                make_pipeline(
+                    TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1),
+                    LogisticRegression(C=10, max_iter=2000),
+                ),
+                x_train,
+                x_test,
+            )
+        }
     else:
         pixels_train = np.asarray(x_train).reshape(len(x_train), -1) / 255.0
         pixels_test = np.asarray(x_test).reshape(len(x_test), -1) / 255.0
         components = min(50, len(x_train) - 1, pixels_train.shape[1])
         models = {
-            "HOG + colour histogram + SVC": (make_pipeline(StandardScaler(), SVC(C=10)), hog(np.asarray(x_train)),
-                                             hog(np.asarray(x_test))),
-            "PCA + LogReg": (make_pipeline(StandardScaler(), PCA(components, random_state=0),
-                                           LogisticRegression(max_iter=2000)), pixels_train, pixels_test),
-        }  # fmt: skip
+            "HOG + colour histogram + SVC": (
+                make_pipeline(StandardScaler(), SVC(C=10)),
+                hog(np.asarray(x_train)),
+                hog(np.asarray(x_test)),
+            ),
+            "PCA + LogReg": (
+                make_pipeline(StandardScaler(), PCA(components, random_state=0), LogisticRegression(max_iter=2000)),
+                pixels_train,
+                pixels_test,
+            ),
+        }
     scores = {}
     for name, (model, features_train, features_test) in models.items():
         model.fit(features_train, y_train)
@@ -139,22 +161,43 @@ def main() -> int:
     served = (summary.get("raw_files") or summary.get("raw_texts") or {}).get("test_accuracy")
     ours = served if served is not None else summary["test_accuracy"]
     best_name = max(scores, key=scores.get)
-    print(f"source: {args.source or 'the demo digits'} ({modality}s; train {len(y_train)}, test {len(y_test)}, "
-          f"{len(summary['class_names'])} classes); CPU: {cpu_name()}")  # fmt: skip
-    print(f"pipeline, defaults ({summary['training']['model_name']}): test accuracy {summary['test_accuracy']:.4f}"
-          + (f", {served:.4f} on the test {modality}s as clients send them" if served is not None else "")
-          + f"; blessed {summary['blessed']}; {seconds:.0f} s")  # fmt: skip
+    print(
+        f"source: {args.source or 'the demo digits'} ({modality}s; train {len(y_train)}, test {len(y_test)}, "
+        f"{len(summary['class_names'])} classes); CPU: {cpu_name()}"
+    )
+    print(
+        f"pipeline, defaults ({summary['training']['model_name']}): test accuracy {summary['test_accuracy']:.4f}"
+        + (f", {served:.4f} on the test {modality}s as clients send them" if served is not None else "")
+        + f"; blessed {summary['blessed']}; {seconds:.0f} s"
+    )
     for name, score in scores.items():
         print(f"{name}: {score:.4f}")
-    print(f"pipeline / best baseline ({best_name}): {ours / scores[best_name]:.3f} ({baseline_seconds:.0f} s for "
-          "the baselines)")  # fmt: skip
-    print(json.dumps({
-        "source": args.source or "demo", "modality": modality, "train": len(y_train), "test": len(y_test),
-        "classes": len(summary["class_names"]), "pipeline": {"model": summary["training"]["model_name"],
-        "test_accuracy": summary["test_accuracy"], "served_accuracy": served, "blessed": summary["blessed"],
-        "seconds": round(seconds, 1)}, "baselines": scores, "best_baseline": best_name,
-        "ratio_to_best": round(ours / scores[best_name], 4), "cpu": cpu_name(),
-    }))  # fmt: skip
+    print(
+        f"pipeline / best baseline ({best_name}): {ours / scores[best_name]:.3f} ({baseline_seconds:.0f} s for "
+        "the baselines)"
+    )
+    print(
+        json.dumps(
+            {
+                "source": args.source or "demo",
+                "modality": modality,
+                "train": len(y_train),
+                "test": len(y_test),
+                "classes": len(summary["class_names"]),
+                "pipeline": {
+                    "model": summary["training"]["model_name"],
+                    "test_accuracy": summary["test_accuracy"],
+                    "served_accuracy": served,
+                    "blessed": summary["blessed"],
+                    "seconds": round(seconds, 1),
+                },
+                "baselines": scores,
+                "best_baseline": best_name,
+                "ratio_to_best": round(ours / scores[best_name], 4),
+                "cpu": cpu_name(),
+            }
+        )
+    )
     return 0
 
 

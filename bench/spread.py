@@ -34,8 +34,13 @@ MEASURES = ("test_accuracy", "raw_files", "saved_model", "tflite_float", "tflite
 
 def profile_env(profile: str) -> dict[str, str]:
     """The environment ``make test PROFILE=profile`` runs the suite in."""
-    printed = subprocess.run(["make", "-s", "--no-print-directory", "profile-env", f"PROFILE={profile}"],
-                             cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    printed = subprocess.run(
+        ["make", "-s", "--no-print-directory", "profile-env", f"PROFILE={profile}"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return dict(assignment.split("=", 1) for assignment in shlex.split(printed))
 
 
@@ -43,16 +48,25 @@ def demo_run(work_dir: str, seed: int, env: dict[str, str]) -> dict:
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "pipeline", "run-local", "--work-dir", work_dir, "--seed", str(seed), "--no-resume"],
-        cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, **env},
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+    )
     if result.returncode:
         raise SystemExit(f"run-local --seed {seed} failed: {result.stderr.strip().splitlines()[-1:]}")
     with open(os.path.join(work_dir, "summary.json")) as handle:
         summary = json.load(handle)
     formats = {name: entry["test_accuracy"] for name, entry in summary["formats"].items()}
-    return {"seed": seed, "precision": summary["training"]["precision"], "backend": summary["training"]["backend"],
-            "test_accuracy": summary["test_accuracy"], "raw_files": summary["raw_files"]["test_accuracy"], **formats,
-            "seconds": round(time.monotonic() - started, 1)}  # fmt: skip
+    return {
+        "seed": seed,
+        "precision": summary["training"]["precision"],
+        "backend": summary["training"]["backend"],
+        "test_accuracy": summary["test_accuracy"],
+        "raw_files": summary["raw_files"]["test_accuracy"],
+        **formats,
+        "seconds": round(time.monotonic() - started, 1),
+    }
 
 
 def spread(values: list[float]) -> dict:
@@ -73,28 +87,51 @@ def main() -> None:
             for seed in range(args.seeds):
                 run = demo_run(os.path.join(root, f"{profile}-{seed}"), seed, env)
                 runs[profile].append(run)
-                print(f"{profile:11s} seed {seed} ({run['backend']}, {run['precision']}): "
-                      + ", ".join(f"{name} {run[name]:.3f}" for name in MEASURES) + f"  {run['seconds']} s",
-                      flush=True)  # fmt: skip
-    by_profile = {profile: {name: spread([run[name] for run in runs[profile]]) for name in MEASURES}
-                  for profile in profiles}  # fmt: skip
+                print(
+                    f"{profile:11s} seed {seed} ({run['backend']}, {run['precision']}): "
+                    + ", ".join(f"{name} {run[name]:.3f}" for name in MEASURES)
+                    + f"  {run['seconds']} s",
+                    flush=True,
+                )
+    by_profile = {
+        profile: {name: spread([run[name] for run in runs[profile]]) for name in MEASURES} for profile in profiles
+    }
     print()
     for profile, measures in by_profile.items():
-        print(f"{profile:11s} " + ", ".join(f"{name} {m['min']:.3f}/{m['mean']:.3f}/{m['max']:.3f}"
-                                             for name, m in measures.items()) + "  (min/mean/max)")  # fmt: skip
+        print(
+            f"{profile:11s} "
+            + ", ".join(f"{name} {m['min']:.3f}/{m['mean']:.3f}/{m['max']:.3f}" for name, m in measures.items())
+            + "  (min/mean/max)"
+        )
     every = [run for profile_runs in runs.values() for run in profile_runs]
     lowest = min(min(run["test_accuracy"], run["saved_model"]) for run in every)
     gaps = {name: round(max(run["saved_model"] - run[name] for run in every), 4) for name in FORMAT_GAP_BOUNDS}
-    bounds = {"demo_accuracy_bar": {"bound": DEMO_ACCURACY_BAR, "worst": lowest,
-                                    "margin": round(lowest - DEMO_ACCURACY_BAR, 4)}}  # fmt: skip
-    print(f"\nlowest test accuracy of {len(every)} runs: {lowest:.3f} (bar {DEMO_ACCURACY_BAR}, "
-          f"margin {lowest - DEMO_ACCURACY_BAR:.3f})")  # fmt: skip
+    bounds = {
+        "demo_accuracy_bar": {
+            "bound": DEMO_ACCURACY_BAR,
+            "worst": lowest,
+            "margin": round(lowest - DEMO_ACCURACY_BAR, 4),
+        }
+    }
+    print(
+        f"\nlowest test accuracy of {len(every)} runs: {lowest:.3f} (bar {DEMO_ACCURACY_BAR}, "
+        f"margin {lowest - DEMO_ACCURACY_BAR:.3f})"
+    )
     for name, gap in gaps.items():
         bound = FORMAT_GAP_BOUNDS[name]
         bounds[f"{name}_below_saved_model"] = {"bound": bound, "worst": gap, "margin": round(bound - gap, 4)}
         print(f"widest gap {name} below the SavedModel: {gap:.3f} (bound {bound}, margin {bound - gap:.3f})")
-    print(json.dumps({"cpu": platform.processor() or platform.machine(), "seeds": args.seeds, "profiles": by_profile,
-                      "bounds": bounds, "runs": runs}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "cpu": platform.processor() or platform.machine(),
+                "seeds": args.seeds,
+                "profiles": by_profile,
+                "bounds": bounds,
+                "runs": runs,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

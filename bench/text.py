@@ -54,11 +54,14 @@ def keras_baseline(root: str, output: str, vocabulary_size: int, sequence_length
         text = tf.strings.regex_replace(text, r"<br\s*/?>", " ")
         return tf.strings.regex_replace(text, f"[{re.escape(string.punctuation)}]", " ")
 
-    layer = tf.keras.layers.TextVectorization(max_tokens=vocabulary_size, standardize=standardize,
-                                              output_sequence_length=sequence_length)  # fmt: skip
+    layer = tf.keras.layers.TextVectorization(
+        max_tokens=vocabulary_size, standardize=standardize, output_sequence_length=sequence_length
+    )
     files = {split: tf.io.gfile.glob(f"{root}/{split}/*/*.txt") for split in ("train", "test")}
-    texts = {split: tf.data.Dataset.from_tensor_slices(paths).map(tf.io.read_file, num_parallel_calls=tf.data.AUTOTUNE)
-             for split, paths in files.items()}  # fmt: skip
+    texts = {
+        split: tf.data.Dataset.from_tensor_slices(paths).map(tf.io.read_file, num_parallel_calls=tf.data.AUTOTUNE)
+        for split, paths in files.items()
+    }
     layer.adapt(texts["train"].batch(256))
     os.makedirs(output, exist_ok=True)
     for split, dataset in texts.items():
@@ -66,8 +69,10 @@ def keras_baseline(root: str, output: str, vocabulary_size: int, sequence_length
 
         def serialize(tokens, label):
             def encode(ids, y):
-                feature = {"tokens": tf.train.Feature(int64_list=tf.train.Int64List(value=ids)),
-                           "class": tf.train.Feature(int64_list=tf.train.Int64List(value=[y]))}  # fmt: skip
+                feature = {
+                    "tokens": tf.train.Feature(int64_list=tf.train.Int64List(value=ids)),
+                    "class": tf.train.Feature(int64_list=tf.train.Int64List(value=[y])),
+                }
                 return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
             return tf.py_function(lambda i, y: encode(i.numpy(), int(y.numpy())), [tokens, label], tf.string)
@@ -84,8 +89,15 @@ def beam_conversion(root: str, output: str, vocabulary_size: int, sequence_lengt
     from components.convert.text import TextConvertConfig, run_text
 
     started = time.monotonic()
-    run_text(TextConvertConfig(source=root, output_dir=output, vocabulary_size=vocabulary_size,
-                               sequence_length=sequence_length, validation_fraction=0.0))  # fmt: skip
+    run_text(
+        TextConvertConfig(
+            source=root,
+            output_dir=output,
+            vocabulary_size=vocabulary_size,
+            sequence_length=sequence_length,
+            validation_fraction=0.0,
+        )
+    )
     return time.monotonic() - started
 
 
@@ -95,8 +107,9 @@ def main() -> None:
     from components.params import TEXT
 
     for name in ("vocabulary_size", "sequence_length"):  # the pipeline's own (the article's) defaults
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=TEXT[name].default,
-                            help=TEXT[name].help_with_default())  # fmt: skip
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=int, default=TEXT[name].default, help=TEXT[name].help_with_default()
+        )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-text-") as work:
         root = os.path.join(work, "aclImdb")
@@ -108,8 +121,17 @@ def main() -> None:
             print(f"{name:26s} {seconds:7.2f} s  {args.texts / seconds:8.1f} texts/s")
         ratio = figures["keras_text_vectorization"]["seconds"] / figures["beam"]["seconds"]
         print(f"beam / keras throughput: {ratio:.2f}x")
-        print(json.dumps({"texts": args.texts, "bytes": size, "cores": os.cpu_count(), **figures,
-                          "beam_vs_keras": round(ratio, 2)}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "texts": args.texts,
+                    "bytes": size,
+                    "cores": os.cpu_count(),
+                    **figures,
+                    "beam_vs_keras": round(ratio, 2),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -63,8 +63,15 @@ def model_accuracy(name: str, ids, vocabulary_size: int, labels, parts, seed: in
     one_hot = keras.utils.to_categorical(labels, classes)
     epochs = auto["epochs"]
     keep = keras.callbacks.EarlyStopping(patience=auto_patience(epochs), restore_best_weights=True)
-    model.fit(ids[train], one_hot[train], batch_size=32, epochs=epochs, verbose=0,
-              validation_data=(ids[validation], one_hot[validation]), callbacks=[keep])  # fmt: skip
+    model.fit(
+        ids[train],
+        one_hot[train],
+        batch_size=32,
+        epochs=epochs,
+        verbose=0,
+        validation_data=(ids[validation], one_hot[validation]),
+        callbacks=[keep],
+    )
     return float((model.predict(ids[test], verbose=0).argmax(-1) == labels[test]).mean())
 
 
@@ -90,8 +97,9 @@ def main() -> None:
         order = np.random.RandomState(seed).permutation(len(texts))
         n = len(texts)
         test, validation, train = order[: 3 * n // 10], order[3 * n // 10 : 4 * n // 10], order[4 * n // 10 :]
-        baseline = make_pipeline(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True),
-                                 LogisticRegression(C=10, max_iter=2000))  # fmt: skip
+        baseline = make_pipeline(
+            TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True), LogisticRegression(C=10, max_iter=2000)
+        )
         baseline.fit([texts[i] for i in train], labels[train])
         predicted = baseline.predict([texts[i] for i in test])
         figures.setdefault("TF-IDF 1-2 grams + LogReg", []).append(float((predicted == labels[test]).mean()))
@@ -99,15 +107,28 @@ def main() -> None:
             ids, size = token_matrix(texts, train, standardization, vocabulary_size, length)
             accuracy = model_accuracy(args.model, ids, size, labels, (train, validation, test), seed)
             figures.setdefault(f"{args.model}, {standardization}", []).append(accuracy)
-        print(f"split {seed} ({len(train)} train, {len(test)} test):",
-              ", ".join(f"{name} {values[-1]:.4f}" for name, values in figures.items()), flush=True)  # fmt: skip
+        print(
+            f"split {seed} ({len(train)} train, {len(test)} test):",
+            ", ".join(f"{name} {values[-1]:.4f}" for name, values in figures.items()),
+            flush=True,
+        )
     means = {name: float(np.mean(values)) for name, values in figures.items()}
     base = means["TF-IDF 1-2 grams + LogReg"]
     for name, mean in means.items():
         print(f"{name}: mean {mean:.4f} over {args.splits} splits ({mean / base:.3f}x TF-IDF + LogReg)")
-    print(json.dumps({"source": args.source, "splits": args.splits, "texts": len(texts), "means": means,
-                      "ratios": {name: mean / base for name, mean in means.items()}, "per_split": figures,
-                      "seconds": round(time.monotonic() - started, 1)}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "source": args.source,
+                "splits": args.splits,
+                "texts": len(texts),
+                "means": means,
+                "ratios": {name: mean / base for name, mean in means.items()},
+                "per_split": figures,
+                "seconds": round(time.monotonic() - started, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -53,8 +53,10 @@ def write_tfrecords(directory: str, count: int, size: int, num_classes: int, sha
 
     rng = np.random.default_rng(0)
     os.makedirs(os.path.join(directory, "train"))
-    writers = [tf.io.TFRecordWriter(os.path.join(directory, "train", f"train-{i:05d}-of-{shards:05d}.tfrec"))
-               for i in range(shards)]  # fmt: skip
+    writers = [
+        tf.io.TFRecordWriter(os.path.join(directory, "train", f"train-{i:05d}-of-{shards:05d}.tfrec"))
+        for i in range(shards)
+    ]
     for index in range(count):
         coarse = rng.integers(0, 256, size=(6, 6, 3)).astype(np.float32)
         image = tf.image.resize(coarse[np.newaxis], [size, size], method="bicubic")[0].numpy()
@@ -65,14 +67,20 @@ def write_tfrecords(directory: str, count: int, size: int, num_classes: int, sha
     for writer in writers:
         writer.close()
     names = [str(i) for i in range(num_classes)]
-    write_json(os.path.join(directory, "stats.json"), {
-        "class_names": names, "num_classes": num_classes, "image_size": size,
-        "counts": {"train": count, "validation": 0, "test": 0},
-    })  # fmt: skip
+    write_json(
+        os.path.join(directory, "stats.json"),
+        {
+            "class_names": names,
+            "num_classes": num_classes,
+            "image_size": size,
+            "counts": {"train": count, "validation": 0, "test": 0},
+        },
+    )
 
 
-def write_text_tfrecords(directory: str, count: int, length: int, vocabulary_size: int, num_classes: int,
-                         shards: int = 4) -> None:  # fmt: skip
+def write_text_tfrecords(
+    directory: str, count: int, length: int, vocabulary_size: int, num_classes: int, shards: int = 4
+) -> None:
     """Token-id examples in the text schema, with ``vocabulary.txt``: Zipf-like ids, texts of 50 to ``length``
     tokens padded at the end (as the conversion writes them); all in the train split."""
     import numpy as np
@@ -84,8 +92,10 @@ def write_text_tfrecords(directory: str, count: int, length: int, vocabulary_siz
 
     rng = np.random.default_rng(0)
     os.makedirs(os.path.join(directory, "train"))
-    writers = [tf.io.TFRecordWriter(os.path.join(directory, "train", f"train-{i:05d}-of-{shards:05d}.tfrec"))
-               for i in range(shards)]  # fmt: skip
+    writers = [
+        tf.io.TFRecordWriter(os.path.join(directory, "train", f"train-{i:05d}-of-{shards:05d}.tfrec"))
+        for i in range(shards)
+    ]
     for index in range(count):
         used = int(rng.integers(min(50, length), length + 1))
         ids = np.minimum(rng.zipf(1.3, used) + 1, vocabulary_size - 1).tolist() + [0] * (length - used)
@@ -95,11 +105,17 @@ def write_text_tfrecords(directory: str, count: int, length: int, vocabulary_siz
         writer.close()
     with open(os.path.join(directory, "vocabulary.txt"), "wb") as handle:
         handle.write(vocabulary_bytes([PADDING, OUT_OF_VOCABULARY, *(f"w{i}" for i in range(vocabulary_size - 2))]))
-    write_json(os.path.join(directory, "stats.json"), {
-        "modality": "text", "class_names": [str(i) for i in range(num_classes)], "num_classes": num_classes,
-        "sequence_length": length, "vocabulary_size": vocabulary_size,
-        "counts": {"train": count, "validation": 0, "test": 0},
-    })  # fmt: skip
+    write_json(
+        os.path.join(directory, "stats.json"),
+        {
+            "modality": "text",
+            "class_names": [str(i) for i in range(num_classes)],
+            "num_classes": num_classes,
+            "sequence_length": length,
+            "vocabulary_size": vocabulary_size,
+            "counts": {"train": count, "validation": 0, "test": 0},
+        },
+    )
 
 
 def epoch_timers(wait_for_results: bool = False):
@@ -135,15 +151,19 @@ def epoch_timers(wait_for_results: bool = False):
             """The rate of the fastest epoch after the first, and the mean seconds after the steps over those."""
             timed = range(1, len(self.seconds))
             fastest = min(timed, key=lambda i: self.seconds[i])
-            return {"rate": examples_per_epoch / self.seconds[fastest], "epoch_seconds": self.seconds[fastest],
-                    "after_steps_seconds": sum(self.after_steps[i] for i in timed) / len(timed)}  # fmt: skip
+            return {
+                "rate": examples_per_epoch / self.seconds[fastest],
+                "epoch_seconds": self.seconds[fastest],
+                "after_steps_seconds": sum(self.after_steps[i] for i in timed) / len(timed),
+            }
 
     steps_end = StepsEnd()
     return steps_end, EpochTimer()
 
 
-def measure_ours(examples: str, model_name: str, backend: str, precision: str, devices: int, batch: int,
-                 epochs: int) -> dict:  # fmt: skip
+def measure_ours(
+    examples: str, model_name: str, backend: str, precision: str, devices: int, batch: int, epochs: int
+) -> dict:
     """Examples per second of the fastest epoch after the first of our train step, timed by ``epoch_timers`` around
     the step's own callbacks (its ``epoch_seconds`` stop before the backup and TensorBoard)."""
     from components.schema import read_stats
@@ -157,15 +177,25 @@ def measure_ours(examples: str, model_name: str, backend: str, precision: str, d
 
     core.training_callbacks = timed_callbacks
     with tempfile.TemporaryDirectory(prefix="bench-model-") as model_dir:
-        result = core.run(core.TrainConfig(examples_dir=examples, model_dir=model_dir, model_name=model_name,
-                                           epochs=epochs, per_replica_batch_size=batch, precision=precision,
-                                           backend=backend, cpu_replicas=devices))  # fmt: skip
+        result = core.run(
+            core.TrainConfig(
+                examples_dir=examples,
+                model_dir=model_dir,
+                model_name=model_name,
+                epochs=epochs,
+                per_replica_batch_size=batch,
+                precision=precision,
+                backend=backend,
+                cpu_replicas=devices,
+            )
+        )
     global_batch = result["global_batch_size"]  # the per-device batch rounded up to a multiple of 8
     return timers[1].result(read_stats(examples)["counts"]["train"] // global_batch * global_batch)
 
 
-def measure_bare(examples: str, model_name: str, backend: str, precision: str, devices: int, batch: int,
-                 epochs: int) -> dict:  # fmt: skip
+def measure_bare(
+    examples: str, model_name: str, backend: str, precision: str, devices: int, batch: int, epochs: int
+) -> dict:
     """Examples per second of the fastest epoch after the first of a bare ``model.fit``: the same model, dataset and
     compile settings, the devices set up by hand, nothing else."""
     from components.artifacts.examples import input_size, make_dataset
@@ -192,13 +222,15 @@ def measure_bare(examples: str, model_name: str, backend: str, precision: str, d
 
         cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
         scope = tf.distribute.MirroredStrategy(cpus).scope if devices > 1 else contextlib.nullcontext
-    dataset = make_dataset(examples, "train", size, classes, batch * devices, training=True, cache=True,
-                           sequence_length=length)  # fmt: skip
+    dataset = make_dataset(
+        examples, "train", size, classes, batch * devices, training=True, cache=True, sequence_length=length
+    )
     keras.mixed_precision.set_global_policy(precision)
     with scope():
         model = build_model(model_name, ModelSpec.of(stats))
-        model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"],
-                      jit_compile=backend == "jax")  # fmt: skip
+        model.compile(
+            optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"], jit_compile=backend == "jax"
+        )
         steps_end, timer = epoch_timers()
         model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0, callbacks=[steps_end, timer])
     return timer.result(steps_per_epoch * batch * devices)
@@ -211,8 +243,7 @@ def input_rate(examples: str, batch: int, batches: int) -> float:
 
     stats = read_stats(examples)
     size, length = input_size(stats)
-    dataset = make_dataset(examples, "train", size, stats["num_classes"], batch, training=True,
-                           sequence_length=length)  # fmt: skip
+    dataset = make_dataset(examples, "train", size, stats["num_classes"], batch, training=True, sequence_length=length)
     iterator = iter(dataset)
     next(iterator)  # start the threads
     started = time.perf_counter()
@@ -221,14 +252,29 @@ def input_rate(examples: str, batch: int, batches: int) -> float:
     return batches * batch / (time.perf_counter() - started)
 
 
-def run_one(examples: str, model_name: str, mode: str, backend: str, precision: str, devices: int, batch: int,
-            epochs: int) -> dict:  # fmt: skip
+def run_one(
+    examples: str, model_name: str, mode: str, backend: str, precision: str, devices: int, batch: int, epochs: int
+) -> dict:
     """One configuration in a fresh process, as the train step runs: its examples per second (``rate``), its fastest
     epoch (``epoch_seconds``) and the seconds an epoch spent in the callbacks' epoch ends (``after_steps_seconds``)."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "KERAS_BACKEND")}
     env["KERAS_BACKEND"] = backend
-    command = [sys.executable, __file__, "--worker", mode, backend, precision, str(devices), examples,
-               "--batch-size", str(batch), "--epochs", str(epochs), "--model", model_name]  # fmt: skip
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        mode,
+        backend,
+        precision,
+        str(devices),
+        examples,
+        "--batch-size",
+        str(batch),
+        "--epochs",
+        str(epochs),
+        "--model",
+        model_name,
+    ]
     result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     if result.returncode:
         raise SystemExit(f"{mode} {backend} {precision} x{devices} failed:\n{result.stderr[-3000:]}")
@@ -283,20 +329,39 @@ def parse_args() -> argparse.Namespace:
         help="the model to train (default %(default)s); a text model trains on synthetic token ids",
     )
     for name in ("sequence_length", "vocabulary_size"):  # the pipeline's own (the article's) defaults
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=TEXT[name].default,
-                            help=f"text models: {TEXT[name].help_with_default()}")  # fmt: skip
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=int,
+            default=TEXT[name].default,
+            help=f"text models: {TEXT[name].help_with_default()}",
+        )
     parser.add_argument("--batch-size", type=int, default=16, help="per-device batch (default 16)")
     parser.add_argument("--image-size", type=int, default=192, help="default 192 (the codelab's)")
     parser.add_argument("--only", choices=BACKENDS, help="measure one backend")
-    parser.add_argument("--epochs", type=epoch_count, default=EPOCHS, help="per configuration, the first a warm-up "
-                        "(default %(default)s; more give a steadier best on short epochs)")  # fmt: skip
-    parser.add_argument("--repeats", type=int, default=2, choices=range(1, 10), metavar="N",
-                        help="processes per configuration and side, in turns; the best of each side counts (default "
-                        "%(default)s)")  # fmt: skip
-    parser.add_argument("--devices", type=device_counts, default=DEVICES, metavar="N[,N...]",
-                        help="device counts to measure (default 1,2)")  # fmt: skip
-    parser.add_argument("--worker", nargs=5, metavar=("MODE", "BACKEND", "PRECISION", "DEVICES", "EXAMPLES"),
-                        help=argparse.SUPPRESS)  # fmt: skip
+    parser.add_argument(
+        "--epochs",
+        type=epoch_count,
+        default=EPOCHS,
+        help="per configuration, the first a warm-up (default %(default)s; more give a steadier best on short epochs)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        choices=range(1, 10),
+        metavar="N",
+        help="processes per configuration and side, in turns; the best of each side counts (default %(default)s)",
+    )
+    parser.add_argument(
+        "--devices",
+        type=device_counts,
+        default=DEVICES,
+        metavar="N[,N...]",
+        help="device counts to measure (default 1,2)",
+    )
+    parser.add_argument(
+        "--worker", nargs=5, metavar=("MODE", "BACKEND", "PRECISION", "DEVICES", "EXAMPLES"), help=argparse.SUPPRESS
+    )
     return parser.parse_args()
 
 
@@ -304,27 +369,32 @@ def measure_configuration(examples: str, args, backend: str, precision: str, dev
     """One configuration's row: our step against a bare ``fit``, ``args.repeats`` processes a side in turns."""
     runs = {"ours": [], "bare": []}
     for mode in alternating(args.repeats):
-        runs[mode].append(run_one(examples, args.model, mode, backend, precision, devices, args.batch_size,
-                                  args.epochs))  # fmt: skip
+        runs[mode].append(
+            run_one(examples, args.model, mode, backend, precision, devices, args.batch_size, args.epochs)
+        )
     rates = {mode: [run["rate"] for run in measured] for mode, measured in runs.items()}
     ours, bare = max(rates["ours"]), max(rates["bare"])
     # the callbacks' epoch ends, as a share of an epoch: what our step adds to the steps, free of the noise
     # between processes that the rates carry
-    after = {mode: sum(r["after_steps_seconds"] for r in measured) / len(measured)
-             for mode, measured in runs.items()}  # fmt: skip
+    after = {mode: sum(r["after_steps_seconds"] for r in measured) / len(measured) for mode, measured in runs.items()}
     share = (after["ours"] - after["bare"]) / min(run["epoch_seconds"] for run in runs["ours"])
     each = f" (each: ours {listed(rates['ours'])}; bare {listed(rates['bare'])})" if args.repeats > 1 else ""
-    print(f"{backend:10s} {precision:15s} {devices} device(s): ours {ours:7.1f} {unit}/s, bare fit "
-          f"{bare:7.1f} ({ours / bare:.2f}x; goal 0.95){each}; our epoch ends {1000 * after['ours']:.0f} ms "
-          f"(bare {1000 * after['bare']:.0f} ms), {100 * share:.1f}% of an epoch", flush=True)  # fmt: skip
+    print(
+        f"{backend:10s} {precision:15s} {devices} device(s): ours {ours:7.1f} {unit}/s, bare fit "
+        f"{bare:7.1f} ({ours / bare:.2f}x; goal 0.95){each}; our epoch ends {1000 * after['ours']:.0f} ms "
+        f"(bare {1000 * after['bare']:.0f} ms), {100 * share:.1f}% of an epoch",
+        flush=True,
+    )
     return {
-        "ours": round(ours, 1), "bare_fit": round(bare, 1), "ours_vs_bare": round(ours / bare, 3),
+        "ours": round(ours, 1),
+        "bare_fit": round(bare, 1),
+        "ours_vs_bare": round(ours / bare, 3),
         "ours_runs": [round(r, 1) for r in rates["ours"]],
         "bare_fit_runs": [round(r, 1) for r in rates["bare"]],
         "ours_after_steps_ms": round(1000 * after["ours"], 1),
         "bare_fit_after_steps_ms": round(1000 * after["bare"], 1),
         "ours_epoch_work_share": round(share, 4),
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -351,29 +421,46 @@ def main() -> None:
         print(f"input pipeline alone: {feed:.1f} {unit}/s")
         backends = (args.only,) if args.only else BACKENDS
         for backend, precision, devices in itertools.product(backends, PRECISIONS, args.devices):
-            rows[f"{backend}/{precision}/x{devices}"] = measure_configuration(examples, args, backend, precision,
-                                                                              devices, unit)  # fmt: skip
+            rows[f"{backend}/{precision}/x{devices}"] = measure_configuration(
+                examples, args, backend, precision, devices, unit
+            )
     summary = {}
     if not args.only:
         for precision, devices in itertools.product(PRECISIONS, args.devices):
             tf_rate = rows[f"tensorflow/{precision}/x{devices}"]["ours"]
             jax_rate = rows[f"jax/{precision}/x{devices}"]["ours"]
-            summary[f"{precision}/x{devices}"] = {"faster": "tensorflow" if tf_rate >= jax_rate else "jax",
-                                                  "tensorflow_vs_jax": round(tf_rate / jax_rate, 2)}  # fmt: skip
+            summary[f"{precision}/x{devices}"] = {
+                "faster": "tensorflow" if tf_rate >= jax_rate else "jax",
+                "tensorflow_vs_jax": round(tf_rate / jax_rate, 2),
+            }
             print(f"{precision:15s} {devices} device(s): TensorFlow {tf_rate / jax_rate:.2f}x JAX")
     hardware = detect_hardware()
-    print(json.dumps({
-        "model": args.model, "unit": unit,
-        **({"sequence_length": args.sequence_length, "vocabulary_size": args.vocabulary_size} if text
-           else {"image_size": size}),
-        "per_device_batch": batch, "epochs": args.epochs, "repeats": args.repeats,
-        "cpu_cores": os.cpu_count(),
-        "hardware": hardware, "gpus": gpu_models(), "cpu_bf16": sorted(read_cpu_flags() & {"amx_bf16", "avx512_bf16"}),
-        f"input_{unit}_per_second": round(feed, 1), "configurations": rows, "backends": summary,
-        "auto_picks": choose_backend("auto", hardware, {}, modality=BUILTINS[args.model].modality)[0],
-        "min_ours_vs_bare": min(row["ours_vs_bare"] for row in rows.values()),
-        "max_ours_epoch_work_share": max(row["ours_epoch_work_share"] for row in rows.values()),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "model": args.model,
+                "unit": unit,
+                **(
+                    {"sequence_length": args.sequence_length, "vocabulary_size": args.vocabulary_size}
+                    if text
+                    else {"image_size": size}
+                ),
+                "per_device_batch": batch,
+                "epochs": args.epochs,
+                "repeats": args.repeats,
+                "cpu_cores": os.cpu_count(),
+                "hardware": hardware,
+                "gpus": gpu_models(),
+                "cpu_bf16": sorted(read_cpu_flags() & {"amx_bf16", "avx512_bf16"}),
+                f"input_{unit}_per_second": round(feed, 1),
+                "configurations": rows,
+                "backends": summary,
+                "auto_picks": choose_backend("auto", hardware, {}, modality=BUILTINS[args.model].modality)[0],
+                "min_ours_vs_bare": min(row["ours_vs_bare"] for row in rows.values()),
+                "max_ours_epoch_work_share": max(row["ours_epoch_work_share"] for row in rows.values()),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -62,8 +62,17 @@ def history(model_dir: str) -> dict:
 
 def test_accuracy(examples: str, model_dir: str) -> float:
     output = model_dir + "-evaluation"
-    step("components.evaluate", "--examples", examples, "--model-dir", model_dir, "--output", output,
-         "--min-accuracy", "0")  # fmt: skip
+    step(
+        "components.evaluate",
+        "--examples",
+        examples,
+        "--model-dir",
+        model_dir,
+        "--output",
+        output,
+        "--min-accuracy",
+        "0",
+    )
     with open(os.path.join(output, "metrics.json")) as handle:
         return json.load(handle)["accuracy"]
 
@@ -74,8 +83,10 @@ def exported_formats(examples: str, model_dir: str) -> dict:
     step("components.export", "--model-dir", model_dir, "--examples", examples, "--output", output)
     with open(os.path.join(output, "export.json")) as handle:
         formats = json.load(handle)["formats"]
-    return {name: {"test_accuracy": entry["test_accuracy"], "megabytes": round(entry["bytes"] / 1e6, 2)}
-            for name, entry in formats.items()}  # fmt: skip
+    return {
+        name: {"test_accuracy": entry["test_accuracy"], "megabytes": round(entry["bytes"] / 1e6, 2)}
+        for name, entry in formats.items()
+    }
 
 
 def synthetic_photos(root: str, count: int, size: int) -> None:
@@ -105,9 +116,25 @@ def model_table(args, root: str) -> list[dict]:
         least = BUILTINS[name].min_image_size
         params = build_model(name, ModelSpec.for_images(max(least, 32), 10)).count_params()
         model_dir = os.path.join(root, f"speed-{name}")
-        step("components.train", "--examples", examples, "--model-dir", model_dir, "--model", name, "--weights",
-             "none", "--epochs", str(args.speed_epochs), "--batch-size", "32", "--precision", "float32",
-             "--backend", "tensorflow")  # fmt: skip
+        step(
+            "components.train",
+            "--examples",
+            examples,
+            "--model-dir",
+            model_dir,
+            "--model",
+            name,
+            "--weights",
+            "none",
+            "--epochs",
+            str(args.speed_epochs),
+            "--batch-size",
+            "32",
+            "--precision",
+            "float32",
+            "--backend",
+            "tensorflow",
+        )
         with open(os.path.join(model_dir, "model_config.json")) as handle:
             config = json.load(handle)
         seconds = min(history(model_dir)["epoch_seconds"][1:])  # after the warm-up epoch
@@ -115,10 +142,11 @@ def model_table(args, root: str) -> list[dict]:
         with open(os.path.join(examples, "stats.json")) as handle:
             steps = json.load(handle)["counts"]["train"] // config["global_batch_size"]
         rate = steps * config["global_batch_size"] / seconds
-        rows.append({"model": name, "parameters": params, "min_image_size": least,
-                     "images_per_second": round(rate, 1)})  # fmt: skip
-        print(f"{name:20s} {params:>12,d} params  min {least:>3d} px  {rate:8.1f} images/s "
-              f"at {args.image_size} px", flush=True)  # fmt: skip
+        rows.append({"model": name, "parameters": params, "min_image_size": least, "images_per_second": round(rate, 1)})
+        print(
+            f"{name:20s} {params:>12,d} params  min {least:>3d} px  {rate:8.1f} images/s at {args.image_size} px",
+            flush=True,
+        )
         shutil.rmtree(model_dir, ignore_errors=True)
     return rows
 
@@ -153,41 +181,75 @@ def transfer(args, root: str) -> dict:
 
     common = ("--batch-size", "32", "--precision", "float32", "--backend", "tensorflow")
     pretrained_dir = os.path.join(root, "pretrained")
-    step("components.train", "--examples", upstream_examples, "--model-dir", pretrained_dir, "--model", args.model,
-         "--weights", "none", "--epochs", str(args.pretrain_epochs), *common)  # fmt: skip
+    step(
+        "components.train",
+        "--examples",
+        upstream_examples,
+        "--model-dir",
+        pretrained_dir,
+        "--model",
+        args.model,
+        "--weights",
+        "none",
+        "--epochs",
+        str(args.pretrain_epochs),
+        *common,
+    )
     weights = os.path.join(root, "backbone.weights.h5")
     trained = keras.models.load_model(os.path.join(pretrained_dir, "model.keras"), compile=False)
     backbone_of(trained).save_weights(weights)
 
     runs = {}
     plans = {
-        f"{args.model} fine-tuned ({args.upstream})": ("--model", args.model, "--weights", weights, "--epochs",
-                                                            str(args.head_epochs), "--fine-tune-epochs",
-                                                            str(args.fine_tune_epochs)),
-        f"{args.model} from scratch": ("--model", args.model, "--weights", "none", "--epochs",
-                                       str(args.scratch_epochs)),
+        f"{args.model} fine-tuned ({args.upstream})": (
+            "--model",
+            args.model,
+            "--weights",
+            weights,
+            "--epochs",
+            str(args.head_epochs),
+            "--fine-tune-epochs",
+            str(args.fine_tune_epochs),
+        ),
+        f"{args.model} from scratch": (
+            "--model",
+            args.model,
+            "--weights",
+            "none",
+            "--epochs",
+            str(args.scratch_epochs),
+        ),
         "codelab_convnet_bn from scratch": ("--model", "codelab_convnet_bn", "--epochs", str(args.scratch_epochs)),
-    }  # fmt: skip
+    }
     for name, options in plans.items():
         model_dir = os.path.join(root, name.replace(" ", "_"))
         started = time.monotonic()
         step("components.train", "--examples", task_examples, "--model-dir", model_dir, *options, *common)
         seconds = time.monotonic() - started
         curve = history(model_dir)["val_accuracy"]
-        runs[name] = {"epochs": len(curve), "test_accuracy": test_accuracy(task_examples, model_dir),
-                      "final_val_accuracy": round(curve[-1], 4), "train_seconds": round(seconds, 1),
-                      "curve": curve}  # fmt: skip
+        runs[name] = {
+            "epochs": len(curve),
+            "test_accuracy": test_accuracy(task_examples, model_dir),
+            "final_val_accuracy": round(curve[-1], 4),
+            "train_seconds": round(seconds, 1),
+            "curve": curve,
+        }
     tuned = f"{args.model} fine-tuned ({args.upstream})"
     runs[tuned]["exported"] = exported_formats(task_examples, os.path.join(root, tuned.replace(" ", "_")))
-    shown = [f"{name} test {entry['test_accuracy']:.4f} ({entry['megabytes']} MB)"
-             for name, entry in runs[tuned]["exported"].items()]  # fmt: skip
+    shown = [
+        f"{name} test {entry['test_accuracy']:.4f} ({entry['megabytes']} MB)"
+        for name, entry in runs[tuned]["exported"].items()
+    ]
     print(f"{tuned} exported: " + ", ".join(shown), flush=True)
     scratch = runs[f"{args.model} from scratch"]["curve"][-1]
     for name, run in runs.items():
         run["first_epoch_at_scratch_final"] = first_epoch_reaching(run.pop("curve"), scratch)
-        print(f"{name:40s} {run['epochs']:>3d} epochs  test {run['test_accuracy']:.4f}  val "
-              f"{run['final_val_accuracy']:.4f}  at the scratch model's final val from epoch "
-              f"{run['first_epoch_at_scratch_final']}  {run['train_seconds']:.0f}s", flush=True)  # fmt: skip
+        print(
+            f"{name:40s} {run['epochs']:>3d} epochs  test {run['test_accuracy']:.4f}  val "
+            f"{run['final_val_accuracy']:.4f}  at the scratch model's final val from epoch "
+            f"{run['first_epoch_at_scratch_final']}  {run['train_seconds']:.0f}s",
+            flush=True,
+        )
     return runs
 
 

@@ -82,8 +82,10 @@ def disk_full(err: BaseException) -> str | None:
             while folder and not os.path.isdir(folder):
                 folder = os.path.dirname(folder)
             free = f" ({shutil.disk_usage(folder).free / 2**20:.1f} MiB free there)" if folder else ""
-            return (f"the disk is full: no space left{where}{free}: free some space or write elsewhere, then run "
-                    "the same command again")  # fmt: skip
+            return (
+                f"the disk is full: no space left{where}{free}: free some space or write elsewhere, then run "
+                "the same command again"
+            )
     return None
 
 
@@ -205,8 +207,12 @@ def _not_an_interruption(record: logging.LogRecord) -> bool:
 # what TensorFlow's native libraries write to stderr while they load, before its logging starts (so that
 # TF_CPP_MIN_LOG_LEVEL cannot hold it back): on CPUs where oneDNN is on by default (AVX512-VNNI, AVX512-BF16, AMX),
 # "oneDNN custom operations are on ..." and absl's warning before it
-STARTUP_NOISE = (b"All log messages before absl::InitializeLog() is called", b"oneDNN custom operations are on",
-                 b"cpu_feature_guard.cc", b"To enable the following instructions:")  # fmt: skip
+STARTUP_NOISE = (
+    b"All log messages before absl::InitializeLog() is called",
+    b"oneDNN custom operations are on",
+    b"cpu_feature_guard.cc",
+    b"To enable the following instructions:",
+)
 
 
 class _QuietLoader:
@@ -278,8 +284,11 @@ def record_step_failures() -> None:
 
         try:
             with open(path, "a", encoding="utf-8") as handle:
-                text = (str(err).strip() if getattr(err, "whole_message", False)
-                        else disk_full(err) or storage_unreachable(err) or one_line(err))  # fmt: skip
+                text = (
+                    str(err).strip()
+                    if getattr(err, "whole_message", False)
+                    else disk_full(err) or storage_unreachable(err) or one_line(err)
+                )
                 handle.write(json.dumps({"error": text, "usage": isinstance(err, UsageError)}) + "\n")
         finally:
             original(kind, err, trace)

@@ -58,8 +58,9 @@ def write_digits(root: str, size: int = DEFAULT_SIZE, per_class_limit: int | Non
         shutil.rmtree(staging, ignore_errors=True)
         raise
     total = sum(written.values())
-    log.info("%s %d digit images in %d classes under %s", "kept the same" if kept else "wrote", total,
-             len(CLASS_NAMES), root)  # fmt: skip
+    log.info(
+        "%s %d digit images in %d classes under %s", "kept the same" if kept else "wrote", total, len(CLASS_NAMES), root
+    )
     return total
 
 
@@ -68,8 +69,9 @@ def same_files(written: str, existing: str) -> bool:
     import filecmp
 
     def listing(root: str) -> list[str]:
-        return sorted(os.path.relpath(os.path.join(folder, name), root)
-                      for folder, _, names in os.walk(root) for name in names)  # fmt: skip
+        return sorted(
+            os.path.relpath(os.path.join(folder, name), root) for folder, _, names in os.walk(root) for name in names
+        )
 
     if not os.path.isdir(existing):
         return False

@@ -90,12 +90,16 @@ DECODING = {
     "pixels": "8-bit RGB; 16-bit grey scaled with rounding, 16-bit colour cut to its high byte",
 }
 # the Model Registry's description of a version: what its serving_default does to the files it is sent
-SERVING_DESCRIPTION = ("An image classifier. serving_default takes image files as clients have them (image_bytes: "
-                       "JPEG, PNG, GIF or BMP) and decodes them as the training data was: the EXIF orientation "
-                       "applied, alpha composited on white, then resized to fill the model's square and "
-                       "centre-cropped. A client compositing on another background sends other pixels.")  # fmt: skip
-TFLITE_INPUT = ("decoded, upright (the EXIF orientation applied), 8-bit RGB pixels with any alpha composited on "
-                "white, resized to fill the square and centre-cropped: the caller does this work")  # fmt: skip
+SERVING_DESCRIPTION = (
+    "An image classifier. serving_default takes image files as clients have them (image_bytes: "
+    "JPEG, PNG, GIF or BMP) and decodes them as the training data was: the EXIF orientation "
+    "applied, alpha composited on white, then resized to fill the model's square and "
+    "centre-cropped. A client compositing on another background sends other pixels."
+)
+TFLITE_INPUT = (
+    "decoded, upright (the EXIF orientation applied), 8-bit RGB pixels with any alpha composited on "
+    "white, resized to fill the square and centre-cropped: the caller does this work"
+)
 
 
 def decoded_at_least(image_size: int) -> int:
@@ -181,8 +185,13 @@ def decode_rgb(encoded, at_least: int = 0):
             return tf.bitwise.right_shift(wide(4)[..., :3], 8)
 
         alpha = tf.logical_or(tf.equal(color_type, 4), tf.equal(color_type, 6))
-        pixels = tf.case([(alpha, translucent), (tf.equal(color_type, 3), lambda: tf.cond(
-            png_has_transparency(encoded), translucent, palette))], default=opaque)  # fmt: skip
+        pixels = tf.case(
+            [
+                (alpha, translucent),
+                (tf.equal(color_type, 3), lambda: tf.cond(png_has_transparency(encoded), translucent, palette)),
+            ],
+            default=opaque,
+        )
         return tf.cast(pixels, tf.uint8)
 
     def gif():
@@ -192,8 +201,10 @@ def decode_rgb(encoded, at_least: int = 0):
         return bmp_rgb(encoded, refused)
 
     def refused():
-        message = ("image_bytes holds an image this model does not decode: send JPEG, PNG, GIF, or BMP of 8, 24 or "
-                   "32 bits (WebP and other formats: convert them to PNG first)")  # fmt: skip
+        message = (
+            "image_bytes holds an image this model does not decode: send JPEG, PNG, GIF, or BMP of 8, 24 or "
+            "32 bits (WebP and other formats: convert them to PNG first)"
+        )
         check = tf.debugging.Assert(False, [message])
         with tf.control_dependencies([check]):
             return tf.zeros([1, 1, 3], tf.uint8)
@@ -308,10 +319,12 @@ def gif_first_frame_on_white(encoded):
     def on_white():
         characters = tf.constant([bytes([value]) for value in range(256)])
         cleared = tf.gather(characters, tf.bitwise.bitwise_and(flags, 0xFE))
-        edited = tf.strings.join([tf.strings.substr(encoded, 0, control + 3), cleared,
-                                  tf.strings.substr(encoded, control + 4, length)])  # fmt: skip
-        return tf.strings.join([tf.strings.substr(edited, 0, entry), b"\xff\xff\xff",
-                                tf.strings.substr(edited, entry + 3, length)])  # fmt: skip
+        edited = tf.strings.join(
+            [tf.strings.substr(encoded, 0, control + 3), cleared, tf.strings.substr(encoded, control + 4, length)]
+        )
+        return tf.strings.join(
+            [tf.strings.substr(edited, 0, entry), b"\xff\xff\xff", tf.strings.substr(edited, entry + 3, length)]
+        )
 
     whitened = tf.cond(usable, on_white, lambda: encoded)
     return tf.cond(end > 0, lambda: tf.strings.join([tf.strings.substr(whitened, 0, end), b";"]), lambda: whitened)
@@ -333,9 +346,12 @@ def png_has_transparency(encoded):
         moved = position + 12 + tf.cast(tf.minimum(size, 1 << 30), tf.int32)
         return moved, found, ended | (moved >= length)
 
-    _, found, _ = tf.while_loop(lambda *state: tf.logical_not(state[-1]), step,
-                                (tf.constant(8), tf.constant(False), tf.constant(False)),
-                                maximum_iterations=4096)  # fmt: skip
+    _, found, _ = tf.while_loop(
+        lambda *state: tf.logical_not(state[-1]),
+        step,
+        (tf.constant(8), tf.constant(False), tf.constant(False)),
+        maximum_iterations=4096,
+    )
     return found
 
 
@@ -368,11 +384,13 @@ def bmp_rgb(encoded, refused):
 
         def four():
             alpha = masked & (info_size >= 56) & tf.equal(little(66, 4), 0xFF000000)
-            return tf.cond(alpha, lambda: tf.cast(composite_pillow(tf.cast(pixels, tf.int32)), tf.uint8),
-                           lambda: pixels[..., :3])  # fmt: skip
+            return tf.cond(
+                alpha, lambda: tf.cast(composite_pillow(tf.cast(pixels, tf.int32)), tf.uint8), lambda: pixels[..., :3]
+            )
 
         channels = tf.shape(pixels)[-1]
-        return tf.case([(tf.equal(channels, 1), indexed), (tf.equal(channels, 4), four)],
-                       default=lambda: pixels[..., :3])  # fmt: skip
+        return tf.case(
+            [(tf.equal(channels, 1), indexed), (tf.equal(channels, 4), four)], default=lambda: pixels[..., :3]
+        )
 
     return tf.cond(plain | masked, decoded, refused)

@@ -24,8 +24,12 @@ def chance_loss(class_counts: Sequence[int]) -> float:
     return -sum(count / total * math.log(count / total) for count in class_counts if count)
 
 
-def not_learning(losses: Sequence[float], num_classes: int, first_epochs: int = FIRST_EPOCHS,
-                 class_counts: Sequence[int] | None = None) -> str | None:  # fmt: skip
+def not_learning(
+    losses: Sequence[float],
+    num_classes: int,
+    first_epochs: int = FIRST_EPOCHS,
+    class_counts: Sequence[int] | None = None,
+) -> str | None:
     """Why the training losses so far (one per epoch) show no learning, or None.
 
     A loss that is not a finite number, at any epoch; or, once ``first_epochs`` epochs have run, a last loss no
@@ -40,8 +44,11 @@ def not_learning(losses: Sequence[float], num_classes: int, first_epochs: int = 
     chance = chance_loss(class_counts) if class_counts and sum(class_counts) else uniform
     if losses[-1] < (1 - CHANCE_MARGIN) * chance:
         return None
-    why = (f"chance for {num_classes} classes (ln {num_classes} = {uniform:.4f})" if abs(chance - uniform) <= 1e-3
-           else f"no better than the classes' own shares of the examples (their entropy: {chance:.4f})")  # fmt: skip
+    why = (
+        f"chance for {num_classes} classes (ln {num_classes} = {uniform:.4f})"
+        if abs(chance - uniform) <= 1e-3
+        else f"no better than the classes' own shares of the examples (their entropy: {chance:.4f})"
+    )
     return f"the training loss is still {losses[-1]:.4f} after {len(losses)} epochs: {why}, so nothing was learned"
 
 

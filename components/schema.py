@@ -291,8 +291,9 @@ def read_stats(examples_dir: str) -> dict:
             reason = read_json(failed)["reason"]
         except (ValueError, KeyError, TypeError):  # (an empty marker: its record could not be written, a full disk)
             reason = "its reason could not be recorded"
-        raise UsageError(f"examples dir {examples_dir} holds a conversion that failed ({reason}): convert again into "
-                         "it")  # fmt: skip
+        raise UsageError(
+            f"examples dir {examples_dir} holds a conversion that failed ({reason}): convert again into it"
+        )
     if not exists(path):
         raise UsageError(f"examples dir {examples_dir} has no {STATS_FILE}: run the convert step into it first")
     return read_json(path)

@@ -307,11 +307,15 @@ def check_writable(path: str, what: str) -> None:
     folder = os.path.abspath(path)
     longest = max(folder.split(os.sep), key=len)
     if len(longest.encode()) > NAME_MAX:
-        raise UsageError(f"{what} {path} cannot be made: its part {longest[:40]}... is {len(longest.encode())} bytes "
-                         f"long, more than the {NAME_MAX} a file name may take; choose a shorter name")  # fmt: skip
+        raise UsageError(
+            f"{what} {path} cannot be made: its part {longest[:40]}... is {len(longest.encode())} bytes "
+            f"long, more than the {NAME_MAX} a file name may take; choose a shorter name"
+        )
     if len(folder.encode()) > PATH_MAX - PATH_MARGIN:
-        raise UsageError(f"{what} {path} is {len(folder.encode())} bytes long: the files written under it would pass "
-                         f"the {PATH_MAX} a path may take; choose a shorter path")  # fmt: skip
+        raise UsageError(
+            f"{what} {path} is {len(folder.encode())} bytes long: the files written under it would pass "
+            f"the {PATH_MAX} a path may take; choose a shorter path"
+        )
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
     try:

@@ -92,8 +92,10 @@ def read_vocabulary(path: str) -> list[str]:
     with open_read(path) as handle:
         tokens = parse_vocabulary(handle.read())
     if tokens[:2] != [PADDING, OUT_OF_VOCABULARY]:
-        raise UsageError(f"{path} is not a vocabulary of this pipeline: its first lines must be padding (empty) and "
-                         f"{OUT_OF_VOCABULARY}; convert the texts with `python -m components.convert`")  # fmt: skip
+        raise UsageError(
+            f"{path} is not a vocabulary of this pipeline: its first lines must be padding (empty) and "
+            f"{OUT_OF_VOCABULARY}; convert the texts with `python -m components.convert`"
+        )
     return tokens
 
 

@@ -160,8 +160,9 @@ def check_settings(settings: VertexSettings, need_root: bool = True) -> None:
         settings.project = project_from_credentials(settings)
         settings.sources["project"] = CREDENTIALS_SOURCE
     if not settings.project:
-        raise UsageError(f"no Google Cloud project: {how('project', 'my-project')}, or run "
-                         "`gcloud config set project my-project`")  # fmt: skip
+        raise UsageError(
+            f"no Google Cloud project: {how('project', 'my-project')}, or run `gcloud config set project my-project`"
+        )
     if not settings.region:
         raise UsageError(f"no region: {how('region', 'europe-west4')}")
     if not REGION_PATTERN.match(settings.region):
@@ -182,8 +183,10 @@ def check_settings(settings: VertexSettings, need_root: bool = True) -> None:
 
 def where_from(settings: VertexSettings) -> str:
     """The line a command logs on connecting: its project and region, and where each came from."""
-    return (f"project {settings.project} (from {settings.sources.get('project', 'the caller')}), region "
-            f"{settings.region} (from {settings.sources.get('region', 'the caller')})")  # fmt: skip
+    return (
+        f"project {settings.project} (from {settings.sources.get('project', 'the caller')}), region "
+        f"{settings.region} (from {settings.sources.get('region', 'the caller')})"
+    )
 
 
 def credentials_for(settings: VertexSettings):
@@ -283,8 +286,14 @@ def backoff(settings: VertexSettings, predicate, on_error=None):
     up to 30 s, for ``retry_timeout`` seconds in all (``google.api_core.retry``)."""
     from google.api_core import retry
 
-    return retry.Retry(predicate=predicate, initial=settings.retry_initial, maximum=max(settings.retry_initial, 30.0),
-                       multiplier=2.0, timeout=settings.retry_timeout, on_error=on_error)  # fmt: skip
+    return retry.Retry(
+        predicate=predicate,
+        initial=settings.retry_initial,
+        maximum=max(settings.retry_initial, 30.0),
+        multiplier=2.0,
+        timeout=settings.retry_timeout,
+        on_error=on_error,
+    )
 
 
 def call(
@@ -405,6 +414,7 @@ def vertex_settings_in_pipeline(project: str, location: str) -> VertexSettings:
     """Settings for a step running on Vertex AI Pipelines: its project and location (Vertex AI fills them in), the
     ``TPU_PIPELINE_*`` environment for the rest (an API endpoint, say)."""
     settings = load_settings({"project": project, "region": location})
-    settings.sources.update({name: "the pipeline run" for name, value in (("project", project), ("region", location))
-                             if value})  # fmt: skip
+    settings.sources.update(
+        {name: "the pipeline run" for name, value in (("project", project), ("region", location)) if value}
+    )
     return settings

@@ -50,5 +50,7 @@ def parameter_specs(space) -> list[dict]:
     from google.cloud.aiplatform_v1.types import study
 
     to_dict = study.StudySpec.ParameterSpec.to_dict
-    return [to_dict(spec._to_parameter_spec(parameter_id=name), use_integers_for_enums=False)
-            for name, spec in space.items()]  # fmt: skip
+    return [
+        to_dict(spec._to_parameter_spec(parameter_id=name), use_integers_for_enums=False)
+        for name, spec in space.items()
+    ]

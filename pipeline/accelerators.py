@@ -109,8 +109,15 @@ DEFAULT_MAX_QUEUE_SECONDS = 3600  # the training job's wait for its machines, by
 DEFAULT_MAX_STEP_SECONDS = 12 * 3600  # the other steps' time, by default
 # the GPUs whose training jobs Vertex AI's Dynamic Workload Scheduler queues (its "Schedule training jobs based on
 # resource availability" page names L4, A100, H100, H200 and B200; no TPU)
-FLEX_START_ACCELERATORS = ("NVIDIA_L4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_H100_80GB",
-                           "NVIDIA_H100_MEGA_80GB", "NVIDIA_H200_141GB", "NVIDIA_B200")  # fmt: skip
+FLEX_START_ACCELERATORS = (
+    "NVIDIA_L4",
+    "NVIDIA_TESLA_A100",
+    "NVIDIA_A100_80GB",
+    "NVIDIA_H100_80GB",
+    "NVIDIA_H100_MEGA_80GB",
+    "NVIDIA_H200_141GB",
+    "NVIDIA_B200",
+)
 
 
 @dataclass(frozen=True)
@@ -137,35 +144,47 @@ class Scheduling:
 
     def __post_init__(self) -> None:
         if self.strategy not in SCHEDULING_STRATEGIES:
-            raise UsageError(f"--scheduling {self.strategy!r} is not a strategy: use one of "
-                             f"{', '.join(SCHEDULING_STRATEGIES)}")  # fmt: skip
+            raise UsageError(
+                f"--scheduling {self.strategy!r} is not a strategy: use one of {', '.join(SCHEDULING_STRATEGIES)}"
+            )
         if self.max_wait and self.strategy != "flex-start":
-            raise UsageError(f"--max-wait {self.max_wait} applies to --scheduling flex-start only (how long the job "
-                             "may queue for its machines)")  # fmt: skip
+            raise UsageError(
+                f"--max-wait {self.max_wait} applies to --scheduling flex-start only (how long the job "
+                "may queue for its machines)"
+            )
         if self.max_wait and not DURATION.fullmatch(self.max_wait):
-            raise UsageError(f"--max-wait {self.max_wait!r} is not a duration: use e.g. 90m, 2h, 1800s, or 0 for no "
-                             "limit")  # fmt: skip
+            raise UsageError(
+                f"--max-wait {self.max_wait!r} is not a duration: use e.g. 90m, 2h, 1800s, or 0 for no limit"
+            )
         if self.max_queue and not DURATION.fullmatch(self.max_queue):
             raise UsageError(
                 f"--max-queue {self.max_queue!r} is not a duration: use e.g. 30m, 2h, 1800s, or 0 for no limit"
             )
-        if self.max_train_time and (not DURATION.fullmatch(self.max_train_time) or self.seconds(self.max_train_time)
-                                    == 0):  # fmt: skip
-            raise UsageError(f"--max-train-time {self.max_train_time!r} is not a duration: use e.g. 6h, 90m, 3600s "
-                             "(the job is cancelled past it)")  # fmt: skip
+        if self.max_train_time and (
+            not DURATION.fullmatch(self.max_train_time) or self.seconds(self.max_train_time) == 0
+        ):
+            raise UsageError(
+                f"--max-train-time {self.max_train_time!r} is not a duration: use e.g. 6h, 90m, 3600s "
+                "(the job is cancelled past it)"
+            )
         if self.max_step_time and not DURATION.fullmatch(self.max_step_time):
-            raise UsageError(f"--max-step-time {self.max_step_time!r} is not a duration: use e.g. 2h, 90m, 3600s, or "
-                             "0 for no limit")  # fmt: skip
+            raise UsageError(
+                f"--max-step-time {self.max_step_time!r} is not a duration: use e.g. 2h, 90m, 3600s, or 0 for no limit"
+            )
         if self.max_queue and self.strategy == "flex-start":
             raise UsageError(
                 "--max-queue applies to standard and spot machines: with flex-start, --max-wait bounds the queueing"
             )
         if self.reservation not in ("", "any", "none") and not RESERVATION_NAME.fullmatch(self.reservation):
-            raise UsageError(f"--reservation {self.reservation!r}: use any, none, or a reservation's resource name "
-                             "projects/P/zones/Z/reservations/NAME")  # fmt: skip
+            raise UsageError(
+                f"--reservation {self.reservation!r}: use any, none, or a reservation's resource name "
+                "projects/P/zones/Z/reservations/NAME"
+            )
         if self.reservation and self.reservation != "none" and self.strategy != "standard":
-            raise UsageError(f"--reservation {self.reservation} takes --scheduling standard: Vertex AI consumes "
-                             f"reservations with on-demand machines, not {self.strategy} ones")  # fmt: skip
+            raise UsageError(
+                f"--reservation {self.reservation} takes --scheduling standard: Vertex AI consumes "
+                f"reservations with on-demand machines, not {self.strategy} ones"
+            )
 
     def check_target(self, accelerator: str) -> None:
         """A one-line error where Vertex AI does not offer this choice on ``accelerator``'s machines: Spot VMs on a
@@ -174,15 +193,19 @@ class Scheduling:
         spec = machine_spec(accelerator)
         if self.strategy == "spot" and spec.hosts > 1:
             single = accelerator.split("-")[0] + "-8"
-            raise UsageError(f"--scheduling spot cannot obtain --accelerator {accelerator}: Vertex AI takes no Spot "
-                             f"VMs for a TPU slice of several hosts; use a single-host target ({single}) or "
-                             "--scheduling standard")  # fmt: skip
+            raise UsageError(
+                f"--scheduling spot cannot obtain --accelerator {accelerator}: Vertex AI takes no Spot "
+                f"VMs for a TPU slice of several hosts; use a single-host target ({single}) or "
+                "--scheduling standard"
+            )
         if self.strategy == "flex-start" and spec.accelerator_type not in FLEX_START_ACCELERATORS:
             offered = [name for name, s in ACCELERATORS.items() if s.accelerator_type in FLEX_START_ACCELERATORS]
-            raise UsageError(f"--scheduling flex-start cannot obtain --accelerator {accelerator}: Vertex AI's "
-                             "Dynamic Workload Scheduler queues training jobs for L4, A100, H100, H200 and B200 GPUs "
-                             f"only; use --accelerator {' or '.join(offered)}, or --scheduling spot or "
-                             "standard")  # fmt: skip
+            raise UsageError(
+                f"--scheduling flex-start cannot obtain --accelerator {accelerator}: Vertex AI's "
+                "Dynamic Workload Scheduler queues training jobs for L4, A100, H100, H200 and B200 GPUs "
+                f"only; use --accelerator {' or '.join(offered)}, or --scheduling spot or "
+                "standard"
+            )
 
     def queued_seconds(self) -> int:
         """The train step's bound on the job's wait for its machines: ``max_queue``, an hour by default, none (0) for
@@ -233,7 +256,9 @@ class Scheduling:
         elif self.reservation == "none":
             arguments["reservation_affinity_type"] = "NO_RESERVATION"
         elif self.reservation:
-            arguments.update(reservation_affinity_type="SPECIFIC_RESERVATION",
-                             reservation_affinity_key=RESERVATION_NAME_KEY,
-                             reservation_affinity_values=[self.reservation])  # fmt: skip
+            arguments.update(
+                reservation_affinity_type="SPECIFIC_RESERVATION",
+                reservation_affinity_key=RESERVATION_NAME_KEY,
+                reservation_affinity_values=[self.reservation],
+            )
         return arguments

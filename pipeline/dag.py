@@ -187,8 +187,9 @@ class StepOps:
     deploy: Any
 
 
-def step_ops(images: Images, accelerator: Optional[str], registry: Optional[str], train_image: str,
-             scheduling: Scheduling) -> StepOps:  # fmt: skip
+def step_ops(
+    images: Images, accelerator: Optional[str], registry: Optional[str], train_image: str, scheduling: Scheduling
+) -> StepOps:
     """Each step's component: the training step a Vertex AI custom job on ``accelerator``'s machine, or (None) a
     container step in ``train_image``; the registry steps of ``registry``'s flavour. The steps that only list files
     and call APIs run in the light image (``pipeline.images.LIGHT_STEPS``), the others in the pipeline image."""
@@ -266,8 +267,16 @@ def outputs_type(registry: Optional[str]):
 
 # the pipeline parameters each step takes under the same name
 TEXT_INPUTS = ("modality", "text_column", "label_column")
-CONVERT_INPUTS = ("image_size", "validation_fraction", "test_fraction", "num_shards", "max_bad_fraction",
-                  "beam_args", "vocabulary_size", "sequence_length")  # fmt: skip
+CONVERT_INPUTS = (
+    "image_size",
+    "validation_fraction",
+    "test_fraction",
+    "num_shards",
+    "max_bad_fraction",
+    "beam_args",
+    "vocabulary_size",
+    "sequence_length",
+)
 
 
 def find_baseline(ops: StepOps, p: dict, registry: Optional[str]):
@@ -275,8 +284,9 @@ def find_baseline(ops: StepOps, p: dict, registry: Optional[str]):
     looked up on every run; without a registry, the ``baseline_model`` parameter."""
     if not registry:
         return p["baseline_model"], None
-    found = ops.find_baseline(display_name=p["model_display_name"], baseline=p["baseline_model"],
-                              model_root=p["model_root"], run_id=RUN_ID)  # fmt: skip
+    found = ops.find_baseline(
+        display_name=p["model_display_name"], baseline=p["baseline_model"], model_root=p["model_root"], run_id=RUN_ID
+    )
     found.set_display_name("find the baseline").set_caching_options(enable_caching=False)
     return found.output, found
 
@@ -306,8 +316,9 @@ def convert_check_and_train(ops: StepOps, p: dict, baseline, accelerator: Option
     ).set_display_name("check the data")
     training = {name: p[name] for name in TRAIN}
     if accelerator is None:  # kfp.local: the train step searches itself when tune_trials > 0 (run-local --tune N)
-        trained = ops.train(**ops.train_options, examples=converted.outputs["examples"], **training,
-                            tune_trials=p["tune_trials"]).set_display_name("train")  # fmt: skip
+        trained = ops.train(
+            **ops.train_options, examples=converted.outputs["examples"], **training, tune_trials=p["tune_trials"]
+        ).set_display_name("train")
         trained.after(checked)  # the gate: a blocked version fails check-data, and nothing trains
         return converted, checked, trained.outputs["model"]
     with dsl.If(p["tune_trials"] > 0, name="tune"):  # a Vertex AI tuning job; its best trial's model goes on
@@ -315,8 +326,13 @@ def convert_check_and_train(ops: StepOps, p: dict, baseline, accelerator: Option
     with dsl.Else(name="train-once"):
         # the training job's logs to a Vertex AI TensorBoard (submit --tensorboard)
         job_options = {"tensorboard": p["tensorboard"], "base_output_directory": p["base_output_directory"]}
-        trained = ops.train(**ops.train_options, **job_options, examples=converted.outputs["examples"], **training,
-                            tune_trials=p["tune_trials"]).set_display_name("train")  # fmt: skip
+        trained = ops.train(
+            **ops.train_options,
+            **job_options,
+            examples=converted.outputs["examples"],
+            **training,
+            tune_trials=p["tune_trials"],
+        ).set_display_name("train")
         trained.after(checked)
         # a job failed (preempted past a restart in place, out of capacity) is launched again, and resumes from the
         # backup its inputs name (components.train.core.lasting_checkpoint_dir)
@@ -353,13 +369,15 @@ def tuning_job(ops: StepOps, p: dict, converted, checked, training: dict):
         network=NETWORK_PLACEHOLDER,
         encryption_spec_key_name=ENCRYPTION_SPEC_KMS_KEY_NAME_PLACEHOLDER,
     ).set_display_name("hyperparameter tuning job")
-    best = ops.best_trial(gcp_resources=job.outputs["gcp_resources"],
-                          base_output_directory=spec.outputs["base_output_directory"])  # fmt: skip
+    best = ops.best_trial(
+        gcp_resources=job.outputs["gcp_resources"], base_output_directory=spec.outputs["base_output_directory"]
+    )
     return best.set_display_name("the best trial")
 
 
-def evaluate_and_gate(ops: StepOps, p: dict, converted, checked, model, baseline, registry: Optional[str],
-                      accelerator: Optional[str]) -> dict:  # fmt: skip
+def evaluate_and_gate(
+    ops: StepOps, p: dict, converted, checked, model, baseline, registry: Optional[str], accelerator: Optional[str]
+) -> dict:
     """evaluate and bless -> (blessed) export -> register, with the data statistics -> deploy, or
     (not blessed) the step that says why; returns the pipeline's outputs (but the baseline)."""
     evaluated = ops.evaluate(
@@ -392,8 +410,9 @@ def evaluate_and_gate(ops: StepOps, p: dict, converted, checked, model, baseline
     return results
 
 
-def register_and_deploy(ops: StepOps, p: dict, evaluated, exported, checked, baseline, registry: str,
-                        accelerator: Optional[str]):  # fmt: skip
+def register_and_deploy(
+    ops: StepOps, p: dict, evaluated, exported, checked, baseline, registry: str, accelerator: Optional[str]
+):
     """The blessed export as the registry's next version, with the statistics of the data it learned from (the
     next runs' data baseline) and its evaluation; on Vertex AI, with that evaluation imported into it, and deployed to
     ``endpoint`` when one is given. Returns the register task. (Export itself does not take the statistics: it
@@ -416,8 +435,9 @@ def register_and_deploy(ops: StepOps, p: dict, evaluated, exported, checked, bas
     # decision its own)
     if registry == "vertex" and accelerator is not None:  # serve the version in service, if asked
         with dsl.If(p["endpoint"] != "", name="deploy-to-endpoint"):
-            deployed = ops.deploy(vertex_model=registered.outputs["vertex_model"], endpoint=p["endpoint"],
-                                  **defaults(DEPLOY))  # fmt: skip
+            deployed = ops.deploy(
+                vertex_model=registered.outputs["vertex_model"], endpoint=p["endpoint"], **defaults(DEPLOY)
+            )
             deployed.set_display_name("deploy to the endpoint").set_caching_options(enable_caching=False)
     return registered
 

@@ -37,14 +37,17 @@ def served_export(settings: VertexSettings, target) -> dict:
     deployed = next((d for d in target.gca_resource.deployed_models if d.id == serving), None)
     if deployed is None:
         raise UsageError(f"endpoint {target.resource_name} serves no model: deploy one first (the endpoint parameter)")
-    model = call("look up the served model", lambda: aiplatform.Model(f"{deployed.model}@{deployed.model_version_id}"),
-                 settings)  # fmt: skip
+    model = call(
+        "look up the served model", lambda: aiplatform.Model(f"{deployed.model}@{deployed.model_version_id}"), settings
+    )
     uri = (model.uri or "").rstrip("/")
     folder = uri[: -len(SAVED_MODEL_DIR)].rstrip("/") if uri.endswith(SAVED_MODEL_DIR) else uri
     report = f"{folder}/{EXPORT_FILE}"
     if not exists(report):
-        raise UsageError(f"the served model {model.resource_name} has no {EXPORT_FILE} beside {uri}: register an "
-                         "export of this pipeline")  # fmt: skip
+        raise UsageError(
+            f"the served model {model.resource_name} has no {EXPORT_FILE} beside {uri}: register an "
+            "export of this pipeline"
+        )
     return read_json(report)
 
 
@@ -76,16 +79,20 @@ def predict_endpoint(settings: VertexSettings, endpoint: str, images: list[str],
     target = find_endpoint(settings, endpoint)
     report = served_export(settings, target)
     if report.get("modality") == "text":
-        raise UsageError(f"endpoint {endpoint} serves a text model: --endpoint takes images; predict texts with "
-                         "--model and the export step's output")  # fmt: skip
+        raise UsageError(
+            f"endpoint {endpoint} serves a text model: --endpoint takes images; predict texts with "
+            "--model and the export step's output"
+        )
     names, size = list(report["class_names"]), int(report["image_size"])
     readable, errors = read_images(images)
     answers = []
     for chunk in online_requests(readable, size, decodes_as_conversion(report)):
         instances = [instance for _, instance in chunk]
         response = call("predict", lambda instances=instances: target.predict(instances=instances), settings)
-        answers += [top_labels(path, prediction["probabilities"], names, top)
-                    for (path, _), prediction in zip(chunk, response.predictions, strict=True)]  # fmt: skip
+        answers += [
+            top_labels(path, prediction["probabilities"], names, top)
+            for (path, _), prediction in zip(chunk, response.predictions, strict=True)
+        ]
     return answers, errors
 
 
@@ -154,8 +161,10 @@ def write_file_list(folder: str, output: str) -> str:
 
     found = [path for path in glob(folder.rstrip("/") + "/**") if path.lower().endswith(IMAGE_SUFFIXES)]
     if not found:
-        raise UsageError(f"--source {folder} holds no images ({', '.join(IMAGE_SUFFIXES)}): pass a folder of images "
-                         "or a .jsonl of instances")  # fmt: skip
+        raise UsageError(
+            f"--source {folder} holds no images ({', '.join(IMAGE_SUFFIXES)}): pass a folder of images "
+            "or a .jsonl of instances"
+        )
     listing = output.rstrip("/") + "/instances.txt"
     from components.storage import write_atomically
 
@@ -168,8 +177,11 @@ def follow_batch(job, settings: VertexSettings, poll_seconds: float) -> str:
     """Polls the batch prediction job until it ends; raises ``VertexError`` unless it succeeded."""
     state, started = "", time.monotonic()
     while True:
-        resource = call("follow the batch prediction job",
-                        lambda: job.api_client.get_batch_prediction_job(name=job.resource_name), settings)  # fmt: skip
+        resource = call(
+            "follow the batch prediction job",
+            lambda: job.api_client.get_batch_prediction_job(name=job.resource_name),
+            settings,
+        )
         if resource.state.name != state:
             state = resource.state.name
             print(f"  {time.monotonic() - started:6.0f}s  {state}")

@@ -15,8 +15,15 @@ BEAM_WORKER_IMAGE = "beam-worker"  # Dataflow workers of the convert step (--sdk
 LIGHT_IMAGE = "light"  # the steps that only list files and call APIs: no TensorFlow, Beam, JAX nor NumPy
 # the steps (their functions' names) that run in LIGHT_IMAGE (on Vertex AI, the training job's launcher too, whose job
 # runs in the trainer's image); every other step runs in PIPELINE_IMAGE
-LIGHT_STEPS = ("fingerprint", "find_baseline", "register", "find_baseline_in_folder", "register_in_folder", "deploy",
-               "not_blessed")  # fmt: skip
+LIGHT_STEPS = (
+    "fingerprint",
+    "find_baseline",
+    "register",
+    "find_baseline_in_folder",
+    "register_in_folder",
+    "deploy",
+    "not_blessed",
+)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,9 @@ def check_backend(parameters: dict) -> str:
     return "tensorflow" if parameters.get("backend") == "tensorflow" else "jax"
 
 
-def check_up_front(ref: str, hparams, spec: ModelSpec | None, backend: str, log_path: str,
-                   remember: bool = False) -> dict:  # fmt: skip
+def check_up_front(
+    ref: str, hparams, spec: ModelSpec | None, backend: str, log_path: str, remember: bool = False
+) -> dict:
     """``python -m pipeline models check`` in a process of its own (Keras imported there, on ``backend``, on the
     CPU): what it found, or its one-line error (its traceback in ``log_path``). ``remember``: a check passed is kept
     beside ``log_path`` (a work dir's), and not made again for the same file, input and frameworks."""

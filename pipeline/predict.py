@@ -138,8 +138,9 @@ def predict(model: str, images: list[str], top: int = 3) -> tuple[list[Answer], 
         errors += failed
         if readable:
             probabilities = answer([content for _, content in readable])
-            answers += [top_labels(path, row, class_names, top) for (path, _), row in zip(readable, probabilities,
-                                                                                           strict=True)]  # fmt: skip
+            answers += [
+                top_labels(path, row, class_names, top) for (path, _), row in zip(readable, probabilities, strict=True)
+            ]
     return answers, errors
 
 

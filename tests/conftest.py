@@ -88,8 +88,14 @@ def converted(image_folder, tmp_path_factory) -> tuple[str, dict]:
     from components.convert.core import ConvertConfig, run
 
     def make(output: str) -> tuple[str, dict]:
-        config = ConvertConfig(source=image_folder, output_dir=output, image_size=TINY_SIZE, validation_fraction=0.2,
-                               test_fraction=0.2, pipeline_args=IN_MEMORY)  # fmt: skip
+        config = ConvertConfig(
+            source=image_folder,
+            output_dir=output,
+            image_size=TINY_SIZE,
+            validation_fraction=0.2,
+            test_fraction=0.2,
+            pipeline_args=IN_MEMORY,
+        )
         return output, run(config)
 
     return session_fixture("converted", tmp_path_factory, make, after=("image_folder",))
@@ -228,8 +234,24 @@ def mutation_test_files(mutant: str) -> set[str] | None:
 POSITIVE = ["good", "great", "fine", "nice", "superb", "lovely"]
 NEGATIVE = ["bad", "awful", "poor", "sad", "dull", "boring"]
 NEUTRAL = ["the", "a", "movie", "film", "was", "it", "and", "plot", "cast", "really"]
-DRESSING = ["<BR />", "<br/>", "Don't!", "ÉCOLE", "Straße", "ΟΔΟΣ", "naïve…", "\u00a0", "\t", "\u3000", "“quoted”",
-            "İstanbul", "😀", "x\u200by", "C'est-à-dire", "(1/10)"]  # fmt: skip
+DRESSING = [
+    "<BR />",
+    "<br/>",
+    "Don't!",
+    "ÉCOLE",
+    "Straße",
+    "ΟΔΟΣ",
+    "naïve…",
+    "\u00a0",
+    "\t",
+    "\u3000",
+    "“quoted”",
+    "İstanbul",
+    "😀",
+    "x\u200by",
+    "C'est-à-dire",
+    "(1/10)",
+]
 TEXT_SEQUENCE_LENGTH = 16
 
 
@@ -258,8 +280,13 @@ def text_examples(tmp_path_factory) -> tuple[str, dict]:
 
     def make(folder: str) -> tuple[str, dict]:
         source, output = write_reviews(pathlib.Path(folder, "reviews.jsonl")), os.path.join(folder, "examples")
-        config = TextConvertConfig(source=source, output_dir=output, vocabulary_size=64,
-                                   sequence_length=TEXT_SEQUENCE_LENGTH, pipeline_args=IN_MEMORY)  # fmt: skip
+        config = TextConvertConfig(
+            source=source,
+            output_dir=output,
+            vocabulary_size=64,
+            sequence_length=TEXT_SEQUENCE_LENGTH,
+            pipeline_args=IN_MEMORY,
+        )
         return output, run_text(config)
 
     return session_fixture("text_examples", tmp_path_factory, make)
@@ -272,8 +299,15 @@ def trained_text(text_examples, tmp_path_factory) -> tuple[str, dict]:
 
     def make(folder: str) -> tuple[str, dict]:
         model_dir = os.path.join(folder, "model")
-        config = TrainConfig(examples_dir=text_examples[0], model_dir=model_dir, model_name="lstm", epochs=6,
-                             per_replica_batch_size=16, backend="tensorflow", precision="float32")  # fmt: skip
+        config = TrainConfig(
+            examples_dir=text_examples[0],
+            model_dir=model_dir,
+            model_name="lstm",
+            epochs=6,
+            per_replica_batch_size=16,
+            backend="tensorflow",
+            precision="float32",
+        )
         return model_dir, run(config, env={})
 
     return session_fixture("trained_text", tmp_path_factory, make, after=("text_examples",))
@@ -437,8 +471,14 @@ def fingerprint_step(source: str) -> str:
     from components.convert.component import fingerprint
     from components.params import CONVERT, TEXT
 
-    return fingerprint(source, classes=[], run_id="", modality=CONVERT["modality"].default,
-                       text_column=TEXT["text_column"].default, label_column=TEXT["label_column"].default)  # fmt: skip
+    return fingerprint(
+        source,
+        classes=[],
+        run_id="",
+        modality=CONVERT["modality"].default,
+        text_column=TEXT["text_column"].default,
+        label_column=TEXT["label_column"].default,
+    )
 
 
 @pytest.fixture
@@ -448,8 +488,9 @@ def small_disk(tmp_path):
     full-disk tests cannot make their fault, and say so.)"""
     folder = tmp_path / "disk"
     folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True,
-                             text=True)  # fmt: skip
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"a full disk needs a tmpfs mount, which this machine refuses: {mounted.stderr.strip()}")
 

@@ -23,15 +23,27 @@ from urllib.parse import parse_qs, unquote, urlparse
 from tests.fake_google import FakeGoogle
 
 TYPES = "type.googleapis.com/google.cloud.aiplatform.v1"
-STATUS_NAMES = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ALREADY_EXISTS",
-                429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}  # fmt: skip
+STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ALREADY_EXISTS",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
 # (most specific first: an evaluation's path holds "/models" too)
-PERMISSIONS = {"evaluations": "aiplatform.modelEvaluations.import", "contexts": "aiplatform.contexts.create",
-               "deployModel": "aiplatform.endpoints.deploy", "predict": "aiplatform.endpoints.predict",
-               "endpoints": "aiplatform.endpoints.create",
-               "batchPredictionJobs": "aiplatform.batchPredictionJobs.create",
-               "pipelineJobs": "aiplatform.pipelineJobs.create", "schedules": "aiplatform.schedules.create",
-               "models": "aiplatform.models.upload"}  # fmt: skip
+PERMISSIONS = {
+    "evaluations": "aiplatform.modelEvaluations.import",
+    "contexts": "aiplatform.contexts.create",
+    "deployModel": "aiplatform.endpoints.deploy",
+    "predict": "aiplatform.endpoints.predict",
+    "endpoints": "aiplatform.endpoints.create",
+    "batchPredictionJobs": "aiplatform.batchPredictionJobs.create",
+    "pipelineJobs": "aiplatform.pipelineJobs.create",
+    "schedules": "aiplatform.schedules.create",
+    "models": "aiplatform.models.upload",
+}
 
 
 @dataclass
@@ -188,8 +200,11 @@ class FakeVertex:
             name = parent_model or f"{parent}/models/{model_id}"
             versions = self.models.setdefault(name, {"versions": []})["versions"]
             versions.append(body.get("model", {}))
-            response = {"@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
-                        "model": name, "modelVersionId": str(len(versions))}  # fmt: skip
+            response = {
+                "@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
+                "model": name,
+                "modelVersionId": str(len(versions)),
+            }
             return 200, self.operation(parent, response)
         if rest == "models" and method == "GET":  # list, newest first, the default (latest) version of each
             wanted = re.search(r'display_name="([^"]*)"', query.get("filter", [""])[0])
@@ -207,8 +222,12 @@ class FakeVertex:
             if not 1 <= number <= len(versions):
                 return 404, self.error(404, path)
             # a model in a prebuilt serving container deploys on dedicated machines only (an output field)
-            return 200, {**versions[number - 1], "name": name, "versionId": str(number),
-                         "supportedDeploymentResourcesTypes": ["DEDICATED_RESOURCES"]}  # fmt: skip
+            return 200, {
+                **versions[number - 1],
+                "name": name,
+                "versionId": str(number),
+                "supportedDeploymentResourcesTypes": ["DEDICATED_RESOURCES"],
+            }
         return 404, self.error(404, path)
 
     def route_evaluation(self, method: str, parent: str, rest: str, match: re.Match, body: dict) -> tuple[int, dict]:
@@ -266,8 +285,13 @@ class FakeVertex:
         the new model's "0" key replaced by its id), and online prediction through ``predictor``."""
         if rest == "endpoints" and method == "POST":
             name = f"{parent}/endpoints/{query.get('endpointId', [str(next(self.ids))])[0]}"
-            endpoint = {**body, "name": name, "deployedModels": [], "trafficSplit": {},
-                        "createTime": "2026-11-21T00:00:00Z"}  # fmt: skip
+            endpoint = {
+                **body,
+                "name": name,
+                "deployedModels": [],
+                "trafficSplit": {},
+                "createTime": "2026-11-21T00:00:00Z",
+            }
             self.endpoints[name] = endpoint
             return 200, self.operation(parent, {"@type": f"{TYPES}.Endpoint", **endpoint})
         if rest == "endpoints" and method == "GET":
@@ -300,8 +324,13 @@ class FakeVertex:
             serving = max(endpoint["trafficSplit"].items(), key=lambda item: item[1], default=(None, 0))[0]
             deployed = next((d for d in endpoint["deployedModels"] if d["id"] == serving), None)
             if deployed is None or self.predictor is None:
-                return 400, {"error": {"code": 400, "message": "Endpoint has no deployed model.",
-                                       "status": "FAILED_PRECONDITION"}}  # fmt: skip
+                return 400, {
+                    "error": {
+                        "code": 400,
+                        "message": "Endpoint has no deployed model.",
+                        "status": "FAILED_PRECONDITION",
+                    }
+                }
             return 200, {"predictions": self.predictor(deployed, body["instances"]), "deployedModelId": serving}
         return 404, self.error(404, rest)
 
@@ -309,8 +338,12 @@ class FakeVertex:
         """Batch prediction jobs: created PENDING, then RUNNING for five reads, then SUCCEEDED."""
         if rest == "batchPredictionJobs" and method == "POST":
             name = f"{parent}/batchPredictionJobs/{next(self.ids)}"
-            self.batch_jobs[name] = {**body, "name": name, "state": "JOB_STATE_PENDING",
-                                     "createTime": "2026-11-21T00:00:00Z"}  # fmt: skip
+            self.batch_jobs[name] = {
+                **body,
+                "name": name,
+                "state": "JOB_STATE_PENDING",
+                "createTime": "2026-11-21T00:00:00Z",
+            }
             return 200, self.batch_jobs[name]
         if rest == "batchPredictionJobs" and method == "GET":
             wanted = re.search(r'display_name="([^"]*)"', query.get("filter", [""])[0])
@@ -333,8 +366,12 @@ class FakeVertex:
         ``trial_results`` entry (its values, and its final ``val_accuracy``, or FAILED for None)."""
         if rest == "hyperparameterTuningJobs" and method == "POST":
             name = f"{parent}/hyperparameterTuningJobs/{next(self.ids)}"
-            self.tuning_jobs[name] = {**body, "name": name, "state": "JOB_STATE_PENDING",
-                                      "createTime": "2026-11-21T00:00:00Z"}  # fmt: skip
+            self.tuning_jobs[name] = {
+                **body,
+                "name": name,
+                "state": "JOB_STATE_PENDING",
+                "createTime": "2026-11-21T00:00:00Z",
+            }
             return 200, self.tuning_jobs[name]
         name = f"{parent}/{rest}"
         if name not in self.tuning_jobs or method != "GET":
@@ -342,12 +379,18 @@ class FakeVertex:
         job = self.tuning_jobs[name]
         job["state"] = "JOB_STATE_SUCCEEDED"
         job["trials"] = [
-            {"id": str(number), "state": "SUCCEEDED" if metric is not None else "FAILED",
-             "parameters": [{"parameterId": key, "value": value} for key, value in values.items()],
-             **({"finalMeasurement": {"stepCount": "3", "metrics": [{"metricId": "val_accuracy", "value": metric}]}}
-                if metric is not None else {})}
+            {
+                "id": str(number),
+                "state": "SUCCEEDED" if metric is not None else "FAILED",
+                "parameters": [{"parameterId": key, "value": value} for key, value in values.items()],
+                **(
+                    {"finalMeasurement": {"stepCount": "3", "metrics": [{"metricId": "val_accuracy", "value": metric}]}}
+                    if metric is not None
+                    else {}
+                ),
+            }
             for number, (values, metric) in enumerate(self.trial_results, 1)
-        ]  # fmt: skip
+        ]
         return 200, job
 
     def route_custom_job(self, method: str, parent: str, rest: str, body: dict) -> tuple[int, dict]:

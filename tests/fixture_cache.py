@@ -102,8 +102,13 @@ def with_earlier(reached: set[str], after: tuple[str, ...]) -> set[str]:
     return reached.union(*(_reached.get(earlier, set()) for earlier in after))
 
 
-def made_once(name: str, make: Callable[[str], Any], fresh_folder: Callable[[], str], after: tuple[str, ...] = (),
-              reach: Callable[[], contextlib.AbstractContextManager[set[str]]] = mutmut_reach) -> Any:  # fmt: skip
+def made_once(
+    name: str,
+    make: Callable[[str], Any],
+    fresh_folder: Callable[[], str],
+    after: tuple[str, ...] = (),
+    reach: Callable[[], contextlib.AbstractContextManager[set[str]]] = mutmut_reach,
+) -> Any:
     """The session fixture ``name``: ``make(folder)`` builds it in an empty ``folder`` and returns its value (paths in
     it name ``folder``). Under ``make mutants``, made once in the run's cache and reused, unless the mutant under test
     is in a function that making it (or a fixture in ``after``, made before it) reached; otherwise made in

@@ -85,8 +85,12 @@ GROUP_TESTS = {
 # it, 5 none of its group's test files does (GROUP_TESTS), -24 (SIGXCPU) past its CPU time; another negative code is
 # a crash (killed)
 KILLED, SURVIVED, NO_TESTS, NO_GROUP_TESTS, TIMEOUT = 1, 0, 33, 5, -24
-STATUS = {SURVIVED: "survived", NO_TESTS: "no test reaches it",
-          NO_GROUP_TESTS: "no test of its group's files reaches it", TIMEOUT: "timeout"}  # fmt: skip
+STATUS = {
+    SURVIVED: "survived",
+    NO_TESTS: "no test reaches it",
+    NO_GROUP_TESTS: "no test of its group's files reaches it",
+    TIMEOUT: "timeout",
+}
 
 
 def results() -> dict[str, int | None]:
@@ -117,27 +121,38 @@ def mutmut_config(root: str) -> dict:
         return tomllib.load(handle)["tool"]["mutmut"]
 
 
-def to_try(groups: dict[str, list[str]], only: str, codes: dict[str, int | None], changed: set[str] = frozenset()
-           ) -> list[str]:  # fmt: skip
+def to_try(
+    groups: dict[str, list[str]], only: str, codes: dict[str, int | None], changed: set[str] = frozenset()
+) -> list[str]:
     """What to name to mutmut: the groups' patterns (``all``: every mutant, tried again), or the mutants themselves
     that the last run left untried or did not kill. ``untried`` also names every mutant of the functions ``changed``
     since the last run (``changed_functions``): their results are of the code before; and a pattern no mutant known
     matches yet (a function moved to a file mutmut has not mutated)."""
     if only == "all":
         return [pattern for patterns in groups.values() for pattern in patterns]
-    stale = {function for function in changed if any(in_group(f"{function}__mutmut_1", patterns)
-                                                     for patterns in groups.values())}  # fmt: skip
+    stale = {
+        function
+        for function in changed
+        if any(in_group(f"{function}__mutmut_1", patterns) for patterns in groups.values())
+    }
     wanted = (
         (lambda code: code is None) if only == "untried" else (lambda code: code is not None and not is_killed(code))
     )
-    names = {name for name, code in codes.items()
-             if wanted(code) and any(in_group(name, patterns) for patterns in groups.values())}  # fmt: skip
+    names = {
+        name
+        for name, code in codes.items()
+        if wanted(code) and any(in_group(name, patterns) for patterns in groups.values())
+    }
     if only == "untried":
         names = {name for name in names if name.rpartition("__mutmut_")[0] not in stale}
         names |= {f"{function}__mutmut_*" for function in stale}
         # a group's function of which mutmut has no mutant yet (moved to a file it has not mutated): all of it
-        names |= {pattern for patterns in groups.values() for pattern in patterns
-                  if not any(fnmatch.fnmatchcase(name, pattern) for name in codes)}  # fmt: skip
+        names |= {
+            pattern
+            for patterns in groups.values()
+            for pattern in patterns
+            if not any(fnmatch.fnmatchcase(name, pattern) for name in codes)
+        }
     return sorted(names)
 
 
@@ -187,8 +202,13 @@ def report(codes: dict[str, int | None], groups: dict[str, list[str]]) -> dict:
         killed = {name for name, code in tried.items() if is_killed(code)}
         not_killed = {name: code for name, code in sorted(tried.items()) if name not in killed}
         score = len(killed) / len(tried) if tried else 0.0
-        summary[group] = {"mutants": len(mine), "tried": len(tried), "killed": len(killed), "score": round(score, 4),
-                          "not_killed": list(not_killed)}  # fmt: skip
+        summary[group] = {
+            "mutants": len(mine),
+            "tried": len(tried),
+            "killed": len(killed),
+            "score": round(score, 4),
+            "not_killed": list(not_killed),
+        }
         untried = f", {len(mine) - len(tried)} not tried yet" if len(tried) < len(mine) else ""
         print(f"{group}: {len(killed)} of {len(tried)} killed ({score:.1%}){untried}")
         for name, code in not_killed.items():
@@ -237,8 +257,9 @@ def main() -> None:
         names = to_try(groups, args.only, results(), changed_functions())
         if names:
             mutmut = os.path.join(os.path.dirname(sys.executable), "mutmut")
-            restricted = {pattern: GROUP_TESTS[group] for group in groups if group in GROUP_TESTS
-                          for pattern in groups[group]}  # fmt: skip
+            restricted = {
+                pattern: GROUP_TESTS[group] for group in groups if group in GROUP_TESTS for pattern in groups[group]
+            }
             # what earlier runs left in mutmut's folder goes: a mutant's stray files, and the slow session fixtures,
             # made once for each run and reused by its mutants (tests/fixture_cache.py), so after any change
             remove_strays(os.path.join(REPO_ROOT, "mutants"))

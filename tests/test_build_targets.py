@@ -13,8 +13,11 @@ import yaml
 
 from tests.conftest import REPO_ROOT
 
-DOCKERFILES = sorted(name for name in os.listdir(os.path.join(REPO_ROOT, "containers"))
-                     if os.path.isfile(os.path.join(REPO_ROOT, "containers", name, "Dockerfile")))  # fmt: skip
+DOCKERFILES = sorted(
+    name
+    for name in os.listdir(os.path.join(REPO_ROOT, "containers"))
+    if os.path.isfile(os.path.join(REPO_ROOT, "containers", name, "Dockerfile"))
+)
 
 
 @pytest.fixture
@@ -34,8 +37,13 @@ def fake_docker(tmp_path):
 
 
 def make_images(env, *variables: str) -> None:
-    result = subprocess.run(["make", "-s", "images", "REGISTRY=reg.example/ml", "TAG=t1", *variables], cwd=REPO_ROOT,
-                            env=env, capture_output=True, text=True)  # fmt: skip
+    result = subprocess.run(
+        ["make", "-s", "images", "REGISTRY=reg.example/ml", "TAG=t1", *variables],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -107,8 +115,13 @@ def test_every_dockerfile_takes_its_base_image_as_an_argument_pinned_by_digest_w
 
 
 def test_make_help_shows_the_values_the_targets_will_use():
-    result = subprocess.run(["make", "-s", "help", "REGISTRY=reg.example/ml", "TAG=t1"], cwd=REPO_ROOT,
-                            capture_output=True, text=True, check=True)  # fmt: skip
+    result = subprocess.run(
+        ["make", "-s", "help", "REGISTRY=reg.example/ml", "TAG=t1"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "$(" not in result.stdout
     assert "as reg.example/ml/<name>:t1 " in result.stdout
 
@@ -117,8 +130,16 @@ def test_make_mutants_names_what_a_stopped_run_left_or_what_survived_and_scores_
     from tests.mutation import report, to_try
 
     groups = {"one": ["m.x_f__mutmut_*"], "two": ["m.x_g__mutmut_*"]}
-    codes = {"m.x_f__mutmut_1": 1, "m.x_f__mutmut_2": 0, "m.x_f__mutmut_3": None, "m.x_f__mutmut_4": -24,
-             "m.x_f__mutmut_5": -11, "m.x_g__mutmut_1": 0, "m.x_g__mutmut_2": None, "m.x_h__mutmut_1": 0}  # fmt: skip
+    codes = {
+        "m.x_f__mutmut_1": 1,
+        "m.x_f__mutmut_2": 0,
+        "m.x_f__mutmut_3": None,
+        "m.x_f__mutmut_4": -24,
+        "m.x_f__mutmut_5": -11,
+        "m.x_g__mutmut_1": 0,
+        "m.x_g__mutmut_2": None,
+        "m.x_h__mutmut_1": 0,
+    }
     assert to_try(groups, "all", codes) == ["m.x_f__mutmut_*", "m.x_g__mutmut_*"]
     assert to_try(groups, "untried", codes) == ["m.x_f__mutmut_3", "m.x_g__mutmut_2"]
     # a function changed since the last run: every mutant of it, those tried before too (their results are stale)
@@ -144,9 +165,27 @@ def test_make_mutants_runs_a_groups_mutants_against_its_own_test_files_only():
 
     def collected(mutant: str) -> set[str]:
         environment = {**os.environ, "MUTANT_UNDER_TEST": mutant, "MUTATION_TEST_FILES": restricted}
-        result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                                 "-p", "no:xdist", "-o", "addopts=", *files], cwd=REPO_ROOT, env=environment,
-                                capture_output=True, text=True, check=True)  # fmt: skip
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--collect-only",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:xdist",
+                "-o",
+                "addopts=",
+                *files,
+            ],
+            cwd=REPO_ROOT,
+            env=environment,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return {line.split("::")[0] for line in result.stdout.splitlines() if "::" in line}
 
     assert collected("pipeline.local.resume.x_run_key__mutmut_3") == {"tests/pipeline/test_resume.py"}
@@ -162,9 +201,28 @@ def test_make_mutants_runs_a_mutants_quickest_tests_first(tmp_path):
 
     def collected() -> list[str]:
         environment = {**os.environ, "MUTANT_UNDER_TEST": "pipeline.local.resume.x_run_key__mutmut_3"}
-        result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                                 "-p", "no:xdist", "-o", "addopts=", f"--rootdir={REPO_ROOT}", path], cwd=tmp_path,
-                                env=environment, capture_output=True, text=True, check=True)  # fmt: skip
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--collect-only",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:xdist",
+                "-o",
+                "addopts=",
+                f"--rootdir={REPO_ROOT}",
+                path,
+            ],
+            cwd=tmp_path,
+            env=environment,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return [line for line in result.stdout.splitlines() if "::" in line]
 
     in_file_order = collected()  # (no stats here: the file's order)
@@ -280,8 +338,21 @@ def test_in_mutmuts_stats_run_every_test_that_uses_a_traced_fixture_reaches_what
         "def test_second(traced):\n    assert 'm.x_decode' in state()._stats\n"
     )
     environment = {**os.environ, "MUTANT_UNDER_TEST": "stats", "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO_ROOT}"}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=",
-               "-p", "tests.conftest", "test_traced.py"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        "-o",
+        "addopts=",
+        "-p",
+        "tests.conftest",
+        "test_traced.py",
+    ]
     result = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True)
     assert result.returncode == 0 and "2 passed" in result.stdout, result.stdout + result.stderr
 

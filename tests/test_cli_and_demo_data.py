@@ -123,9 +123,11 @@ def test_tensorflows_native_start_up_lines_stay_off_the_terminal_and_the_rest_of
     import subprocess
     import sys
 
-    script = ("import sys; from components.cli import configure_logging; configure_logging('-v' in sys.argv); "
-              "import tensorflow as tf; print('after', file=sys.stderr); "
-              "print(type(tf.__loader__).__name__)")  # fmt: skip
+    script = (
+        "import sys; from components.cli import configure_logging; configure_logging('-v' in sys.argv); "
+        "import tensorflow as tf; print('after', file=sys.stderr); "
+        "print(type(tf.__loader__).__name__)"
+    )
     quiet = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.stderr.splitlines() == ["after"] and quiet.stdout.strip() == "SourceFileLoader"

@@ -10,8 +10,11 @@ import re
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAGES = ["README.md", "bench/RESULTS.md", *sorted(os.path.relpath(p, REPO_ROOT) for p in glob.glob(
-    os.path.join(REPO_ROOT, "docs", "*.md")))]  # fmt: skip
+PAGES = [
+    "README.md",
+    "bench/RESULTS.md",
+    *sorted(os.path.relpath(p, REPO_ROOT) for p in glob.glob(os.path.join(REPO_ROOT, "docs", "*.md"))),
+]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 

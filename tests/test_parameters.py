@@ -37,8 +37,11 @@ def defaults_in(tree: ast.AST) -> list[tuple[str, ast.expr]]:
             positional = node.args.posonlyargs + node.args.args
             with_default = positional[len(positional) - len(node.args.defaults) :]
             pairs += [(arg.arg, default) for arg, default in zip(with_default, node.args.defaults, strict=True)]
-            pairs += [(arg.arg, default) for arg, default in zip(node.args.kwonlyargs, node.args.kw_defaults,
-                                                                 strict=True) if default is not None]  # fmt: skip
+            pairs += [
+                (arg.arg, default)
+                for arg, default in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True)
+                if default is not None
+            ]
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
             pairs.append((node.target.id, node.value))
     return pairs
@@ -85,12 +88,23 @@ def test_the_kfp_wrappers_take_no_defaults_of_their_own():
     from components.train import component as train
 
     placeholders = {"project", "location"}  # Vertex AI fills these in, as in GCPC's own steps
-    functions = [convert.convert, convert.fingerprint, train.train, evaluate.evaluate, deploy.deploy,
-                 register.find_baseline, register.register, register.find_baseline_in_folder,
-                 register.register_in_folder]  # fmt: skip
-    with_defaults = [f"{function.__name__}({name})" for function in functions
-                     for name, p in inspect.signature(function).parameters.items()
-                     if p.default is not inspect.Parameter.empty and name not in placeholders]  # fmt: skip
+    functions = [
+        convert.convert,
+        convert.fingerprint,
+        train.train,
+        evaluate.evaluate,
+        deploy.deploy,
+        register.find_baseline,
+        register.register,
+        register.find_baseline_in_folder,
+        register.register_in_folder,
+    ]
+    with_defaults = [
+        f"{function.__name__}({name})"
+        for function in functions
+        for name, p in inspect.signature(function).parameters.items()
+        if p.default is not inspect.Parameter.empty and name not in placeholders
+    ]
     assert not with_defaults
 
 

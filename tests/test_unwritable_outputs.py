@@ -32,8 +32,15 @@ def commands(examples: str, model: str, tmp) -> dict:
 
 # what each command calls the path it cannot write: its flag (train's folder also comes from Vertex AI's
 # AIP_MODEL_DIR, hence its name; compile's --output is a file, whose folder is probed)
-FLAGS = {"convert": "--output", "check-data": "--output", "train": "model dir", "evaluate": "--output",
-         "export": "--output", "compile": "the folder of --output", "run-local": "--work-dir"}  # fmt: skip
+FLAGS = {
+    "convert": "--output",
+    "check-data": "--output",
+    "train": "model dir",
+    "evaluate": "--output",
+    "export": "--output",
+    "compile": "the folder of --output",
+    "run-local": "--work-dir",
+}
 
 
 @pytest.mark.parametrize("command", list(FLAGS))
@@ -42,8 +49,11 @@ def test_every_command_names_an_output_it_cannot_write(converted, trained, tmp_p
 
     write_image_folder(tmp_path / "photos", per_class=2)
     (examples, _), (model, _) = converted, trained
-    with pytest.raises(UsageError, match=rf"^{FLAGS[command]} /sys/tpu-image-pipeline-test.* cannot be written by user "
-                                         r"\S+ \(uid \d+\): "):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=rf"^{FLAGS[command]} /sys/tpu-image-pipeline-test.* cannot be written by user "
+        r"\S+ \(uid \d+\): ",
+    ):
         commands(examples, model, tmp_path)[command]()
 
 

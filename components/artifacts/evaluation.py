@@ -39,13 +39,23 @@ def vertex_evaluation(metrics: dict) -> tuple[dict, list[dict]]:
 
     def confidence(rows: list[dict]) -> list[dict]:
         return [
-            {"confidenceThreshold": row["threshold"], "precision": row["precision"], "recall": row["recall"],
-             "f1Score": row["f1"], "falsePositiveRate": row["fpr"], "precisionAt1": row["precision_at_1"],
-             "recallAt1": row["recall_at_1"], "f1ScoreAt1": row["f1_at_1"], "falsePositiveRateAt1": row["fpr_at_1"],
-             "truePositiveCount": str(row["tp"]), "falsePositiveCount": str(row["fp"]),
-             "falseNegativeCount": str(row["fn"]), "trueNegativeCount": str(row["tn"])}
+            {
+                "confidenceThreshold": row["threshold"],
+                "precision": row["precision"],
+                "recall": row["recall"],
+                "f1Score": row["f1"],
+                "falsePositiveRate": row["fpr"],
+                "precisionAt1": row["precision_at_1"],
+                "recallAt1": row["recall_at_1"],
+                "f1ScoreAt1": row["f1_at_1"],
+                "falsePositiveRateAt1": row["fpr_at_1"],
+                "truePositiveCount": str(row["tp"]),
+                "falsePositiveCount": str(row["fp"]),
+                "falseNegativeCount": str(row["fn"]),
+                "trueNegativeCount": str(row["tn"]),
+            }
             for row in rows
-        ]  # fmt: skip
+        ]
 
     ranking = metrics["ranking"]
     specs = [{"id": str(index), "displayName": name} for index, name in enumerate(metrics["class_names"])]
@@ -58,11 +68,17 @@ def vertex_evaluation(metrics: dict) -> tuple[dict, list[dict]]:
     }
     evaluation = {"metricsSchemaUri": CLASSIFICATION_METRICS_SCHEMA, "metrics": overall}
     slices = [
-        {"slice": {"dimension": "annotationSpec", "value": name}, "metricsSchemaUri": CLASSIFICATION_METRICS_SCHEMA,
-         "metrics": {"auPrc": figures["au_prc"], "auRoc": figures["au_roc"],
-                     "confidenceMetrics": confidence(figures["thresholds"])}}
+        {
+            "slice": {"dimension": "annotationSpec", "value": name},
+            "metricsSchemaUri": CLASSIFICATION_METRICS_SCHEMA,
+            "metrics": {
+                "auPrc": figures["au_prc"],
+                "auRoc": figures["au_roc"],
+                "confidenceMetrics": confidence(figures["thresholds"]),
+            },
+        }
         for name, figures in ranking["per_class"].items()
-    ]  # fmt: skip
+    ]
     return evaluation, slices
 
 
@@ -73,8 +89,9 @@ def sliced_metrics(metrics: dict) -> dict:
     (``ModelImportEvaluationOp``, its ``classification_metrics`` input) reads it as it is."""
     evaluation, slices = vertex_evaluation(metrics)
     whole = {"singleOutputSlicingSpec": {}, "metrics": {"classification": evaluation["metrics"]}}
-    per_class = [{"singleOutputSlicingSpec": one["slice"], "metrics": {"classification": one["metrics"]}}
-                 for one in slices]  # fmt: skip
+    per_class = [
+        {"singleOutputSlicingSpec": one["slice"], "metrics": {"classification": one["metrics"]}} for one in slices
+    ]
     return {"slicedMetrics": [whole, *per_class]}
 
 

@@ -83,8 +83,14 @@ def records(files: list[str], split: str, training: bool, seed: int | None, shar
     processes, index = shard
     by_file = processes > 1 and take is None and len(files) >= processes
     if by_file:
-        log.info("process %d of %d reads %d of the %d %s files", index, processes, len(files[index::processes]),
-                 len(files), split)  # fmt: skip
+        log.info(
+            "process %d of %d reads %d of the %d %s files",
+            index,
+            processes,
+            len(files[index::processes]),
+            len(files),
+            split,
+        )
         files = files[index::processes]
     elif processes > 1:
         log.info("process %d of %d reads every %d-th %s record", index, processes, processes, split)
@@ -145,12 +151,25 @@ def example_shape(stats: dict) -> tuple[int, ...]:
     return (length,) if length else (size, size, 3)
 
 
-def first_images(examples_dir: str, split: str, image_size: int, num_classes: int, count: int,
-                 sequence_length: int | None = None):  # fmt: skip
+def first_images(
+    examples_dir: str, split: str, image_size: int, num_classes: int, count: int, sequence_length: int | None = None
+):
     """The first ``count`` images (or token rows, for text) of ``split`` in order, as one NumPy batch (the same on
     every call: train's reference predictions and export's cross-backend check compare on them)."""
-    images, _ = next(iter(make_dataset(examples_dir, split, image_size, num_classes, count, training=False,
-                                       take=count, sequence_length=sequence_length)))  # fmt: skip
+    images, _ = next(
+        iter(
+            make_dataset(
+                examples_dir,
+                split,
+                image_size,
+                num_classes,
+                count,
+                training=False,
+                take=count,
+                sequence_length=sequence_length,
+            )
+        )
+    )
     return images.numpy()
 
 
@@ -235,8 +254,10 @@ def damaged_shards_named(examples_dir: str) -> Iterator[None]:
     except Exception as err:
         if not any(type(cause).__name__ == "DataLossError" for cause in (err, err.__cause__, err.__context__)):
             raise
-        raise UsageError(damaged_shard(examples_dir) or f"examples dir {examples_dir} holds a damaged record "
-                         f"({one_line(err)}): convert the data again") from None  # fmt: skip
+        raise UsageError(
+            damaged_shard(examples_dir)
+            or f"examples dir {examples_dir} holds a damaged record ({one_line(err)}): convert the data again"
+        ) from None
 
 
 def damaged_shard(examples_dir: str) -> str | None:

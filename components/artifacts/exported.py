@@ -62,8 +62,9 @@ def check_export(uri: str) -> dict:
     uri = uri.rstrip("/") if "://" in uri else os.path.abspath(uri)
     again = "export it again (python -m components.export, or the same run-local command)"
     if not exists(f"{uri}/{EXPORT_FILE}"):
-        raise UsageError(f"export {uri} is unfinished: it has no {EXPORT_FILE}, which the export step writes last; "
-                         f"{again}")  # fmt: skip
+        raise UsageError(
+            f"export {uri} is unfinished: it has no {EXPORT_FILE}, which the export step writes last; {again}"
+        )
     try:
         record = read_json(f"{uri}/{EXPORT_FILE}")
         listed = dict(record.get("files") or {})
@@ -76,8 +77,10 @@ def check_export(uri: str) -> dict:
         digest = None if sizes[relative] != expected["bytes"] else _sha256(f"{uri}/{relative}")
         if digest != expected["sha256"]:
             found = f"{sizes[relative]} bytes" + (f", sha256 {digest[:12]}" if digest else "")
-            raise UsageError(f"export {uri} is damaged: {relative} is not the file exported ({found}; exported: "
-                             f"{expected['bytes']} bytes, sha256 {expected['sha256'][:12]}); {again}")  # fmt: skip
+            raise UsageError(
+                f"export {uri} is damaged: {relative} is not the file exported ({found}; exported: "
+                f"{expected['bytes']} bytes, sha256 {expected['sha256'][:12]}); {again}"
+            )
     return record
 
 

@@ -13,8 +13,11 @@ import html
 import math
 
 # the run's other test figures, by the names the summary gives them
-OTHER_FIGURES = {"saved_model": "the SavedModel on the TFRecords", "tflite_float": "TFLite float32",
-                 "tflite_int8": "TFLite int8"}  # fmt: skip
+OTHER_FIGURES = {
+    "saved_model": "the SavedModel on the TFRecords",
+    "tflite_float": "TFLite float32",
+    "tflite_int8": "TFLite int8",
+}
 # where evaluate's report takes the served model's figure, once the export has measured it (``with_served``)
 SERVED_MARKER = "<!-- the served model -->"
 
@@ -44,12 +47,20 @@ def served_figure(facts: dict) -> dict:
     noise = max(math.sqrt(accuracy * (1 - accuracy) / examples), 1 / examples) if examples else 0.0
     led_by = None if raw.get("num_files") or texts.get("num_texts") else "saved_model"  # (the figure shown already)
     others = {"the trained model": facts["test_accuracy"]}
-    others.update({OTHER_FIGURES.get(name, name): entry["test_accuracy"] for name, entry in formats.items()
-                   if name != led_by})  # fmt: skip
-    differ = {name: value for name, value in others.items()
-              if value is not None and abs(value - accuracy) > noise + 1e-9}  # fmt: skip
-    return {"accuracy": accuracy, "examples": examples, "what": what, "noise": round(noise, 4), "differ": differ,
-            "exported": bool(formats)}  # fmt: skip
+    others.update(
+        {OTHER_FIGURES.get(name, name): entry["test_accuracy"] for name, entry in formats.items() if name != led_by}
+    )
+    differ = {
+        name: value for name, value in others.items() if value is not None and abs(value - accuracy) > noise + 1e-9
+    }
+    return {
+        "accuracy": accuracy,
+        "examples": examples,
+        "what": what,
+        "noise": round(noise, 4),
+        "differ": differ,
+        "exported": bool(formats),
+    }
 
 
 def served_lines(facts: dict) -> list[str]:
@@ -59,14 +70,18 @@ def served_lines(facts: dict) -> list[str]:
     line = f"{served['accuracy']:.4f}: {served['what']}"
     copies = (facts.get("data_checks") or {}).get("test_copies") or {}
     if copies.get("found"):
-        line += (f"; {copies['found']} of the {copies['compared']} test examples have a near-copy in train, which "
-                 "flatters it")  # fmt: skip
+        line += (
+            f"; {copies['found']} of the {copies['compared']} test examples have a near-copy in train, which "
+            "flatters it"
+        )
     if served["differ"]:
         shown = ", ".join(f"{name} {value:.4f}" for name, value in served["differ"].items())
         return [line, f"beyond the test split's noise (±{served['noise']:.4f}): {shown}"]
     if served.get("exported"):
-        return [line, f"the trained model and every exported file agree within the test split's noise "
-                      f"(±{served['noise']:.4f})"]  # fmt: skip
+        return [
+            line,
+            f"the trained model and every exported file agree within the test split's noise (±{served['noise']:.4f})",
+        ]
     return [line]
 
 
@@ -74,8 +89,9 @@ def with_served(report_html: str, facts: dict) -> str:
     """Evaluate's report, led by the served model's figure (in place of its ``SERVED_MARKER``, above everything
     but its title); a report without the marker gets it after its title."""
     first, *others = served_lines(facts)
-    section = (f'<p class="served"><b>Served model: test accuracy {html.escape(first, quote=False)}</b></p>'
-               + "".join(f"<p>{html.escape(line, quote=False)}</p>" for line in others))  # fmt: skip
+    section = f'<p class="served"><b>Served model: test accuracy {html.escape(first, quote=False)}</b></p>' + "".join(
+        f"<p>{html.escape(line, quote=False)}</p>" for line in others
+    )
     if SERVED_MARKER in report_html:
         return report_html.replace(SERVED_MARKER, section, 1)
     title_end = report_html.find("</h1>")

@@ -19,14 +19,26 @@ def build_parser() -> argparse.ArgumentParser:
         f"{CHECKS_FILE} and the version's statistics. Exit code 1 when a blocking check fails.",
     )
     parser.add_argument("--examples", dest="examples_dir", required=True, help="the convert step's output dir")
-    parser.add_argument("--baseline", default="", help="the statistics of the model in service's data: a check-data "
-                        "output or registered model holding data_stats.json, or that version's convert output; "
-                        "none: the first version (it passes, and says so)")  # fmt: skip
+    parser.add_argument(
+        "--baseline",
+        default="",
+        help="the statistics of the model in service's data: a check-data "
+        "output or registered model holding data_stats.json, or that version's convert output; "
+        "none: the first version (it passes, and says so)",
+    )
     parser.add_argument("--output", dest="output_dir", required=True, help=f"where {CHECKS_FILE} goes")
-    parser.add_argument("--accept-data-change", action="store_true",
-                        help="go on past blocking checks, deliberately (recorded in the output)")  # fmt: skip
-    parser.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
-                        help=f"set a threshold (repeat the flag for several): {listed}")  # fmt: skip
+    parser.add_argument(
+        "--accept-data-change",
+        action="store_true",
+        help="go on past blocking checks, deliberately (recorded in the output)",
+    )
+    parser.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"set a threshold (repeat the flag for several): {listed}",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -43,8 +55,16 @@ def main(argv: list[str] | None = None) -> int:
             thresholds=parse_thresholds(args.threshold),
         )
     )
-    print(json.dumps({"blocked": result["blocked"], "blocking": result["blocking"], "warnings": result["warnings"],
-                      "data_checks": f"{args.output_dir.rstrip('/')}/{CHECKS_FILE}"}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "blocked": result["blocked"],
+                "blocking": result["blocking"],
+                "warnings": result["warnings"],
+                "data_checks": f"{args.output_dir.rstrip('/')}/{CHECKS_FILE}",
+            }
+        )
+    )
     return 0
 
 

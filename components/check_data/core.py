@@ -134,11 +134,18 @@ def threshold_values(overrides: dict) -> dict[str, float]:
     return {name: overrides.get(name, default) for name, (default, _) in THRESHOLDS.items()}
 
 
-def row(check: str, verdict: str, severity: str, *, detail: str, value=None, thresholds: dict | None = None,
-        split: str = "") -> dict:  # fmt: skip
+def row(
+    check: str, verdict: str, severity: str, *, detail: str, value=None, thresholds: dict | None = None, split: str = ""
+) -> dict:
     """One line of ``data_checks.json``."""
-    found = {"check": check, "verdict": verdict, "severity": severity, "value": value,
-             "thresholds": thresholds or {}, "detail": detail}  # fmt: skip
+    found = {
+        "check": check,
+        "verdict": verdict,
+        "severity": severity,
+        "value": value,
+        "thresholds": thresholds or {},
+        "detail": detail,
+    }
     return {**found, "split": split} if split else found
 
 
@@ -193,9 +200,16 @@ def check_label_set(new: dict, base: dict) -> dict:
     added = sorted(set(new["class_names"]) - set(base["class_names"]))
     if not gone and not added:
         if list(new["class_names"]) != list(base["class_names"]):  # the same classes, other ids: clients reading ids
-            return row("label set", "warn", "block", value=0, detail=(
-                f"the same {len(new['class_names'])} classes in another order (class ids change meaning for clients "
-                f"that read them): {', '.join(base['class_names'])} -> {', '.join(new['class_names'])}"))  # fmt: skip
+            return row(
+                "label set",
+                "warn",
+                "block",
+                value=0,
+                detail=(
+                    f"the same {len(new['class_names'])} classes in another order (class ids change meaning for "
+                    f"clients that read them): {', '.join(base['class_names'])} -> {', '.join(new['class_names'])}"
+                ),
+            )
         return row("label set", "pass", "block", value=0, detail=f"{len(new['class_names'])} classes, as before")
     words = [f"gone {', '.join(gone)}" if gone else "", f"new {', '.join(added)}" if added else ""]
     detail = "; ".join(word for word in words if word) + (
@@ -218,17 +232,34 @@ def check_class_mix(new: dict, base: dict, limits: dict) -> list[dict]:
     for split in SPLITS:
         least = min(new["counts"][split], base["counts"][split])
         if least < limits["min_split_examples"]:
-            rows.append(row("class mix", "skipped", "block", split=split, detail=(
-                f"{least} examples on one side, under min_split_examples {limits['min_split_examples']:g}: too few to "
-                "compare shares")))  # fmt: skip
+            rows.append(
+                row(
+                    "class mix",
+                    "skipped",
+                    "block",
+                    split=split,
+                    detail=(
+                        f"{least} examples on one side, under min_split_examples {limits['min_split_examples']:g}: too "
+                        "few to compare shares"
+                    ),
+                )
+            )
             continue
         p, q = shares(new["per_class"][split], names), shares(base["per_class"][split], names)
         distance = float(np.abs(p - q).max())
         moved = names[int(np.abs(p - q).argmax())]
-        rows.append(row("class mix", graded(distance, warn, block), "block", value=round(distance, 4),
-                        thresholds={"warn": round(warn, 4), "block": round(block, 4)}, split=split,
-                        detail=f"class {moved} {q[names.index(moved)]:.1%} -> {p[names.index(moved)]:.1%}; "
-                               f"Jensen-Shannon {jensen_shannon(p, q):.4f}"))  # fmt: skip
+        rows.append(
+            row(
+                "class mix",
+                graded(distance, warn, block),
+                "block",
+                value=round(distance, 4),
+                thresholds={"warn": round(warn, 4), "block": round(block, 4)},
+                split=split,
+                detail=f"class {moved} {q[names.index(moved)]:.1%} -> {p[names.index(moved)]:.1%}; "
+                f"Jensen-Shannon {jensen_shannon(p, q):.4f}",
+            )
+        )
     return rows
 
 
@@ -252,25 +283,38 @@ def check_split_mix(new: dict, limits: dict) -> dict:
         total = train + held
         spread = math.sqrt(total * share_aside * (1 - share_aside)) or 1.0
         above = (held - total * share_aside) / spread  # how unlikely a random split sets that many aside
-        verdict = ("block" if ratio < limits["split_mix_block"] and above > limits["split_mix_chance"] + 1
-                   else "warn" if ratio < limits["split_mix_warn"] and above > limits["split_mix_chance"]
-                   else "pass")  # fmt: skip
+        verdict = (
+            "block"
+            if ratio < limits["split_mix_block"] and above > limits["split_mix_chance"] + 1
+            else "warn"
+            if ratio < limits["split_mix_warn"] and above > limits["split_mix_chance"]
+            else "pass"
+        )
         judged[name] = (verdict, ratio, train, held)
-    thresholds = {"warn": limits["split_mix_warn"], "block": limits["split_mix_block"],
-                  "chance": limits["split_mix_chance"]}  # fmt: skip
+    thresholds = {
+        "warn": limits["split_mix_warn"],
+        "block": limits["split_mix_block"],
+        "chance": limits["split_mix_chance"],
+    }
     if not judged:
-        return {**row("split class mix", "skipped", "block", thresholds=thresholds, detail="no held-out examples"),
-                "within_version": True}  # fmt: skip
+        return {
+            **row("split class mix", "skipped", "block", thresholds=thresholds, detail="no held-out examples"),
+            "within_version": True,
+        }
     order = {"block": 0, "warn": 1, "pass": 2}
     name = min(judged, key=lambda n: (order[judged[n][0]], judged[n][1]))
     verdict, ratio, train, held = judged[name]
-    detail = (f"class {name}: {train / max(train_total, 1):.1%} of train ({train} examples) against "
-              f"{held / held_total:.1%} of validation and test ({held})")  # fmt: skip
+    detail = (
+        f"class {name}: {train / max(train_total, 1):.1%} of train ({train} examples) against "
+        f"{held / held_total:.1%} of validation and test ({held})"
+    )
     if verdict == "block":
         detail += ": it is nearly absent from what the model learns from; add its examples to train (or convert "
         detail += "again without the split that put them aside)"
-    return {**row("split class mix", verdict, "block", value=round(ratio, 4), thresholds=thresholds, detail=detail),
-            "within_version": True}  # fmt: skip
+    return {
+        **row("split class mix", verdict, "block", value=round(ratio, 4), thresholds=thresholds, detail=detail),
+        "within_version": True,
+    }
 
 
 def check_counts(new: dict, base: dict, limits: dict) -> dict:
@@ -278,9 +322,14 @@ def check_counts(new: dict, base: dict, limits: dict) -> dict:
     verdict = (
         "block" if ratio < limits["count_block_below"] else "warn" if ratio > limits["count_warn_above"] else "pass"
     )
-    return row("examples", verdict, "block", value=round(ratio, 4),
-               thresholds={"block_below": limits["count_block_below"], "warn_above": limits["count_warn_above"]},
-               detail=f"{new['num_examples']} examples against the baseline's {base['num_examples']}")  # fmt: skip
+    return row(
+        "examples",
+        verdict,
+        "block",
+        value=round(ratio, 4),
+        thresholds={"block_below": limits["count_block_below"], "warn_above": limits["count_warn_above"]},
+        detail=f"{new['num_examples']} examples against the baseline's {base['num_examples']}",
+    )
 
 
 def quarantine_rate(statistics: dict) -> float:
@@ -292,9 +341,14 @@ def check_quarantine(new: dict, base: dict, limits: dict) -> dict:
     rate, base_rate = quarantine_rate(new), quarantine_rate(base)
     warn = max(limits["quarantine_warn_factor"] * base_rate, limits["quarantine_warn_min"])
     reasons = ", ".join(f"{reason} {count}" for reason, count in new["quarantine_reasons"].items()) or "none"
-    return row("quarantine rate", graded(rate, warn, None), "warn", value=round(rate, 4),
-               thresholds={"warn": round(warn, 4)},
-               detail=f"{new['quarantined']} quarantined ({reasons}); the baseline's rate {base_rate:.2%}")  # fmt: skip
+    return row(
+        "quarantine rate",
+        graded(rate, warn, None),
+        "warn",
+        value=round(rate, 4),
+        thresholds={"warn": round(warn, 4)},
+        detail=f"{new['quarantined']} quarantined ({reasons}); the baseline's rate {base_rate:.2%}",
+    )
 
 
 # the correlation of two thumbnails from which a small difference (near_duplicate_levels) makes them copies: a
@@ -396,16 +450,22 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
         methods = base.get("split_method", 1), new.get("split_method", 1)
         if methods[0] != methods[1]:
             verdict = "warn" if verdict == "block" else verdict
-            detail += (f"; the baseline was split by {SPLIT_METHODS.get(methods[0], 'another method')}, this version "
-                       f"by {SPLIT_METHODS.get(methods[1], 'another method')}: examples moved between splits, so "
-                       "this never blocks")  # fmt: skip
-        rows.append(row("leakage across versions", verdict, "block", value=round(share, 4), thresholds=thresholds,
-                        detail=detail))  # fmt: skip
+            detail += (
+                f"; the baseline was split by {SPLIT_METHODS.get(methods[0], 'another method')}, this version "
+                f"by {SPLIT_METHODS.get(methods[1], 'another method')}: examples moved between splits, so "
+                "this never blocks"
+            )
+        rows.append(
+            row(
+                "leakage across versions", verdict, "block", value=round(share, 4), thresholds=thresholds, detail=detail
+            )
+        )
     return rows
 
 
-def distribution_rows(name: str, new_hist: dict[str, list], base_hist: dict[str, list], limits: dict,
-                      categorical: bool = False) -> dict:  # fmt: skip
+def distribution_rows(
+    name: str, new_hist: dict[str, list], base_hist: dict[str, list], limits: dict, categorical: bool = False
+) -> dict:
     """Jensen-Shannon of one histogram, every split together, over the baseline's decile bins (or the categories),
     against the larger of its threshold and twice the baseline's own train-against-validation figure."""
     if categorical:
@@ -430,25 +490,41 @@ def distribution_rows(name: str, new_hist: dict[str, list], base_hist: dict[str,
         floor = min(2 * jensen_shannon(one(base_hist, "train"), one(base_hist, "validation")), MAX_FLOOR)
     warn = max(limits["distribution_warn"], floor)
     value = jensen_shannon(total(new_hist), total(base_hist))
-    return row(name, graded(value, warn, None), "warn", value=round(value, 4), thresholds={"warn": round(warn, 4)},
-               detail="Jensen-Shannon divergence, every split, against the baseline's")  # fmt: skip
+    return row(
+        name,
+        graded(value, warn, None),
+        "warn",
+        value=round(value, 4),
+        thresholds={"warn": round(warn, 4)},
+        detail="Jensen-Shannon divergence, every split, against the baseline's",
+    )
 
 
 def check_images(new: dict, base: dict, limits: dict) -> list[dict]:
     def field_of(statistics, name):
         return {split: statistics["image"][split][name] for split in SPLITS}
 
-    rows = [distribution_rows(name, field_of(new, name), field_of(base, name), limits)
-            for name in ("brightness", "contrast")]  # fmt: skip
+    rows = [
+        distribution_rows(name, field_of(new, name), field_of(base, name), limits)
+        for name in ("brightness", "contrast")
+    ]
     for name in ("width", "height", "aspect"):  # of the sources, where the records say (not adopted TFRecords)
         check = f"source {name}"
         if all(any(sum(statistics["image"][split].get(name, [])) for split in SPLITS) for statistics in (new, base)):
             rows.append(distribution_rows(check, field_of(new, name), field_of(base, name), limits))
         else:
-            rows.append(row(check, "skipped", "warn", detail="the records do not say their sources' sizes (TFRecords "
-                            "adopted as they are, or a conversion older than the data checks)"))  # fmt: skip
-    rows.append(distribution_rows("formats", field_of(new, "formats"), field_of(base, "formats"), limits,
-                                  categorical=True))  # fmt: skip
+            rows.append(
+                row(
+                    check,
+                    "skipped",
+                    "warn",
+                    detail="the records do not say their sources' sizes (TFRecords "
+                    "adopted as they are, or a conversion older than the data checks)",
+                )
+            )
+    rows.append(
+        distribution_rows("formats", field_of(new, "formats"), field_of(base, "formats"), limits, categorical=True)
+    )
     rows[-1]["detail"] = "source formats: " + ", ".join(
         f"{key} {sum(new['image'][split]['formats'].get(key, 0) for split in SPLITS)}"
         for key in sorted(set().union(*(new["image"][split]["formats"] for split in SPLITS)))
@@ -464,8 +540,14 @@ def overall(statistics: dict, key: str) -> float:
 
 
 def check_texts(new: dict, base: dict, limits: dict) -> list[dict]:
-    rows = [distribution_rows("token counts", {s: new["text"][s]["token_counts"] for s in SPLITS},
-                              {s: base["text"][s]["token_counts"] for s in SPLITS}, limits)]  # fmt: skip
+    rows = [
+        distribution_rows(
+            "token counts",
+            {s: new["text"][s]["token_counts"] for s in SPLITS},
+            {s: base["text"][s]["token_counts"] for s in SPLITS},
+            limits,
+        )
+    ]
     for name, key in (("truncated share", "truncated_share"), ("out-of-vocabulary share", "out_of_vocabulary_share")):
         # the new texts under the served model's vocabulary (where the baseline keeps it), against the share its own
         # data had under it
@@ -473,10 +555,16 @@ def check_texts(new: dict, base: dict, limits: dict) -> list[dict]:
         now = overall(new, served if served in new["text"]["train"] else key)
         before = overall(base, key)
         rise = now - before
-        rows.append(row(name, graded(rise, limits["text_share_warn"], limits["text_share_block"]), "block",
-                        value=round(rise, 4),
-                        thresholds={"warn": limits["text_share_warn"], "block": limits["text_share_block"]},
-                        detail=f"{before:.1%} -> {now:.1%}"))  # fmt: skip
+        rows.append(
+            row(
+                name,
+                graded(rise, limits["text_share_warn"], limits["text_share_block"]),
+                "block",
+                value=round(rise, 4),
+                thresholds={"warn": limits["text_share_warn"], "block": limits["text_share_block"]},
+                detail=f"{before:.1%} -> {now:.1%}",
+            )
+        )
     return rows
 
 
@@ -485,8 +573,13 @@ def compare(new: dict, new_keys: dict, base: dict | None, base_keys: dict | None
     leakage is still checked)."""
     own = check_split_mix(new, limits)  # (the version alone: it blocks on a first version too)
     if base is None:  # nothing learned from before to block against: its blocking rows are warnings
-        return [*(dict(found, verdict="warn", severity="warn") if found["verdict"] == "block" else found
-                  for found in check_leakage(new, new_keys, None, None, limits)), own]  # fmt: skip
+        return [
+            *(
+                dict(found, verdict="warn", severity="warn") if found["verdict"] == "block" else found
+                for found in check_leakage(new, new_keys, None, None, limits)
+            ),
+            own,
+        ]
     rows = [check_label_set(new, base)]
     if new["modality"] != base["modality"]:
         return [*rows, row("modality", "block", "block", detail=f"{base['modality']} -> {new['modality']}"), own]
@@ -552,11 +645,15 @@ def load_baseline(baseline: str) -> tuple[tuple[dict, dict] | None, str, str]:
     if exists(f"{folder}/{STATS_FILE}"):
         return data_statistics.compute(folder), folder, ""
     if "://" not in folder and not os.path.exists(folder):
-        raise UsageError(f"--baseline {baseline} does not exist: pass the check-data output, the examples or the "
-                         "registered model of the model in service")  # fmt: skip
-    note = (f"the baseline {baseline} holds no {data_statistics.STATS_NAME} (an export step's output, or a model "
-            "registered before the data checks: a registered version keeps them): nothing to compare with; the new "
-            "data's own leakage is reported, never blocking")  # fmt: skip
+        raise UsageError(
+            f"--baseline {baseline} does not exist: pass the check-data output, the examples or the "
+            "registered model of the model in service"
+        )
+    note = (
+        f"the baseline {baseline} holds no {data_statistics.STATS_NAME} (an export step's output, or a model "
+        "registered before the data checks: a registered version keeps them): nothing to compare with; the new "
+        "data's own leakage is reported, never blocking"
+    )
     return None, "", note
 
 
@@ -624,11 +721,16 @@ def report(result: dict) -> None:
             split = f" ({found['split']})" if found.get("split") else ""
             verdict = "block, accepted" if found["verdict"] == "block" else found["verdict"]
             log.warning("check data: %s %s%s: %s", verdict, found["check"], split, found["detail"])
-    counts = {verdict: sum(1 for found in result["checks"] if found["verdict"] == verdict)
-              for verdict in ("pass", "warn", "block", "skipped")}  # fmt: skip
+    counts = {
+        verdict: sum(1 for found in result["checks"] if found["verdict"] == verdict)
+        for verdict in ("pass", "warn", "block", "skipped")
+    }
     summary = ", ".join(f"{count} {verdict}" for verdict, count in counts.items() if count)
     if result["accepted_data_change"]:
-        log.warning("check data: %s; blocking checks accepted (--accept-data-change): %s", summary,
-                    "; ".join(result["blocking"]))  # fmt: skip
+        log.warning(
+            "check data: %s; blocking checks accepted (--accept-data-change): %s",
+            summary,
+            "; ".join(result["blocking"]),
+        )
     else:
         log.info("check data: %s", summary)

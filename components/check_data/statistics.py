@@ -67,9 +67,14 @@ def compute(
         result["text"] = {}
         for split in SPLITS:
             result["text"][split], keys[split] = text_statistics(
-                examples_dir, split, own, stats["sequence_length"], served, result["standardization"],
+                examples_dir,
+                split,
+                own,
+                stats["sequence_length"],
+                served,
+                result["standardization"],
                 served_standardization,
-            )  # fmt: skip
+            )
     else:
         result["image"] = {}
         for split in SPLITS:
@@ -136,8 +141,12 @@ def image_statistics(examples_dir: str, split: str) -> tuple[dict, np.ndarray]:
         contrast[min(CONTRAST_BINS - 1, round(float(levels.std())))] += 1
         thumbnails.append(thumbnail(grey))
         formats[source_format(source.decode("utf-8", "replace"))] += 1
-    statistics = {"brightness": brightness.tolist(), "contrast": contrast.tolist(), "formats": dict(formats),
-                  **{name: counts.tolist() for name, counts in sizes.items()}}  # fmt: skip
+    statistics = {
+        "brightness": brightness.tolist(),
+        "contrast": contrast.tolist(),
+        "formats": dict(formats),
+        **{name: counts.tolist() for name, counts in sizes.items()},
+    }
     keys = np.stack(thumbnails) if thumbnails else np.zeros((0, THUMBNAIL_SIDE * THUMBNAIL_SIDE), np.uint8)
     return statistics, keys
 
@@ -170,9 +179,14 @@ def source_format(source: str) -> str:
 
 
 def text_statistics(
-    examples_dir: str, split: str, index: dict[str, int], sequence_length: int, served: dict[str, int] | None = None,
-    standardization: str = STANDARDIZATION, served_standardization: str | None = None,
-) -> tuple[dict, np.ndarray]:  # fmt: skip
+    examples_dir: str,
+    split: str,
+    index: dict[str, int],
+    sequence_length: int,
+    served: dict[str, int] | None = None,
+    standardization: str = STANDARDIZATION,
+    served_standardization: str | None = None,
+) -> tuple[dict, np.ndarray]:
     """A split's token counts (a histogram, one bin per count up to ``TOKEN_BINS - 1``, the longer in the last,
     whatever the sequence length), truncated and out-of-vocabulary shares under ``index`` (and under ``served``, the
     served model's vocabulary, when given), and a hash of each text's split key (uint64: texts with one key are

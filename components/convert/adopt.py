@@ -31,8 +31,14 @@ log = logging.getLogger(__name__)
 
 EXPECTED = "the codelab schema: image (JPEG bytes), class (int64), label (bytes), size (int64[2]), one_hot_class"
 FIX = "convert the original images instead (--source <folder>|<manifest.csv>)"
-SPLIT_NAMES = {"train": "train", "training": "train", "validation": "validation", "valid": "validation",
-               "val": "validation", "test": "test"}  # fmt: skip
+SPLIT_NAMES = {
+    "train": "train",
+    "training": "train",
+    "validation": "validation",
+    "valid": "validation",
+    "val": "validation",
+    "test": "test",
+}
 
 
 @dataclass
@@ -140,8 +146,9 @@ def _named_split(path: str) -> str:
 def validate_files(metadata: list, threads: int, source: str) -> dict:
     """Each matched file's ``check_file`` summary, by path, with a progress line per file."""
     paths = [m.path for m in metadata]
-    log.info("validating %d TFRecord files (%.0f MB) of %s", len(paths), sum(m.size_in_bytes for m in metadata) / 1e6,
-             source)  # fmt: skip
+    log.info(
+        "validating %d TFRecord files (%.0f MB) of %s", len(paths), sum(m.size_in_bytes for m in metadata) / 1e6, source
+    )
     summaries = {}
     with ThreadPoolExecutor(max_workers=threads) as pool:
         for done, summary in enumerate(pool.map(check_file, paths), start=1):
@@ -211,8 +218,9 @@ def adopt(config, threads: int) -> dict:
     duplicates = duplicate_records(paths, summaries, split_of)
     leaks = sum(1 for record in duplicates if record.get("cross_split"))
     if leaks:
-        log.warning("%d images are in two splits of %s (see duplicates.jsonl); %s to drop them", leaks, config.source,
-                    FIX)  # fmt: skip
+        log.warning(
+            "%d images are in two splits of %s (see duplicates.jsonl); %s to drop them", leaks, config.source, FIX
+        )
     counts = {split: sum(per_class[split].values()) for split in SPLITS}
     stats = {
         "class_names": class_names,

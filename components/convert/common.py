@@ -281,8 +281,9 @@ def written_atomically(path: str):
     FileSystems.rename([temporary], [path])
 
 
-def finish_shards(written: Iterable[tuple[str, int, dict[int, int]]], output_dir: str,
-                  shards: dict[str, int]) -> list[tuple[tuple[str, int], int]]:  # fmt: skip
+def finish_shards(
+    written: Iterable[tuple[str, int, dict[int, int]]], output_dir: str, shards: dict[str, int]
+) -> list[tuple[tuple[str, int], int]]:
     """Writes the shards no example went to, empty (each split has all of its ``shards``), and returns the counts
     as ``((split, class index), count)`` pairs."""
     written = list(written)
@@ -313,8 +314,10 @@ def WriteShards(splits, output_dir: str, shards: dict[str, int]):  # noqa: N802 
 def Gather(named):  # noqa: N802 (a PTransform's name)
     """{name: PCollection} -> one element: {name: the elements of its PCollection, in a list}: what the stats are
     written from, gathered through one grouping (each costs Beam's local engine stages of its own)."""
-    tagged = [pcoll | f"Tag{name.title()}" >> beam.Map(lambda element, name: (name, element), name)
-              for name, pcoll in named.items()]  # fmt: skip
+    tagged = [
+        pcoll | f"Tag{name.title()}" >> beam.Map(lambda element, name: (name, element), name)
+        for name, pcoll in named.items()
+    ]
     return (
         tagged
         | "All" >> beam.Flatten()
@@ -360,6 +363,10 @@ def warn_small_classes(stats: dict) -> None:
     for split, names in stats.get("small_classes", {}).items():
         log.warning(
             "few %s examples (under %d) for class %s: its %s figures will say little; add %s or change the split "
-            "fractions", split, SMALL_CLASS_EXAMPLES, ", ".join(f"{name} ({count})" for name, count in names.items()),
-            split, items,
-        )  # fmt: skip
+            "fractions",
+            split,
+            SMALL_CLASS_EXAMPLES,
+            ", ".join(f"{name} ({count})" for name, count in names.items()),
+            split,
+            items,
+        )

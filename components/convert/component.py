@@ -44,13 +44,25 @@ def convert(
     # the local engine writes through KFP's /gcs mount (examples.path); a remote runner's workers (Dataflow) have
     # no such mount, so Beam gets the artifact's gs:// URI, and the stats are read back from there
     output_dir = examples.path if runs_locally(beam_args or ()) else examples.uri
-    stats = convert_source(modality, dict(
-        source=source, output_dir=output_dir, validation_fraction=validation_fraction, test_fraction=test_fraction,
-        num_shards=num_shards, max_bad_fraction=max_bad_fraction, classes=tuple(classes),
-        pipeline_args=tuple(beam_args or ()), image_size=image_size, max_pixels=max_pixels,
-        vocabulary_size=vocabulary_size, sequence_length=sequence_length, text_column=text_column,
-        label_column=label_column,
-    ))  # fmt: skip
+    stats = convert_source(
+        modality,
+        dict(
+            source=source,
+            output_dir=output_dir,
+            validation_fraction=validation_fraction,
+            test_fraction=test_fraction,
+            num_shards=num_shards,
+            max_bad_fraction=max_bad_fraction,
+            classes=tuple(classes),
+            pipeline_args=tuple(beam_args or ()),
+            image_size=image_size,
+            max_pixels=max_pixels,
+            vocabulary_size=vocabulary_size,
+            sequence_length=sequence_length,
+            text_column=text_column,
+            label_column=label_column,
+        ),
+    )
     if stats.get("modality") == "text":
         shape = {"sequence_length": stats["sequence_length"], "vocabulary_size": stats["vocabulary_size"]}
     else:

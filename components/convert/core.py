@@ -179,8 +179,10 @@ def auto_image_size(source_side: int | None) -> tuple[int, str]:
     if source_side is None:
         return MAX_AUTO_IMAGE_SIZE, f"no image size could be read: the codelab's {MAX_AUTO_IMAGE_SIZE}"
     size = min(MAX_AUTO_IMAGE_SIZE, max(least, source_side))
-    return size, (f"the source images' median shorter side is {source_side} px; auto takes it, at most "
-                  f"{MAX_AUTO_IMAGE_SIZE} and at least {least}")  # fmt: skip
+    return size, (
+        f"the source images' median shorter side is {source_side} px; auto takes it, at most "
+        f"{MAX_AUTO_IMAGE_SIZE} and at least {least}"
+    )
 
 
 def assign_split(key: bytes, validation_fraction: float, test_fraction: float) -> str:
@@ -221,8 +223,14 @@ def run(config: ConvertConfig) -> dict:
         if listing.rejected
         else ""
     )
-    log.info("found %d images in %d classes under %s%s: %s", len(listing.items), len(listing.class_names),
-             config.source, rows, ", ".join(listing.class_names))  # fmt: skip
+    log.info(
+        "found %d images in %d classes under %s%s: %s",
+        len(listing.items),
+        len(listing.class_names),
+        config.source,
+        rows,
+        ", ".join(listing.class_names),
+    )
     output_dir = config.output_dir.rstrip("/")
     fractions = {
         "train": 1.0 - config.validation_fraction - config.test_fraction,
@@ -244,10 +252,16 @@ def run(config: ConvertConfig) -> dict:
         stats = read_stats(output_dir)
         seconds = time.monotonic() - started
         unusable = f" ({len(listing.rejected)} of them unusable rows)" if listing.rejected else ""
-        log.info("converted %d images in %.1fs (%.0f images/s): %s; quarantined %d%s, duplicates dropped %d",
-                 stats["num_examples"], seconds, len(listing.items) / max(seconds, 1e-9),
-                 ", ".join(f"{split} {stats['counts'][split]}" for split in SPLITS), stats["quarantined"], unusable,
-                 stats["duplicates"])  # fmt: skip
+        log.info(
+            "converted %d images in %.1fs (%.0f images/s): %s; quarantined %d%s, duplicates dropped %d",
+            stats["num_examples"],
+            seconds,
+            len(listing.items) / max(seconds, 1e-9),
+            ", ".join(f"{split} {stats['counts'][split]}" for split in SPLITS),
+            stats["quarantined"],
+            unusable,
+            stats["duplicates"],
+        )
         warn_small_classes(stats)
         total = len(listing.items) + len(listing.rejected)
         bad_fraction = stats["quarantined"] / max(1, total)
@@ -260,8 +274,9 @@ def run(config: ConvertConfig) -> dict:
     return stats
 
 
-def conversion_graph(pipeline, config: ConvertConfig, listing: ImageListing, staged: dict, shards: dict[str, int],
-                     auto: str | None) -> None:  # fmt: skip
+def conversion_graph(
+    pipeline, config: ConvertConfig, listing: ImageListing, staged: dict, shards: dict[str, int], auto: str | None
+) -> None:
     """Adds the conversion to ``pipeline``: the listing's rows read from the ``staged`` files (``staged_rows``), each
     image converted, byte-identical images kept once, the splits written in ``shards`` shards, and the stats."""
     output_dir = config.output_dir.rstrip("/")

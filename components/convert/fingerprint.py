@@ -17,8 +17,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the fingerprint of a source (sha256 over its files' paths, sizes and modification times, "
         "and a manifest's bytes): the DAG reruns the conversion, cached or not, only when it changes.",
     )
-    parser.add_argument("--source", required=True, help="what convert takes: an image folder, a CSV manifest, an "
-                        ".npz, TFRecords, texts; local or gs://")  # fmt: skip
+    parser.add_argument(
+        "--source",
+        required=True,
+        help="what convert takes: an image folder, a CSV manifest, an .npz, TFRecords, texts; local or gs://",
+    )
     add_param(parser, CONVERT, "classes", metavar="A,B,C", type=class_names_flag)
     add_param(parser, CONVERT, "modality", choices=MODALITIES)
     add_param(parser, TEXT, "text_column")

@@ -122,8 +122,15 @@ def convert_item(item: Sequence, settings: ItemSettings):
     except Exception as err:  # one bad file must not sink the job: record it instead
         return {"path": path, "reason": one_line(err, with_type=True)}
     size, source_size = (settings.image_size, settings.image_size), oriented_size(content)
-    example = serialize_example(jpeg, class_index, settings.class_names[class_index], size, len(settings.class_names),
-                                source=path, source_size=source_size)  # fmt: skip
+    example = serialize_example(
+        jpeg,
+        class_index,
+        settings.class_names[class_index],
+        size,
+        len(settings.class_names),
+        source=path,
+        source_size=source_size,
+    )
     key = split_digest(image_key(square))
     return content_digest(content), (path, class_index, split, example, key), min(source_size)
 
@@ -334,8 +341,12 @@ class Converter:
                 results.extend(executor.submit(convert_chunk, [item], self._settings, self._work).result())
             except BrokenProcessPool:
                 _discard(executor)
-                results.append({"path": item[0], "reason": "its worker process died converting it (a decoder "
-                                                           "crash, or out of memory)"})  # fmt: skip
+                results.append(
+                    {
+                        "path": item[0],
+                        "reason": "its worker process died converting it (a decoder crash, or out of memory)",
+                    }
+                )
         return results
 
     def close(self) -> None:

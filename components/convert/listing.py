@@ -191,8 +191,9 @@ def list_npz(path: str, classes: Sequence[str] = CONVERT["classes"].default) -> 
         names = tuple(str(value) for value in values)
         index = {value: i for i, value in enumerate(values)}
     items = tuple((f"{path}#{i}", index[int(label)], "") for i, label in enumerate(y))
-    return ImageListing(names, items, int(x.nbytes), fingerprint=fingerprint_of(found),
-                        shorter_side=int(min(x.shape[1:3])))  # fmt: skip
+    return ImageListing(
+        names, items, int(x.nbytes), fingerprint=fingerprint_of(found), shorter_side=int(min(x.shape[1:3]))
+    )
 
 
 @functools.lru_cache(maxsize=2)
@@ -260,8 +261,9 @@ class TextListing:
     splits_from_source: tuple[str, ...] = ()
 
 
-def is_text_source(source: str, text_column: str = TEXT["text_column"].default,
-                   label_column: str = TEXT["label_column"].default) -> bool:  # fmt: skip
+def is_text_source(
+    source: str, text_column: str = TEXT["text_column"].default, label_column: str = TEXT["label_column"].default
+) -> bool:
     """Whether ``source`` is a text source: a .jsonl; a .csv whose header names the text and label columns (an
     image manifest, ``[ML_USE,]IMAGE_URI,LABEL`` rows, has no header); or a folder whose class folders (directly or
     under aclImdb's split folders) hold more .txt files than images, among the first ``SAMPLED_FILES`` of each
@@ -299,8 +301,12 @@ SAMPLED_FILES = 1000
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
 
-def resolve_modality(modality: str, source: str, text_column: str = TEXT["text_column"].default,
-                     label_column: str = TEXT["label_column"].default) -> str:  # fmt: skip
+def resolve_modality(
+    modality: str,
+    source: str,
+    text_column: str = TEXT["text_column"].default,
+    label_column: str = TEXT["label_column"].default,
+) -> str:
     """``image`` or ``text``: as given, or (``auto``) what the source holds (``is_text_source``, a CSV by the
     columns named)."""
     if modality not in MODALITIES:
@@ -310,9 +316,12 @@ def resolve_modality(modality: str, source: str, text_column: str = TEXT["text_c
     return modality
 
 
-def text_source_fingerprint(source: str, classes: Sequence[str] = CONVERT["classes"].default,
-                            text_column: str = TEXT["text_column"].default,
-                            label_column: str = TEXT["label_column"].default) -> str:  # fmt: skip
+def text_source_fingerprint(
+    source: str,
+    classes: Sequence[str] = CONVERT["classes"].default,
+    text_column: str = TEXT["text_column"].default,
+    label_column: str = TEXT["label_column"].default,
+) -> str:
     """The fingerprint of a text source (the same as its conversion's ``stats.json`` records)."""
     return list_text_source(source, classes, text_column, label_column).fingerprint
 
@@ -321,8 +330,10 @@ def list_text_folder(root: str) -> TextListing:
     """``<root>/<class>/*`` or aclImdb's ``<root>/<split>/<class>/*``: every file in a class folder is an item."""
     root = root.rstrip("/")
     if "://" not in root and not os.path.isdir(root):
-        raise UsageError(f"data path {root} is not a folder: pass <root>/<class_name>/*.txt, aclImdb's "
-                         "<root>/train|test/<class_name>/*.txt, or a .csv/.jsonl of texts and labels")  # fmt: skip
+        raise UsageError(
+            f"data path {root} is not a folder: pass <root>/<class_name>/*.txt, aclImdb's "
+            "<root>/train|test/<class_name>/*.txt, or a .csv/.jsonl of texts and labels"
+        )
     split_folders = ("train", "validation", "test")
     nested = [meta for meta in _match(f"{root}/*/*/*") if meta.path.split("/")[-3] in split_folders]
     kept, by_class, source_splits = [], {}, set()
@@ -336,13 +347,21 @@ def list_text_folder(root: str) -> TextListing:
         # a train folder's texts are hashed into train and validation (unless the source has a validation folder)
         by_class.setdefault(parts[-2], []).append((meta.path, "" if split == "train" else split))
     if not by_class:
-        raise UsageError(f"data path {root} holds no text files: expected <root>/<class_name>/*.txt or aclImdb's "
-                         "<root>/train|test/<class_name>/*.txt")  # fmt: skip
+        raise UsageError(
+            f"data path {root} holds no text files: expected <root>/<class_name>/*.txt or aclImdb's "
+            "<root>/train|test/<class_name>/*.txt"
+        )
     class_names = tuple(sorted(by_class))
-    items = tuple((path, index, split, None) for index, name in enumerate(class_names)
-                  for path, split in sorted(by_class[name]))  # fmt: skip
-    return TextListing(class_names, items, sum(meta.size_in_bytes for meta in kept), fingerprint=fingerprint_of(kept),
-                       splits_from_source=tuple(sorted(source_splits - {""})))  # fmt: skip
+    items = tuple(
+        (path, index, split, None) for index, name in enumerate(class_names) for path, split in sorted(by_class[name])
+    )
+    return TextListing(
+        class_names,
+        items,
+        sum(meta.size_in_bytes for meta in kept),
+        fingerprint=fingerprint_of(kept),
+        splits_from_source=tuple(sorted(source_splits - {""})),
+    )
 
 
 def list_text_table(path: str, text_column: str, label_column: str) -> TextListing:
@@ -354,8 +373,9 @@ def list_text_table(path: str, text_column: str, label_column: str) -> TextListi
     try:
         decoded = content.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise UsageError(f"data path {path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as "
-                         "UTF-8") from None  # fmt: skip
+        raise UsageError(
+            f"data path {path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8"
+        ) from None
     rows, rejected = [], []
     if path.lower().endswith(".jsonl"):
         # (lines end at "\n" only: JSON strings may hold U+2028 and the like, which splitlines() would cut at)
@@ -379,8 +399,9 @@ def list_text_table(path: str, text_column: str, label_column: str) -> TextListi
     for column, flag in ((text_column, "--text-column"), (label_column, "--label-column")):
         if column not in columns:
             have = ", ".join(sorted(columns)) or "none"
-            raise UsageError(f"data path {path} has no column {column!r} (its columns: {have}): name the right one "
-                             f"with {flag}")  # fmt: skip
+            raise UsageError(
+                f"data path {path} has no column {column!r} (its columns: {have}): name the right one with {flag}"
+            )
     labelled = []
     for number, row in rows:
         text, label = row.get(text_column), row.get(label_column)
@@ -395,13 +416,21 @@ def list_text_table(path: str, text_column: str, label_column: str) -> TextListi
     index = {name: i for i, name in enumerate(class_names)}
     items = tuple((where, index[label], "", text) for where, label, text in labelled)
     (meta,) = _match(path) or [None]
-    return TextListing(class_names, items, len(content), tuple(rejected),
-                       fingerprint=fingerprint_of([meta] if meta else [], extra=content))  # fmt: skip
+    return TextListing(
+        class_names,
+        items,
+        len(content),
+        tuple(rejected),
+        fingerprint=fingerprint_of([meta] if meta else [], extra=content),
+    )
 
 
-def list_text_source(source: str, classes: Sequence[str] = CONVERT["classes"].default,
-                     text_column: str = TEXT["text_column"].default,
-                     label_column: str = TEXT["label_column"].default) -> TextListing:  # fmt: skip
+def list_text_source(
+    source: str,
+    classes: Sequence[str] = CONVERT["classes"].default,
+    text_column: str = TEXT["text_column"].default,
+    label_column: str = TEXT["label_column"].default,
+) -> TextListing:
     if source.lower().endswith(TABLE_SUFFIXES):
         listing = list_text_table(source, text_column, label_column)
     else:
@@ -411,9 +440,13 @@ def list_text_source(source: str, classes: Sequence[str] = CONVERT["classes"].de
     return in_class_order(listing, classes, source, "classes") if classes else listing
 
 
-def fingerprint_source(source: str, classes: Sequence[str] = CONVERT["classes"].default,
-                       modality: str = CONVERT["modality"].default, text_column: str = TEXT["text_column"].default,
-                       label_column: str = TEXT["label_column"].default) -> str:  # fmt: skip
+def fingerprint_source(
+    source: str,
+    classes: Sequence[str] = CONVERT["classes"].default,
+    modality: str = CONVERT["modality"].default,
+    text_column: str = TEXT["text_column"].default,
+    label_column: str = TEXT["label_column"].default,
+) -> str:
     """The fingerprint of any source convert takes, images or texts, as its conversion will record it."""
     if resolve_modality(modality, source, text_column, label_column) == "text":
         return text_source_fingerprint(source, classes, text_column, label_column)

@@ -78,8 +78,10 @@ TEXTS_PER_SHARD = 25_000
 def check_text_options(config) -> None:
     """The vocabulary and sequence length of a text conversion config: one-line errors."""
     if config.vocabulary_size < 3:
-        raise UsageError(f"--vocabulary-size {config.vocabulary_size} is too small: use 3 or more (the article "
-                         "uses 15000; 2 ids are padding and out-of-vocabulary)")  # fmt: skip
+        raise UsageError(
+            f"--vocabulary-size {config.vocabulary_size} is too small: use 3 or more (the article "
+            "uses 15000; 2 ids are padding and out-of-vocabulary)"
+        )
     if config.sequence_length < 1:
         raise UsageError(f"--sequence-length {config.sequence_length} must be positive (the article uses 250)")
 
@@ -209,8 +211,7 @@ class Tokenize(beam.DoFn):
             self._index = {token: i for i, token in enumerate(vocabulary) if i >= 2}
         class_index, text = element
         ids, count, unknown = token_ids(text, self._index, self._length)
-        example = serialize_text_example(ids, text, class_index, self._class_names[class_index],
-                                         len(self._class_names))  # fmt: skip
+        example = serialize_text_example(ids, text, class_index, self._class_names[class_index], len(self._class_names))
         yield beam.pvalue.TaggedOutput("tally", (split, (1, count, unknown, int(count > self._length))))
         yield class_index, example
 
@@ -223,8 +224,9 @@ def _sum_tallies(tallies):
     return tuple(totals)
 
 
-def write_text_stats(outcome: dict[str, list], vocabulary, *, output_dir: str, config, listing,
-                     shards: dict[str, int]) -> dict:  # fmt: skip
+def write_text_stats(
+    outcome: dict[str, list], vocabulary, *, output_dir: str, config, listing, shards: dict[str, int]
+) -> dict:
     """Writes the shards no example went to (empty), then ``vocabulary.txt``, ``quarantine.jsonl``,
     ``duplicates.jsonl`` and ``stats.json`` (each atomically), from the ``outcome`` gathered (``write_stats``'s, and
     each split's ``tally``)."""
@@ -262,8 +264,15 @@ def write_text_stats(outcome: dict[str, list], vocabulary, *, output_dir: str, c
     return stats
 
 
-def text_graph(pipeline, config: TextConvertConfig, listing: TextListing, staged: dict, shards: dict[str, int],
-               validation_fraction: float, test_fraction: float) -> None:  # fmt: skip
+def text_graph(
+    pipeline,
+    config: TextConvertConfig,
+    listing: TextListing,
+    staged: dict,
+    shards: dict[str, int],
+    validation_fraction: float,
+    test_fraction: float,
+) -> None:
     """Adds the text conversion to ``pipeline``: the listing's rows read from the ``staged`` files
     (``components.convert.staging.staged_rows``), each text read, byte-identical texts kept once, the vocabulary
     counted on the train split, the splits tokenized and written in ``shards`` shards, and the stats."""
@@ -303,11 +312,17 @@ def text_graph(pipeline, config: TextConvertConfig, listing: TextListing, staged
         "quarantine": (rejected, read[QUARANTINE_TAG]) | "AllQuarantined" >> beam.Flatten(),
         "duplicates": unique[DUPLICATE_TAG],
     }
-    _ = outcome | "Outcome" >> Gather() | "WriteStats" >> beam.Map(
-        lambda found, vocabulary: write_text_stats(found, vocabulary, output_dir=output_dir, config=config,
-                                                   listing=summary, shards=shards),
-        beam.pvalue.AsSingleton(vocabulary),
-    )  # fmt: skip
+    _ = (
+        outcome
+        | "Outcome" >> Gather()
+        | "WriteStats"
+        >> beam.Map(
+            lambda found, vocabulary: write_text_stats(
+                found, vocabulary, output_dir=output_dir, config=config, listing=summary, shards=shards
+            ),
+            beam.pvalue.AsSingleton(vocabulary),
+        )
+    )
 
 
 def run_text(config: TextConvertConfig) -> dict:
@@ -318,8 +333,13 @@ def run_text(config: TextConvertConfig) -> dict:
     check_writable(config.output_dir, "--output")
     listing = list_text_source(config.source, config.classes, config.text_column, config.label_column)
     check_class_count(listing.class_names, config.source)
-    log.info("found %d texts in %d classes under %s: %s", len(listing.items), len(listing.class_names),
-             config.source, ", ".join(listing.class_names))  # fmt: skip
+    log.info(
+        "found %d texts in %d classes under %s: %s",
+        len(listing.items),
+        len(listing.class_names),
+        config.source,
+        ", ".join(listing.class_names),
+    )
     output_dir = config.output_dir.rstrip("/")
     # the splits the source sets are not hashed out again: aclImdb's test folder is the test split
     test_fraction = 0.0 if "test" in listing.splits_from_source else config.test_fraction
@@ -334,14 +354,22 @@ def run_text(config: TextConvertConfig) -> dict:
             text_graph(pipeline, config, listing, staged, shards, validation_fraction, test_fraction)
         stats = read_stats(output_dir)
         seconds = time.monotonic() - started
-        log.info("converted %d texts in %.1fs (%.0f texts/s): %s; vocabulary %d ids; quarantined %d, duplicates "
-                 "dropped %d", stats["num_examples"], seconds, len(listing.items) / max(seconds, 1e-9),
-                 ", ".join(f"{split} {stats['counts'][split]}" for split in SPLITS), stats["vocabulary_size"],
-                 stats["quarantined"], stats["duplicates"])  # fmt: skip
+        log.info(
+            "converted %d texts in %.1fs (%.0f texts/s): %s; vocabulary %d ids; quarantined %d, duplicates dropped %d",
+            stats["num_examples"],
+            seconds,
+            len(listing.items) / max(seconds, 1e-9),
+            ", ".join(f"{split} {stats['counts'][split]}" for split in SPLITS),
+            stats["vocabulary_size"],
+            stats["quarantined"],
+            stats["duplicates"],
+        )
         warn_small_classes(stats)
         total = len(listing.items) + len(listing.rejected)
         if stats["quarantined"] / max(1, total) > config.max_bad_fraction:
-            raise ConversionError(f"{stats['quarantined']} of {total} texts could not be converted "
-                                  f"({stats['quarantined'] / max(1, total):.1%} > --max-bad-fraction "
-                                  f"{config.max_bad_fraction:.1%}): see {output_dir}/{QUARANTINE_FILE}")  # fmt: skip
+            raise ConversionError(
+                f"{stats['quarantined']} of {total} texts could not be converted "
+                f"({stats['quarantined'] / max(1, total):.1%} > --max-bad-fraction "
+                f"{config.max_bad_fraction:.1%}): see {output_dir}/{QUARANTINE_FILE}"
+            )
     return stats

@@ -93,8 +93,12 @@ def deploy(
     already = serving_this()
     if already is not None:
         log.info(f"{model_version} already takes all of {target.resource_name}'s traffic")
-        return {"endpoint": target.resource_name, "deployed_model_id": already.id, "action": "unchanged",
-                "undeployed": []}  # fmt: skip
+        return {
+            "endpoint": target.resource_name,
+            "deployed_model_id": already.id,
+            "action": "unchanged",
+            "undeployed": [],
+        }
     model = aiplatform.Model(model_version)
     call(
         f"deploy {model_version} to {target.resource_name}",
@@ -113,10 +117,19 @@ def deploy(
     undeployed = []
     for older in list(aiplatform.Endpoint(target.resource_name).gca_resource.deployed_models):
         if older.model == model_name and older.id != deployed.id:
-            call(f"undeploy version {older.model_version_id} from {target.resource_name}",
-                 lambda older=older: target.undeploy(older.id), settings)  # fmt: skip
+            call(
+                f"undeploy version {older.model_version_id} from {target.resource_name}",
+                lambda older=older: target.undeploy(older.id),
+                settings,
+            )
             undeployed.append(older.model_version_id)
-    log.info(f"deployed {model_version} to {target.resource_name} with all of its traffic"
-          + (f"; undeployed version(s) {', '.join(undeployed)}" if undeployed else ""))  # fmt: skip
-    return {"endpoint": target.resource_name, "deployed_model_id": deployed.id, "action": "deployed",
-            "undeployed": undeployed}  # fmt: skip
+    log.info(
+        f"deployed {model_version} to {target.resource_name} with all of its traffic"
+        + (f"; undeployed version(s) {', '.join(undeployed)}" if undeployed else "")
+    )
+    return {
+        "endpoint": target.resource_name,
+        "deployed_model_id": deployed.id,
+        "action": "deployed",
+        "undeployed": undeployed,
+    }

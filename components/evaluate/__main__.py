@@ -20,8 +20,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--examples", dest="examples_dir", required=True, help="the convert step's output dir")
     parser.add_argument("--model-dir", required=True, help="the train step's output dir")
     parser.add_argument("--output", dest="output_dir", required=True, help="where metrics.json goes")
-    parser.add_argument("--data-checks", default="", metavar="DIR", help="the check-data step's output: its checks "
-                        "go into the report (default: none)")  # fmt: skip
+    parser.add_argument(
+        "--data-checks",
+        default="",
+        metavar="DIR",
+        help="the check-data step's output: its checks go into the report (default: none)",
+    )
     parser.add_argument("--split", default="test", choices=("train", "validation", "test"), help="default %(default)s")
     for name in EVALUATE:
         add_param(parser, EVALUATE, name)

@@ -53,8 +53,17 @@ def page_check_script() -> str:
 
 def run_browser(browser: str, *args: str) -> subprocess.CompletedProcess:
     """Runs the headless browser (no sandbox: containers and root have none to give it; the page is our own)."""
-    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--mute-audio",
-               "--no-first-run", "--disable-dev-shm-usage", *args]  # fmt: skip
+    command = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--mute-audio",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, check=False)
 
 
@@ -85,8 +94,13 @@ def drawn(png: bytes) -> dict:
     background = pixels[0, 0]
     ink = float((pixels != background).any(axis=-1).mean())
     colours = len(np.unique(pixels.reshape(-1, 3)[:: max(1, pixels.shape[0] * pixels.shape[1] // 200_000)], axis=0))
-    return {"width": int(pixels.shape[1]), "height": int(pixels.shape[0]), "ink": ink, "colours": colours,
-            "blank": ink < 0.01 or colours < 8}  # fmt: skip
+    return {
+        "width": int(pixels.shape[1]),
+        "height": int(pixels.shape[0]),
+        "ink": ink,
+        "colours": colours,
+        "blank": ink < 0.01 or colours < 8,
+    }
 
 
 def screenshot_report(report_html: str, browser: str | None = None) -> dict | None:

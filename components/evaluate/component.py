@@ -59,12 +59,19 @@ def evaluate(
     confusion.log_confusion_matrix(result["class_names"], result["confusion_matrix"])
     # the ROC curve over every class at once (one-vs-rest, micro average), at Vertex AI's confidence thresholds
     curve = result["ranking"]["thresholds"]
-    confusion.log_roc_curve([row["fpr"] for row in curve], [row["recall"] for row in curve],
-                            [row["threshold"] for row in curve])  # fmt: skip
+    confusion.log_roc_curve(
+        [row["fpr"] for row in curve], [row["recall"] for row in curve], [row["threshold"] for row in curve]
+    )
     evaluation.metadata.update({"blessed": blessing["blessed"], "reasons": blessing["reasons"]})
     ranking = result["ranking"]
-    vertex_evaluation.metadata.update({"accuracy": result["accuracy"], "auPrc": ranking["au_prc"],
-                                       "auRoc": ranking["au_roc"], "logLoss": ranking["log_loss"]})  # fmt: skip
+    vertex_evaluation.metadata.update(
+        {
+            "accuracy": result["accuracy"],
+            "auPrc": ranking["au_prc"],
+            "auRoc": ranking["au_roc"],
+            "logLoss": ranking["log_loss"],
+        }
+    )
     with open(vertex_evaluation.path, "w", encoding="utf-8") as handle:
         json.dump(sliced_metrics(result), handle)
     shutil.copyfile(result["report_html"], report.path)

@@ -184,13 +184,24 @@ def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int], class_n
 
     labels = list(range(len(class_names)))
     if not len(y_true):
-        return {"accuracy": 0.0, "num_examples": 0, "class_names": list(class_names),
-                "per_class": {name: {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0} for name in class_names},
-                "confusion_matrix": np.zeros((len(labels), len(labels)), dtype=int).tolist()}  # fmt: skip
+        return {
+            "accuracy": 0.0,
+            "num_examples": 0,
+            "class_names": list(class_names),
+            "per_class": {name: {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0} for name in class_names},
+            "confusion_matrix": np.zeros((len(labels), len(labels)), dtype=int).tolist(),
+        }
     matrix = confusion_matrix(y_true, y_pred, labels=labels)
     precision, recall, f1, support = precision_recall_fscore_support(y_true, y_pred, labels=labels, zero_division=0)
-    per_class = {name: {"precision": float(precision[i]), "recall": float(recall[i]), "f1": float(f1[i]),
-                        "support": int(support[i])} for i, name in enumerate(class_names)}  # fmt: skip
+    per_class = {
+        name: {
+            "precision": float(precision[i]),
+            "recall": float(recall[i]),
+            "f1": float(f1[i]),
+            "support": int(support[i]),
+        }
+        for i, name in enumerate(class_names)
+    }
     return {
         "accuracy": float(np.trace(matrix) / matrix.sum()),
         "num_examples": int(matrix.sum()),
@@ -248,25 +259,47 @@ def curve_metrics(truth, scores, top) -> dict:
     thresholds = []
     for threshold in CONFIDENCE_THRESHOLDS:
         every, first = at(scores >= threshold), at(top & (scores >= threshold))
-        thresholds.append({"threshold": threshold, **{k: every[k] for k in ("precision", "recall", "f1", "fpr")},
-                           "tp": every["tp"], "fp": every["fp"], "fn": positives - every["tp"],
-                           "tn": negatives - every["fp"],
-                           **{f"{k}_at_1": first[k] for k in ("precision", "recall", "f1", "fpr")}})  # fmt: skip
+        thresholds.append(
+            {
+                "threshold": threshold,
+                **{k: every[k] for k in ("precision", "recall", "f1", "fpr")},
+                "tp": every["tp"],
+                "fp": every["fp"],
+                "fn": positives - every["tp"],
+                "tn": negatives - every["fp"],
+                **{f"{k}_at_1": first[k] for k in ("precision", "recall", "f1", "fpr")},
+            }
+        )
     au_prc = float(average_precision_score(truth, scores)) if positives else 0.0
     au_roc = float(roc_auc_score(truth, scores)) if positives and negatives else 0.0
     return {"au_prc": au_prc, "au_roc": au_roc, "thresholds": thresholds}
 
 
-def predict_split(model, examples_dir: str, split: str, image_size: int, num_classes: int, keep_wrong: int = 0,
-                  sequence_length: int | None = None):  # fmt: skip
+def predict_split(
+    model,
+    examples_dir: str,
+    split: str,
+    image_size: int,
+    num_classes: int,
+    keep_wrong: int = 0,
+    sequence_length: int | None = None,
+):
     """Runs ``model`` over a split in order; returns (true class ids, predicted probabilities) as NumPy arrays, and
     the first ``keep_wrong`` misclassified images as (uint8 pixels, true id, predicted id, its probability, source:
     the image's file, "" when the records do not say). Texts (``sequence_length`` given): the pixels are None and
     the source is the text."""
     import numpy as np
 
-    dataset = make_dataset(examples_dir, split, image_size, num_classes, EVAL_BATCH_SIZE, training=False, sources=True,
-                           sequence_length=sequence_length)  # fmt: skip
+    dataset = make_dataset(
+        examples_dir,
+        split,
+        image_size,
+        num_classes,
+        EVAL_BATCH_SIZE,
+        training=False,
+        sources=True,
+        sequence_length=sequence_length,
+    )
     true_ids, probabilities, wrong = [], [], []
     for images, one_hot, sources in dataset:
         # (an exported text baseline takes the raw texts: it tokenises them with its own vocabulary)
@@ -278,8 +311,9 @@ def predict_split(model, examples_dir: str, split: str, image_size: int, num_cla
             predicted = int(batch_probabilities[index].argmax())
             pixels = None if sequence_length else images[index].numpy()  # the uint8 pixels the model saw
             source = sources[index].numpy().decode("utf-8", errors="replace")
-            wrong.append((pixels, int(batch_true[index]), predicted, float(batch_probabilities[index][predicted]),
-                          source))  # fmt: skip
+            wrong.append(
+                (pixels, int(batch_true[index]), predicted, float(batch_probabilities[index][predicted]), source)
+            )
     return np.concatenate(true_ids), np.concatenate(probabilities), wrong
 
 
@@ -347,8 +381,9 @@ def _evaluate(config: EvaluateConfig) -> dict:
         from components.artifacts.data_statistics import read_checks
 
         data_checks = read_checks(config.data_checks)
-    not_comparable = baseline and comparability(baseline, model_config["class_names"], size, modality,
-                                                model_config.get("vocabulary_sha256", ""))  # fmt: skip
+    not_comparable = baseline and comparability(
+        baseline, model_config["class_names"], size, modality, model_config.get("vocabulary_sha256", "")
+    )
     model = load_trained_model(config.model_dir, model_config)
     history = read_history(config.model_dir)  # the curves for the report, and train's word on whether it learned
     from components.evaluate.report import MAX_MISCLASSIFIED
@@ -368,8 +403,9 @@ def _evaluate(config: EvaluateConfig) -> dict:
     metrics["ranking"] = ranking_metrics(y_true, probabilities, model_config["class_names"])
     metrics["split"] = config.split
     if not sequence_length:  # images: the figure clients will get, on the files themselves
-        metrics["client_files"] = client_file_accuracy(model, config.examples_dir, config.split, size,
-                                                       model_config["num_classes"])  # fmt: skip
+        metrics["client_files"] = client_file_accuracy(
+            model, config.examples_dir, config.split, size, model_config["num_classes"]
+        )
     metrics.update(model_name=model_config["model_name"], model_dir=config.model_dir, examples_dir=config.examples_dir)
     # the run's facts, for the report to lead with: the data, and how and where the model was trained
     metrics["counts"] = dict(stats["counts"])
@@ -412,10 +448,14 @@ def _evaluate(config: EvaluateConfig) -> dict:
         metrics["data_checks"] = data_checks
     metrics["blessing"]["baseline"] = config.baseline or None
     metrics["misclassified"] = [
-        {("text" if sequence_length else "source"): source or None, "label": metrics["class_names"][truth],
-         "predicted": metrics["class_names"][predicted], "probability": p}
+        {
+            ("text" if sequence_length else "source"): source or None,
+            "label": metrics["class_names"][truth],
+            "predicted": metrics["class_names"][predicted],
+            "probability": p,
+        }
         for _, truth, predicted, p, source in wrong
-    ]  # fmt: skip
+    ]
     metrics["report_html"] = write_report(config, metrics, wrong, history)
     if config.screenshot:
         metrics["report_screenshot"] = draw_report(metrics["report_html"])
@@ -460,26 +500,41 @@ def prediction_mix(answered: dict[str, int], kept: dict | None, split: str, warn
     with a word, without a kept evaluation, or with fewer than ``least`` answers on either side."""
 
     def row(verdict: str, value: float | None = None, detail: str = "") -> dict:
-        return {"check": "prediction mix", "verdict": verdict, "severity": "warn", "value": value,
-                "thresholds": {"warn": warn}, "detail": detail, "split": split}  # fmt: skip
+        return {
+            "check": "prediction mix",
+            "verdict": verdict,
+            "severity": "warn",
+            "value": value,
+            "thresholds": {"warn": warn},
+            "detail": detail,
+            "split": split,
+        }
 
     if kept is None:
-        return row("skipped", detail="the model in service keeps no evaluation of its own (a version that the "
-                   "register step keeps with its metrics.json does): nothing to compare its answers with")  # fmt: skip
+        return row(
+            "skipped",
+            detail="the model in service keeps no evaluation of its own (a version that the "
+            "register step keeps with its metrics.json does): nothing to compare its answers with",
+        )
     before = answered_counts(kept)
     if sorted(before) != sorted(answered):
         return row("skipped", detail="the model in service's own evaluation was of other classes")
     now_total, before_total = sum(answered.values()), sum(before.values())
     if min(now_total, before_total) < least:
-        return row("skipped", detail=f"{min(now_total, before_total)} answers on one side, under "
-                   f"min_split_examples {least:g}: too few to compare shares")  # fmt: skip
+        return row(
+            "skipped",
+            detail=f"{min(now_total, before_total)} answers on one side, under "
+            f"min_split_examples {least:g}: too few to compare shares",
+        )
     names = list(answered)
     moved = {name: answered[name] / now_total - before[name] / before_total for name in names}
     most = max(names, key=lambda name: abs(moved[name]))
     distance = abs(moved[most])
     own_split = kept.get("split", "evaluation")
-    detail = (f"class {most} {before[most] / before_total:.1%} -> {answered[most] / now_total:.1%} of its answers "
-              f"(its {own_split} split of {before_total}, this {split} split of {now_total})")  # fmt: skip
+    detail = (
+        f"class {most} {before[most] / before_total:.1%} -> {answered[most] / now_total:.1%} of its answers "
+        f"(its {own_split} split of {before_total}, this {split} split of {now_total})"
+    )
     return row("warn" if distance > warn else "pass", round(distance, 4), detail)
 
 
@@ -511,8 +566,9 @@ def write_report(config: EvaluateConfig, metrics: dict, wrong, history: dict | N
         return buffer.getvalue()
 
     names = metrics["class_names"]
-    misclassified = [(jpeg(pixels), names[truth], names[predicted], p, source)
-                     for pixels, truth, predicted, p, source in wrong]  # fmt: skip
+    misclassified = [
+        (jpeg(pixels), names[truth], names[predicted], p, source) for pixels, truth, predicted, p, source in wrong
+    ]
     path = os.path.join(config.output_dir, REPORT_FILE)
     write_atomically(path, render(metrics, history, misclassified).encode("utf-8"))
     return path
@@ -556,8 +612,9 @@ class TextExport:
         return self.serving(text=texts)["probabilities"]
 
 
-def comparability(baseline: Baseline, class_names: Sequence[str], image_size: int, modality: str,
-                  vocabulary_sha256: str) -> str:  # fmt: skip
+def comparability(
+    baseline: Baseline, class_names: Sequence[str], image_size: int, modality: str, vocabulary_sha256: str
+) -> str:
     """Why the baseline cannot be compared with a model of ``class_names`` and ``image_size`` ("" when it can).
 
     The rule: a baseline is compared only when it predicts the same classes (in any order: its answers are
@@ -566,8 +623,10 @@ def comparability(baseline: Baseline, class_names: Sequence[str], image_size: in
     (a scheduled retraining over a grown dataset then still blesses, exports and registers a good model).
     """
     if baseline.modality != modality:
-        return (f"the baseline is {article(baseline.modality)} {baseline.modality} model, the candidate "
-                f"{article(modality)} {modality} model")  # fmt: skip
+        return (
+            f"the baseline is {article(baseline.modality)} {baseline.modality} model, the candidate "
+            f"{article(modality)} {modality} model"
+        )
     if sorted(baseline.class_names) == sorted(class_names):
         if modality == "text" and baseline.kind == "trained":  # it reads ids: of the same length and vocabulary
             if int(baseline.image_size) != int(image_size):
@@ -599,9 +658,15 @@ def check_baseline(baseline: str) -> Baseline:
             raise UsageError(
                 f"baseline {baseline} is not a trained or exported model: expected a train or export step output"
             ) from None
-        found = Baseline("trained", path, input_size(config)[0], list(config["class_names"]),
-                         config.get("input_pixels", ""), config.get("modality", "image"),
-                         config.get("vocabulary_sha256", ""))  # fmt: skip
+        found = Baseline(
+            "trained",
+            path,
+            input_size(config)[0],
+            list(config["class_names"]),
+            config.get("input_pixels", ""),
+            config.get("modality", "image"),
+            config.get("vocabulary_sha256", ""),
+        )
     else:
         saved_model, report = found_export
         if not os.path.isfile(report):
@@ -610,8 +675,13 @@ def check_baseline(baseline: str) -> Baseline:
             )
         report_json = read_json(report)
         # (what an export takes is read from its serving_images signature when it is loaded)
-        found = Baseline("export", saved_model, input_size(report_json)[0], list(report_json["class_names"]),
-                         modality=report_json.get("modality", "image"))  # fmt: skip
+        found = Baseline(
+            "export",
+            saved_model,
+            input_size(report_json)[0],
+            list(report_json["class_names"]),
+            modality=report_json.get("modality", "image"),
+        )
     return found
 
 

@@ -83,11 +83,13 @@ def curve_svg(title: str, series: dict[str, Sequence[float]]) -> str:
     low, high = min(values), max(values)
     span = (high - low) or 1.0
     left, top, width, height = 40, 24, CURVE_WIDTH - 50, CURVE_HEIGHT - 50
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{CURVE_WIDTH}" height="{CURVE_HEIGHT}" role="img">',
-             f'<text x="{left}" y="16" font-size="13">{html.escape(title)}</text>',
-             f'<rect x="{left}" y="{top}" width="{width}" height="{height}" fill="none" stroke="#ccc"/>',
-             f'<text x="4" y="{top + 10}" font-size="10">{high:.3g}</text>',
-             f'<text x="4" y="{top + height}" font-size="10">{low:.3g}</text>']  # fmt: skip
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{CURVE_WIDTH}" height="{CURVE_HEIGHT}" role="img">',
+        f'<text x="{left}" y="16" font-size="13">{html.escape(title)}</text>',
+        f'<rect x="{left}" y="{top}" width="{width}" height="{height}" fill="none" stroke="#ccc"/>',
+        f'<text x="4" y="{top + 10}" font-size="10">{high:.3g}</text>',
+        f'<text x="4" y="{top + height}" font-size="10">{low:.3g}</text>',
+    ]
     for index, (name, points) in enumerate(series.items()):
         steps = max(len(points) - 1, 1)
         coordinates = " ".join(
@@ -95,14 +97,17 @@ def curve_svg(title: str, series: dict[str, Sequence[float]]) -> str:
         )
         color = colors[index % len(colors)]
         parts.append(f'<polyline points="{coordinates}" fill="none" stroke="{color}" stroke-width="2"/>')
-        parts.append(f'<text x="{left + 8 + 110 * index}" y="{top + height + 20}" font-size="11" fill="{color}">'
-                     f"{html.escape(name)}</text>")  # fmt: skip
+        parts.append(
+            f'<text x="{left + 8 + 110 * index}" y="{top + height + 20}" font-size="11" fill="{color}">'
+            f"{html.escape(name)}</text>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
 
-def render(metrics: dict, history: dict | None,
-           misclassified: Sequence[tuple[bytes | None, str, str, float, str]]) -> str:  # fmt: skip
+def render(
+    metrics: dict, history: dict | None, misclassified: Sequence[tuple[bytes | None, str, str, float, str]]
+) -> str:
     """The report's HTML. ``misclassified``: (JPEG bytes, true label, predicted label, its probability, the image's
     source file or "" when its records do not say); for a text, (None, ..., the text)."""
     blessing = metrics.get("blessing", {})
@@ -181,8 +186,10 @@ def data_checks_section(checks: dict | None, prediction_mix: dict | None = None)
     )
     note = f"<p>{html.escape(checks['baseline_note'])}</p>" if checks["baseline_note"] else ""
     head = "<tr><th>check</th><th>split</th><th>value</th><th>thresholds</th><th>verdict</th><th>detail</th></tr>"
-    return (f"<h2>Data checks</h2><p>This data against the data the model in service learned from.</p>{note}"
-            f"<table>{head}{rows}</table>")  # fmt: skip
+    return (
+        f"<h2>Data checks</h2><p>This data against the data the model in service learned from.</p>{note}"
+        f"<table>{head}{rows}</table>"
+    )
 
 
 def scores_table(metrics: dict) -> str:
@@ -194,8 +201,10 @@ def scores_table(metrics: dict) -> str:
     scores += f"<td class=base>{base['accuracy']:.4f}</td></tr>" if base else "</tr>"
     client = metrics.get("client_files") or {}
     if client.get("num_files"):  # the same examples' own files, decoded as the exported model decodes them
-        scores += (f"<tr><td>accuracy on the {client['num_files']} files as clients send them</td>"
-                   f"<td>{client['accuracy']:.4f}</td></tr>")  # fmt: skip
+        scores += (
+            f"<tr><td>accuracy on the {client['num_files']} files as clients send them</td>"
+            f"<td>{client['accuracy']:.4f}</td></tr>"
+        )
     scores += f"<tr><td>top-{k} accuracy</td><td>{top_k.get('accuracy', 0.0):.4f}</td>"
     scores += f"<td class=base>{base['top_k_accuracy']['accuracy']:.4f}</td></tr>" if base else "</tr>"
     return "<tr><th></th><th>candidate</th>" + ("<th class=base>baseline</th></tr>" if base else "</tr>") + scores
@@ -261,13 +270,18 @@ def run_facts(metrics: dict, history: dict | None) -> str:
         hardware = f"{hardware}, {devices} device(s), {processes} process(es)"
     seconds = history.get("train_seconds")
     if training.get("modality") == "text":
-        shape = (f"texts of {len(metrics.get('class_names', []))} classes, {training.get('sequence_length')} tokens "
-                 f"each, a vocabulary of {training.get('vocabulary_size')}")  # fmt: skip
+        shape = (
+            f"texts of {len(metrics.get('class_names', []))} classes, {training.get('sequence_length')} tokens "
+            f"each, a vocabulary of {training.get('vocabulary_size')}"
+        )
     else:
         shape = f"images of {len(metrics.get('class_names', []))} classes, {training.get('image_size') or ''} px"
     rows = [
-        ("model", f"{described(metrics.get('model_name', ''), training.get('model'), training.get('hparams'))} "
-                  f"({metrics.get('model_dir', '')})"),
+        (
+            "model",
+            f"{described(metrics.get('model_name', ''), training.get('model'), training.get('hparams'))} "
+            f"({metrics.get('model_dir', '')})",
+        ),
         ("data", f"{data} {shape} ({metrics.get('examples_dir', '')})"),
         ("pretrained", pretrained_facts(training)),
         ("epochs", epochs),
@@ -276,7 +290,7 @@ def run_facts(metrics: dict, history: dict | None) -> str:
         ("backend", training.get("backend")),
         ("global batch", training.get("global_batch_size")),
         ("training time", f"{seconds:.1f} s" if isinstance(seconds, (int, float)) else None),
-    ]  # fmt: skip
+    ]
     return "".join(
         f"<tr><td>{name}</td><td>{html.escape(str(value))}</td></tr>" for name, value in rows if value not in (None, "")
     )
@@ -289,8 +303,10 @@ def pretrained_facts(training: dict) -> str | None:
     phases = f"{training.get('head_epochs')} epochs of its head, the backbone frozen"
     tuned = training.get("fine_tune")
     if tuned:
-        phases += (f", then {tuned['epochs']} fine-tuning its top {tuned['blocks']} blocks at learning rate "
-                   f"{tuned['learning_rate']:g}")  # fmt: skip
+        phases += (
+            f", then {tuned['epochs']} fine-tuning its top {tuned['blocks']} blocks at learning rate "
+            f"{tuned['learning_rate']:g}"
+        )
     return f"{training['weights']} weights: {phases}"
 
 

@@ -48,8 +48,10 @@ def check_evaluation(evaluation_dir: str) -> None:
             raise UsageError(f"--evaluation {evaluation_dir} has no {name}: pass the evaluate step's output folder")
     split = read_json(metrics_path(evaluation_dir)).get("split", "test")
     if split != "test":  # the served figure is the test split's, and the report's figures must be of the same
-        raise UsageError(f"--evaluation {evaluation_dir} evaluated the {split} split: pass an evaluation of the test "
-                         "split (python -m components.evaluate without --split)")  # fmt: skip
+        raise UsageError(
+            f"--evaluation {evaluation_dir} evaluated the {split} split: pass an evaluation of the test "
+            "split (python -m components.evaluate without --split)"
+        )
 
 
 def served_report(config: ExportConfig, record: dict) -> dict:
@@ -181,20 +183,24 @@ def count_correct(batches) -> tuple[dict[str, int], int]:
     return correct, total
 
 
-def format_entries(model, saved_model_path: str, tflite: dict[str, bytes], output_dir: str, correct: dict,
-                   total: int) -> dict:  # fmt: skip
+def format_entries(
+    model, saved_model_path: str, tflite: dict[str, bytes], output_dir: str, correct: dict, total: int
+) -> dict:
     """``export.json``'s figures of the formats: each one's path, bytes and test accuracy (the SavedModel's float32
     weights too), and the int8 file against the float model (goals: at most 30% of the weights' bytes, at most 1
     point of accuracy lost); logged on one line."""
     weights_bytes = sum(int(weight.numpy().nbytes) for weight in model.weights)  # the float32 weights
-    formats = {"saved_model": {"path": saved_model_path, "bytes": tree_bytes(saved_model_path),
-                               "weights_bytes": weights_bytes}}  # fmt: skip
+    formats = {
+        "saved_model": {"path": saved_model_path, "bytes": tree_bytes(saved_model_path), "weights_bytes": weights_bytes}
+    }
     for name, content in tflite.items():
         formats[name] = {"path": os.path.join(output_dir, TFLITE_FILES[name]), "bytes": len(content)}
     for name, entry in formats.items():
         entry["test_accuracy"] = correct.get(name, 0) / total if total else None
-    log.info("formats: %s", ", ".join(f"{name} {e['bytes'] / 1e6:.2f} MB, accuracy {e['test_accuracy']}"
-                                      for name, e in formats.items()))  # fmt: skip
+    log.info(
+        "formats: %s",
+        ", ".join(f"{name} {e['bytes'] / 1e6:.2f} MB, accuracy {e['test_accuracy']}" for name, e in formats.items()),
+    )
     return {
         "formats": formats,
         "int8_size_vs_float_weights": len(tflite["tflite_int8"]) / weights_bytes if weights_bytes else None,
@@ -219,8 +225,7 @@ def backend_parity(model, model_dir: str, model_config: dict, examples_dir: str)
         reference = arrays["probabilities"]
     count = len(reference)
     size, length = input_size(model_config)
-    images = first_images(examples_dir, "validation", size, model_config["num_classes"], count,
-                          sequence_length=length)  # fmt: skip
+    images = first_images(examples_dir, "validation", size, model_config["num_classes"], count, sequence_length=length)
     exported = np.asarray(model(images, training=False), dtype=np.float32)
     return {
         **record,

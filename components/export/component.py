@@ -4,8 +4,13 @@ from kfp import dsl
 from kfp.dsl import HTML, Artifact, Dataset, Input, Model, Output
 
 
-def export(model: Input[Model], examples: Input[Dataset], evaluation: Input[Artifact], exported_model: Output[Model],
-           report: Output[HTML]) -> str:  # fmt: skip
+def export(
+    model: Input[Model],
+    examples: Input[Dataset],
+    evaluation: Input[Artifact],
+    exported_model: Output[Model],
+    report: Output[HTML],
+) -> str:
     """Exports a CPU SavedModel (and TFLite float and int8) from the trained weights; records the parity with the
     trained model and each format's size and accuracy in the artifact's metadata; publishes the evaluation's report
     (``evaluation``, the evaluate step's output) led by the served model's test accuracy; returns the export's URI."""
@@ -15,8 +20,14 @@ def export(model: Input[Model], examples: Input[Dataset], evaluation: Input[Arti
     from components.export.core import ExportConfig, run
 
     start_step()
-    exported = run(ExportConfig(model_dir=model.path, examples_dir=examples.path, output_dir=exported_model.path,
-                                evaluation_dir=evaluation.path))  # fmt: skip
+    exported = run(
+        ExportConfig(
+            model_dir=model.path,
+            examples_dir=examples.path,
+            output_dir=exported_model.path,
+            evaluation_dir=evaluation.path,
+        )
+    )
     shutil.copyfile(exported["report_html"], report.path)
     exported_model.metadata.update(
         {

@@ -112,8 +112,7 @@ def raw_file_accuracy(saved_model, examples_dir: str, model_config: dict) -> dic
     for chunk in client_files(examples_dir, "test", model_config["num_classes"], counts, PARITY_BATCH_SIZE // 2):
         sent = [content for _, content, _, _ in chunk] + [encoded for _, _, encoded, _ in chunk]
         answers = serving(image_bytes=tf.constant(sent))["class_id"].numpy()
-        for (path, _, _, truth), raw, recorded in zip(chunk, answers[: len(chunk)], answers[len(chunk) :],
-                                                      strict=True):  # fmt: skip
+        for (path, _, _, truth), raw, recorded in zip(chunk, answers[: len(chunk)], answers[len(chunk) :], strict=True):
             total += 1
             raw_correct += int(raw == truth)
             tfrecord_correct += int(recorded == truth)
@@ -122,8 +121,11 @@ def raw_file_accuracy(saved_model, examples_dir: str, model_config: dict) -> dic
                 only_raw += int(raw == truth)
                 only_tfrecord += int(recorded == truth)
     if counts["missing_files"]:
-        log.warning("%d test files named by the examples are gone since the conversion: the check on the files "
-                    "clients send leaves them out", counts["missing_files"])  # fmt: skip
+        log.warning(
+            "%d test files named by the examples are gone since the conversion: the check on the files "
+            "clients send leaves them out",
+            counts["missing_files"],
+        )
     return {
         "split": "test",
         "num_files": total,
@@ -206,8 +208,7 @@ def tflite_models(model, image_size: int, examples_dir: str, num_classes: int) -
     # TFLite converts from SavedModels of the bare networks (Keras 3's own export: images in, probabilities out)
     staging = tempfile.mkdtemp(prefix=".tflite-source-")
     model.export(os.path.join(staging, "pixels"), format="tf_saved_model", verbose=False)
-    unit_range_network(model, image_size).export(os.path.join(staging, "unit"), format="tf_saved_model",
-                                                 verbose=False)  # fmt: skip
+    unit_range_network(model, image_size).export(os.path.join(staging, "unit"), format="tf_saved_model", verbose=False)
 
     def representative():
         # a black and a white image first: the input's range is then the pixels' whole range, [0, 1], so its
@@ -235,9 +236,11 @@ def describe(model_config: dict, fmt: str) -> str:
     """The TFLite file's description in its metadata: what it classifies, and how it was made."""
     kind = "float32" if fmt == "tflite_float" else "full-integer int8 (uint8 in and out)"
     names = model_config["class_names"]
-    return (f"{model_config['model_name']}, {kind}: classifies an RGB image into {len(names)} classes "
-            f"({shown_classes(names)}); trained with {model_config['backend']} in "
-            f"{model_config['precision']}. Input: {TFLITE_INPUT}.")  # fmt: skip
+    return (
+        f"{model_config['model_name']}, {kind}: classifies an RGB image into {len(names)} classes "
+        f"({shown_classes(names)}); trained with {model_config['backend']} in "
+        f"{model_config['precision']}. Input: {TFLITE_INPUT}."
+    )
 
 
 def tflite_predict(content: bytes, images):
@@ -266,13 +269,19 @@ def format_accuracies(saved_model, tflite: dict[str, bytes], examples_dir: str, 
     from components.artifacts.examples import make_dataset
 
     serving = loaded(saved_model).signatures["serving_images"]
-    test = make_dataset(examples_dir, "test", model_config["image_size"], model_config["num_classes"], 64,
-                        training=False)  # fmt: skip
+    test = make_dataset(
+        examples_dir, "test", model_config["image_size"], model_config["num_classes"], 64, training=False
+    )
     return count_correct(
-        (labels.numpy(), {"saved_model": serving(images=images)["probabilities"].numpy(),
-                          **{name: tflite_predict(content, images.numpy()) for name, content in tflite.items()}})
+        (
+            labels.numpy(),
+            {
+                "saved_model": serving(images=images)["probabilities"].numpy(),
+                **{name: tflite_predict(content, images.numpy()) for name, content in tflite.items()},
+            },
+        )
         for images, labels in test
-    )  # fmt: skip
+    )
 
 
 def export_image(config: ExportConfig) -> dict:
@@ -291,9 +300,13 @@ def export_image(config: ExportConfig) -> dict:
     digest = model_digest(config.model_dir)
     for name, content in tflite.items():  # labels, normalisation, size: so that task libraries run them as they are
         tflite[name] = classifier_files(
-            content, name=model_config["model_name"], version=digest[:12], description=describe(model_config, name),
-            image_size=model_config["image_size"], class_names=model_config["class_names"],
-        )  # fmt: skip
+            content,
+            name=model_config["model_name"],
+            version=digest[:12],
+            description=describe(model_config, name),
+            image_size=model_config["image_size"],
+            class_names=model_config["class_names"],
+        )
     for name, content in tflite.items():
         write_atomically(os.path.join(config.output_dir, TFLITE_FILES[name]), content)
     correct, total = format_accuracies(saved_model, tflite, config.examples_dir, model_config)
@@ -327,13 +340,20 @@ def export_image(config: ExportConfig) -> dict:
         parity["max_probability_difference"],
     )
     if raw["num_files"]:
-        log.info("test accuracy on the %d test files as clients send them: %.4f (on their TFRecords: %.4f)",
-                 raw["num_files"], raw["test_accuracy"], raw["tfrecord_test_accuracy"])  # fmt: skip
+        log.info(
+            "test accuracy on the %d test files as clients send them: %.4f (on their TFRecords: %.4f)",
+            raw["num_files"],
+            raw["test_accuracy"],
+            raw["tfrecord_test_accuracy"],
+        )
     if crossed["num_examples"]:
         log.info(
             "trained on %s, exported on %s: %.4f argmax agreement on %d validation images, max probability "
             "difference %.2e",
-            crossed["trained_backend"], crossed["export_backend"], crossed["argmax_agreement"],
-            crossed["num_examples"], crossed["max_probability_difference"],
-        )  # fmt: skip
+            crossed["trained_backend"],
+            crossed["export_backend"],
+            crossed["argmax_agreement"],
+            crossed["num_examples"],
+            crossed["max_probability_difference"],
+        )
     return report

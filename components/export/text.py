@@ -87,8 +87,16 @@ def check_text_parity(saved_model, trained_model, examples_dir: str, split: str,
     signatures = loaded(saved_model).signatures
     serving, tokenize = signatures["serving_default"], signatures["tokenize"]
     length = model_config["sequence_length"]
-    dataset = make_dataset(examples_dir, split, length, model_config["num_classes"], PARITY_BATCH_SIZE,
-                           training=False, sources=True, sequence_length=length)  # fmt: skip
+    dataset = make_dataset(
+        examples_dir,
+        split,
+        length,
+        model_config["num_classes"],
+        PARITY_BATCH_SIZE,
+        training=False,
+        sources=True,
+        sequence_length=length,
+    )
     same_tokens, agree, total, max_difference, first_differing = 0, 0, 0, 0.0, None
     for tokens, _, texts in dataset:
         graph_tokens = tokenize(text=texts)["tokens"].numpy()
@@ -128,13 +136,17 @@ def text_tflite_models(model, sequence_length: int, examples_dir: str, num_class
     staging = tempfile.mkdtemp(prefix=".tflite-source-")
     archive = ExportArchive()
     archive.track(model)
-    archive.add_endpoint("serve", lambda tokens: model(tokens, training=False),
-                         input_signature=[tf.TensorSpec([1, sequence_length], tf.int32, name="tokens")])  # fmt: skip
+    archive.add_endpoint(
+        "serve",
+        lambda tokens: model(tokens, training=False),
+        input_signature=[tf.TensorSpec([1, sequence_length], tf.int32, name="tokens")],
+    )
     archive.write_out(staging, verbose=False)
 
     def representative():
-        train = make_dataset(examples_dir, "train", sequence_length, num_classes, 1, training=False,
-                             sequence_length=sequence_length)  # fmt: skip
+        train = make_dataset(
+            examples_dir, "train", sequence_length, num_classes, 1, training=False, sequence_length=sequence_length
+        )
         for tokens, _ in train.take(REPRESENTATIVE_IMAGES):
             yield [tokens]
 
@@ -169,23 +181,42 @@ def text_format_accuracies(saved_model, tflite: dict[str, bytes], examples_dir: 
 
     serving = loaded(saved_model).signatures["serving_default"]
     length = model_config["sequence_length"]
-    test = make_dataset(examples_dir, "test", length, model_config["num_classes"], 64, training=False, sources=True,
-                        sequence_length=length)  # fmt: skip
+    test = make_dataset(
+        examples_dir,
+        "test",
+        length,
+        model_config["num_classes"],
+        64,
+        training=False,
+        sources=True,
+        sequence_length=length,
+    )
     return count_correct(
-        (labels.numpy(), {"saved_model": serving(text=texts)["probabilities"].numpy(),
-                          **{name: tflite_token_predict(content, tokens.numpy()) for name, content in tflite.items()}})
+        (
+            labels.numpy(),
+            {
+                "saved_model": serving(text=texts)["probabilities"].numpy(),
+                **{name: tflite_token_predict(content, tokens.numpy()) for name, content in tflite.items()},
+            },
+        )
         for tokens, labels, texts in test
-    )  # fmt: skip
+    )
 
 
 def describe_text(model_config: dict, fmt: str, quantization: str) -> str:
-    kind = "float32" if fmt == "tflite_float" else {
-        "full_integer": "full-integer int8 (uint8 out)", "dynamic_range": "int8 weights, float activations"
-    }[quantization]  # fmt: skip
+    kind = (
+        "float32"
+        if fmt == "tflite_float"
+        else {"full_integer": "full-integer int8 (uint8 out)", "dynamic_range": "int8 weights, float activations"}[
+            quantization
+        ]
+    )
     names = model_config["class_names"]
-    return (f"{model_config['model_name']}, {kind}: classifies a text, given as {model_config['sequence_length']} "
-            f"token ids of vocabulary.txt, into {len(names)} classes ({shown_classes(names)}); trained with "
-            f"{model_config['backend']} in {model_config['precision']}.")  # fmt: skip
+    return (
+        f"{model_config['model_name']}, {kind}: classifies a text, given as {model_config['sequence_length']} "
+        f"token ids of vocabulary.txt, into {len(names)} classes ({shown_classes(names)}); trained with "
+        f"{model_config['backend']} in {model_config['precision']}."
+    )
 
 
 def export_text(config: ExportConfig) -> dict:
@@ -199,8 +230,7 @@ def export_text(config: ExportConfig) -> dict:
     write_text_saved_model(model, tokenizer, model_config["class_names"], saved_model_path)
     trained = load_trained_model(config.model_dir, model_config)
     saved_model = loaded(saved_model_path)  # once, for every check of it
-    parity, differing = check_text_parity(saved_model, trained, config.examples_dir, config.parity_split,
-                                          model_config)  # fmt: skip
+    parity, differing = check_text_parity(saved_model, trained, config.examples_dir, config.parity_split, model_config)
     if differing is not None:  # serving would read texts otherwise than training did: nothing is exported
         shutil.rmtree(saved_model_path, ignore_errors=True)
         raise StepFailedError(
@@ -213,11 +243,15 @@ def export_text(config: ExportConfig) -> dict:
     digest = model_digest(config.model_dir)
     for name, content in tflite.items():
         tflite[name] = text_classifier_files(
-            content, name=model_config["model_name"], version=digest[:12],
-            description=describe_text(model_config, name, quantization), sequence_length=length,
-            class_names=model_config["class_names"], vocabulary=vocabulary_bytes(vocabulary),
+            content,
+            name=model_config["model_name"],
+            version=digest[:12],
+            description=describe_text(model_config, name, quantization),
+            sequence_length=length,
+            class_names=model_config["class_names"],
+            vocabulary=vocabulary_bytes(vocabulary),
             standardization=standardization,
-        )  # fmt: skip
+        )
         write_atomically(os.path.join(config.output_dir, TFLITE_FILES[name]), tflite[name])
     write_atomically(os.path.join(config.output_dir, VOCABULARY_FILE), vocabulary_bytes(vocabulary))
     write_atomically(os.path.join(config.output_dir, STANDARDIZATION_FILE), standardization.encode())
@@ -250,8 +284,14 @@ def export_text(config: ExportConfig) -> dict:
         **keep_model_code(config.model_dir, config.output_dir, model_config),
     }
     report = write_export_record(config.output_dir, {**report, **served_report(config, report)})
-    log.info("exported %s; on %d %s texts: the graph's token ids equal the conversion's for %.4f, argmax agreement "
-             "%.4f, max probability difference %.2e", saved_model_path, parity["num_examples"], parity["split"],
-             parity["token_agreement"] or 0.0, parity["argmax_agreement"] or 0.0,
-             parity["max_probability_difference"])  # fmt: skip
+    log.info(
+        "exported %s; on %d %s texts: the graph's token ids equal the conversion's for %.4f, argmax agreement "
+        "%.4f, max probability difference %.2e",
+        saved_model_path,
+        parity["num_examples"],
+        parity["split"],
+        parity["token_agreement"] or 0.0,
+        parity["argmax_agreement"] or 0.0,
+        parity["max_probability_difference"],
+    )
     return report

@@ -7,7 +7,7 @@ The layout is tflite-support's and MediaPipe's metadata schema (``metadata_schem
 appended to the model as a zip archive, as their ``MetadataPopulator`` writes them. Their writers cannot be used here:
 tflite-support 0.4.4 pins protobuf<4 against TensorFlow's >=6.31, and MediaPipe's Python package no longer ships the
 writer's native part. So the metadata is the schema's typed objects (``ModelMetadataT``, ...), from its generated
-Python module (vendored: ``metadata_schema_py_generated.py``, MediaPipe's), packed with ``flatbuffers``; the tests
+Python module (vendored from MediaPipe in ``third_party/tflite_metadata``), packed with ``flatbuffers``; the tests
 read the files back with MediaPipe's reader and run them in MediaPipe's classifier.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import io
 import zipfile
 
-from components.export import metadata_schema_py_generated as schema
 from components.tokenizing import PUNCTUATION_TO, STANDARDIZATION_FILE
+from third_party.tflite_metadata import metadata_schema_py_generated as schema
 
 METADATA_BUFFER_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
@@ -32,17 +32,30 @@ def _stats(low: float, high: float) -> schema.StatsT:
     return schema.StatsT(max=[float(high)], min=[float(low)])
 
 
-def _tensor(name: str, description: str, content: schema.ContentT, stats: schema.StatsT, *,
-            files: list[schema.AssociatedFileT] | None = None,
-            process_units: list[schema.ProcessUnitT] | None = None) -> schema.TensorMetadataT:  # fmt: skip
-    return schema.TensorMetadataT(name=name, description=description, content=content, processUnits=process_units,
-                                  stats=stats, associatedFiles=files)  # fmt: skip
+def _tensor(
+    name: str,
+    description: str,
+    content: schema.ContentT,
+    stats: schema.StatsT,
+    *,
+    files: list[schema.AssociatedFileT] | None = None,
+    process_units: list[schema.ProcessUnitT] | None = None,
+) -> schema.TensorMetadataT:
+    return schema.TensorMetadataT(
+        name=name,
+        description=description,
+        content=content,
+        processUnits=process_units,
+        stats=stats,
+        associatedFiles=files,
+    )
 
 
 def _features() -> schema.ContentT:
     """A tensor of plain features (probabilities, token ids)."""
-    return schema.ContentT(contentPropertiesType=schema.ContentProperties.FeatureProperties,
-                           contentProperties=schema.FeaturePropertiesT())  # fmt: skip
+    return schema.ContentT(
+        contentPropertiesType=schema.ContentProperties.FeatureProperties, contentProperties=schema.FeaturePropertiesT()
+    )
 
 
 def _classifier_output(num_classes: int) -> schema.TensorMetadataT:
@@ -53,43 +66,76 @@ def _classifier_output(num_classes: int) -> schema.TensorMetadataT:
         description=f"The {num_classes} class names, one a line, in the order of the outputs.",
         type=schema.AssociatedFileType.TENSOR_AXIS_LABELS,
     )
-    return _tensor("probability", f"Probabilities of the {num_classes} classes (softmax).", _features(),
-                   _stats(0.0, 1.0), files=[labels])  # fmt: skip
+    return _tensor(
+        "probability",
+        f"Probabilities of the {num_classes} classes (softmax).",
+        _features(),
+        _stats(0.0, 1.0),
+        files=[labels],
+    )
 
 
-def _model_metadata(*, name: str, description: str, version: str, tensor_in: schema.TensorMetadataT,
-                    tensor_out: schema.TensorMetadataT) -> bytes:  # fmt: skip
+def _model_metadata(
+    *, name: str, description: str, version: str, tensor_in: schema.TensorMetadataT, tensor_out: schema.TensorMetadataT
+) -> bytes:
     import flatbuffers
 
     subgraph = schema.SubGraphMetadataT(inputTensorMetadata=[tensor_in], outputTensorMetadata=[tensor_out])
-    model = schema.ModelMetadataT(name=name, description=description, version=version,
-                                  subgraphMetadata=[subgraph], author="tpu-image-pipeline",
-                                  minParserVersion=MIN_PARSER_VERSION)  # fmt: skip
+    model = schema.ModelMetadataT(
+        name=name,
+        description=description,
+        version=version,
+        subgraphMetadata=[subgraph],
+        author="tpu-image-pipeline",
+        minParserVersion=MIN_PARSER_VERSION,
+    )
     builder = flatbuffers.Builder(1024)
     builder.Finish(model.Pack(builder), METADATA_IDENTIFIER)
     return bytes(builder.Output())
 
 
-def image_classifier_metadata(*, name: str, description: str, version: str, image_size: int, num_classes: int,
-                              normalization: tuple[float, float] = (0.0, 1.0)) -> bytes:  # fmt: skip
+def image_classifier_metadata(
+    *,
+    name: str,
+    description: str,
+    version: str,
+    image_size: int,
+    num_classes: int,
+    normalization: tuple[float, float] = (0.0, 1.0),
+) -> bytes:
     """The ``ModelMetadata`` flatbuffer of an image classifier: one RGB image ``image_size`` square in, pixels 0..255
     normalised as ``(pixel - mean) / std`` by the caller (0 and 1: the model takes them as decoded and scales them
     itself), and one probability per class out, labelled by ``labels.txt``."""
     size = schema.ImageSizeT(width=image_size, height=image_size)
     properties = schema.ImagePropertiesT(colorSpace=schema.ColorSpaceType.RGB, defaultSize=size)
-    content = schema.ContentT(contentPropertiesType=schema.ContentProperties.ImageProperties,
-                              contentProperties=properties)  # fmt: skip
+    content = schema.ContentT(
+        contentPropertiesType=schema.ContentProperties.ImageProperties, contentProperties=properties
+    )
     mean, std = normalization
     options = schema.NormalizationOptionsT(mean=[float(mean)], std=[float(std)])
     normalize = schema.ProcessUnitT(optionsType=schema.ProcessUnitOptions.NormalizationOptions, options=options)
-    image = _tensor("image", f"An RGB image, {image_size}x{image_size}, pixels 0..255 as decoded (the model scales "
-                    "them).", content, _stats(0.0, 255.0), process_units=[normalize])  # fmt: skip
-    return _model_metadata(name=name, description=description, version=version, tensor_in=image,
-                           tensor_out=_classifier_output(num_classes))  # fmt: skip
+    image = _tensor(
+        "image",
+        f"An RGB image, {image_size}x{image_size}, pixels 0..255 as decoded (the model scales them).",
+        content,
+        _stats(0.0, 255.0),
+        process_units=[normalize],
+    )
+    return _model_metadata(
+        name=name, description=description, version=version, tensor_in=image, tensor_out=_classifier_output(num_classes)
+    )
 
 
-def text_classifier_metadata(*, name: str, description: str, version: str, sequence_length: int,
-                             vocabulary_size: int, num_classes: int, punctuation: str) -> bytes:  # fmt: skip
+def text_classifier_metadata(
+    *,
+    name: str,
+    description: str,
+    version: str,
+    sequence_length: int,
+    vocabulary_size: int,
+    num_classes: int,
+    punctuation: str,
+) -> bytes:
     """The ``ModelMetadata`` flatbuffer of a text classifier that takes token ids: ``[1, sequence_length]`` int32
     ids of ``vocabulary.txt`` (attached to the input as its vocabulary), and one probability per class out.
     ``punctuation``: what standardisation turns ASCII punctuation into, in words."""
@@ -108,8 +154,13 @@ def text_classifier_metadata(*, name: str, description: str, version: str, seque
         _stats(0.0, vocabulary_size - 1.0),
         files=[vocabulary],
     )
-    return _model_metadata(name=name, description=description, version=version, tensor_in=tokens,
-                           tensor_out=_classifier_output(num_classes))  # fmt: skip
+    return _model_metadata(
+        name=name,
+        description=description,
+        version=version,
+        tensor_in=tokens,
+        tensor_out=_classifier_output(num_classes),
+    )
 
 
 def with_metadata(model: bytes, metadata: bytes, files: dict[str, bytes]) -> bytes:
@@ -148,27 +199,46 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def classifier_files(model: bytes, *, name: str, description: str, version: str, image_size: int,
-                     class_names: list[str]) -> bytes:  # fmt: skip
+def classifier_files(
+    model: bytes, *, name: str, description: str, version: str, image_size: int, class_names: list[str]
+) -> bytes:
     """``model`` with an image classifier's metadata and its ``labels.txt`` (``class_names``, one a line)."""
-    metadata = image_classifier_metadata(name=name, description=description, version=version,
-                                         image_size=image_size, num_classes=len(class_names))  # fmt: skip
+    metadata = image_classifier_metadata(
+        name=name, description=description, version=version, image_size=image_size, num_classes=len(class_names)
+    )
     labels = "".join(f"{label}\n" for label in class_names).encode()
     return with_metadata(model, metadata, {LABELS_FILE: labels})
 
 
-def text_classifier_files(model: bytes, *, name: str, description: str, version: str, sequence_length: int,
-                          class_names: list[str], vocabulary: bytes, standardization: str) -> bytes:  # fmt: skip
+def text_classifier_files(
+    model: bytes,
+    *,
+    name: str,
+    description: str,
+    version: str,
+    sequence_length: int,
+    class_names: list[str],
+    vocabulary: bytes,
+    standardization: str,
+) -> bytes:
     """``model`` with a token-id text classifier's metadata, its ``labels.txt``, ``vocabulary.txt`` and
     ``standardization.txt`` (``standardization``'s name)."""
     punctuation = "to spaces" if PUNCTUATION_TO[standardization] else "removed"
-    metadata = text_classifier_metadata(name=name, description=description, version=version,
-                                        sequence_length=sequence_length,
-                                        vocabulary_size=len(vocabulary.decode("utf-8").split("\n")) - 1,
-                                        num_classes=len(class_names), punctuation=punctuation)  # fmt: skip
+    metadata = text_classifier_metadata(
+        name=name,
+        description=description,
+        version=version,
+        sequence_length=sequence_length,
+        vocabulary_size=len(vocabulary.decode("utf-8").split("\n")) - 1,
+        num_classes=len(class_names),
+        punctuation=punctuation,
+    )
     labels = "".join(f"{label}\n" for label in class_names).encode()
-    return with_metadata(model, metadata, {LABELS_FILE: labels, VOCABULARY_FILE: vocabulary,
-                                           STANDARDIZATION_FILE: standardization.encode()})  # fmt: skip
+    return with_metadata(
+        model,
+        metadata,
+        {LABELS_FILE: labels, VOCABULARY_FILE: vocabulary, STANDARDIZATION_FILE: standardization.encode()},
+    )
 
 
 def packed_file(content: bytes, name: str) -> bytes | None:

@@ -25,22 +25,39 @@ def build_parser() -> argparse.ArgumentParser:
     unfinished = actions.add_parser(
         "unfinished", help="list the copies a killed registration left (no version.json); --remove deletes them"
     )
-    unfinished.add_argument("--remove", action="store_true", help="delete them (those not written to for an hour: "
-                            "a copy still being written may be a registration in progress)")  # fmt: skip
+    unfinished.add_argument(
+        "--remove",
+        action="store_true",
+        help="delete them (those not written to for an hour: "
+        "a copy still being written may be a registration in progress)",
+    )
     add.add_argument("--export", required=True, help="the export step's output folder")
     add.add_argument("--run", default="", help="the run that made it, recorded with the version")
-    add.add_argument("--data-statistics", default="", metavar="DIR", help="the check-data step's output: the "
-                     "statistics of the data the model learned from, kept with the version (the data baseline of "
-                     "later runs) (default: none)")  # fmt: skip
-    add.add_argument("--evaluation", default="", metavar="DIR", help="the evaluate step's output: its metrics.json "
-                     "is kept with the version (the prediction mix of later runs) (default: none)")  # fmt: skip
+    add.add_argument(
+        "--data-statistics",
+        default="",
+        metavar="DIR",
+        help="the check-data step's output: the "
+        "statistics of the data the model learned from, kept with the version (the data baseline of "
+        "later runs) (default: none)",
+    )
+    add.add_argument(
+        "--evaluation",
+        default="",
+        metavar="DIR",
+        help="the evaluate step's output: its metrics.json "
+        "is kept with the version (the prediction mix of later runs) (default: none)",
+    )
     unfinished.add_argument("--registry", required=True, help="the registry folder (local or gs://)")
     unfinished.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     for action in (baseline, add):
         action.add_argument("--registry", required=True, help="the registry folder (local or gs://)")
-        action.add_argument("--baseline", help="the model in service, when known (add: the model the export was "
-                            "judged against, which must still be the registry's default; \"\": none) (default: the "
-                            "registry's default version)")  # fmt: skip
+        action.add_argument(
+            "--baseline",
+            help="the model in service, when known (add: the model the export was "
+            'judged against, which must still be the registry\'s default; "": none) (default: the '
+            "registry's default version)",
+        )
         action.add_argument("--display-name", default="", help="the model's name (default: the registry folder's)")
         action.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
@@ -57,9 +74,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "baseline":
         print(json.dumps({"baseline": find_baseline(name, args.baseline or "", args.registry, None)}))
     else:
-        print(register_version(args.export, name, args.baseline or "", args.registry, args.run, None,
-                               evaluation=args.evaluation, data_statistics=args.data_statistics,
-                               judged=args.baseline is not None))  # fmt: skip
+        print(
+            register_version(
+                args.export,
+                name,
+                args.baseline or "",
+                args.registry,
+                args.run,
+                None,
+                evaluation=args.evaluation,
+                data_statistics=args.data_statistics,
+                judged=args.baseline is not None,
+            )
+        )
     return 0
 
 

@@ -70,8 +70,16 @@ def register(
 
     start_step()
     settings = vertex_settings_in_pipeline(project, location)
-    decided = register_version(exported_model.uri, display_name, baseline, model_root, pipeline_run, settings,
-                               evaluation.uri, data_statistics.uri)  # fmt: skip
+    decided = register_version(
+        exported_model.uri,
+        display_name,
+        baseline,
+        model_root,
+        pipeline_run,
+        settings,
+        evaluation.uri,
+        data_statistics.uri,
+    )
     serving = json.loads(decided)
     if serving.get("model"):
         name_vertex_resource(vertex_model, settings, f"{serving['model']}@{serving['version']}")
@@ -105,8 +113,16 @@ def register_in_folder(
     from components.register.vertex import register_version
 
     start_step()
-    return register_version(exported_model.uri, display_name, baseline, model_root, pipeline_run, None,
-                            evaluation=evaluation.uri, data_statistics=data_statistics.uri)  # fmt: skip
+    return register_version(
+        exported_model.uri,
+        display_name,
+        baseline,
+        model_root,
+        pipeline_run,
+        None,
+        evaluation=evaluation.uri,
+        data_statistics=data_statistics.uri,
+    )
 
 
 def make_components(base_image: str, vertex: bool = True):

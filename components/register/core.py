@@ -121,11 +121,16 @@ class FolderRegistry:
     def check_default_is(self, baseline: str) -> None:
         """``check_still_default`` against this registry's default version."""
         current = self.default()
-        check_still_default(self.root, baseline, current.uri if current else "",
-                            f"version {current.number}" if current else "no version")  # fmt: skip
+        check_still_default(
+            self.root,
+            baseline,
+            current.uri if current else "",
+            f"version {current.number}" if current else "no version",
+        )
 
-    def push(self, export_uri: str, record: dict, make_default: bool = True, data_statistics: str = "",
-             evaluation: str = "") -> Version:  # fmt: skip
+    def push(
+        self, export_uri: str, record: dict, make_default: bool = True, data_statistics: str = "", evaluation: str = ""
+    ) -> Version:
         """Copies the export at ``export_uri`` to the next number, with the statistics of the data it learned from
         (``data_statistics``, a check-data output; "": none) and its evaluation (``evaluation``, an evaluate
         output's ``metrics.json``; "": none); makes it the default version unless told not to (the cloud DAG does

@@ -142,8 +142,7 @@ def import_evaluation(settings: VertexSettings, model_version: str, metrics: dic
     Slice = model_evaluation_slice_v1.ModelEvaluationSlice  # noqa: N806 (a message class)
 
     def slices_at_least(count: int):
-        return (lambda: True if len(list(client.list_model_evaluation_slices(parent=imported.name))) >= count
-                else None)  # fmt: skip
+        return lambda: True if len(list(client.list_model_evaluation_slices(parent=imported.name))) >= count else None
 
     for start in range(0, len(slices), SLICES_PER_IMPORT):
         chunk = [Slice.from_json(json.dumps(one)) for one in slices[start : start + SLICES_PER_IMPORT]]
@@ -224,8 +223,9 @@ def register_version(
         log.info(f"{same}: not registered again")
         serving = find_model(settings, display_name) if settings is not None else None
         if serving is not None and (serving.uri or "").rstrip("/") == baseline.rstrip("/"):
-            return decision("skipped", reason=same, baseline=baseline, model=serving.resource_name,
-                            version=serving.version_id)  # fmt: skip
+            return decision(
+                "skipped", reason=same, baseline=baseline, model=serving.resource_name, version=serving.version_id
+            )
         return decision("skipped", reason=same, baseline=baseline)
     root = model_root or default_model_root(export_uri, display_name)
     registry = FolderRegistry(root)
@@ -237,8 +237,9 @@ def register_version(
             serving = find_model(settings, display_name)
             name = f"{serving.resource_name} version {serving.version_id}" if serving else "no version"
             check_still_default(registry.root, baseline, (serving.uri or "") if serving else "", name)
-        version = registry.push(export_uri, record, make_default=settings is None, data_statistics=data_statistics,
-                                evaluation=evaluation)  # fmt: skip
+        version = registry.push(
+            export_uri, record, make_default=settings is None, data_statistics=data_statistics, evaluation=evaluation
+        )
         if settings is None:
             log.info(f"registered {export_uri} as version {version.number} of {root}")
             return decision("registered", version=version.number, uri=version.uri)
@@ -246,5 +247,6 @@ def register_version(
         metrics = read_json(metrics_path(evaluation)) if evaluation else None
         result = register_blessed(settings, version.uri, display_name, pipeline_run, metrics)
         registry.set_default(version.number)  # once the Model Registry serves it: the two agree on the default
-    return decision("registered", version=result["version_id"], model=result["name"], uri=version.uri,
-                    stored_as=version.number)  # fmt: skip
+    return decision(
+        "registered", version=result["version_id"], model=result["name"], uri=version.uri, stored_as=version.number
+    )

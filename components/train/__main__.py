@@ -21,15 +21,20 @@ def build_parser() -> argparse.ArgumentParser:
         "A run killed mid-way resumes after its last finished epoch when started again with the same checkpoint dir.",
     )
     parser.add_argument("--examples", dest="examples_dir", required=True, help="the convert step's output dir")
-    parser.add_argument("--model-dir", default="", help="where the model, weights and history.json go "
-                        "(default: $AIP_MODEL_DIR)")  # fmt: skip
+    parser.add_argument(
+        "--model-dir", default="", help="where the model, weights and history.json go (default: $AIP_MODEL_DIR)"
+    )
     add_param(parser, TRAIN, "model_name", metavar="auto|NAME|FILE.py[:FUNCTION]|MODULE:FUNCTION")
     add_param(parser, TRAIN, "hparams", action="append", metavar="NAME=VALUE", type=str)
     for name in ("epochs", "per_replica_batch_size", "learning_rate"):
         add_param(parser, TRAIN, name)
     add_param(parser, TRAIN, "weights", metavar="auto|imagenet|none|PATH")
-    parser.add_argument("--weights-cache", default="", help="where --weights imagenet downloads the weights to, and "
-                        "finds them again (local or gs://; default: Keras's cache, ~/.keras)")  # fmt: skip
+    parser.add_argument(
+        "--weights-cache",
+        default="",
+        help="where --weights imagenet downloads the weights to, and "
+        "finds them again (local or gs://; default: Keras's cache, ~/.keras)",
+    )
     for name in ("fine_tune_epochs", "fine_tune_blocks", "fine_tune_learning_rate"):
         add_param(parser, TRAIN, name)
     add_param(parser, TRAIN, "lr_schedule", listed=LR_SCHEDULES)

@@ -45,8 +45,12 @@ def reestimate(model, batches, backend: str) -> int:
         for layer, momentum in zip(layers, momenta, strict=True):
             layer.momentum = momentum
     plural = "" if len(layers) == 1 else "s"
-    log.info("batch-norm statistics of %d layer%s re-estimated with the final weights on %d training batches",
-             len(layers), plural, used)  # fmt: skip
+    log.info(
+        "batch-norm statistics of %d layer%s re-estimated with the final weights on %d training batches",
+        len(layers),
+        plural,
+        used,
+    )
     return used
 
 

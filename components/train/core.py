@@ -172,9 +172,16 @@ class TrainConfig:
                 raise UsageError(
                     f"{flag} {getattr(self, name)!r} does not exist: choose one of {', '.join(sorted(valid))}"
                 )
-        for name, minimum in (("epochs", 0), ("per_replica_batch_size", 1), ("cpu_replicas", 1), ("hosts", 1),
-                              ("steps_per_execution", 1), ("rampup_epochs", 0), ("fine_tune_epochs", 0),
-                              ("fine_tune_blocks", 0)):  # fmt: skip
+        for name, minimum in (
+            ("epochs", 0),
+            ("per_replica_batch_size", 1),
+            ("cpu_replicas", 1),
+            ("hosts", 1),
+            ("steps_per_execution", 1),
+            ("rampup_epochs", 0),
+            ("fine_tune_epochs", 0),
+            ("fine_tune_blocks", 0),
+        ):
             if getattr(self, name) < minimum:
                 flag = "--batch-size" if name == "per_replica_batch_size" else f"--{name.replace('_', '-')}"
                 raise UsageError(f"{flag} {getattr(self, name)} must be at least {minimum}")
@@ -183,8 +190,10 @@ class TrainConfig:
         if not self.learning_rate >= 0:
             raise UsageError(f"--learning-rate {self.learning_rate} must be positive, or 0 for auto")
         if not self.fine_tune_learning_rate >= 0:
-            raise UsageError(f"--fine-tune-learning-rate {self.fine_tune_learning_rate} must be positive, or 0 for "
-                             "a tenth of --learning-rate")  # fmt: skip
+            raise UsageError(
+                f"--fine-tune-learning-rate {self.fine_tune_learning_rate} must be positive, or 0 for "
+                "a tenth of --learning-rate"
+            )
         if not 0 < self.lr_decay <= 1:
             raise UsageError(f"--lr-decay {self.lr_decay} must be in (0, 1]")
         if self.backend == "tensorflow":  # auto is checked once it is resolved
@@ -294,10 +303,18 @@ def validation_dataset(examples_dir: str, stats: dict, placement, global_batch: 
         log.info("validating on %d of %d examples per epoch (static batches of %d)", used, count, batch)
     size, length = input_size(stats)
     dataset = make_dataset(
-        examples_dir, "validation", size, stats["num_classes"], batch // placement.processes,
-        training=False, cache=cache, drop_remainder=static, shard=(placement.processes, placement.process_index),
-        take=used if placement.processes > 1 else None, sequence_length=length,
-    )  # fmt: skip
+        examples_dir,
+        "validation",
+        size,
+        stats["num_classes"],
+        batch // placement.processes,
+        training=False,
+        cache=cache,
+        drop_remainder=static,
+        shard=(placement.processes, placement.process_index),
+        take=used if placement.processes > 1 else None,
+        sequence_length=length,
+    )
     if placement.processes == 1:
         return dataset, None
     # Keras keeps one validation iterator across epochs when it is given a number of steps: repeat the examples
@@ -377,8 +394,14 @@ def _learning_watch(num_classes: int, advice: str, earlier_losses: list[float], 
     return LearningWatch()
 
 
-def training_callbacks(checkpoint_dir: str, tensorboard_dir: str, placement, backup_interval: float | None = None,
-                       backup: str = BACKUP_DIR, total_epochs: int | None = None) -> list:  # fmt: skip
+def training_callbacks(
+    checkpoint_dir: str,
+    tensorboard_dir: str,
+    placement,
+    backup_interval: float | None = None,
+    backup: str = BACKUP_DIR,
+    total_epochs: int | None = None,
+) -> list:
     """The train step's callbacks: the backup on every process; the epoch log and TensorBoard's epoch scalars on
     process 0. None of them acts on a batch, and each says so (``async_safe``): Keras otherwise runs batch-end hooks
     on the training thread, which must first wait for the step's results, so the next step is not dispatched until
@@ -477,8 +500,14 @@ def backup_digest(weights_path: str, metadata_path: str) -> int:
     return int.from_bytes(digest.digest()[:4], "big") >> 1 or 1
 
 
-def copy_chiefs_backup(backup_dir: str, scratch: str, expected: int, process_index: int,
-                       reads: int = FOLLOWER_READS, wait: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+def copy_chiefs_backup(
+    backup_dir: str,
+    scratch: str,
+    expected: int,
+    process_index: int,
+    reads: int = FOLLOWER_READS,
+    wait: Callable[[float], None] = time.sleep,
+) -> None:
     """A follower's copy of the backup process 0 settled (``expected``: its ``backup_digest``) into ``scratch``,
     read again until the copy is that one: a folder seen through a cache may still show an older backup, or one
     process 0 removed. None where process 0 has none. A one-line error after ``reads`` reads."""
@@ -519,8 +548,11 @@ def settle_backup(weights_path: str, metadata_path: str) -> None:
         except (OSError, ValueError, KeyError, TypeError, RuntimeError):
             return False
 
-    backup, latest, previous = os.path.dirname(weights_path), (weights_path, metadata_path), (
-        weights_path + ".bkp", metadata_path + ".bkp")  # fmt: skip
+    backup, latest, previous = (
+        os.path.dirname(weights_path),
+        (weights_path, metadata_path),
+        (weights_path + ".bkp", metadata_path + ".bkp"),
+    )
     if not any(map(os.path.exists, latest)) or readable(*latest):
         return
     if not any(map(os.path.exists, previous)):
@@ -530,8 +562,9 @@ def settle_backup(weights_path: str, metadata_path: str) -> None:
                 os.remove(path)
         return
     if not readable(*previous):
-        raise UsageError(f"the backup in {backup} and its previous copy are unreadable: remove it to train from the "
-                         "first epoch")  # fmt: skip
+        raise UsageError(
+            f"the backup in {backup} and its previous copy are unreadable: remove it to train from the first epoch"
+        )
     log.warning("the last backup in %s was cut short: resuming from the one before it", backup)
     for source, target in zip(previous, latest, strict=True):
         shutil.copyfile(source, target)
@@ -668,8 +701,12 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
     precision = _precision(config, placement)
     per_device = round_up_batch(config.per_replica_batch_size)
     if per_device != config.per_replica_batch_size:
-        log.info("per-device batch %d rounded up to %d (a multiple of %d)",
-                 config.per_replica_batch_size, per_device, BATCH_MULTIPLE)  # fmt: skip
+        log.info(
+            "per-device batch %d rounded up to %d (a multiple of %d)",
+            config.per_replica_batch_size,
+            per_device,
+            BATCH_MULTIPLE,
+        )
     global_batch = per_device * placement.devices
     train_count = examples.stats["counts"]["train"]
     steps_per_epoch = train_count // global_batch
@@ -695,11 +732,24 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
         log.info(
             "training %s%s on %d %s (%s, %d classes): epochs %d to %d of %d steps, global batch %d (%d x %d "
             "devices), %s, %s on %s, XLA %s, %d steps per execution",
-            code.loaded.name, PHASE_WORDS[phase.name], train_count, f"{examples.modality}s",
-            "x".join(map(str, examples.shape)), examples.num_classes, phase.first + 1, phase.last, steps_per_epoch,
-            global_batch, per_device, placement.devices, precision, placement.strategy, backend,
-            "on" if jit_compile else "off", config.steps_per_execution,
-        )  # fmt: skip
+            code.loaded.name,
+            PHASE_WORDS[phase.name],
+            train_count,
+            f"{examples.modality}s",
+            "x".join(map(str, examples.shape)),
+            examples.num_classes,
+            phase.first + 1,
+            phase.last,
+            steps_per_epoch,
+            global_batch,
+            per_device,
+            placement.devices,
+            precision,
+            placement.strategy,
+            backend,
+            "on" if jit_compile else "off",
+            config.steps_per_execution,
+        )
         with placement.scope():
             fitted = model.fit(
                 train_ds,
@@ -714,17 +764,25 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
         trained_epochs += len(fitted.epoch)  # as Keras ran them, after the epoch its backup restored
         backups += next(c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)).backups
         keeper = callbacks[-1]  # (keep_best_callback's: the weights it restored, and where it stopped)
-        kept = {"kept_epoch": keeper.best["epoch"] if keeper.best else None, "stopped_after_epoch": keeper.stopped,
-                "last_epoch": keeper.stopped or phase.last, "patience": keeper.patience}  # fmt: skip
+        kept = {
+            "kept_epoch": keeper.best["epoch"] if keeper.best else None,
+            "stopped_after_epoch": keeper.stopped,
+            "last_epoch": keeper.stopped or phase.last,
+            "patience": keeper.patience,
+        }
         if phase.name == "head" and len(plan) > 1:
             save_head(model, dirs, placement)
     with placement.scope():  # (over several processes, each reads its share of the same global batches)
         reestimate(model, train_ds.take(min(steps_per_epoch, MAX_BATCHES)), backend)
     seconds = time.monotonic() - started
     finished_before = resumed_after or 0
-    log.info("%d preemption backup(s) over %d epoch(s), %.0f ms each on average (--backup-interval %s)",
-             len(backups), trained_epochs, 1000 * sum(backups) / max(len(backups), 1),
-             "auto" if config.backup_interval is None else config.backup_interval)  # fmt: skip
+    log.info(
+        "%d preemption backup(s) over %d epoch(s), %.0f ms each on average (--backup-interval %s)",
+        len(backups),
+        trained_epochs,
+        1000 * sum(backups) / max(len(backups), 1),
+        "auto" if config.backup_interval is None else config.backup_interval,
+    )
     model_config = {
         **model_facts(code, examples, backend, placement.why, precision),
         **transfer_facts(config, plan, model),
@@ -770,8 +828,11 @@ def check_inputs(config: TrainConfig, env: Mapping[str, str]):
     imports: (the config with ``auto`` resolved, the examples, the output dirs)."""
     stats = read_stats(config.examples_dir)
     dirs = resolve_output_dirs(config, env)
-    for what, path in (("model dir", dirs.model_dir), ("checkpoint dir", dirs.checkpoint_dir),
-                       ("TensorBoard dir", dirs.tensorboard_dir)):  # fmt: skip
+    for what, path in (
+        ("model dir", dirs.model_dir),
+        ("checkpoint dir", dirs.checkpoint_dir),
+        ("TensorBoard dir", dirs.tensorboard_dir),
+    ):
         check_writable(path, what)
     modality = stats.get("modality", "image")
     check_no_augment(config.augment, modality)
@@ -808,8 +869,11 @@ def with_auto_training(config: TrainConfig, modality: str) -> TrainConfig:
     kind, chosen = auto_training(modality, pretrained=config.weights != "none")
     auto = {name: value for name, value in chosen.items() if not getattr(config, name)}
     if auto:
-        log.info("auto for this %s: %s", kind, ", ".join(f"{name.replace('_', ' ')} {value:g}"
-                                                         for name, value in auto.items()))  # fmt: skip
+        log.info(
+            "auto for this %s: %s",
+            kind,
+            ", ".join(f"{name.replace('_', ' ')} {value:g}" for name, value in auto.items()),
+        )
     return dataclasses.replace(config, **auto)
 
 
@@ -849,11 +913,22 @@ def datasets(config: TrainConfig, examples: Examples, placement, global_batch: i
     counts = examples.stats["counts"]
     cache = (counts["train"] + counts["validation"]) * math.prod(examples.shape) * 4 < CACHE_LIMIT_BYTES
     shard = (placement.processes, placement.process_index)
-    train_ds = make_dataset(config.examples_dir, "train", examples.image_size, examples.num_classes,
-                            global_batch // placement.processes, training=True, cache=cache, augment=config.augment,
-                            seed=config.seed, shard=shard, sequence_length=examples.sequence_length)  # fmt: skip
-    validation_ds, validation_steps = validation_dataset(config.examples_dir, examples.stats, placement, global_batch,
-                                                         cache)  # fmt: skip
+    train_ds = make_dataset(
+        config.examples_dir,
+        "train",
+        examples.image_size,
+        examples.num_classes,
+        global_batch // placement.processes,
+        training=True,
+        cache=cache,
+        augment=config.augment,
+        seed=config.seed,
+        shard=shard,
+        sequence_length=examples.sequence_length,
+    )
+    validation_ds, validation_steps = validation_dataset(
+        config.examples_dir, examples.stats, placement, global_batch, cache
+    )
     return train_ds, validation_ds, validation_steps
 
 
@@ -869,8 +944,11 @@ class Phase:
     backup: str
 
 
-PHASE_WORDS = {"train": "", "head": " (its head, the backbone frozen)",
-               "fine_tune": " (fine-tuning the backbone's top blocks)"}  # fmt: skip
+PHASE_WORDS = {
+    "train": "",
+    "head": " (its head, the backbone frozen)",
+    "fine_tune": " (fine-tuning the backbone's top blocks)",
+}
 
 
 def training_phases(config: TrainConfig) -> list[Phase]:
@@ -887,9 +965,10 @@ def head_finished(dirs: OutputDirs, placement) -> bool:
     """Whether an earlier attempt finished the head phase (its weights kept): the same answer on every host."""
     finished = os.path.exists(os.path.join(dirs.checkpoint_dir, HEAD_WEIGHTS))
     placement.check_agreement(
-        int(finished), "whether the head was trained",
+        int(finished),
+        "whether the head was trained",
         f"give every host the same checkpoint dir, not {dirs.checkpoint_dir} on each",
-    )  # fmt: skip
+    )
     return finished
 
 
@@ -953,8 +1032,14 @@ def compiled_model(
             if phase.name == "fine_tune":
                 model.load_weights(os.path.join(dirs.checkpoint_dir, HEAD_WEIGHTS))
                 unfrozen = unfreeze_top(model, config.fine_tune_blocks)
-                log.info("fine-tuning the top %d blocks of %s's backbone (%d weights; batch norm stays frozen) at "
-                         "learning rate %g", config.fine_tune_blocks, config.model_name, unfrozen, rate)  # fmt: skip
+                log.info(
+                    "fine-tuning the top %d blocks of %s's backbone (%d weights; batch norm stays frozen) at "
+                    "learning rate %g",
+                    config.fine_tune_blocks,
+                    config.model_name,
+                    unfrozen,
+                    rate,
+                )
             elif pretrained is not None:
                 load_backbone_weights(model, pretrained)
                 if phase.name == "head":
@@ -981,8 +1066,15 @@ def adapt_to_training_texts(model, examples_dir: str, examples: Examples) -> Non
     from components.artifacts.examples import make_dataset
     from components.models.text_layers import adapt
 
-    batches = make_dataset(examples_dir, "train", 0, examples.num_classes, ADAPT_BATCH, training=False,
-                           sequence_length=examples.sequence_length)  # fmt: skip
+    batches = make_dataset(
+        examples_dir,
+        "train",
+        0,
+        examples.num_classes,
+        ADAPT_BATCH,
+        training=False,
+        sequence_length=examples.sequence_length,
+    )
     texts = adapt(model, (tokens for tokens, _ in batches.as_numpy_iterator()))
     if texts:
         log.info("inverse document frequencies of the grams counted over the %d training texts", texts)
@@ -1007,8 +1099,9 @@ def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, p
         os.makedirs(dirs.checkpoint_dir, exist_ok=True)
         if not phase.first and not os.path.isdir(backup_dir) and os.path.exists(epoch_log):
             os.remove(epoch_log)  # a log without its backup belongs to a finished run
-    callbacks = training_callbacks(dirs.checkpoint_dir, dirs.tensorboard_dir, placement, config.backup_interval,
-                                   phase.backup, total_epochs)  # fmt: skip
+    callbacks = training_callbacks(
+        dirs.checkpoint_dir, dirs.tensorboard_dir, placement, config.backup_interval, phase.backup, total_epochs
+    )
     image_size = examples.image_size if examples.modality == "image" else None
     advice = what_to_try(
         config.learning_rate, image_size, parse_ref(config.model_name).name, examples.stats.get("source_image_size")
@@ -1017,8 +1110,9 @@ def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, p
         earlier = [record["loss"] for record in read_epoch_log(epoch_log)] if finished_before else []
         callbacks.append(_learning_watch(examples.num_classes, advice, earlier, class_counts(examples)))
     patience = auto_patience(phase.last - phase.first) if config.patience is None else config.patience
-    callbacks.append(keep_best_callback(best_folder(dirs.checkpoint_dir, phase.backup), placement, patience,
-                                        finished_before))  # fmt: skip
+    callbacks.append(
+        keep_best_callback(best_folder(dirs.checkpoint_dir, phase.backup), placement, patience, finished_before)
+    )
     if kept > phase.first:
         log.info("resuming from the checkpoint in %s after epoch %d", backup_dir, finished_before)
     return finished_before, callbacks, advice
@@ -1093,8 +1187,9 @@ def save_results(
     if placement.is_chief:
         diagnosis = not_learning(curves.get("loss", []), examples.num_classes, class_counts=class_counts(examples))
         not_learned = diagnosis and f"{diagnosis}; {advice}"
-        save_model_artifact(model, dirs.model_dir, model_config, curves, finished_before, reference, seconds,
-                            not_learned, kept)  # fmt: skip
+        save_model_artifact(
+            model, dirs.model_dir, model_config, curves, finished_before, reference, seconds, not_learned, kept
+        )
         if examples.vocabulary is not None:
             write_atomically(os.path.join(dirs.model_dir, VOCABULARY_FILE), vocabulary_bytes(examples.vocabulary))
         if model_config["model"]["file"]:  # the code that made the model, kept with it (evaluate and export load it)
@@ -1118,8 +1213,17 @@ def save_results(
     return curves, not_learned, kept
 
 
-def save_model_artifact(model, model_dir: str, model_config: dict, curves: dict, resumed_after: int, reference,
-                        seconds: float, not_learning: str | None = None, kept: dict | None = None):  # fmt: skip
+def save_model_artifact(
+    model,
+    model_dir: str,
+    model_config: dict,
+    curves: dict,
+    resumed_after: int,
+    reference,
+    seconds: float,
+    not_learning: str | None = None,
+    kept: dict | None = None,
+):
     """Writes the model artifact (``components.artifacts.model``); ``seconds``: how long this run's epochs took;
     ``not_learning``: why the curves show no learning (with what to try), or None; ``kept``: the epoch whose weights
     the model has (``kept_epoch``, ``kept_index`` in the curves), and where training stopped early, if it did."""
@@ -1131,10 +1235,14 @@ def save_model_artifact(model, model_dir: str, model_config: dict, curves: dict,
     model.save(os.path.join(model_dir, MODEL_FILE))
     model.save_weights(os.path.join(model_dir, WEIGHTS_FILE))
     write_json(os.path.join(model_dir, MODEL_CONFIG_FILE), model_config)
-    history = {"epochs": len(next(iter(curves.values()), [])), "resumed_after_epoch": resumed_after,
-               "train_seconds": round(seconds, 3), "not_learning": not_learning, "history": curves,
-               **{name: (kept or {}).get(name) for name in ("kept_epoch", "kept_index", "stopped_after_epoch",
-                                                            "patience")}}  # fmt: skip
+    history = {
+        "epochs": len(next(iter(curves.values()), [])),
+        "resumed_after_epoch": resumed_after,
+        "train_seconds": round(seconds, 3),
+        "not_learning": not_learning,
+        "history": curves,
+        **{name: (kept or {}).get(name) for name in ("kept_epoch", "kept_index", "stopped_after_epoch", "patience")},
+    }
     write_json(os.path.join(model_dir, HISTORY_FILE), history)
     if reference is not None:
         np.savez(os.path.join(model_dir, REFERENCE_FILE), probabilities=reference)

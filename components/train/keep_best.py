@@ -59,8 +59,11 @@ def keep_best_callback(folder: str, placement, patience: int, finished_before: i
             kept = read_best(folder) if placement.is_chief else None
             if kept is not None:
                 self.best, self.weights = kept
-                log.info("the best epoch before resuming: %d (validation loss %.4f)", self.best["epoch"],
-                         self.best["val_loss"])  # fmt: skip
+                log.info(
+                    "the best epoch before resuming: %d (validation loss %.4f)",
+                    self.best["epoch"],
+                    self.best["val_loss"],
+                )
 
         def on_epoch_end(self, epoch, logs=None):
             stop = 0
@@ -79,12 +82,17 @@ def keep_best_callback(folder: str, placement, patience: int, finished_before: i
         def on_train_end(self, logs=None):
             if not placement.from_chief(int(self.weights is not None)):  # (no finite validation loss)
                 return
-            self.model.set_weights(placement.from_chief_arrays(self.weights if placement.is_chief
-                                                               else self.model.get_weights()))  # fmt: skip
+            self.model.set_weights(
+                placement.from_chief_arrays(self.weights if placement.is_chief else self.model.get_weights())
+            )
             if placement.is_chief:
                 after = f"stopped after epoch {self.stopped}, {patience} without a better one; " if self.stopped else ""
-                log.info("%skept the weights of epoch %d, the best validation loss (%.4f)", after, self.best["epoch"],
-                         self.best["val_loss"])  # fmt: skip
+                log.info(
+                    "%skept the weights of epoch %d, the best validation loss (%.4f)",
+                    after,
+                    self.best["epoch"],
+                    self.best["val_loss"],
+                )
 
         def _keep(self) -> None:
             """The best epoch, written whole (``write_atomically``): a kill while writing leaves the one before."""

@@ -87,8 +87,14 @@ def _pci_vendors() -> list[str]:
     return vendors
 
 
-def choose_backend(requested: str, hardware: str, env: Mapping[str, str], hosts: int = 1, modality: str = "image",
-                   bfloat16: bool = False) -> tuple[str, str]:  # fmt: skip
+def choose_backend(
+    requested: str,
+    hardware: str,
+    env: Mapping[str, str],
+    hosts: int = 1,
+    modality: str = "image",
+    bfloat16: bool = False,
+) -> tuple[str, str]:
     """(backend, why). TPUs and several processes (``hosts`` > 1, or the launch variables set) always get JAX;
     ``auto`` elsewhere honours ``KERAS_BACKEND`` when it is set, else takes the backend the bench measured faster on
     that hardware for that modality's models (text models in float32 only: ``bfloat16``, training will run in it).
@@ -231,8 +237,13 @@ def place(backend: str, why: str, hardware: str, cpu_replicas: int, hosts: int, 
     placement.why = why
     log.info(
         "backend %s (%s): %s over %d %s device(s) in %d process(es)",
-        placement.backend, why, placement.strategy, placement.devices, placement.accelerator, placement.processes,
-    )  # fmt: skip
+        placement.backend,
+        why,
+        placement.strategy,
+        placement.devices,
+        placement.accelerator,
+        placement.processes,
+    )
     return placement
 
 
@@ -285,8 +296,16 @@ def _place_jax(hardware: str, hosts: int, env: Mapping[str, str]) -> Placement:
     # the batch is split on the batch axis over every device of every host; the variables are replicated. Each host
     # reads its own share of the input files itself (make_dataset's shard), so Keras must not shard again.
     distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
-    return Placement("jax", devices[0].platform, len(devices), "DataParallel", processes, index,
-                     _scope=distribution.scope, distribution=distribution)  # fmt: skip
+    return Placement(
+        "jax",
+        devices[0].platform,
+        len(devices),
+        "DataParallel",
+        processes,
+        index,
+        _scope=distribution.scope,
+        distribution=distribution,
+    )
 
 
 def process_launch(hosts: int, env: Mapping[str, str]) -> tuple[dict | None, str]:
@@ -321,14 +340,26 @@ def process_launch(hosts: int, env: Mapping[str, str]) -> tuple[dict | None, str
 TPU_WORKER_VARIABLES = ("TPU_PROCESS_ADDRESSES", "TPU_WORKER_HOSTNAMES")
 JAX_COORDINATOR_PORT = "8482"
 # what the start of a run logs, for the launch on real hardware to be read afterwards
-CLUSTER_VARIABLES = (*PROCESS_VARIABLES, *TPU_WORKER_VARIABLES, "TPU_WORKER_ID", "TPU_SKIP_MDS_QUERY",
-                     "TPU_ACCELERATOR_TYPE", "MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES",
-                     "MEGASCALE_SLICE_ID", "CLUSTER_SPEC")  # fmt: skip
+CLUSTER_VARIABLES = (
+    *PROCESS_VARIABLES,
+    *TPU_WORKER_VARIABLES,
+    "TPU_WORKER_ID",
+    "TPU_SKIP_MDS_QUERY",
+    "TPU_ACCELERATOR_TYPE",
+    "MEGASCALE_COORDINATOR_ADDRESS",
+    "MEGASCALE_NUM_SLICES",
+    "MEGASCALE_SLICE_ID",
+    "CLUSTER_SPEC",
+)
 
 
 def _explicit(coordinator: str, count: int, index: int) -> dict:
-    return {"coordinator_address": coordinator, "num_processes": count, "process_id": index,
-            "cluster_detection_method": "deactivate"}  # fmt: skip
+    return {
+        "coordinator_address": coordinator,
+        "num_processes": count,
+        "process_id": index,
+        "cluster_detection_method": "deactivate",
+    }
 
 
 def _jax_launch(explicit: dict, hosts: int) -> dict:
@@ -360,13 +391,15 @@ def _coordinator(first_host: str, env: Mapping[str, str]) -> str:
 def _tpu_worker_launch(variable: str, hosts: int, env: Mapping[str, str]) -> dict:
     workers = [w.strip() for w in env[variable].split(",") if w.strip()]
     if len(workers) != hosts:
-        raise UsageError(f"{variable} names {len(workers)} host(s), --hosts is {hosts}: compile for the slice this "
-                         "job runs on")  # fmt: skip
+        raise UsageError(
+            f"{variable} names {len(workers)} host(s), --hosts is {hosts}: compile for the slice this job runs on"
+        )
     try:
         index = int(env.get("TPU_WORKER_ID", ""))
     except ValueError:
-        raise UsageError(f"{variable} is set but TPU_WORKER_ID is not a whole number: set it to this host's index "
-                         f"in [0, {hosts})") from None  # fmt: skip
+        raise UsageError(
+            f"{variable} is set but TPU_WORKER_ID is not a whole number: set it to this host's index in [0, {hosts})"
+        ) from None
     if not 0 <= index < hosts:
         raise UsageError(f"TPU_WORKER_ID {index} must be in [0, {hosts}) for the {hosts} hosts of {variable}")
     return _explicit(_coordinator(workers[0], env), hosts, index)

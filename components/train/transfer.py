@@ -47,8 +47,10 @@ def resolve_weights_choice(weights: str, model_name: str) -> str:
     if weights == "auto":
         return DEFAULT_WEIGHTS[pretrained]
     if not pretrained and weights != "none":
-        raise UsageError(f"--weights {weights}: {model_name} is trained from scratch; pretrained weights go with "
-                         f"the backbones: {', '.join(BACKBONES)}")  # fmt: skip
+        raise UsageError(
+            f"--weights {weights}: {model_name} is trained from scratch; pretrained weights go with "
+            f"the backbones: {', '.join(BACKBONES)}"
+        )
     return weights
 
 
@@ -62,8 +64,10 @@ def weights_file(weights: str, model_name: str, cache_dir: str) -> str | None:
     from components.storage import exists, open_read
 
     if not exists(weights):
-        raise UsageError(f"--weights {weights}: no such file; give the backbone's weights (a .weights.h5 file that "
-                         "Keras's save_weights wrote, or keras-applications' .h5), imagenet or none")  # fmt: skip
+        raise UsageError(
+            f"--weights {weights}: no such file; give the backbone's weights (a .weights.h5 file that "
+            "Keras's save_weights wrote, or keras-applications' .h5), imagenet or none"
+        )
     if "://" not in weights:
         return weights
     local = os.path.join(tempfile.mkdtemp(prefix="weights-"), os.path.basename(weights))
@@ -93,9 +97,11 @@ def download_imagenet(model_name: str, cache_dir: str) -> str:
         path = keras.utils.get_file(name, origin, file_hash=md5, cache_subdir="models", cache_dir=local_cache or None)
     except Exception as error:  # (urllib's URLError, HTTPError, a hash mismatch: get_file raises them as they are)
         cause = " ".join(str(error).split()) or type(error).__name__
-        raise UsageError(f"--weights imagenet: the ImageNet weights of {model_name} could not be downloaded from "
-                         f"{origin} ({cause}): download that file where the network allows and pass "
-                         "--weights PATH (local or gs://), or --weights none") from None  # fmt: skip
+        raise UsageError(
+            f"--weights imagenet: the ImageNet weights of {model_name} could not be downloaded from "
+            f"{origin} ({cause}): download that file where the network allows and pass "
+            "--weights PATH (local or gs://), or --weights none"
+        ) from None
     if remote and not exists(kept):
         from components.storage import write_atomically
 
@@ -111,8 +117,9 @@ def load_backbone_weights(model, path: str) -> None:
         backbone_of(model).load_weights(path)
     except (ValueError, KeyError, OSError) as error:
         cause = " ".join(str(error).split())[:300]
-        raise UsageError(f"--weights {path}: not the weights of {model.name}'s backbone at this image size "
-                         f"({cause})") from None  # fmt: skip
+        raise UsageError(
+            f"--weights {path}: not the weights of {model.name}'s backbone at this image size ({cause})"
+        ) from None
 
 
 def freeze_backbone(model) -> None:

@@ -39,8 +39,10 @@ GOAL = "maximize"
 TUNING_FILE = "tuning.json"  # in the model folder: the search's trials and the one kept
 TRIALS_FOLDER = "trials"  # the local search's trials, under the model folder until the best one is kept
 TRIAL_FILE = "trial.json"  # a finished trial's values and metric (a search started again skips it)
-NO_VALIDATION = (f"tuning compares trials on {METRIC}, and {{examples}} have no validation split: convert with "
-                 "--validation-fraction above 0")  # fmt: skip
+NO_VALIDATION = (
+    f"tuning compares trials on {METRIC}, and {{examples}} have no validation split: convert with "
+    "--validation-fraction above 0"
+)
 
 
 BATCH_SIZES = (16, 32, 64)
@@ -124,8 +126,10 @@ def study_spec_metrics() -> list[dict]:
     from google.cloud.aiplatform_v1.types import study
     from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import serialize_metrics
 
-    return [{**metric, "goal": study.StudySpec.MetricSpec.GoalType(metric["goal"]).name}
-            for metric in serialize_metrics({METRIC: GOAL})]  # fmt: skip
+    return [
+        {**metric, "goal": study.StudySpec.MetricSpec.GoalType(metric["goal"]).name}
+        for metric in serialize_metrics({METRIC: GOAL})
+    ]
 
 
 def sample(space: Mapping, count: int, seed: int) -> list[dict]:
@@ -275,8 +279,14 @@ def search(config, trials: int, env: Mapping[str, str] | None = None) -> dict:
         "best": {key: best[key] for key in ("trial", "parameters", METRIC)},
     }
     write_json(os.path.join(dirs.model_dir, TUNING_FILE), tuning)
-    log.info("tuning: trial %d of %d kept (%s %.4f): %s", best["trial"], trials, METRIC, best[METRIC],
-             " ".join(trial_flags(best["parameters"])))  # fmt: skip
+    log.info(
+        "tuning: trial %d of %d kept (%s %.4f): %s",
+        best["trial"],
+        trials,
+        METRIC,
+        best[METRIC],
+        " ".join(trial_flags(best["parameters"])),
+    )
     return {**best["result"], "model_dir": dirs.model_dir, "tuning": tuning}
 
 

@@ -30,8 +30,9 @@ def tuning_spec(
     steps_per_execution: int,
     augment: bool,
     seed: int,
-) -> NamedTuple("TuningSpec", [("worker_pool_specs", list), ("study_spec_parameters", list),
-                                ("base_output_directory", str)]):  # fmt: skip
+) -> NamedTuple(
+    "TuningSpec", [("worker_pool_specs", list), ("study_spec_parameters", list), ("base_output_directory", str)]
+):
     """The tuning job's trials: each runs ``python -m components.train.trial`` in ``image`` on ``machine`` (a
     ``machine_spec``, with ``boot_disk`` its ``disk_spec``) with the run's training parameters, its own values
     appended by Vertex AI; their models go under this step's ``trials`` folder (``<trial id>/model``). The search
@@ -49,13 +50,34 @@ def tuning_spec(
         study_spec_parameters: list
         base_output_directory: str
 
-    return TuningSpec(*trial_job(examples.uri, trials.uri, image, machine, boot_disk, dict(
-        model_name=model_name, hparams=list(hparams), epochs=epochs, weights=weights, fine_tune_epochs=fine_tune_epochs,
-        fine_tune_blocks=fine_tune_blocks, fine_tune_learning_rate=fine_tune_learning_rate,
-        per_replica_batch_size=per_replica_batch_size, learning_rate=learning_rate, lr_schedule=lr_schedule,
-        precision=precision, backend=backend, jit_compile=jit_compile, steps_per_execution=steps_per_execution,
-        augment=augment, seed=seed, hosts=hosts,
-    )))  # fmt: skip
+    return TuningSpec(
+        *trial_job(
+            examples.uri,
+            trials.uri,
+            image,
+            machine,
+            boot_disk,
+            dict(
+                model_name=model_name,
+                hparams=list(hparams),
+                epochs=epochs,
+                weights=weights,
+                fine_tune_epochs=fine_tune_epochs,
+                fine_tune_blocks=fine_tune_blocks,
+                fine_tune_learning_rate=fine_tune_learning_rate,
+                per_replica_batch_size=per_replica_batch_size,
+                learning_rate=learning_rate,
+                lr_schedule=lr_schedule,
+                precision=precision,
+                backend=backend,
+                jit_compile=jit_compile,
+                steps_per_execution=steps_per_execution,
+                augment=augment,
+                seed=seed,
+                hosts=hosts,
+            ),
+        )
+    )
 
 
 def best_trial(

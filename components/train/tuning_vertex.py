@@ -44,8 +44,12 @@ def trial_job(
     flags = [*training_flags(params), *(["--weights-cache", cache] if cache else [])]
     specs = worker_pool_specs(image, machine, boot_disk, examples_uri, flags)
     parameters = study_spec_parameters(space_for(params["model_name"], params["weights"], examples_uri))
-    log.info("tuning job: trials of %s over %s, in %s", params["model_name"],
-             ", ".join(p["parameter_id"] for p in parameters), trials_uri)  # fmt: skip
+    log.info(
+        "tuning job: trials of %s over %s, in %s",
+        params["model_name"],
+        ", ".join(p["parameter_id"] for p in parameters),
+        trials_uri,
+    )
     return specs, parameters, trials_uri
 
 
@@ -76,6 +80,14 @@ def keep_best_trial(gcp_resources: str, base_output_directory: str, model, setti
     values = trial_parameters(best)
     metric = next(m["value"] for m in best["finalMeasurement"]["metrics"] if m["metricId"] == METRIC)
     model.metadata.update({"framework": "keras", "tuning_job": name, "trial": best["id"], METRIC: metric, **values})
-    log.info("tuning job %s: trial %s of %d succeeded (%d tried) is the best, %s %.4f: %s", name, best["id"], scored,
-             len(trials), METRIC, metric, json.dumps(values))  # fmt: skip
+    log.info(
+        "tuning job %s: trial %s of %d succeeded (%d tried) is the best, %s %.4f: %s",
+        name,
+        best["id"],
+        scored,
+        len(trials),
+        METRIC,
+        metric,
+        json.dumps(values),
+    )
     return json.dumps({"trial": best["id"], "parameters": values, METRIC: metric})

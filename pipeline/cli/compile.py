@@ -99,13 +99,17 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"compiled the pipeline for {args.accelerator} to {path}")
     if is_experimental(args.accelerator):
-        log.warning("--accelerator %s is a multi-host slice, experimental: its launch is proven on local "
-                    "processes only (docs/limits.md)", args.accelerator)  # fmt: skip
+        log.warning(
+            "--accelerator %s is a multi-host slice, experimental: its launch is proven on local "
+            "processes only (docs/limits.md)",
+            args.accelerator,
+        )
     if args.registry == DEFAULT_REGISTRY:
         log.warning(
             "the step images are named in the placeholder registry %s: pass --registry (your Artifact Registry "
-            "repository, where make images PUSH=1 pushed them) before submitting this pipeline", DEFAULT_REGISTRY
-        )  # fmt: skip
+            "repository, where make images PUSH=1 pushed them) before submitting this pipeline",
+            DEFAULT_REGISTRY,
+        )
     if log.isEnabledFor(logging.DEBUG):
         for line in step_images(path):
             log.debug(line)

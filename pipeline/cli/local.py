@@ -46,8 +46,10 @@ def add_command(commands, with_dag_parameters: bool) -> None:
         "--image-size", type=image_size_flag, help=CONVERT["image_size"].help + " (default auto; 32 for the demo)"
     )
     local_cmd.add_argument(
-        "--epochs", type=int, help=f"{TRAIN['epochs'].help} (default: {DEMO_EPOCHS} for the demo, auto otherwise)",
-    )  # fmt: skip
+        "--epochs",
+        type=int,
+        help=f"{TRAIN['epochs'].help} (default: {DEMO_EPOCHS} for the demo, auto otherwise)",
+    )
     add_training_flags(local_cmd)
     add_run_flags(local_cmd)
     if with_dag_parameters:
@@ -74,13 +76,17 @@ def add_training_flags(local_cmd) -> None:
     for name, kind in (("per_replica_batch_size", int), ("learning_rate", float)):
         local_cmd.add_argument(flag_of(name, TRAIN), dest=name, type=kind, help=TRAIN[name].help_with_default())
     local_cmd.add_argument(
-        "--tune", dest="tune_trials", type=int, metavar="N",
+        "--tune",
+        dest="tune_trials",
+        type=int,
+        metavar="N",
         help=TUNE["tune_trials"].help_with_default() + "; here the trials run one after the other, and the run's "
         "summary says what each scored",
-    )  # fmt: skip
+    )
     for name in ("min_accuracy", "max_accuracy_drop"):
-        local_cmd.add_argument(flag_of(name, EVALUATE), type=float, metavar="FRACTION",
-                               help=EVALUATE[name].help_with_default())  # fmt: skip
+        local_cmd.add_argument(
+            flag_of(name, EVALUATE), type=float, metavar="FRACTION", help=EVALUATE[name].help_with_default()
+        )
     local_cmd.add_argument(
         "--baseline", dest="baseline_model", metavar="MODEL", help=EVALUATE["baseline"].help_with_default()
     )
@@ -143,8 +149,9 @@ def add_run_flags(local_cmd) -> None:
         "and data; by default that run goes on: its finished steps reused, training from its last finished epoch",
     )
     for name in ("validation_fraction", "test_fraction", "max_bad_fraction"):
-        local_cmd.add_argument(flag_of(name, CONVERT), type=float, metavar="FRACTION",
-                               help=CONVERT[name].help_with_default())  # fmt: skip
+        local_cmd.add_argument(
+            flag_of(name, CONVERT), type=float, metavar="FRACTION", help=CONVERT[name].help_with_default()
+        )
     local_cmd.add_argument(
         "--beam-arg",
         action="append",
@@ -180,8 +187,14 @@ def add_dag_parameters(parser: argparse.ArgumentParser) -> None:
         if parameter.annotation is bool:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif getattr(parameter.annotation, "__origin__", None) is list:
-            parser.add_argument(flag, dest=name, default=None, metavar="A,B,...", help=help_text + ", comma-separated",
-                                type=comma_separated)  # fmt: skip
+            parser.add_argument(
+                flag,
+                dest=name,
+                default=None,
+                metavar="A,B,...",
+                help=help_text + ", comma-separated",
+                type=comma_separated,
+            )
         else:
             parser.add_argument(flag, dest=name, type=parameter.annotation, default=None, help=help_text)
 
@@ -201,8 +214,10 @@ def check(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> None:
         raise UsageError(f"--tune {args.tune_trials}: give a number of trials (0: no search)")
     for name, least in (("epochs", 1), ("demo_per_class", 1)):  # never 0 for "the default"
         if getattr(args, name) is not None and getattr(args, name) < least:
-            raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)} is too small: use {least} or more, "
-                             "or leave it out for the default")  # fmt: skip
+            raise UsageError(
+                f"--{name.replace('_', '-')} {getattr(args, name)} is too small: use {least} or more, "
+                "or leave it out for the default"
+            )
     from components.convert.core import check_beam_args
 
     check_beam_args(args.beam_args, list(chosen._option_string_actions))
@@ -224,8 +239,10 @@ def check(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> None:
         from components.evaluate.browser import find_browser
 
         if not find_browser():
-            raise UsageError("--screenshot: no headless browser here: install Chromium (apt-get install chromium), "
-                             "or set TPU_PIPELINE_BROWSER to one")  # fmt: skip
+            raise UsageError(
+                "--screenshot: no headless browser here: install Chromium (apt-get install chromium), "
+                "or set TPU_PIPELINE_BROWSER to one"
+            )
 
 
 def run(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> int:

@@ -32,8 +32,13 @@ def add_command(commands) -> None:
         metavar="TEXT",
         help="a text for a text model (repeat for more); tokenised as the conversion did",
     )
-    predict_cmd.add_argument("--text-file", action="append", default=[], metavar="FILE",
-                             help="a UTF-8 file holding one text for a text model (repeat for more)")  # fmt: skip
+    predict_cmd.add_argument(
+        "--text-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a UTF-8 file holding one text for a text model (repeat for more)",
+    )
     predict_cmd.add_argument("--top", type=int, default=3, help="labels per image or text (default %(default)s)")
     predict_cmd.add_argument("--json", action="store_true", help="one JSON object per image or text instead")
 
@@ -43,8 +48,11 @@ def run(args: argparse.Namespace) -> int:
 
     texts = bool(args.text or args.text_file)
     if texts == bool(args.images):
-        raise UsageError("pass either images or --text/--text-file (a text model's inputs)" if texts
-                         else "pass image files, or --text/--text-file for a text model")  # fmt: skip
+        raise UsageError(
+            "pass either images or --text/--text-file (a text model's inputs)"
+            if texts
+            else "pass image files, or --text/--text-file for a text model"
+        )
     if texts and args.endpoint:
         raise UsageError("--endpoint takes images; predict texts with --model (the export step's output)")
     if texts:

@@ -92,8 +92,9 @@ def add_deploy(commands) -> None:
     deploy_cmd.add_argument("--model", required=True, help="the model version, projects/P/locations/L/models/ID@V")
     deploy_cmd.add_argument("--endpoint", required=True, help="the endpoint's display name or resource name")
     for name, param in DEPLOY.items():
-        deploy_cmd.add_argument(flag_of(name, DEPLOY), type=type(param.default), default=param.default,
-                                help=param.help_with_default())  # fmt: skip
+        deploy_cmd.add_argument(
+            flag_of(name, DEPLOY), type=type(param.default), default=param.default, help=param.help_with_default()
+        )
 
 
 def add_batch_predict(commands) -> None:
@@ -166,10 +167,15 @@ def add_vertex_options(parser: argparse.ArgumentParser, for_jobs: bool = True) -
     """The Vertex AI settings; each defaults to None so that environment variables and the config file can fill it."""
     group = parser.add_argument_group("Vertex AI (flags over TPU_PIPELINE_* variables over --config over defaults)")
     group.add_argument("--config", help="YAML config file of settings (see pipeline/vertex.example.yaml)")
-    group.add_argument("--project", help="Google Cloud project (TPU_PIPELINE_PROJECT, GOOGLE_CLOUD_PROJECT; else the "
-                       "one your credentials name: gcloud config set project)")  # fmt: skip
-    group.add_argument("--region", help="Vertex AI region, e.g. europe-west4 (TPU_PIPELINE_REGION, "
-                       "GOOGLE_CLOUD_REGION, GOOGLE_CLOUD_LOCATION)")  # fmt: skip
+    group.add_argument(
+        "--project",
+        help="Google Cloud project (TPU_PIPELINE_PROJECT, GOOGLE_CLOUD_PROJECT; else the "
+        "one your credentials name: gcloud config set project)",
+    )
+    group.add_argument(
+        "--region",
+        help="Vertex AI region, e.g. europe-west4 (TPU_PIPELINE_REGION, GOOGLE_CLOUD_REGION, GOOGLE_CLOUD_LOCATION)",
+    )
     group.add_argument("--api-endpoint", help="API endpoint, e.g. a private one (default: <region>-aiplatform...)")
     group.add_argument("--anonymous", action="store_true", default=None, help="send no credentials (local endpoints)")
     group.add_argument(
@@ -228,8 +234,14 @@ def run(args: argparse.Namespace) -> int:
         if args.command == "register":
             from components.register.vertex import DEFAULT_SERVING_IMAGE, register
 
-            register(settings, args.model, args.display_name, args.parent_model, args.pipeline_run,
-                     args.serving_image or DEFAULT_SERVING_IMAGE)  # fmt: skip
+            register(
+                settings,
+                args.model,
+                args.display_name,
+                args.parent_model,
+                args.pipeline_run,
+                args.serving_image or DEFAULT_SERVING_IMAGE,
+            )
         elif args.command == "deploy":
             from components.deploy.core import deploy
 
@@ -237,8 +249,16 @@ def run(args: argparse.Namespace) -> int:
         elif args.command == "batch-predict":
             from pipeline.deployment import BATCH_MACHINE_TYPE, batch_predict
 
-            batch_predict(settings, args.model, args.source, args.output, args.machine_type or BATCH_MACHINE_TYPE,
-                          args.max_replicas, args.wait, args.poll_interval)  # fmt: skip
+            batch_predict(
+                settings,
+                args.model,
+                args.source,
+                args.output,
+                args.machine_type or BATCH_MACHINE_TYPE,
+                args.max_replicas,
+                args.wait,
+                args.poll_interval,
+            )
         elif args.command == "check":
             from components.vertex_client import check_settings
 

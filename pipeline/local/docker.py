@@ -28,12 +28,16 @@ def check_docker(images: Images, train_image: str) -> None:
         client = docker.from_env()
         client.ping()
     except Exception as err:  # no engine, no socket, no permission on it
-        raise UsageError(f"--runner docker: no Docker engine answers ({type(err).__name__}): start one, or leave "
-                         "--runner out to run the steps in this Python") from None  # fmt: skip
+        raise UsageError(
+            f"--runner docker: no Docker engine answers ({type(err).__name__}): start one, or leave "
+            "--runner out to run the steps in this Python"
+        ) from None
     for image in (images.uri(PIPELINE_IMAGE), images.uri(LIGHT_IMAGE), images.uri(train_image)):
         if not client.images.list(name=image):
-            raise UsageError(f"--runner docker: image {image} is not here: build it with `make images` (REGISTRY=... "
-                             "TAG=... to match --image-registry and --image-tag)")  # fmt: skip
+            raise UsageError(
+                f"--runner docker: image {image} is not here: build it with `make images` (REGISTRY=... "
+                "TAG=... to match --image-registry and --image-tag)"
+            )
 
 
 def docker_runner(shared: list[str], environment: dict[str, str]):

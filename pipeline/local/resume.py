@@ -60,8 +60,11 @@ class RunState:
 
 def run_key(parameters: dict, fingerprint: str, registry: str, cache: bool) -> str:
     """What makes two runs the same run: every pipeline parameter, the data's fingerprint and the run's settings."""
-    text = json.dumps({"parameters": parameters, "fingerprint": fingerprint, "registry": registry, "cache": cache},
-                      sort_keys=True, default=str)  # fmt: skip
+    text = json.dumps(
+        {"parameters": parameters, "fingerprint": fingerprint, "registry": registry, "cache": cache},
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -137,9 +140,11 @@ def check_free(work_dir: str) -> RunState | None:
     left = steps_left_running(work_dir) if previous is not None else []
     if left:
         pid, step = left[0]
-        raise UsageError(f"--work-dir {work_dir}: the {step} step of the run-local that was killed there is still "
-                         f"running (process {pid}); wait for it to end, or end it (kill {pid}), then run the same "
-                         "command again")  # fmt: skip
+        raise UsageError(
+            f"--work-dir {work_dir}: the {step} step of the run-local that was killed there is still "
+            f"running (process {pid}); wait for it to end, or end it (kill {pid}), then run the same "
+            "command again"
+        )
     return previous
 
 
@@ -177,18 +182,33 @@ def begin(work_dir: str, key: str, run_name: str, resume: bool) -> tuple[RunStat
     previous = check_free(work_dir)
     decision = decide(previous, key, resume, previous_alive=False)  # (checked just now)
     if decision.action == "resume":
-        log.info("%s: its finished steps are reused and training goes on from its last finished epoch "
-                 "(--no-resume starts over)", decision.why)  # fmt: skip
-        state = replace(previous, status=RUNNING, pid=os.getpid(), pid_created=this_process_created(),
-                        attempts=previous.attempts + 1, step="")  # fmt: skip
+        log.info(
+            "%s: its finished steps are reused and training goes on from its last finished epoch "
+            "(--no-resume starts over)",
+            decision.why,
+        )
+        state = replace(
+            previous,
+            status=RUNNING,
+            pid=os.getpid(),
+            pid_created=this_process_created(),
+            attempts=previous.attempts + 1,
+            step="",
+        )
         write_state(work_dir, state)
         return state, previous
     if decision.action == "replace":
         log.info("%s: starting a new run", decision.why)
         shutil.rmtree(resume_dir(work_dir, previous), ignore_errors=True)
         remove_leftovers(work_dir, list(previous.artifact_dirs), [])
-    state = RunState(run_id=uuid.uuid4().hex, run_name=run_name, key=key, started=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                     pid=os.getpid(), pid_created=this_process_created())  # fmt: skip
+    state = RunState(
+        run_id=uuid.uuid4().hex,
+        run_name=run_name,
+        key=key,
+        started=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        pid=os.getpid(),
+        pid_created=this_process_created(),
+    )
     write_state(work_dir, state)
     return state, None
 

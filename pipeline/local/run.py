@@ -200,8 +200,9 @@ def start_run(config: LocalRunConfig) -> LocalRun:
     workspace = os.path.join(work_dir, "workspace")
     os.makedirs(workspace, exist_ok=True)
     os.makedirs(pipeline_root, exist_ok=True)
-    state, previous = resume.begin(work_dir, identity.key, f"{PIPELINE_NAME}-{time.strftime('%Y%m%d%H%M%S')}",
-                                   config.resume)  # fmt: skip
+    state, previous = resume.begin(
+        work_dir, identity.key, f"{PIPELINE_NAME}-{time.strftime('%Y%m%d%H%M%S')}", config.resume
+    )
     kept = resume.resume_dir(work_dir, state)
     spec = local_pipeline_spec(bool(registry), config.cache, state.run_name, state.run_id, config.images, train_image)
     checkpoints = os.path.join(kept, "checkpoints")  # as a Vertex AI custom job's: training resumes from it
@@ -230,8 +231,21 @@ def start_run(config: LocalRunConfig) -> LocalRun:
     summary_path = os.path.join(work_dir, SUMMARY_FILE)
     if os.path.exists(summary_path):  # never left looking current after a failure
         os.remove(summary_path)
-    return LocalRun(work_dir, source, registry, parameters, pipeline_root, state, previous, spec, checkpoints,
-                    failures, environment, summary_path, set(os.listdir(pipeline_root)))  # fmt: skip
+    return LocalRun(
+        work_dir,
+        source,
+        registry,
+        parameters,
+        pipeline_root,
+        state,
+        previous,
+        spec,
+        checkpoints,
+        failures,
+        environment,
+        summary_path,
+        set(os.listdir(pipeline_root)),
+    )
 
 
 def run_steps(run: LocalRun, verbose: bool) -> dict:
@@ -246,12 +260,15 @@ def run_steps(run: LocalRun, verbose: bool) -> dict:
     progress = None
 
     def attempt_dirs() -> list[str]:  # this attempt's kfp.local run folders
-        return [os.path.join(run.pipeline_root, name)
-                for name in sorted(set(os.listdir(run.pipeline_root)) - run.earlier_runs)]  # fmt: skip
+        return [
+            os.path.join(run.pipeline_root, name)
+            for name in sorted(set(os.listdir(run.pipeline_root)) - run.earlier_runs)
+        ]
 
     def note(running: list[str]) -> None:  # what a killed attempt leaves for the next one to read
-        run.state = resume.progressed(run.work_dir, run.state, running[-1] if running else run.state.step,
-                                      attempt_dirs())  # fmt: skip
+        run.state = resume.progressed(
+            run.work_dir, run.state, running[-1] if running else run.state.step, attempt_dirs()
+        )
 
     try:
         with (
@@ -290,11 +307,20 @@ def run_steps(run: LocalRun, verbose: bool) -> dict:
         step = progress.running[-1] if progress and progress.running else ""
         run.state = resume.interrupted(run.work_dir, run.state, step, attempt_dirs())
         where = f" during {step}" + epochs_done(run.checkpoints, run.parameters, run.spec) if step else ""
-        write_json(run.summary_path, {**facts, "status": "interrupted", "step": step, "source": run.source,
-                                      "parameters": run.parameters,
-                                      "resume": "run the same command again"})  # fmt: skip
-        raise Interrupted(f"interrupted{where}: run the same command again to resume it, or add --no-resume to "
-                          "start over") from None  # fmt: skip
+        write_json(
+            run.summary_path,
+            {
+                **facts,
+                "status": "interrupted",
+                "step": step,
+                "source": run.source,
+                "parameters": run.parameters,
+                "resume": "run the same command again",
+            },
+        )
+        raise Interrupted(
+            f"interrupted{where}: run the same command again to resume it, or add --no-resume to start over"
+        ) from None
 
 
 def killed_attempts(run: LocalRun) -> list[str]:
@@ -320,8 +346,12 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
     export_report = read_json(export_json) if export_json else {}
     model_config = load_model_config(outputs["model"].path)
     checks_dir = outputs["data_checks"].path
-    produced = {"convert": examples_dir, "check data": checks_dir, "train": outputs["model"].path,
-                "evaluate": outputs["evaluation"].path}  # fmt: skip
+    produced = {
+        "convert": examples_dir,
+        "check data": checks_dir,
+        "train": outputs["model"].path,
+        "evaluate": outputs["evaluation"].path,
+    }
     if exported_dir:
         produced["export"] = exported_dir
     previous = run.previous
@@ -417,8 +447,11 @@ def run_dag(spec: dict, parameters: dict, failures: str, environment: dict[str, 
         if os.path.exists(failures):
             with open(failures, encoding="utf-8") as handle:
                 records = [json.loads(line) for line in handle if line.strip()]
-        last = records[-1] if records else {"error": f"see its log in {os.path.dirname(failures)}/{RUN_LOG}",
-                                            "usage": False}  # fmt: skip
+        last = (
+            records[-1]
+            if records
+            else {"error": f"see its log in {os.path.dirname(failures)}/{RUN_LOG}", "usage": False}
+        )
         error = StepFailedError(f"step {failed.group(1)} failed: {last['error']}", usage=last["usage"])
         error.died = "" if records else failed.group(1)  # killed or crashed without a word: which step
         raise error from None
@@ -523,6 +556,9 @@ def resolve_source(config: LocalRunConfig) -> tuple[str, str]:
         write_digits(source, per_class_limit=config.demo_per_class)
     else:
         source = os.path.abspath(config.source) if "://" not in config.source else config.source
-    text = {name: config.parameters[name] for name in ("modality", "text_column", "label_column")
-            if name in config.parameters}  # fmt: skip
+    text = {
+        name: config.parameters[name]
+        for name in ("modality", "text_column", "label_column")
+        if name in config.parameters
+    }
     return source, fingerprint_source(source, config.parameters.get("classes") or (), **text)

@@ -25,8 +25,12 @@ from components.vertex_sdk import add_run_to_experiment, set_resource
 from pipeline.model_code import with_model_code
 
 # the states --wait stops at: the run ended, or (PAUSED) it waits for someone to resume it in the console
-TERMINAL_STATES = {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED",
-                   "PIPELINE_STATE_PAUSED"}  # fmt: skip
+TERMINAL_STATES = {
+    "PIPELINE_STATE_SUCCEEDED",
+    "PIPELINE_STATE_FAILED",
+    "PIPELINE_STATE_CANCELLED",
+    "PIPELINE_STATE_PAUSED",
+}
 
 
 def parse_pairs(pairs: list[str] | None, flag: str) -> dict[str, str] | None:
@@ -83,8 +87,13 @@ def _typed(name: str, value: Any, kind: str) -> Any:
                 raise ValueError(value)
             return parsed
     except ValueError:
-        example = {"NUMBER_INTEGER": "20", "NUMBER_DOUBLE": "0.002", "BOOLEAN": "true", "LIST": '["a","b"]',
-                   "STRUCT": '{"k": 1}'}[kind]  # fmt: skip
+        example = {
+            "NUMBER_INTEGER": "20",
+            "NUMBER_DOUBLE": "0.002",
+            "BOOLEAN": "true",
+            "LIST": '["a","b"]',
+            "STRUCT": '{"k": 1}',
+        }[kind]
         raise UsageError(f"--param {name}={value} is not a {kind.lower().replace('_', ' ')}, e.g. {example}") from None
     return value
 
@@ -230,8 +239,9 @@ def submit(
         check_tensorboard(tensorboard, settings)
         # the run's own output directory needs the job's id before the job exists: fixed here, as the client would
         job_id = job_id or f"{_pipeline_name(settings.template)}-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}"
-        settings = replace(settings, parameters={**settings.parameters,
-                                                 **tensorboard_parameters(settings, tensorboard, job_id)})  # fmt: skip
+        settings = replace(
+            settings, parameters={**settings.parameters, **tensorboard_parameters(settings, tensorboard, job_id)}
+        )
     check_run(settings)  # the user's mistakes first, before any network
     if preflight:
         check_project(settings)
@@ -292,8 +302,9 @@ def follow(job, settings: VertexSettings, poll_seconds: float) -> str:
     """Polls the job until it ends, printing each state change; raises ``VertexError`` unless it succeeded."""
     state, started = "", time.monotonic()
     while True:
-        resource = call("follow the pipeline job", lambda: job.api_client.get_pipeline_job(name=job.resource_name),
-                        settings)  # fmt: skip
+        resource = call(
+            "follow the pipeline job", lambda: job.api_client.get_pipeline_job(name=job.resource_name), settings
+        )
         new_state = resource.state.name
         if new_state != state:
             state = new_state

@@ -88,8 +88,10 @@ def create_schedule(
         settings,
         done=created_after_all,
     )
-    print(f"scheduled {schedule.resource_name} ({display_name}): {cron}\n  its runs, steps and training jobs run as "
-          f"{run_as(settings)}")  # fmt: skip
+    print(
+        f"scheduled {schedule.resource_name} ({display_name}): {cron}\n  its runs, steps and training jobs run as "
+        f"{run_as(settings)}"
+    )
     return {"name": schedule.resource_name, "display_name": display_name, "cron": cron}
 
 
@@ -128,17 +130,18 @@ def update_schedule(
     resource = resolve_schedule(settings, schedule)
     current = call("find the schedule", lambda: aiplatform.PipelineJobSchedule.get(schedule_id=resource), settings)
     # the request create would send, from the settings as they are now
-    built = resource_of(aiplatform.PipelineJobSchedule(
-        pipeline_job=make_job(settings, credentials), display_name=current.display_name, credentials=credentials
-    )).create_pipeline_job_request  # fmt: skip
+    built = resource_of(
+        aiplatform.PipelineJobSchedule(
+            pipeline_job=make_job(settings, credentials), display_name=current.display_name, credentials=credentials
+        )
+    ).create_pipeline_job_request
     # the identity and network the schedule runs with stay as they are unless given again
     running = resource_of(current).create_pipeline_job_request.pipeline_job
     built.pipeline_job.service_account = settings.service_account or running.service_account
     built.pipeline_job.network = settings.network or running.network
     update = gca_schedule.Schedule(name=resource, create_pipeline_job_request=built)
     paths = ["create_pipeline_job_request"]
-    for path, value in (("cron", cron), ("max_concurrent_run_count", max_concurrent_runs),
-                        ("max_run_count", max_runs)):  # fmt: skip
+    for path, value in (("cron", cron), ("max_concurrent_run_count", max_concurrent_runs), ("max_run_count", max_runs)):
         if value:
             setattr(update, path, value)
             paths.append(path)

@@ -49,8 +49,9 @@ print(json.dumps({
 
 
 def check(env: dict) -> dict:
-    ran = subprocess.run([sys.executable, "-c", CHECK], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-                         env=env)  # fmt: skip
+    ran = subprocess.run(
+        [sys.executable, "-c", CHECK], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     return json.loads(ran.stdout.strip().splitlines()[-1])
 
@@ -125,8 +126,17 @@ def test_jax_statistics_over_two_processes_are_those_of_the_global_batches():
     from tests.components.test_train_jax import hosts_of_two
 
     hosts = hosts_of_two([], KERAS_BACKEND="jax")
-    started = [subprocess.Popen([sys.executable, "-c", TWO_PROCESSES], cwd=REPO_ROOT, env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _, env in hosts]  # fmt: skip
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-c", TWO_PROCESSES],
+            cwd=REPO_ROOT,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _, env in hosts
+    ]
     outputs = [process.communicate(timeout=300) for process in started]
     for process, (_, stderr) in zip(started, outputs, strict=True):
         assert process.returncode == 0, stderr[-3000:]

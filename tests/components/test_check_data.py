@@ -37,8 +37,9 @@ def thumbnails(ids) -> np.ndarray:
     return np.stack([np.random.default_rng(i).integers(0, 256, SIDE, dtype=np.uint8) for i in ids]).reshape(-1, SIDE)
 
 
-def version(per_class: dict, first_id: int = 0, quarantined: int = 0, reasons=None, brightness: int = 120,
-            width: int = 640):  # fmt: skip
+def version(
+    per_class: dict, first_id: int = 0, quarantined: int = 0, reasons=None, brightness: int = 120, width: int = 640
+):
     """Hand-made statistics of a version: ``per_class`` {split: [count per class in CLASSES order]}, examples
     numbered from ``first_id`` (train, then validation, then test), all of one brightness and contrast, from
     sources ``width`` x 480 pixels."""
@@ -115,12 +116,28 @@ def test_the_same_statistics_pass_every_check():
     rows, result = outcome(version(BALANCED), version(BALANCED))
     assert set(verdicts(rows).values()) == {"pass"}
     assert result == {"blocked": False, "blocking": [], "warnings": [], "accepted_data_change": False}
-    assert {found["check"] for found in rows} >= {"label set", "class mix", "examples", "quarantine rate",
-                                                  "leakage across splits", "leakage across versions", "brightness",
-                                                  "contrast", "formats", "source width", "source height",
-                                                  "source aspect"}  # fmt: skip
-    assert rows[0] == {"check": "label set", "verdict": "pass", "severity": "block", "value": 0, "thresholds": {},
-                       "detail": "4 classes, as before"}  # fmt: skip
+    assert {found["check"] for found in rows} >= {
+        "label set",
+        "class mix",
+        "examples",
+        "quarantine rate",
+        "leakage across splits",
+        "leakage across versions",
+        "brightness",
+        "contrast",
+        "formats",
+        "source width",
+        "source height",
+        "source aspect",
+    }
+    assert rows[0] == {
+        "check": "label set",
+        "verdict": "pass",
+        "severity": "block",
+        "value": 0,
+        "thresholds": {},
+        "detail": "4 classes, as before",
+    }
 
 
 def test_a_class_dropped_blocks_and_names_it():
@@ -152,8 +169,11 @@ def test_the_same_classes_in_another_order_warn():
     reordered["class_names"] = ["bee", "ant", "cow", "dog"]
     label_row = compare(reordered, version(BALANCED)[1], *version(BALANCED), LIMITS)[0]
     assert (label_row["check"], label_row["verdict"], label_row["severity"], label_row["value"]) == (
-        "label set", "warn", "block", 0
-    )  # fmt: skip
+        "label set",
+        "warn",
+        "block",
+        0,
+    )
     assert label_row["detail"].endswith("ant, bee, cow, dog -> bee, ant, cow, dog")
 
 
@@ -340,9 +360,15 @@ def test_sources_of_another_size_warn_and_records_without_sizes_skip():
     rows, _ = outcome((adopted, keys), version(BALANCED))
     for name in ("width", "height", "aspect"):
         skipped = next(found for found in rows if found["check"] == f"source {name}")
-        assert skipped == {"check": f"source {name}", "verdict": "skipped", "severity": "warn", "value": None,
-                           "thresholds": {}, "detail": "the records do not say their sources' sizes (TFRecords "
-                           "adopted as they are, or a conversion older than the data checks)"}  # fmt: skip
+        assert skipped == {
+            "check": f"source {name}",
+            "verdict": "skipped",
+            "severity": "warn",
+            "value": None,
+            "thresholds": {},
+            "detail": "the records do not say their sources' sizes (TFRecords "
+            "adopted as they are, or a conversion older than the data checks)",
+        }
     for split in adopted["image"].values():  # statistics kept before the checks read the sources' sizes
         for name in ("width", "height", "aspect"):
             del split[name]
@@ -480,11 +506,24 @@ def test_a_threshold_can_be_set_and_an_unknown_one_is_refused():
 
 
 # each check's severity, as the data checks' issue set them: what a verdict at its worst does to the run
-SEVERITIES = {"label set": "block", "class mix": "block", "examples": "block", "quarantine rate": "warn",
-              "leakage across splits": "block", "leakage across versions": "block", "brightness": "warn",
-              "contrast": "warn", "source width": "warn", "source height": "warn", "source aspect": "warn",
-              "formats": "warn", "token counts": "warn", "truncated share": "block",
-              "out-of-vocabulary share": "block", "split class mix": "block"}  # fmt: skip
+SEVERITIES = {
+    "label set": "block",
+    "class mix": "block",
+    "examples": "block",
+    "quarantine rate": "warn",
+    "leakage across splits": "block",
+    "leakage across versions": "block",
+    "brightness": "warn",
+    "contrast": "warn",
+    "source width": "warn",
+    "source height": "warn",
+    "source aspect": "warn",
+    "formats": "warn",
+    "token counts": "warn",
+    "truncated share": "block",
+    "out-of-vocabulary share": "block",
+    "split class mix": "block",
+}
 
 
 def test_every_row_carries_its_checks_severity_whatever_its_verdict():
@@ -495,28 +534,40 @@ def test_every_row_carries_its_checks_severity_whatever_its_verdict():
             del sizeless["image"][split][name]
     reordered = version(BALANCED)[0]
     reordered["class_names"] = list(reversed(reordered["class_names"]))  # the label set row warns
-    image_rows = [*compare(sizeless, version(tiny)[1], *version(BALANCED), LIMITS),
-                  *compare(reordered, version(BALANCED)[1], *version(BALANCED), LIMITS),
-                  *compare(*version({"train": [100, 100, 0, 0], **{s: [25, 25, 0, 0] for s in ("validation", "test")}}),
-                           *version(BALANCED), LIMITS)]  # fmt: skip
+    image_rows = [
+        *compare(sizeless, version(tiny)[1], *version(BALANCED), LIMITS),
+        *compare(reordered, version(BALANCED)[1], *version(BALANCED), LIMITS),
+        *compare(
+            *version({"train": [100, 100, 0, 0], **{s: [25, 25, 0, 0] for s in ("validation", "test")}}),
+            *version(BALANCED),
+            LIMITS,
+        ),
+    ]
     text_rows = compare(*text_version(0.1, 0.2), *text_version(0.01, 0.01), LIMITS)
     rows = image_rows + text_rows
     assert {found["verdict"] for found in rows} == {"pass", "warn", "block", "skipped"}
     assert {found["check"] for found in rows} == set(SEVERITIES)
     assert [(found["check"], found["severity"]) for found in rows] == [
-        (found["check"], SEVERITIES[found["check"]]) for found in rows]  # fmt: skip
+        (found["check"], SEVERITIES[found["check"]]) for found in rows
+    ]
 
 
 def test_a_dropped_or_renamed_class_is_counted_and_said_in_full():
     renamed = version(BALANCED)[0]
     renamed["class_names"] = ["ant", "bee", "cow", "dingo"]
-    (label,) = [found for found in compare(renamed, version(BALANCED)[1], *version(BALANCED), LIMITS)
-                if found["check"] == "label set"]  # fmt: skip
+    (label,) = [
+        found
+        for found in compare(renamed, version(BALANCED)[1], *version(BALANCED), LIMITS)
+        if found["check"] == "label set"
+    ]
     assert label["value"] == 2  # dog gone, dingo new
-    assert label["detail"] == ("gone dog; new dingo: the model in service cannot be compared with a model of other "
-                               "classes, and its clients would lose or gain classes")  # fmt: skip
-    same = next(found for found in compare(*version(BALANCED), *version(BALANCED), LIMITS)
-                if found["check"] == "label set")  # fmt: skip
+    assert label["detail"] == (
+        "gone dog; new dingo: the model in service cannot be compared with a model of other "
+        "classes, and its clients would lose or gain classes"
+    )
+    same = next(
+        found for found in compare(*version(BALANCED), *version(BALANCED), LIMITS) if found["check"] == "label set"
+    )
     assert (same["verdict"], same["value"], same["detail"]) == ("pass", 0, "4 classes, as before")
 
 
@@ -533,8 +584,11 @@ def test_the_class_mix_row_gives_the_jensen_shannon_divergence_and_rounds_to_fou
     from scipy.spatial.distance import jensenshannon
 
     # train: ant 100 of 300 (1/3) against 25%: 8.33 points, the largest move (bee 20%, cow and dog 23.3%)
-    rows, _ = outcome(version(dict(BALANCED, train=[100, 60, 70, 70])), version(BALANCED),
-                      thresholds={"class_mix_warn": 0.0123456, "class_mix_block": 0.3123456})  # fmt: skip
+    rows, _ = outcome(
+        version(dict(BALANCED, train=[100, 60, 70, 70])),
+        version(BALANCED),
+        thresholds={"class_mix_warn": 0.0123456, "class_mix_block": 0.3123456},
+    )
     mix = next(found for found in rows if found["check"] == "class mix" and found["split"] == "train")
     expected = jensenshannon([100, 60, 70, 70], [100] * 4, base=2) ** 2  # TFDV's figure (scipy normalises)
     assert mix["detail"] == f"class ant 25.0% -> 33.3%; Jensen-Shannon {expected:.4f}"
@@ -590,8 +644,9 @@ def text_version(oov: float, truncated: float):
     lengths[5] = 600
     split_figures = {"token_counts": lengths, "truncated_share": truncated, "out_of_vocabulary_share": oov}
     statistics.update(modality="text", text={split: split_figures for split in ("train", "validation", "test")})
-    return statistics, {split: np.arange(len(found), dtype=np.uint64) + 1000 * i
-                        for i, (split, found) in enumerate(keys.items())}  # fmt: skip
+    return statistics, {
+        split: np.arange(len(found), dtype=np.uint64) + 1000 * i for i, (split, found) in enumerate(keys.items())
+    }
 
 
 def test_text_shares_of_every_split_are_weighed_by_their_examples():
@@ -624,8 +679,10 @@ def test_the_truncated_share_is_compared_as_it_is_beside_the_served_vocabularys_
 def test_figures_of_versions_without_examples_are_zero():
     from components.check_data.core import overall, shares
 
-    empty = {"counts": dict.fromkeys(("train", "validation", "test"), 0),
-             "text": {split: {"truncated_share": 0.5} for split in ("train", "validation", "test")}}  # fmt: skip
+    empty = {
+        "counts": dict.fromkeys(("train", "validation", "test"), 0),
+        "text": {split: {"truncated_share": 0.5} for split in ("train", "validation", "test")},
+    }
     assert overall(empty, "truncated_share") == 0.0
     assert shares({}, ["a", "b"]).tolist() == [0.0, 0.0]
     # a class the counts leave out has none: the others' shares are of theirs alone
@@ -662,8 +719,13 @@ def digits(tmp_path_factory) -> str:
 
 
 def check(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "components.check_data", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "components.check_data", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_same_source_converted_twice_passes_clean(digits, tmp_path):
@@ -738,8 +800,9 @@ def test_re_encoded_copies_spread_over_the_splits_block_the_run(digits, tmp_path
     assert result["blocked"] and len(result["blocking"]) == len(reasons)
     leak = next(found for found in result["checks"] if found["check"] == "leakage across splits")
     assert leak["value"] > 0.9  # every held-out example is a copy of one in train
-    accepted = check("--examples", examples, "--baseline", baseline, "--output", str(tmp_path / "accepted"),
-                     "--accept-data-change")  # fmt: skip
+    accepted = check(
+        "--examples", examples, "--baseline", baseline, "--output", str(tmp_path / "accepted"), "--accept-data-change"
+    )
     assert accepted.returncode == 0 and json.loads(accepted.stdout)["blocking"] == result["blocking"]
     assert json.loads((tmp_path / "accepted" / CHECKS_FILE).read_text())["accepted_data_change"] is True
 
@@ -756,16 +819,31 @@ def test_a_blocked_run_says_each_reason_on_a_line_records_it_and_goes_on_when_ac
     lines = str(blocked.value).split("\n")
     reasons = lines[1:-1]  # the label set, the class mix of the splits, the examples: each on a line of its own
     assert lines[0] == "the new data is blocked before training:"
-    assert lines[-1] == "  (pass --accept-data-change, the DAG's accept_data_change, to train on it anyway; the run " \
-                        "records it)"  # fmt: skip
+    assert (
+        lines[-1] == "  (pass --accept-data-change, the DAG's accept_data_change, to train on it anyway; the run "
+        "records it)"
+    )
     assert reasons[0].startswith("  label set: gone ant, bee, cow; new cat, fish: ")
     assert reasons[-1].startswith("  examples: ") and len(reasons) >= 3
     with open(tmp_path / "checks" / CHECKS_FILE) as handle:
         written = json.load(handle)
-    assert set(written) == {"examples", "baseline", "baseline_statistics", "baseline_note", "blocked", "blocking",
-                            "warnings", "accepted_data_change", "thresholds", "checks"}  # fmt: skip
+    assert set(written) == {
+        "examples",
+        "baseline",
+        "baseline_statistics",
+        "baseline_note",
+        "blocked",
+        "blocking",
+        "warnings",
+        "accepted_data_change",
+        "thresholds",
+        "checks",
+    }
     assert (written["examples"], written["baseline"], written["baseline_statistics"]) == (
-        examples_dir, f"{baseline}/", str(baseline))  # fmt: skip
+        examples_dir,
+        f"{baseline}/",
+        str(baseline),
+    )
     assert written["blocked"] and written["blocking"] == [reason[2:] for reason in reasons]
     assert not written["accepted_data_change"]
     assert (written["thresholds"]["class_mix_block"], written["thresholds"]["count_block_below"]) == (0.3, 0.5)
@@ -776,15 +854,24 @@ def test_a_blocked_run_says_each_reason_on_a_line_records_it_and_goes_on_when_ac
 def test_the_report_logs_each_check_that_did_not_pass_and_the_outcome(caplog):
     from components.check_data.core import report
 
-    checks = [{"check": "label set", "verdict": "pass", "detail": "4 classes, as before"},
-              {"check": "class mix", "verdict": "warn", "split": "train", "detail": "class ant 25.0% -> 45.0%"},
-              {"check": "class mix", "verdict": "skipped", "split": "test", "detail": "10 examples on one side"},
-              {"check": "examples", "verdict": "block", "detail": "100 examples against the baseline's 600"},
-              {"check": "brightness", "verdict": "warn", "detail": "Jensen-Shannon divergence"},
-              {"check": "leakage across splits", "verdict": "block", "detail": "3 test images in train"}]  # fmt: skip
-    accepted = {"baseline_note": "a note", "checks": checks, "blocked": False, "accepted_data_change": True,
-                "blocking": ["examples: 100 examples against the baseline's 600",
-                             "leakage across splits: 3 test images in train"]}  # fmt: skip
+    checks = [
+        {"check": "label set", "verdict": "pass", "detail": "4 classes, as before"},
+        {"check": "class mix", "verdict": "warn", "split": "train", "detail": "class ant 25.0% -> 45.0%"},
+        {"check": "class mix", "verdict": "skipped", "split": "test", "detail": "10 examples on one side"},
+        {"check": "examples", "verdict": "block", "detail": "100 examples against the baseline's 600"},
+        {"check": "brightness", "verdict": "warn", "detail": "Jensen-Shannon divergence"},
+        {"check": "leakage across splits", "verdict": "block", "detail": "3 test images in train"},
+    ]
+    accepted = {
+        "baseline_note": "a note",
+        "checks": checks,
+        "blocked": False,
+        "accepted_data_change": True,
+        "blocking": [
+            "examples: 100 examples against the baseline's 600",
+            "leakage across splits: 3 test images in train",
+        ],
+    }
     caplog.set_level("INFO", logger="components.check_data.core")
     report(accepted)
     assert [record.getMessage() for record in caplog.records] == [
@@ -796,7 +883,7 @@ def test_the_report_logs_each_check_that_did_not_pass_and_the_outcome(caplog):
         "check data: block, accepted leakage across splits: 3 test images in train",
         "check data: 1 pass, 2 warn, 2 block, 1 skipped; blocking checks accepted (--accept-data-change): examples: "
         "100 examples against the baseline's 600; leakage across splits: 3 test images in train",
-    ]  # fmt: skip
+    ]
     caplog.clear()
     report({**accepted, "baseline_note": "", "blocked": True, "accepted_data_change": False})  # (the error says why)
     assert [record.getMessage() for record in caplog.records] == [
@@ -804,7 +891,7 @@ def test_the_report_logs_each_check_that_did_not_pass_and_the_outcome(caplog):
         "check data: skipped class mix (test): 10 examples on one side",
         "check data: warn brightness: Jensen-Shannon divergence",
         "check data: 1 pass, 2 warn, 2 block, 1 skipped",
-    ]  # fmt: skip
+    ]
 
 
 def test_usage_errors_are_one_line_with_exit_code_2(tmp_path):
@@ -856,15 +943,22 @@ def test_a_baseline_is_read_where_it_is_typed_and_one_that_is_not_there_is_one_l
     missing = tmp_path / "nowhere"
     with pytest.raises(UsageError) as raised:
         load_baseline(str(missing))
-    assert str(raised.value) == (f"--baseline {missing} does not exist: pass the check-data output, the examples or "
-                                 "the registered model of the model in service")  # fmt: skip
+    assert str(raised.value) == (
+        f"--baseline {missing} does not exist: pass the check-data output, the examples or "
+        "the registered model of the model in service"
+    )
     # a folder without statistics, here or on Cloud Storage (where a folder is no object): no baseline, and why
     (tmp_path / "export").mkdir()
     for bare in (str(tmp_path / "export"), f"gs://{BUCKET}/export"):
-        assert load_baseline(bare) == (None, "", (
-            f"the baseline {bare} holds no data_stats.json (an export step's output, or a model registered before the "
-            "data checks: a registered version keeps them): nothing to compare with; the new data's own leakage is "
-            "reported, never blocking"))  # fmt: skip
+        assert load_baseline(bare) == (
+            None,
+            "",
+            (
+                f"the baseline {bare} holds no data_stats.json (an export step's output, or a model registered before "
+                "the data checks: a registered version keeps them): nothing to compare with; the new data's own "
+                "leakage is reported, never blocking"
+            ),
+        )
 
 
 def test_the_statistics_read_the_bytes_features_tensorflow_reads_without_importing_it():
@@ -886,15 +980,21 @@ def test_the_statistics_read_the_bytes_features_tensorflow_reads_without_importi
     for serialized in (ours, theirs):
         parsed = tf.train.Example.FromString(serialized).features.feature
         names = ("image", "source", "text", "label", "tokens", "absent")
-        expected = {name: parsed[name].bytes_list.value[0] for name in names
-                    if name in parsed and parsed[name].WhichOneof("kind") == "bytes_list"}  # fmt: skip
+        expected = {
+            name: parsed[name].bytes_list.value[0]
+            for name in names
+            if name in parsed and parsed[name].WhichOneof("kind") == "bytes_list"
+        }
         assert bytes_features(serialized, names) == expected
     assert bytes_features(ours, ("image", "source")) == {"image": b"\xff\xd8jpeg", "source": b"gs://b/cow/1.jpg"}
     for serialized in (ours, theirs):
         parsed = tf.train.Example.FromString(serialized).features.feature
         names = ("class", "size", "source_size", "tokens", "label", "absent")
-        expected = {name: list(parsed[name].int64_list.value) for name in names
-                    if name in parsed and parsed[name].WhichOneof("kind") == "int64_list"}  # fmt: skip
+        expected = {
+            name: list(parsed[name].int64_list.value)
+            for name in names
+            if name in parsed and parsed[name].WhichOneof("kind") == "int64_list"
+        }
         assert int64_features(serialized, names) == expected
     assert int64_features(ours, ("source_size", "class")) == {"source_size": [640, 480], "class": [2]}
     # an int64 list written unpacked (a varint a value, as older writers do), and negative values
@@ -925,25 +1025,38 @@ def test_image_statistics_of_hand_written_records_count_each_histogram_by_hand(t
         return serialize_example(image, 0, "ant", (16, 16), 2, source=source, source_size=size)
 
     odd = example(flat, "odd_/6.png", (640, 480)).replace(b"odd_/6.png", b"odd\xff/6.png")  # not UTF-8
-    records = [example(flat, "gs://b/ant/1.png", (640, 480)), example(halves, "x/2.JPEG", (0, 0)), example(flat),
-               example(flat, "gs://b/ant/4.png", (640, 480)), example(white, "big/5.jpg", (10000, 100)), odd,
-               example(flat, "tiny/7.png", (1, 5)), example(flat, "tall/8.png", (100, 10000))]  # fmt: skip
+    records = [
+        example(flat, "gs://b/ant/1.png", (640, 480)),
+        example(halves, "x/2.JPEG", (0, 0)),
+        example(flat),
+        example(flat, "gs://b/ant/4.png", (640, 480)),
+        example(white, "big/5.jpg", (10000, 100)),
+        odd,
+        example(flat, "tiny/7.png", (1, 5)),
+        example(flat, "tall/8.png", (100, 10000)),
+    ]
     # (3: adopted, no source nor size)
     os.makedirs(tmp_path / "train")
     with tf.io.TFRecordWriter(str(tmp_path / "train" / f"train-00000-of-00001{SHARD_SUFFIX}")) as writer:
         for record in records:
             writer.write(record)
     found, keys = data_statistics.image_statistics(str(tmp_path), "train")
-    nonzero = {name: {i: n for i, n in enumerate(found[name]) if n} for name in ("brightness", "contrast", "width",
-                                                                                 "height", "aspect")}  # fmt: skip
+    nonzero = {
+        name: {i: n for i, n in enumerate(found[name]) if n}
+        for name in ("brightness", "contrast", "width", "height", "aspect")
+    }
     # by hand: brightness 100 six times, round(127.5) = 128, 255; deviation 0 seven times and 127.5 in the last bin
     # (127). Sizes: 640 x 480 three times (width 640 / 16 = 40, height 30, aspect 1.333 / 0.05 = 26.7 -> 27);
     # 10000 x 100 in the last width bin (511), height 6, aspect 100 / 0.05 in the last (200); 100 x 10000: width 6,
     # the last height bin, aspect 0.01 / 0.05 -> 0; 1 x 5 in bin 0, 0, aspect 0.2 / 0.05 = 4; 0 x 0 and no size at
     # all are left out
-    assert nonzero == {"brightness": {100: 6, 128: 1, 255: 1}, "contrast": {0: 7, 127: 1},
-                       "width": {0: 1, 6: 1, 40: 3, 511: 1}, "height": {0: 1, 6: 1, 30: 3, 511: 1},
-                       "aspect": {0: 1, 4: 1, 27: 3, 200: 1}}  # fmt: skip
+    assert nonzero == {
+        "brightness": {100: 6, 128: 1, 255: 1},
+        "contrast": {0: 7, 127: 1},
+        "width": {0: 1, 6: 1, 40: 3, 511: 1},
+        "height": {0: 1, 6: 1, 30: 3, 511: 1},
+        "aspect": {0: 1, 4: 1, 27: 3, 200: 1},
+    }
     assert all(type(n) is int for name in nonzero for n in found[name])  # counts, as data_stats.json keeps them
     assert found["formats"] == {"png": 5, "jpg": 2, "unknown": 1}
     assert keys.shape == (8, data_statistics.THUMBNAIL_SIDE**2) and keys.dtype == np.uint8
@@ -1008,13 +1121,15 @@ def test_thumbnails_average_boxes_and_unit_thumbnails_are_centred_at_unit_length
     assert units.dtype == np.float32  # (a million train thumbnails: half the memory of float64)
     # the last row: less its mean 0.25, (-0.25, -0.25, -0.25, 0.75), of length 0.866 (under 1: still made unit)
     low = 0.25 / np.sqrt(0.75)
-    np.testing.assert_allclose(units, [[-0.5, 0.5, -0.5, 0.5], [0, 0, 0, 0], [-0.5, -0.5, 0.5, 0.5],
-                                       [-low, -low, -low, 3 * low]], atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        units, [[-0.5, 0.5, -0.5, 0.5], [0, 0, 0, 0], [-0.5, -0.5, 0.5, 0.5], [-low, -low, -low, 3 * low]], atol=1e-6
+    )
 
 
 def test_the_examples_row_and_the_quarantine_rate_by_hand():
-    rows, _ = outcome(version({"train": [101, 100, 100, 100], "validation": [25] * 4, "test": [25] * 4}),
-                      version(BALANCED))  # fmt: skip
+    rows, _ = outcome(
+        version({"train": [101, 100, 100, 100], "validation": [25] * 4, "test": [25] * 4}), version(BALANCED)
+    )
     examples = next(found for found in rows if found["check"] == "examples")
     assert examples["value"] == 1.0017 and examples["thresholds"] == {"block_below": 0.5, "warn_above": 3.0}  # 601/600
     from components.check_data.core import check_counts, quarantine_rate
@@ -1027,8 +1142,17 @@ def test_the_examples_row_and_the_quarantine_rate_by_hand():
     assert quarantine_rate({"num_examples": 0, "quarantined": 0, "duplicates": 0}) == 0.0
     # 1 quarantined of 7 items; the baseline's 10 of 610, doubled: 0.0328
     new = {**version(BALANCED)[0], "num_examples": 6, "quarantined": 1}
-    row = next(found for found in compare(new, version(BALANCED)[1], {**version(BALANCED)[0], "quarantined": 10,
-               "num_examples": 600}, version(BALANCED)[1], LIMITS) if found["check"] == "quarantine rate")  # fmt: skip
+    row = next(
+        found
+        for found in compare(
+            new,
+            version(BALANCED)[1],
+            {**version(BALANCED)[0], "quarantined": 10, "num_examples": 600},
+            version(BALANCED)[1],
+            LIMITS,
+        )
+        if found["check"] == "quarantine rate"
+    )
     assert (row["value"], row["thresholds"]) == (0.1429, {"warn": 0.0328})
     assert row["detail"] == "1 quarantined (none); the baseline's rate 1.64%"
 
@@ -1059,10 +1183,13 @@ def test_a_sources_size_is_read_as_its_exif_orientation_turns_it():
 
 def test_computing_statistics_imports_neither_tensorflow_nor_beam(converted):
     examples_dir, _ = converted
-    script = ("import sys; from components.check_data import statistics; statistics.compute(sys.argv[1]); "
-              "print(sorted(m for m in ('tensorflow', 'apache_beam') if m in sys.modules))")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", script, examples_dir], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    script = (
+        "import sys; from components.check_data import statistics; statistics.compute(sys.argv[1]); "
+        "print(sorted(m for m in ('tensorflow', 'apache_beam') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, examples_dir], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
@@ -1124,11 +1251,23 @@ def test_text_statistics_count_tokens_truncation_and_unknown_words_as_counted_by
 
     texts = [[f"w{i}x{j}" for j in range(i % 5 + 1)] for i in range(40)]
     source = tmp_path / "texts.jsonl"
-    source.write_text("".join(json.dumps({"text": " ".join(words), "label": ("neg", "pos")[i % 2]}) + "\n"
-                              for i, words in enumerate(texts)))  # fmt: skip
-    run_text(TextConvertConfig(source=str(source), output_dir=str(tmp_path / "examples"), vocabulary_size=500,
-                               sequence_length=3, validation_fraction=0.2, test_fraction=0.2,
-                               pipeline_args=IN_MEMORY))  # fmt: skip
+    source.write_text(
+        "".join(
+            json.dumps({"text": " ".join(words), "label": ("neg", "pos")[i % 2]}) + "\n"
+            for i, words in enumerate(texts)
+        )
+    )
+    run_text(
+        TextConvertConfig(
+            source=str(source),
+            output_dir=str(tmp_path / "examples"),
+            vocabulary_size=500,
+            sequence_length=3,
+            validation_fraction=0.2,
+            test_fraction=0.2,
+            pipeline_args=IN_MEMORY,
+        )
+    )
     served = [PADDING, OUT_OF_VOCABULARY, *(words[0] for words in texts)]
     statistics, keys = compute(str(tmp_path / "examples"), served)
     splits = statistics["text"].values()
@@ -1137,8 +1276,10 @@ def test_text_statistics_count_tokens_truncation_and_unknown_words_as_counted_by
     examples = {name: int(np.sum(split["token_counts"])) for name, split in statistics["text"].items()}
     truncated = sum(split["truncated_share"] * examples[name] for name, split in statistics["text"].items())
     assert truncated == pytest.approx(16)
-    tokens = {name: int(np.dot(split["token_counts"], np.arange(len(split["token_counts"]))))
-              for name, split in statistics["text"].items()}  # fmt: skip
+    tokens = {
+        name: int(np.dot(split["token_counts"], np.arange(len(split["token_counts"]))))
+        for name, split in statistics["text"].items()
+    }
     unknown = sum(split["served_out_of_vocabulary_share"] * tokens[name] for name, split in statistics["text"].items())
     assert unknown == pytest.approx(80)
     own = sum(split["out_of_vocabulary_share"] * tokens[name] for name, split in statistics["text"].items())
@@ -1157,10 +1298,17 @@ def test_thresholds_are_read_from_name_value_items():
     from components.check_data.core import parse_thresholds
 
     assert parse_thresholds([]) == {}
-    assert parse_thresholds([" class_mix_block = 0.25", "leakage_block=1e-2"]) == {"class_mix_block": 0.25,
-                                                                                     "leakage_block": 0.01}  # fmt: skip
-    for item in ("class_mix_block", "class_mix_block=", "class_mix_block=high", "class_mix_block=nan",
-                 "class_mix_block=0.2=0.3"):  # fmt: skip
+    assert parse_thresholds([" class_mix_block = 0.25", "leakage_block=1e-2"]) == {
+        "class_mix_block": 0.25,
+        "leakage_block": 0.01,
+    }
+    for item in (
+        "class_mix_block",
+        "class_mix_block=",
+        "class_mix_block=high",
+        "class_mix_block=nan",
+        "class_mix_block=0.2=0.3",
+    ):
         with pytest.raises(UsageError) as raised:
             parse_thresholds([item])
         assert str(raised.value) == (
@@ -1176,8 +1324,9 @@ def test_text_statistics_put_long_texts_in_the_last_bin_and_an_empty_split_at_ze
     from components.check_data import statistics
 
     def example(**features) -> bytes:
-        feature = {name: tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-                   for name, value in features.items()}  # fmt: skip
+        feature = {
+            name: tf.train.Feature(bytes_list=tf.train.BytesList(value=[value])) for name, value in features.items()
+        }
         return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
     records = {"train": [example(text=" ".join(["word"] * 2000).encode()), example(label=b"pos")], "test": []}
@@ -1189,8 +1338,12 @@ def test_text_statistics_put_long_texts_in_the_last_bin_and_an_empty_split_at_ze
     assert (found["out_of_vocabulary_share"], found["served_out_of_vocabulary_share"]) == (0.0, 1.0)
     assert hashes.dtype == np.uint64 and len(set(hashes.tolist())) == 2
     empty, none = statistics.text_statistics("examples", "test", {"word": 2}, 250, served={})
-    assert empty == {"token_counts": [0] * statistics.TOKEN_BINS, "truncated_share": 0.0,
-                     "out_of_vocabulary_share": 0.0, "served_out_of_vocabulary_share": 0.0}  # fmt: skip
+    assert empty == {
+        "token_counts": [0] * statistics.TOKEN_BINS,
+        "truncated_share": 0.0,
+        "out_of_vocabulary_share": 0.0,
+        "served_out_of_vocabulary_share": 0.0,
+    }
     assert len(none) == 0
 
 
@@ -1211,8 +1364,12 @@ def test_text_examples_on_gcs_typed_with_a_trailing_slash_are_checked_and_their_
     assert data_statistics.read(f"gs://{BUCKET}/checksX") is not None
     # the folders as typed, less the slash only (not "checksX//", nor "checks" for a name ending in X)
     written = sorted(blob.name for blob in gcs.list_blobs(prefix="checks"))
-    assert written == ["checksX/data_checks.json", "checksX/data_stats.json", "checksX/near_duplicates.npz",
-                       f"checksX/{VOCABULARY_FILE}"]  # fmt: skip
+    assert written == [
+        "checksX/data_checks.json",
+        "checksX/data_stats.json",
+        "checksX/near_duplicates.npz",
+        f"checksX/{VOCABULARY_FILE}",
+    ]
 
 
 def test_statistics_kept_on_gcs_are_found_through_a_folder_typed_with_a_trailing_slash(gcs):
@@ -1245,13 +1402,24 @@ def test_both_leakage_rows_say_their_share_thresholds_and_counts_to_four_places(
     # by hand: 2/201 = 0.0099502, 3/201 = 0.0149254
     thresholds = {"warn": 0.01, "block": 0.1235}
     assert rows == [
-        {"check": "leakage across splits", "verdict": "warn", "severity": "block", "value": 0.0149,
-         "thresholds": thresholds, "detail": "3 of 201 validation and test examples have a near-copy in train",
-         "test_copies": {"found": 0, "compared": 101}},
-        {"check": "leakage across versions", "verdict": "warn", "severity": "block", "value": 0.0149,
-         "thresholds": thresholds,
-         "detail": "3 of 201 validation and test examples have a near-copy in the baseline's train split"},
-    ]  # fmt: skip
+        {
+            "check": "leakage across splits",
+            "verdict": "warn",
+            "severity": "block",
+            "value": 0.0149,
+            "thresholds": thresholds,
+            "detail": "3 of 201 validation and test examples have a near-copy in train",
+            "test_copies": {"found": 0, "compared": 101},
+        },
+        {
+            "check": "leakage across versions",
+            "verdict": "warn",
+            "severity": "block",
+            "value": 0.0149,
+            "thresholds": thresholds,
+            "detail": "3 of 201 validation and test examples have a near-copy in the baseline's train split",
+        },
+    ]
 
 
 def test_a_version_of_the_other_modality_blocks_with_nothing_else_compared():
@@ -1259,8 +1427,16 @@ def test_a_version_of_the_other_modality_blocks_with_nothing_else_compared():
     new, keys = version(BALANCED, first_id=10_000)
     new = {**new, "modality": "text"}  # texts where the model in service learned images
     rows, result = outcome((new, keys), (base, base_keys))
-    assert rows[1:-1] == [{"check": "modality", "verdict": "block", "severity": "block", "value": None,
-                           "thresholds": {}, "detail": "image -> text"}]  # fmt: skip
+    assert rows[1:-1] == [
+        {
+            "check": "modality",
+            "verdict": "block",
+            "severity": "block",
+            "value": None,
+            "thresholds": {},
+            "detail": "image -> text",
+        }
+    ]
     assert [found["check"] for found in rows] == ["label set", "modality", "split class mix"] and result["blocked"]
 
 
@@ -1276,10 +1452,12 @@ def test_the_quarantine_is_counted_by_the_kind_of_each_reason_here_and_on_gcs(tm
     from components.schema import QUARANTINE_FILE
     from tests.conftest import BUCKET
 
-    records = [{"path": "a.jpg", "reason": "missing file"},
-               {"path": "b.jpg", "reason": "not an image: cannot identify image file"},
-               {"path": "c.png", "reason": "too large: 90000000 pixels"},
-               {"path": "d.png", "reason": "not an image: truncated"}]  # fmt: skip
+    records = [
+        {"path": "a.jpg", "reason": "missing file"},
+        {"path": "b.jpg", "reason": "not an image: cannot identify image file"},
+        {"path": "c.png", "reason": "too large: 90000000 pixels"},
+        {"path": "d.png", "reason": "not an image: truncated"},
+    ]
     content = "".join(json.dumps(record) + "\n" for record in records) + "\n"  # (a last empty line)
     expected = [("missing file", 1), ("not an image", 2), ("too large", 1)]  # by hand, in the order of the words
     local = tmp_path / "examples"
@@ -1329,14 +1507,23 @@ def test_the_statistics_say_which_conversion_they_describe_and_count_each_split(
     from components.schema import STATS_FILE
     from tests.conftest import IN_MEMORY
 
-    lines = [{"text": f"review number {i} was {('bad', 'good')[i % 2]}", "label": ("neg", "pos")[i % 2]}
-             for i in range(20)]  # fmt: skip
+    lines = [
+        {"text": f"review number {i} was {('bad', 'good')[i % 2]}", "label": ("neg", "pos")[i % 2]} for i in range(20)
+    ]
     lines += [lines[3], lines[4], {"label": "pos"}]  # two copies, kept once, and a row without a text
     source = tmp_path / "texts.jsonl"
     source.write_text("".join(json.dumps(line) + "\n" for line in lines))
     examples = tmp_path / "examples"
-    run_text(TextConvertConfig(source=str(source), output_dir=str(examples), vocabulary_size=100,
-                               sequence_length=8, max_bad_fraction=0.1, pipeline_args=IN_MEMORY))  # fmt: skip
+    run_text(
+        TextConvertConfig(
+            source=str(source),
+            output_dir=str(examples),
+            vocabulary_size=100,
+            sequence_length=8,
+            max_bad_fraction=0.1,
+            pipeline_args=IN_MEMORY,
+        )
+    )
     written = json.loads((examples / STATS_FILE).read_text())
     statistics, _ = compute(str(examples))
     assert (statistics["num_examples"], statistics["quarantined"], statistics["duplicates"]) == (20, 1, 2)

@@ -201,8 +201,16 @@ def test_near_copies_land_in_one_split(tmp_path):
         larger = picture.resize((96, 96), Image.Resampling.BILINEAR)
         (folder / f"{index}-large.jpg").write_bytes(encoded(larger, "JPEG", quality=90))
     output = tmp_path / "out"
-    run(ConvertConfig(source=str(tmp_path / "src"), output_dir=str(output), image_size=32, validation_fraction=0.3,
-                      test_fraction=0.3, pipeline_args=IN_MEMORY))  # fmt: skip
+    run(
+        ConvertConfig(
+            source=str(tmp_path / "src"),
+            output_dir=str(output),
+            image_size=32,
+            validation_fraction=0.3,
+            test_fraction=0.3,
+            pipeline_args=IN_MEMORY,
+        )
+    )
     splits_of: dict[str, set] = {}
     for split in SPLITS:
         for path in glob.glob(split_pattern(str(output), split)):
@@ -245,8 +253,13 @@ def test_texts_the_same_once_standardised_are_one_example(tmp_path):
         rows += [f"{words},{label}", f'"{words.upper()}!",{label}', f'"  {words.title()} ... ",{label}']
     (tmp_path / "texts.csv").write_text("\n".join(rows) + "\n")
     output = tmp_path / "out"
-    config = TextConvertConfig(source=str(tmp_path / "texts.csv"), output_dir=str(output), validation_fraction=0.3,
-                               test_fraction=0.3, pipeline_args=IN_MEMORY)  # fmt: skip
+    config = TextConvertConfig(
+        source=str(tmp_path / "texts.csv"),
+        output_dir=str(output),
+        validation_fraction=0.3,
+        test_fraction=0.3,
+        pipeline_args=IN_MEMORY,
+    )
     stats = run_text(config)
     assert stats["num_examples"] == 40 and stats["duplicates"] == 80
     assert stats["split_method"] == 2
@@ -358,9 +371,17 @@ def test_too_many_bad_files_fail_the_job_with_one_line(tmp_path):
     source = write_image_folder(tmp_path / "images", per_class=2)
     (tmp_path / "images" / "cat" / "broken.jpg").write_bytes(b"not an image")
     result = run_cli(
-        "components.convert", "--source", source, "--output", str(tmp_path / "out"),
-        "--image-size", "8", "--max-bad-fraction", "0.01", *IN_MEMORY,
-    )  # fmt: skip
+        "components.convert",
+        "--source",
+        source,
+        "--output",
+        str(tmp_path / "out"),
+        "--image-size",
+        "8",
+        "--max-bad-fraction",
+        "0.01",
+        *IN_MEMORY,
+    )
     assert result.returncode == 1
     assert "1 of 7 images could not be converted" in result.stdout
     assert "Traceback" not in result.stderr
@@ -373,8 +394,11 @@ def test_too_many_bad_files_fail_the_job_with_one_line(tmp_path):
         assert json.load(handle)["reason"].startswith("ConversionError: 1 of 7 images could not be converted")
     with pytest.raises(UsageError, match=r"holds a conversion that failed \(ConversionError: 1 of 7 images"):
         read_stats(str(tmp_path / "out"))
-    stats = run(ConvertConfig(source=source, output_dir=str(tmp_path / "out"), image_size=8, max_bad_fraction=0.5,
-                              pipeline_args=IN_MEMORY))  # fmt: skip
+    stats = run(
+        ConvertConfig(
+            source=source, output_dir=str(tmp_path / "out"), image_size=8, max_bad_fraction=0.5, pipeline_args=IN_MEMORY
+        )
+    )
     assert stats["num_examples"] == 6 and read_stats(str(tmp_path / "out")) == stats
     assert not (tmp_path / "out" / "conversion-failed.json").exists()
 
@@ -471,9 +495,12 @@ def test_byte_identical_images_are_kept_once_and_counted(tmp_path):
         records = [json.loads(line) for line in handle]
     assert records == [
         {"path": str(tmp_path / "images" / "cat" / "copy-of-001.jpg"), "duplicate_of": str(original)},
-        {"path": str(tmp_path / "images" / "dog" / "misfiled-001.jpg"), "duplicate_of": str(original),
-         "label_conflict": True},
-    ]  # fmt: skip
+        {
+            "path": str(tmp_path / "images" / "dog" / "misfiled-001.jpg"),
+            "duplicate_of": str(original),
+            "label_conflict": True,
+        },
+    ]
     images = [r["image"] for split in SPLITS for r in read_examples(str(output), split)]
     assert len(images) == len(set(images)) == 12
 
@@ -498,15 +525,24 @@ def test_every_split_is_written_in_its_shards_and_a_rerun_writes_the_same(tmp_pa
     is left."""
     source = write_image_folder(tmp_path / "images", per_class=8)
     if named_splits:  # the other grouping: copies meet by content first, then each split's examples by shard
-        rows = [f"{'TEST' if n % 5 == 0 else 'TRAINING'},{source}/{name}/{n:03d}.{'png' if n % 4 == 0 else 'jpg'},"
-                f"{name}" for name in CLASSES for n in range(8)]  # fmt: skip
+        rows = [
+            f"{'TEST' if n % 5 == 0 else 'TRAINING'},{source}/{name}/{n:03d}.{'png' if n % 4 == 0 else 'jpg'},{name}"
+            for name in CLASSES
+            for n in range(8)
+        ]
         (tmp_path / "manifest.csv").write_text("\n".join(rows) + "\n")
         source = str(tmp_path / "manifest.csv")
     runs = []
     for name in ("first", "again"):
         output = tmp_path / name
-        config = ConvertConfig(source=source, output_dir=str(output), image_size=8, num_shards=4,
-                               validation_fraction=0.0 if named_splits else 0.25, pipeline_args=IN_MEMORY)  # fmt: skip
+        config = ConvertConfig(
+            source=source,
+            output_dir=str(output),
+            image_size=8,
+            num_shards=4,
+            validation_fraction=0.0 if named_splits else 0.25,
+            pipeline_args=IN_MEMORY,
+        )
         stats = run(config)
         assert stats["shards"] == {split: 4 for split in SPLITS}
         contents = shard_contents(output)
@@ -564,11 +600,23 @@ def test_dataflow_options_reach_beam_without_launching_a_job():
     from components.convert.core import pipeline_options
 
     argv = [
-        "--source", "gs://bucket/flower_photos", "--output", "gs://bucket/tfrec",
-        "--runner", "DataflowRunner", "--project", "my-project", "--region", "europe-west4",
-        "--temp_location", "gs://bucket/tmp", "--sdk_container_image", "europe-docker.pkg.dev/p/r/pipeline:1",
-        "--max_num_workers", "20",
-    ]  # fmt: skip
+        "--source",
+        "gs://bucket/flower_photos",
+        "--output",
+        "gs://bucket/tfrec",
+        "--runner",
+        "DataflowRunner",
+        "--project",
+        "my-project",
+        "--region",
+        "europe-west4",
+        "--temp_location",
+        "gs://bucket/tmp",
+        "--sdk_container_image",
+        "europe-docker.pkg.dev/p/r/pipeline:1",
+        "--max_num_workers",
+        "20",
+    ]
     args, beam_args = build_parser().parse_known_args(argv)
     options = pipeline_options(
         ConvertConfig(source=args.source, output_dir=args.output_dir, pipeline_args=tuple(beam_args))
@@ -605,17 +653,25 @@ def test_csv_manifest_honours_ml_use_and_quarantines_bad_rows(tmp_path, caplog):
     caplog.set_level("INFO", logger="components.convert.core")
     stats = run(
         ConvertConfig(
-            source=str(manifest), output_dir=str(output), image_size=8, classes=CLASSES, max_bad_fraction=0.5,
+            source=str(manifest),
+            output_dir=str(output),
+            image_size=8,
+            classes=CLASSES,
+            max_bad_fraction=0.5,
             pipeline_args=IN_MEMORY,
         )
-    )  # fmt: skip
+    )
     # the lines agree: 14 rows, 10 of them images (one file missing), 9 converted, 4 + 1 quarantined
     said = [r.getMessage() for r in caplog.records if r.name == "components.convert.core"]
     assert f"found 10 images in 3 classes under {manifest} (14 rows, 4 unusable): cat, dog, fish" in said
     assert any(line.startswith("processed 10/10 images (100%)") for line in said), said
-    assert any(line.startswith("converted 9 images in ") and line.endswith(
-        ": train 3, validation 3, test 3; quarantined 5 (4 of them unusable rows), duplicates dropped 0")
-        for line in said), said  # fmt: skip
+    assert any(
+        line.startswith("converted 9 images in ")
+        and line.endswith(
+            ": train 3, validation 3, test 3; quarantined 5 (4 of them unusable rows), duplicates dropped 0"
+        )
+        for line in said
+    ), said
     assert stats["counts"] == {"train": 3, "validation": 3, "test": 3}
     assert stats["class_names"] == list(CLASSES)
     assert stats["quarantined"] == 5
@@ -640,32 +696,43 @@ def test_a_manifest_lists_each_row_where_it_points_and_records_each_unusable_row
     for name, size in (("b.png", 11), ("a.png", 7), ("c.png", 5)):
         (tmp_path / "bucket" / name).write_bytes(b"x" * size)
         sizes[name] = size
-    text = "\ufeff" + "\n".join([
-        "TEST,bucket/b.png,dog",  # line 1, behind a byte-order mark; ML_USE in capitals
-        "",  # line 2: blank lines are skipped, not the end
-        "a,b,c,d",  # line 3
-        "sometimes,bucket/a.png,cat",  # line 4
-        "training,bucket/a.png,",  # line 5: the file is named, not the line
-        "training,,",  # line 6: no file either: the line
-        f"validation,{tmp_path}/bucket/a.png,cat",  # line 7: an absolute path as it is
-        "bucket/c.png,ant",  # line 8: no ML_USE, the bytes decide the split
-        "training,bucket/c.png,bee",  # line 9: the same image again, another label (bee: no class of its own)
-        "bucket/b.png,dog",  # line 10: the same row again
-    ]) + "\n"  # fmt: skip
+    text = (
+        "\ufeff"
+        + "\n".join(
+            [
+                "TEST,bucket/b.png,dog",  # line 1, behind a byte-order mark; ML_USE in capitals
+                "",  # line 2: blank lines are skipped, not the end
+                "a,b,c,d",  # line 3
+                "sometimes,bucket/a.png,cat",  # line 4
+                "training,bucket/a.png,",  # line 5: the file is named, not the line
+                "training,,",  # line 6: no file either: the line
+                f"validation,{tmp_path}/bucket/a.png,cat",  # line 7: an absolute path as it is
+                "bucket/c.png,ant",  # line 8: no ML_USE, the bytes decide the split
+                "training,bucket/c.png,bee",  # line 9: the same image again, another label (bee: no class of its own)
+                "bucket/b.png,dog",  # line 10: the same row again
+            ]
+        )
+        + "\n"
+    )
     (tmp_path / "import.csv").write_text(text, encoding="utf-8")
     listing = list_manifest("import.csv")
     assert listing.class_names == ("ant", "cat", "dog")
-    assert listing.items == (("./bucket/b.png", 2, "test"), (f"{tmp_path}/bucket/a.png", 1, "validation"),
-                             ("./bucket/c.png", 0, ""))  # fmt: skip
+    assert listing.items == (
+        ("./bucket/b.png", 2, "test"),
+        (f"{tmp_path}/bucket/a.png", 1, "validation"),
+        ("./bucket/c.png", 0, ""),
+    )
     assert listing.rejected == (
         {"path": "import.csv:3", "reason": "malformed row: 4 columns, expected [ML_USE,]URI,LABEL"},
         {"path": "import.csv:4", "reason": "unknown ML_USE 'sometimes': use training, validation or test"},
         {"path": "bucket/a.png", "reason": "unknown label: the label column is empty"},
         {"path": "import.csv:6", "reason": "unknown label: the label column is empty"},
-        {"path": "import.csv:9", "reason": "bucket/c.png is listed again with another label ('bee', not 'ant'): its "
-                                           "row 8 is kept"},
+        {
+            "path": "import.csv:9",
+            "reason": "bucket/c.png is listed again with another label ('bee', not 'ant'): its row 8 is kept",
+        },
         {"path": "import.csv:10", "reason": "bucket/b.png is listed again: its row 1 is kept"},
-    )  # fmt: skip
+    )
     assert listing.total_bytes == 11 + 7 + 5
     assert re.fullmatch("[0-9a-f]{64}", listing.fingerprint)
     # given classes fix the order and refuse the others; another manifest over the same files is another source
@@ -724,8 +791,14 @@ def test_an_image_folder_is_listed_file_by_file_under_its_class_and_each_wrong_l
     from components.convert.listing import list_image_folder
 
     root = tmp_path / "photosX"  # (a name ending in X, and a file named X: the strip takes "/" alone)
-    for name, size in (("dog/b.jpg", 5), ("cat/a.jpg", 3), ("cat/notes.txt", 2), ("cat/.DS_Store", 7),
-                       (".thumbnails/x.jpg", 11), ("dog/X", 1)):  # fmt: skip
+    for name, size in (
+        ("dog/b.jpg", 5),
+        ("cat/a.jpg", 3),
+        ("cat/notes.txt", 2),
+        ("cat/.DS_Store", 7),
+        (".thumbnails/x.jpg", 11),
+        ("dog/X", 1),
+    ):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(b"x" * size)
     listing = list_image_folder(f"{root}/")
@@ -781,8 +854,9 @@ def test_an_array_files_classes_index_its_labels_or_the_labels_are_refused(tmp_p
         np.savez(wrong, x=np.zeros((3, 5, 7), np.uint8), y=np.array(labels))
         with pytest.raises(UsageError) as raised:
             list_npz(str(wrong), classes=classes)
-        assert str(raised.value) == (f"array file {wrong}: labels {min(labels)}..{max(labels)} do not index "
-                                     f"{len(classes)} classes")  # fmt: skip
+        assert str(raised.value) == (
+            f"array file {wrong}: labels {min(labels)}..{max(labels)} do not index {len(classes)} classes"
+        )
 
 
 NPZ = "expected arrays x (N,H,W[,C]) uint8 and y (N,) integer labels"
@@ -798,13 +872,12 @@ NPZ = "expected arrays x (N,H,W[,C]) uint8 and y (N,) integer labels"
         ({"z": np.zeros(2, np.int64)}, "has no x or y array: " + NPZ),
         ({"x": np.zeros((2, 4, 4, 3), np.float32), "y": np.zeros(2, np.int64)}, "x is float32 (2, 4, 4, 3), " + NPZ),
         ({"x": np.zeros((2, 4, 4, 2), np.uint8), "y": np.zeros(2, np.int64)}, "x is uint8 (2, 4, 4, 2), " + NPZ),
-        ({"x": np.zeros((2, 4, 4, 3, 1), np.uint8), "y": np.zeros(2, np.int64)},
-         "x is uint8 (2, 4, 4, 3, 1), " + NPZ),
+        ({"x": np.zeros((2, 4, 4, 3, 1), np.uint8), "y": np.zeros(2, np.int64)}, "x is uint8 (2, 4, 4, 3, 1), " + NPZ),
         ({"x": np.zeros((2, 4), np.uint8), "y": np.zeros(2, np.int64)}, "x is uint8 (2, 4), " + NPZ),
         ({"x": np.zeros((2, 4, 4), np.uint8), "y": np.zeros((3, 1), np.int64)}, "y is int64 (3,) for 2 images, " + NPZ),
         ({"x": np.zeros((2, 4, 4), np.uint8), "y": np.zeros(2, np.float32)}, "y is float32 (2,) for 2 images, " + NPZ),
     ],
-)  # fmt: skip
+)
 def test_each_way_an_array_file_is_wrong_is_named_in_one_line(tmp_path, arrays, message):
     from components.convert.listing import list_npz
 
@@ -941,8 +1014,9 @@ def test_image_size_auto_converts_at_the_median_shorter_side_and_says_so(image_f
     assert f"median shorter side is {stats['image_size']} px" in stats["image_size_auto"]
     with open(tmp_path / "out" / "stats.json") as handle:
         assert json.load(handle)["image_size_auto"] == stats["image_size_auto"]
-    given = run(ConvertConfig(source=image_folder, output_dir=str(tmp_path / "given"), image_size=24,
-                              pipeline_args=IN_MEMORY))  # fmt: skip
+    given = run(
+        ConvertConfig(source=image_folder, output_dir=str(tmp_path / "given"), image_size=24, pipeline_args=IN_MEMORY)
+    )
     assert given["image_size"] == 24 and given["image_size_auto"] is None
     # the source's size, for the train step's advice: the median of every image converted, not of a sample
     assert given["source_image_size"] == int(statistics.median(sides))

@@ -78,8 +78,11 @@ def test_the_kfp_step_on_a_remote_runner_writes_to_the_artifacts_gcs_uri(gcs, mo
                 gcs.blob(f"flow/{name}/{n}.jpg").upload_from_string(image_bytes(COLORS[name], (30 + n, 20), seed=n))
         source = f"gs://{BUCKET}/flow"
     else:
-        lines = [json.dumps({"text": f"a {label} review number {n}", "label": label})
-                 for label in ("pos", "neg") for n in range(6)]  # fmt: skip
+        lines = [
+            json.dumps({"text": f"a {label} review number {n}", "label": label})
+            for label in ("pos", "neg")
+            for n in range(6)
+        ]
         gcs.blob("flow-texts/reviews.jsonl").upload_from_string("\n".join(lines).encode())
         source = f"gs://{BUCKET}/flow-texts/reviews.jsonl"
     uri = f"gs://{BUCKET}/root/run-1/convert-{modality}/examples"
@@ -196,8 +199,9 @@ def test_the_rows_are_spread_over_workers_unless_one_local_worker_runs_them_all(
     config = ConvertConfig(source="photos", output_dir="out", image_size=8)
     options = beam.options.pipeline_options.PipelineOptions(default_pipeline_args(args))
     pipeline = beam.Pipeline(runner="FnApiRunner", options=options)
-    conversion_graph(pipeline, config, listing, {"items": "i.jsonl", "rejected": "r.jsonl"}, dict.fromkeys(SPLITS, 1),
-                     None)  # fmt: skip
+    conversion_graph(
+        pipeline, config, listing, {"items": "i.jsonl", "rejected": "r.jsonl"}, dict.fromkeys(SPLITS, 1), None
+    )
     labels = [t.unique_name for t in pipeline.to_runner_api().components.transforms.values()]
     assert any(label.endswith("ListImages/Spread") for label in labels) == spread
 
@@ -235,23 +239,31 @@ def test_the_staged_listing_gives_each_image_once_in_the_split_of_its_key(tmp_pa
     (tmp_path / "manifest.csv").write_text("\n".join([*rows, "bogus,src/cat/3.png,cat"]) + "\n")
     for source, fractions in ((tmp_path / "src", (0.3, 0.3)), (tmp_path / "manifest.csv", (0.3, 0.3))):
         output = tmp_path / f"out-{source.name}"
-        config = ConvertConfig(source=str(source), output_dir=str(output), image_size=8, max_bad_fraction=0.5,
-                               validation_fraction=fractions[0], test_fraction=fractions[1],
-                               pipeline_args=IN_MEMORY)  # fmt: skip
+        config = ConvertConfig(
+            source=str(source),
+            output_dir=str(output),
+            image_size=8,
+            max_bad_fraction=0.5,
+            validation_fraction=fractions[0],
+            test_fraction=fractions[1],
+            pipeline_args=IN_MEMORY,
+        )
         stats = run(config)
         classes = stats["class_names"]
         expected = {split: set() for split in SPLITS}
         if source.name == "manifest.csv":
-            kept = {(f"src/{name}/{n}.png", name, "test" if n == 1 else "train")
-                    for name in ("cat", "dog") for n in (1, 2)}  # fmt: skip
+            kept = {
+                (f"src/{name}/{n}.png", name, "test" if n == 1 else "train") for name in ("cat", "dog") for n in (1, 2)
+            }
         else:
             kept = {(r, r.split("/")[0], None) for r in sources if r != "fish/copy-of-cat-0.png"}
         for relative, name, split in kept:
             content = sources[relative.removeprefix("src/")]
             path = str(tmp_path / "src" / relative.removeprefix("src/"))
             jpeg = encode_image(content, 8, config.jpeg_quality)
-            example = serialize_example(jpeg, classes.index(name), name, (8, 8), len(classes), source=path,
-                                        source_size=oriented_size(content))  # fmt: skip
+            example = serialize_example(
+                jpeg, classes.index(name), name, (8, 8), len(classes), source=path, source_size=oriented_size(content)
+            )
             key = split_digest(image_key(conversion_square(content, 8)))
             expected[split or split_for_digest(key, *fractions)].add(example)
         for split in SPLITS:
@@ -263,5 +275,10 @@ def test_the_staged_listing_gives_each_image_once_in_the_split_of_its_key(tmp_pa
             assert [q["path"] for q in quarantined] == [f"{tmp_path / 'manifest.csv'}:5"] and not duplicates
         else:
             assert not quarantined
-            assert duplicates == [{"path": str(tmp_path / "src/fish/copy-of-cat-0.png"), "label_conflict": True,
-                                   "duplicate_of": str(tmp_path / "src/cat/0.png")}]  # fmt: skip
+            assert duplicates == [
+                {
+                    "path": str(tmp_path / "src/fish/copy-of-cat-0.png"),
+                    "label_conflict": True,
+                    "duplicate_of": str(tmp_path / "src/cat/0.png"),
+                }
+            ]

@@ -26,8 +26,15 @@ def test_converts_a_gcs_folder_into_gcs_tfrecords(gcs):
     assert listing.class_names == ("cat", "dog", "fish") and len(listing.items) == 19
 
     output = f"gs://{BUCKET}/examples"
-    stats = run(ConvertConfig(source=f"gs://{BUCKET}/photos", output_dir=output, image_size=8,
-                              max_bad_fraction=0.1, pipeline_args=IN_MEMORY))  # fmt: skip
+    stats = run(
+        ConvertConfig(
+            source=f"gs://{BUCKET}/photos",
+            output_dir=output,
+            image_size=8,
+            max_bad_fraction=0.1,
+            pipeline_args=IN_MEMORY,
+        )
+    )
     assert stats["num_examples"] == 18 and stats["quarantined"] == 1
     assert read_json(f"{output}/stats.json") == stats
     names = {blob.name for blob in gcs.client.list_blobs(BUCKET, prefix="examples/")}
@@ -53,8 +60,9 @@ def test_missing_gcs_folder_is_a_one_line_usage_error(gcs):
         list_image_folder(f"gs://{BUCKET}/nothing-here")
 
 
-def test_a_storage_outage_mid_conversion_ends_in_one_line_once_its_retries_are_spent(image_folder, monkeypatch,
-                                                                                       capsys, caplog):  # fmt: skip
+def test_a_storage_outage_mid_conversion_ends_in_one_line_once_its_retries_are_spent(
+    image_folder, monkeypatch, capsys, caplog
+):
     """The emulator (a process of its own) killed once the source is listed: each Cloud Storage call that meets the
     outage (an image read, Beam's own) is retried for TPU_PIPELINE_STORAGE_DEADLINE seconds, then the command ends in
     one line naming what it could not reach, not after minutes of silence and a traceback, and no image is taken for
@@ -110,8 +118,10 @@ def test_a_storage_outage_mid_conversion_ends_in_one_line_once_its_retries_are_s
         found.addHandler(outage)
         monkeypatch.setattr(found, "level", logging.INFO)
         with pytest.raises(SystemExit) as exited:
-            run_main(convert, ["--source", f"gs://{BUCKET}/src", "--output", f"gs://{BUCKET}/out", "--image-size",
-                               "16", *IN_MEMORY])  # fmt: skip
+            run_main(
+                convert,
+                ["--source", f"gs://{BUCKET}/src", "--output", f"gs://{BUCKET}/out", "--image-size", "16", *IN_MEMORY],
+            )
         took = time.monotonic() - killed[0]
     finally:
         found.removeHandler(outage)

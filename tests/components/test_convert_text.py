@@ -15,14 +15,26 @@ from components.convert.__main__ import main as convert
 from components.schema import SPLITS
 from tests.conftest import BUCKET, IN_MEMORY
 
-POSITIVE = ["A great film.<br /><br />Great acting, GREAT story!", "Loved it: wonderful, moving and great fun.",
-            "Wonderful cast; a moving story. Loved the ending!", "Great great great. Loved every minute of it.",
-            "What a wonderful, wonderful film (truly moving).", "Moving, funny and great: I loved it.",
-            "Best film of the year, wonderful from start to end.", "Great story, great cast, loved it!!"]  # fmt: skip
-NEGATIVE = ["An awful film.<br />Boring acting, awful story.", "Hated it: boring, dull and awful.",
-            "Dull cast; a boring story. Hated the ending!", "Awful awful awful. Hated every minute of it.",
-            "What a boring, dull film (truly awful).", "Dull, slow and awful: I hated it.",
-            "Worst film of the year, boring from start to end.", "Awful story, awful cast, hated it!!"]  # fmt: skip
+POSITIVE = [
+    "A great film.<br /><br />Great acting, GREAT story!",
+    "Loved it: wonderful, moving and great fun.",
+    "Wonderful cast; a moving story. Loved the ending!",
+    "Great great great. Loved every minute of it.",
+    "What a wonderful, wonderful film (truly moving).",
+    "Moving, funny and great: I loved it.",
+    "Best film of the year, wonderful from start to end.",
+    "Great story, great cast, loved it!!",
+]
+NEGATIVE = [
+    "An awful film.<br />Boring acting, awful story.",
+    "Hated it: boring, dull and awful.",
+    "Dull cast; a boring story. Hated the ending!",
+    "Awful awful awful. Hated every minute of it.",
+    "What a boring, dull film (truly awful).",
+    "Dull, slow and awful: I hated it.",
+    "Worst film of the year, boring from start to end.",
+    "Awful story, awful cast, hated it!!",
+]
 # only in the test folder: words frequent enough to top the vocabulary, were it built from every split
 TEST_ONLY = {"pos": ["Zebra-striped " + "quokka " * 12], "neg": ["Xylophone " + "kumquat " * 12]}
 
@@ -59,17 +71,37 @@ def imdb(tmp_path_factory):
     output = tmp_path_factory.mktemp("text-examples") / "examples"
     # in this process (the command line's main): the one-line errors and exit codes of every step's command line
     # are tested in tests/pipeline/test_cli_mistakes.py
-    assert convert(["--source", str(root), "--output", str(output), "--vocabulary-size", "12", "--sequence-length",
-                    "8", "--max-bad-fraction", "0.2", *IN_MEMORY]) == 0  # fmt: skip
+    assert (
+        convert(
+            [
+                "--source",
+                str(root),
+                "--output",
+                str(output),
+                "--vocabulary-size",
+                "12",
+                "--sequence-length",
+                "8",
+                "--max-bad-fraction",
+                "0.2",
+                *IN_MEMORY,
+            ]
+        )
+        == 0
+    )
     return root, output
 
 
 def read_split(output, split: str) -> list[dict]:
     import tensorflow as tf
 
-    spec = {"tokens": tf.io.FixedLenFeature([8], tf.int64), "text": tf.io.FixedLenFeature([], tf.string),
-            "class": tf.io.FixedLenFeature([], tf.int64), "label": tf.io.FixedLenFeature([], tf.string),
-            "one_hot_class": tf.io.FixedLenFeature([2], tf.float32)}  # fmt: skip
+    spec = {
+        "tokens": tf.io.FixedLenFeature([8], tf.int64),
+        "text": tf.io.FixedLenFeature([], tf.string),
+        "class": tf.io.FixedLenFeature([], tf.int64),
+        "label": tf.io.FixedLenFeature([], tf.string),
+        "one_hot_class": tf.io.FixedLenFeature([2], tf.float32),
+    }
     files = sorted(tf.io.gfile.glob(f"{output}/{split}/*.tfrec"))
     records = []
     for serialized in tf.data.TFRecordDataset(files):
@@ -119,8 +151,12 @@ def test_the_vocabulary_comes_from_the_training_split_only(imdb):
     counts = Counter(token for text in train for token in tokens_of(text))
     expected = [token for token, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]]
     assert vocabulary[2:] == expected
-    held_out = {token for split in ("validation", "test") for r in read_split(output, split)
-                for token in tokens_of(r["text"].decode())} - set(counts)  # fmt: skip
+    held_out = {
+        token
+        for split in ("validation", "test")
+        for r in read_split(output, split)
+        for token in tokens_of(r["text"].decode())
+    } - set(counts)
     assert {"zebra", "striped", "quokka", "xylophone", "kumquat"} <= held_out
     assert not held_out & set(vocabulary)
 
@@ -173,12 +209,16 @@ def test_a_csv_with_modality_text_and_a_jsonl_found_by_its_suffix(tmp_path):
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
-        (lambda p: write(f"{p}/r.jsonl", b'{"text": "good", "stars": 5}\n'),
-         "has no column 'label' (its columns: stars, text): name the right one with --label-column"),
-        (lambda p: [write(f"{p}/one/{n}.txt", f"text {n}".encode()) for n in range(3)],
-         "has one class (one): a classifier needs at least 2 classes"),
+        (
+            lambda p: write(f"{p}/r.jsonl", b'{"text": "good", "stars": 5}\n'),
+            "has no column 'label' (its columns: stars, text): name the right one with --label-column",
+        ),
+        (
+            lambda p: [write(f"{p}/one/{n}.txt", f"text {n}".encode()) for n in range(3)],
+            "has one class (one): a classifier needs at least 2 classes",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_sources_are_one_line_errors(tmp_path, setup, message):
     setup(tmp_path)
     source = str(tmp_path / "r.jsonl") if os.path.exists(tmp_path / "r.jsonl") else str(tmp_path)
@@ -202,12 +242,18 @@ def test_a_jsonl_on_gcs_is_converted_into_gcs(gcs):
     from components.convert.text import TextConvertConfig, run_text
     from components.storage import read_json
 
-    lines = [json.dumps({"text": t, "label": label}) for label, texts in (("pos", POSITIVE), ("neg", NEGATIVE))
-             for t in texts]  # fmt: skip
+    lines = [
+        json.dumps({"text": t, "label": label})
+        for label, texts in (("pos", POSITIVE), ("neg", NEGATIVE))
+        for t in texts
+    ]
     gcs.blob("texts/reviews.jsonl").upload_from_string("\n".join(lines).encode())
     output = f"gs://{BUCKET}/text-examples"
-    stats = run_text(TextConvertConfig(source=f"gs://{BUCKET}/texts/reviews.jsonl", output_dir=output,
-                                       vocabulary_size=20, pipeline_args=IN_MEMORY))  # fmt: skip
+    stats = run_text(
+        TextConvertConfig(
+            source=f"gs://{BUCKET}/texts/reviews.jsonl", output_dir=output, vocabulary_size=20, pipeline_args=IN_MEMORY
+        )
+    )
     assert stats["num_examples"] == 16 and read_json(f"{output}/stats.json") == stats
     names = {blob.name for blob in gcs.client.list_blobs(BUCKET, prefix="text-examples/")}
     assert "text-examples/vocabulary.txt" in names
@@ -221,7 +267,9 @@ def test_classes_fix_the_class_ids_and_a_label_outside_them_is_one_line(tmp_path
     listing = list_text_source(str(tmp_path / "r"), classes=("pos", "neg"))
     assert listing.class_names == ("pos", "neg")
     assert {os.path.basename(os.path.dirname(where)): index for where, index, _, _ in listing.items} == {
-        "pos": 0, "neg": 1}  # fmt: skip
+        "pos": 0,
+        "neg": 1,
+    }
     with pytest.raises(UsageError, match=r"has classes not in --classes: neg$"):
         list_text_source(str(tmp_path / "r"), classes=("pos",))
 

@@ -46,8 +46,11 @@ def worker_pid(item, settings):
 
 
 def items_of(folder) -> list[tuple[str, int, None]]:
-    return [(os.path.join(folder, name, file), CLASSES.index(name), None)
-            for name in CLASSES for file in sorted(os.listdir(os.path.join(folder, name)))]  # fmt: skip
+    return [
+        (os.path.join(folder, name, file), CLASSES.index(name), None)
+        for name in CLASSES
+        for file in sorted(os.listdir(os.path.join(folder, name)))
+    ]
 
 
 def test_the_items_of_local_files_are_converted_on_processes_of_their_own(tmp_path):
@@ -79,8 +82,10 @@ def test_an_image_whose_worker_process_dies_is_quarantined_and_the_others_conver
     assert len(results) == len(items)
     for item, result in zip(items, results, strict=True):
         if item[0] == crash:
-            assert result == {"path": crash, "reason": "its worker process died converting it (a decoder crash, or "
-                                                       "out of memory)"}  # fmt: skip
+            assert result == {
+                "path": crash,
+                "reason": "its worker process died converting it (a decoder crash, or out of memory)",
+            }
         else:
             assert result == convert_item(item, SETTINGS)
     assert "a conversion worker process died" in caplog.text

@@ -110,13 +110,16 @@ def test_decompression_bomb_is_rejected_before_decoding():
         decode_rgb_array(encoded(Image.new("RGB", (300, 200)), "PNG"), max_pixels=10_000)
 
 
-@pytest.mark.parametrize(("mode", "clear", "opaque"), [
-    ("RGBA", (200, 0, 0, 0), (200, 0, 0, 255)),
-    ("RGBa", (200, 0, 0, 0), (200, 0, 0, 255)),  # premultiplied
-    ("LA", (90, 0), (90, 255)),
-    ("La", (90, 0), (90, 255)),  # premultiplied grey: it used to fail ("conversion from La to RGBA not supported")
-    ("PA", (1, 0), (1, 255)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("mode", "clear", "opaque"),
+    [
+        ("RGBA", (200, 0, 0, 0), (200, 0, 0, 255)),
+        ("RGBa", (200, 0, 0, 0), (200, 0, 0, 255)),  # premultiplied
+        ("LA", (90, 0), (90, 255)),
+        ("La", (90, 0), (90, 255)),  # premultiplied grey: it used to fail ("conversion from La to RGBA not supported")
+        ("PA", (1, 0), (1, 255)),
+    ],
+)
 def test_every_mode_with_alpha_is_composited_on_white(mode, clear, opaque):
     from components.decoding import to_rgb
 
@@ -159,10 +162,14 @@ def test_every_kind_of_bad_file_lands_in_quarantine_with_its_reason(tmp_path):
     output = tmp_path / "out"
     stats = run(
         ConvertConfig(
-            source=str(root), output_dir=str(output), image_size=8, max_bad_fraction=0.5, max_pixels=100_000,
+            source=str(root),
+            output_dir=str(output),
+            image_size=8,
+            max_bad_fraction=0.5,
+            max_pixels=100_000,
             pipeline_args=IN_MEMORY,
         )
-    )  # fmt: skip
+    )
     assert stats["num_examples"] == 13 and stats["quarantined"] == 5
     with open(output / "quarantine.jsonl") as handle:
         reasons = {os.path.basename(r["path"]): r["reason"] for r in map(json.loads, handle)}

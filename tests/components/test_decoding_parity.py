@@ -15,9 +15,11 @@ import pytest
 
 SIZES = (32, 192)
 # Pillow's words on the broken or unusual EXIF blocks below, which it reads as far as they go
-pytestmark = [pytest.mark.filterwarnings("ignore:Corrupt EXIF data"),
-              pytest.mark.filterwarnings("ignore:Truncated File Read"),
-              pytest.mark.filterwarnings("ignore:Metadata Warning, tag 274 had too many entries")]  # fmt: skip
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Corrupt EXIF data"),
+    pytest.mark.filterwarnings("ignore:Truncated File Read"),
+    pytest.mark.filterwarnings("ignore:Metadata Warning, tag 274 had too many entries"),
+]
 
 
 def blocks(side: int = 480, block: int = 80) -> np.ndarray:
@@ -177,8 +179,15 @@ def gif_frame_table_only() -> bytes:
     table_end = 13 + 3 * 2 ** ((flags & 7) + 1)
     descriptor = content.index(b"\x2c\x00\x00\x00\x00", table_end)  # the frame's, at 0, 0
     frame_flags = bytes([0x80 | (flags & 7)])
-    return (content[:10] + bytes([flags & 0x7F]) + content[11:13] + content[table_end:descriptor + 9] + frame_flags
-            + content[13:table_end] + content[descriptor + 10 :])  # fmt: skip
+    return (
+        content[:10]
+        + bytes([flags & 0x7F])
+        + content[11:13]
+        + content[table_end : descriptor + 9]
+        + frame_flags
+        + content[13:table_end]
+        + content[descriptor + 10 :]
+    )
 
 
 def gif_comment_after_control(rgb) -> bytes:
@@ -196,13 +205,18 @@ def gif_comment_after_control(rgb) -> bytes:
 def xmp_packet(orientation: int | None, element: bool) -> bytes:
     """An XMP packet with the orientation as cameras and editors write it: as an attribute or as an element; with
     ``None``, a packet that says nothing of it (an editor's name only)."""
-    value = (f"><tiff:Orientation>{orientation}</tiff:Orientation></rdf:Description>" if element
-             else f' tiff:Orientation="{orientation}"/>')  # fmt: skip
+    value = (
+        f"><tiff:Orientation>{orientation}</tiff:Orientation></rdf:Description>"
+        if element
+        else f' tiff:Orientation="{orientation}"/>'
+    )
     if orientation is None:
         value = ' xmlns:xmp="http://ns.adobe.com/xap/1.0/" xmp:CreatorTool="Adobe Photoshop 25.0"/>'
     rdf, tiff = "http://www.w3.org/1999/02/22-rdf-syntax-ns#", "http://ns.adobe.com/tiff/1.0/"
-    return (f'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="{rdf}">'
-            f'<rdf:Description xmlns:tiff="{tiff}"{value}</rdf:RDF></x:xmpmeta>').encode()  # fmt: skip
+    return (
+        f'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="{rdf}">'
+        f'<rdf:Description xmlns:tiff="{tiff}"{value}</rdf:RDF></x:xmpmeta>'
+    ).encode()
 
 
 def long_text():
@@ -457,8 +471,10 @@ def test_every_exif_orientation_shows_the_picture_upright(orientation, fmt):
     exif[0x0112] = orientation
     stored = np.ascontiguousarray(STORED_FOR_UPRIGHT[orientation](upright))
     content = encoded(Image.fromarray(stored), fmt, exif=exif.tobytes(), **({"quality": 95} if fmt == "JPEG" else {}))
-    for decoder, decoded in (("conversion", np.asarray(decode_rgb_image(content))),
-                             ("serving", decode_rgb(tf.constant(content)).numpy())):  # fmt: skip
+    for decoder, decoded in (
+        ("conversion", np.asarray(decode_rgb_image(content))),
+        ("serving", decode_rgb(tf.constant(content)).numpy()),
+    ):
         assert decoded.shape == upright.shape, decoder
         if fmt == "PNG":
             np.testing.assert_array_equal(decoded, upright, err_msg=decoder)
@@ -533,8 +549,10 @@ def assert_upright(content: bytes, upright: np.ndarray, as_stored: tuple = (), s
     from components.decoding import decode_rgb_image
     from components.imaging import decode_rgb
 
-    for decoder, decoded in (("conversion", np.asarray(decode_rgb_image(content))),
-                             ("serving", (serving or decode_rgb)(tf.constant(content)).numpy())):  # fmt: skip
+    for decoder, decoded in (
+        ("conversion", np.asarray(decode_rgb_image(content))),
+        ("serving", (serving or decode_rgb)(tf.constant(content)).numpy()),
+    ):
         decoded = np.rot90(decoded, -1) if decoder in as_stored else decoded  # undoes STORED_FOR_UPRIGHT[6]
         assert decoded.shape == upright.shape, decoder
         for index, colour in enumerate(QUADRANTS):  # each quadrant's middle (JPEG blurs the edges between them)
@@ -551,8 +569,7 @@ def test_a_pngs_orientation_after_a_long_text_chunk_shows_the_picture_upright():
     upright = quadrant_picture()
     exif = Image.Exif()
     exif[0x0112] = 6
-    content = encoded(Image.fromarray(np.ascontiguousarray(STORED_FOR_UPRIGHT[6](upright))), "PNG",
-                      exif=exif.tobytes())  # fmt: skip
+    content = encoded(Image.fromarray(np.ascontiguousarray(STORED_FOR_UPRIGHT[6](upright))), "PNG", exif=exif.tobytes())
     text = b"history\0" + bytes(range(32, 127)) * 750  # 71,258 bytes: 0x01 0x16 0x5A in its length
     ihdr_end = 8 + 8 + 13 + 4  # the signature, then IHDR: its length and type, 13 bytes, its CRC
     content = content[:ihdr_end] + png_chunk(b"tEXt", text) + content[ihdr_end:]
@@ -697,8 +714,10 @@ def test_the_png_walk_looks_for_transparency_in_the_first_4096_chunks(traced_dec
     table = (b"PLTE", bytes([0, 0, 200, 10, 10, 10])), (b"tRNS", b"\xff\x00")
     for before, top in ((4093, 255), (4094, 10)):
         content = png_bytes(indices, 3, 8, chunks=((b"teSt", b""),) * before + table)  # ancillary, private
-        for decoder, decoded in (("conversion", np.asarray(decode_rgb_image(content))),
-                                 ("serving", traced_decode(tf.constant(content)).numpy())):  # fmt: skip
+        for decoder, decoded in (
+            ("conversion", np.asarray(decode_rgb_image(content))),
+            ("serving", traced_decode(tf.constant(content)).numpy()),
+        ):
             expected = 255 if decoder == "conversion" else top
             assert (decoded[:4] == expected).all() and (decoded[4:] == (0, 0, 200)).all(), (before, decoder)
 

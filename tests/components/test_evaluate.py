@@ -71,11 +71,13 @@ def test_evaluates_the_test_split_and_writes_metrics_json(converted, trained, tm
     predicted, labels = probabilities.argmax(axis=-1), list(range(len(CLASSES)))
     assert metrics["accuracy"] == pytest.approx(sk.accuracy_score(truth, predicted))
     assert metrics["confusion_matrix"] == sk.confusion_matrix(truth, predicted, labels=labels).tolist()
-    precision, recall, f1, support = sk.precision_recall_fscore_support(truth, predicted, labels=labels,
-                                                                        zero_division=0)  # fmt: skip
+    precision, recall, f1, support = sk.precision_recall_fscore_support(
+        truth, predicted, labels=labels, zero_division=0
+    )
     for i, name in enumerate(CLASSES):
         assert metrics["per_class"][name] == pytest.approx(
-            {"precision": precision[i], "recall": recall[i], "f1": f1[i], "support": support[i]})  # fmt: skip
+            {"precision": precision[i], "recall": recall[i], "f1": f1[i], "support": support[i]}
+        )
         one_vs_rest = metrics["ranking"]["per_class"][name]
         assert one_vs_rest["au_roc"] == pytest.approx(sk.roc_auc_score(truth == i, probabilities[:, i]))
         assert one_vs_rest["au_prc"] == pytest.approx(sk.average_precision_score(truth == i, probabilities[:, i]))
@@ -98,8 +100,13 @@ def test_the_kfp_step_logs_the_confusion_matrix_and_the_roc_curve(converted, tra
     model_dir, _ = trained
     from google_cloud_pipeline_components.types.artifact_types import ClassificationMetrics as VertexMetrics
 
-    kinds = {"metrics": Metrics, "confusion": ClassificationMetrics, "evaluation": Artifact, "report": HTML,
-             "vertex_evaluation": VertexMetrics}  # fmt: skip
+    kinds = {
+        "metrics": Metrics,
+        "confusion": ClassificationMetrics,
+        "evaluation": Artifact,
+        "report": HTML,
+        "vertex_evaluation": VertexMetrics,
+    }
     outputs = {name: kind(name=name, uri=str(tmp_path / name)) for name, kind in kinds.items()}
     examples, model = Artifact(uri=examples_dir), Artifact(uri=model_dir)
     from components.check_data.core import CheckDataConfig
@@ -107,8 +114,16 @@ def test_the_kfp_step_logs_the_confusion_matrix_and_the_roc_curve(converted, tra
 
     check_data(CheckDataConfig(examples_dir=examples_dir, output_dir=str(tmp_path / "checks")))  # (no baseline)
     checks = Artifact(uri=str(tmp_path / "checks"))
-    blessed = evaluate(examples, model, **outputs, test_accuracy=str(tmp_path / "accuracy"), min_accuracy=0.5,
-                       max_accuracy_drop=0.0, baseline="", data_checks=checks)  # fmt: skip
+    blessed = evaluate(
+        examples,
+        model,
+        **outputs,
+        test_accuracy=str(tmp_path / "accuracy"),
+        min_accuracy=0.5,
+        max_accuracy_drop=0.0,
+        baseline="",
+        data_checks=checks,
+    )
     assert blessed is True
     assert "<h2>Data checks</h2>" in (tmp_path / "report").read_text()  # the report the console shows
     logged = outputs["confusion"].metadata
@@ -165,9 +180,12 @@ def test_no_examples_give_zero_figures_not_errors():
 
     zero = {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
     assert classification_metrics([], [], ["a", "b"]) == {
-        "accuracy": 0.0, "num_examples": 0, "class_names": ["a", "b"], "per_class": {"a": zero, "b": zero},
+        "accuracy": 0.0,
+        "num_examples": 0,
+        "class_names": ["a", "b"],
+        "per_class": {"a": zero, "b": zero},
         "confusion_matrix": [[0, 0], [0, 0]],
-    }  # fmt: skip
+    }
     figures = ranking_metrics([], np.zeros((0, 2)), ["a", "b"])
     assert (figures["log_loss"], figures["au_prc"], figures["au_roc"]) == (0.0, 0.0, 0.0)
 
@@ -594,8 +612,9 @@ def test_the_report_shows_the_data_checks_of_the_run(converted, trained, tmp_pat
 
     examples_dir, _ = converted
     model_dir, _ = trained
-    checked = check_data(CheckDataConfig(examples_dir=examples_dir, output_dir=str(tmp_path / "checks"),
-                                         baseline=examples_dir))  # fmt: skip
+    checked = check_data(
+        CheckDataConfig(examples_dir=examples_dir, output_dir=str(tmp_path / "checks"), baseline=examples_dir)
+    )
     metrics = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "eval"), data_checks=str(tmp_path / "checks")))
     assert metrics["data_checks"]["checks"] == checked["checks"] and metrics["data_checks"]["warnings"] == []
     with open(metrics["report_html"]) as handle:
@@ -641,8 +660,10 @@ def test_every_confusion_matrix_count_is_readable_on_its_cell():
     margin, cell = 12 + 7, 36
     for row in range(len(names)):
         for column in range(len(names)):
-            box = pixels[margin + row * cell + 3 : margin + (row + 1) * cell - 2,
-                         margin + column * cell + 3 : margin + (column + 1) * cell - 2]  # fmt: skip
+            box = pixels[
+                margin + row * cell + 3 : margin + (row + 1) * cell - 2,
+                margin + column * cell + 3 : margin + (column + 1) * cell - 2,
+            ]
             colours, counts = np.unique(box.reshape(-1, 3), axis=0, return_counts=True)
             fill = colours[counts.argmax()]
             best = max(contrast(fill, colour) for colour in colours)  # the glyphs' core, not their antialiasing
@@ -676,8 +697,9 @@ def test_a_baseline_trained_before_the_scaling_moved_inside_is_fed_floats(tmp_pa
     from components.evaluate.core import Baseline, load_baseline
 
     keras.utils.set_random_seed(5)
-    old = keras.Sequential([keras.Input(shape=(4, 4, 3)), keras.layers.Flatten(),
-                            keras.layers.Dense(2, activation="softmax")])  # fmt: skip
+    old = keras.Sequential(
+        [keras.Input(shape=(4, 4, 3)), keras.layers.Flatten(), keras.layers.Dense(2, activation="softmax")]
+    )
     old.save(tmp_path / "model.keras")
     pixels = np.random.default_rng(1).integers(0, 256, size=(3, 4, 4, 3), dtype=np.uint8)
     as_trained = old(pixels.astype(np.float32) / 255.0).numpy()
@@ -701,10 +723,15 @@ def test_the_prediction_mix_compares_the_model_in_services_answers_with_its_own_
     assert (same["verdict"], same["value"], same["severity"]) == ("pass", 0.0, "warn")
     assert mix({"a": 5, "b": 15, "c": 10})["verdict"] == "pass"  # a: 8 of 30 -> 5 of 30, 10 points: at the threshold
     moved = mix({"a": 4, "b": 16, "c": 10})  # 8 of 30 -> 4 of 30: 13.3 points
-    assert moved == {"check": "prediction mix", "verdict": "warn", "severity": "warn", "value": 0.1333,
-                     "thresholds": {"warn": 0.1}, "split": "test",
-                     "detail": "class a 26.7% -> 13.3% of its answers (its test split of 30, this test split of "
-                               "30)"}  # fmt: skip
+    assert moved == {
+        "check": "prediction mix",
+        "verdict": "warn",
+        "severity": "warn",
+        "value": 0.1333,
+        "thresholds": {"warn": 0.1},
+        "split": "test",
+        "detail": "class a 26.7% -> 13.3% of its answers (its test split of 30, this test split of 30)",
+    }
     # shares, not counts: twice the answers in the same mix pass; the kept classes in another order are the same
     assert mix({"a": 16, "b": 24, "c": 20})["value"] == 0.0
     reordered = {**KEPT, "class_names": ["c", "a", "b"], "confusion_matrix": [[10, 0, 0], [0, 8, 2], [0, 0, 10]]}
@@ -731,10 +758,12 @@ def test_a_registered_baselines_prediction_mix_is_checked_warned_and_shown(conve
 
     def evaluate(name: str, baseline, **thresholds) -> dict:  # with the run's data checks set so
         checks = str(tmp_path / f"checks-{name}")
-        check_data(CheckDataConfig(examples_dir=examples_dir, output_dir=checks, baseline=examples_dir,
-                                   thresholds=thresholds))  # fmt: skip
-        return run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / name), baseline=str(baseline),
-                                  data_checks=checks))  # fmt: skip
+        check_data(
+            CheckDataConfig(examples_dir=examples_dir, output_dir=checks, baseline=examples_dir, thresholds=thresholds)
+        )
+        return run(
+            EvaluateConfig(examples_dir, model_dir, str(tmp_path / name), baseline=str(baseline), data_checks=checks)
+        )
 
     own = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "own")))
     total = own["num_examples"]  # (the tiny test split: 14)
@@ -775,5 +804,6 @@ def test_a_truncated_shard_is_one_line_naming_it(converted, trained, tmp_path):
     copy, shard = truncated_copy(converted[0], "test", tmp_path)
     with pytest.raises(UsageError) as raised:
         run(EvaluateConfig(copy, model_dir, str(tmp_path / "out")))
-    assert str(raised.value) == (f"examples shard {shard} is damaged (truncated record): convert the data again into "
-                                 "a new folder")  # fmt: skip
+    assert str(raised.value) == (
+        f"examples shard {shard} is damaged (truncated record): convert the data again into a new folder"
+    )

@@ -18,8 +18,9 @@ from components.evaluate.core import Baseline, EvaluateConfig, comparability, ru
 def evaluated_text(text_examples, trained_text, exported_text, tmp_path_factory):
     """The LSTM evaluated against its own export as the baseline; (metrics, output dir)."""
     output = str(tmp_path_factory.mktemp("text-evaluation"))
-    metrics = run(EvaluateConfig(text_examples[0], trained_text[0], output, min_accuracy=0.8,
-                                 baseline=exported_text[0]))  # fmt: skip
+    metrics = run(
+        EvaluateConfig(text_examples[0], trained_text[0], output, min_accuracy=0.8, baseline=exported_text[0])
+    )
     return metrics, output
 
 
@@ -50,12 +51,24 @@ def test_a_weak_models_misclassified_texts_are_listed_and_quoted(text_examples, 
     from tests.conftest import TEXT_SEQUENCE_LENGTH
 
     examples, _ = text_examples
-    train(TrainConfig(examples_dir=examples, model_dir=str(tmp_path / "weak"), model_name="lstm", epochs=1,
-                      learning_rate=1e-6, per_replica_batch_size=16, backend="tensorflow"), env={})  # fmt: skip
+    train(
+        TrainConfig(
+            examples_dir=examples,
+            model_dir=str(tmp_path / "weak"),
+            model_name="lstm",
+            epochs=1,
+            learning_rate=1e-6,
+            per_replica_batch_size=16,
+            backend="tensorflow",
+        ),
+        env={},
+    )
     metrics = run(EvaluateConfig(examples, str(tmp_path / "weak"), str(tmp_path / "evaluation"), min_accuracy=0.9))
     spec = text_feature_spec(TEXT_SEQUENCE_LENGTH, 2)
-    texts = {tf.io.parse_single_example(record, spec)["text"].numpy().decode()
-             for record in tf.data.TFRecordDataset(split_files(examples, "test"))}  # fmt: skip
+    texts = {
+        tf.io.parse_single_example(record, spec)["text"].numpy().decode()
+        for record in tf.data.TFRecordDataset(split_files(examples, "test"))
+    }
     wrong = metrics["misclassified"]
     assert len(wrong) == min(24, round((1 - metrics["accuracy"]) * metrics["num_examples"])) > 0
     assert all(item["text"] in texts and item["label"] != item["predicted"] for item in wrong)
@@ -79,11 +92,18 @@ def test_an_exported_text_baseline_reads_the_raw_texts(exported_text, evaluated_
 def test_the_report_quotes_the_misclassified_texts_escaped():
     from components.evaluate.report import MAX_TEXT_CHARACTERS, render
 
-    metrics = {"accuracy": 0.5, "num_examples": 2, "class_names": ["neg", "pos"], "confusion_matrix": [[1, 0], [1, 0]],
-               "per_class": {"neg": {"precision": 0.5, "recall": 1.0, "f1": 0.67, "support": 1},
-                             "pos": {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}},
-               "training": {"modality": "text", "sequence_length": 250, "vocabulary_size": 15000},
-               "counts": {"train": 8, "validation": 2, "test": 2}}  # fmt: skip
+    metrics = {
+        "accuracy": 0.5,
+        "num_examples": 2,
+        "class_names": ["neg", "pos"],
+        "confusion_matrix": [[1, 0], [1, 0]],
+        "per_class": {
+            "neg": {"precision": 0.5, "recall": 1.0, "f1": 0.67, "support": 1},
+            "pos": {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1},
+        },
+        "training": {"modality": "text", "sequence_length": 250, "vocabulary_size": 15000},
+        "counts": {"train": 8, "validation": 2, "test": 2},
+    }
     long_review = "A <b>fine</b> film<br />really. " + "word " * 400
     page = render(metrics, None, [(None, "pos", "neg", 0.91, long_review)])
     assert "Misclassified test texts" in page and "On 2 test texts" in page
@@ -133,8 +153,9 @@ def test_examples_that_do_not_match_the_text_model_are_one_line(text_examples, t
 def test_a_text_model_is_never_blessed_in_place_of_an_image_model(text_examples, trained_text, exported, tmp_path):
     """A registry's model in service of the other modality (the same display name for both): not comparable, and
     the candidate is not blessed, so it never replaces the image model (nor its deployment)."""
-    metrics = run(EvaluateConfig(text_examples[0], trained_text[0], str(tmp_path), min_accuracy=0.5,
-                                 baseline=exported[0]))  # fmt: skip
+    metrics = run(
+        EvaluateConfig(text_examples[0], trained_text[0], str(tmp_path), min_accuracy=0.5, baseline=exported[0])
+    )
     blessing = metrics["blessing"]
     assert metrics["accuracy"] >= 0.5 and not blessing["blessed"] and not blessing["baseline_comparable"]
     assert blessing["reasons"][-1].startswith("the baseline is an image model: a text model must not take its place")

@@ -121,8 +121,16 @@ def test_the_int8_input_is_the_pixels_whatever_range_the_training_images_cover(t
         for n in range(6):
             level = 100 + 25 * index + 4 * n
             Image.new("RGB", (16, 16), (level, level, level)).save(tmp_path / "grey" / name / f"{n}.png")
-    convert(ConvertConfig(source=str(tmp_path / "grey"), output_dir=str(tmp_path / "examples"), image_size=8,
-                          validation_fraction=0.0, test_fraction=0.0, pipeline_args=IN_MEMORY))  # fmt: skip
+    convert(
+        ConvertConfig(
+            source=str(tmp_path / "grey"),
+            output_dir=str(tmp_path / "examples"),
+            image_size=8,
+            validation_fraction=0.0,
+            test_fraction=0.0,
+            pipeline_args=IN_MEMORY,
+        )
+    )
     model = keras.Sequential([*pixels_in(ModelSpec.for_images(8, 2)), keras.layers.Flatten(), softmax(2)])
     capfd.readouterr()
     made, mkdtemp = [], tempfile.mkdtemp
@@ -171,8 +179,9 @@ def test_an_older_tflite_file_that_takes_floats_is_fed_pixels_in_the_unit_range(
     from components.export.image import tflite_predict
 
     keras.utils.set_random_seed(3)
-    old = keras.Sequential([keras.Input(shape=(4, 4, 3)), keras.layers.Flatten(),
-                            keras.layers.Dense(3, activation="softmax")])  # fmt: skip
+    old = keras.Sequential(
+        [keras.Input(shape=(4, 4, 3)), keras.layers.Flatten(), keras.layers.Dense(3, activation="softmax")]
+    )
     content = tf.lite.TFLiteConverter.from_keras_model(old).convert()
     pixels = np.random.default_rng(0).integers(0, 256, size=(2, 4, 4, 3), dtype=np.uint8)
     expected = old(pixels.astype(np.float32) / 255.0).numpy()
@@ -185,8 +194,11 @@ def _metadata(content: bytes):
     from mediapipe.tasks.metadata import schema_py_generated as schema_fb
 
     model = schema_fb.Model.GetRootAsModel(content, 0)
-    (index,) = [model.Metadata(i).Buffer() for i in range(model.MetadataLength())
-                if model.Metadata(i).Name() == b"TFLITE_METADATA"]  # fmt: skip
+    (index,) = [
+        model.Metadata(i).Buffer()
+        for i in range(model.MetadataLength())
+        if model.Metadata(i).Name() == b"TFLITE_METADATA"
+    ]
     buffer = model.Buffers(index).DataAsNumpy().tobytes()
     assert metadata_fb.ModelMetadata.ModelMetadataBufferHasIdentifier(buffer, 0)
     return metadata_fb, metadata_fb.ModelMetadataT.InitFromPackedBuf(buffer, 0)
@@ -255,11 +267,11 @@ def test_mediapipes_image_classifier_runs_the_tflite_files_as_they_are(exported,
 
 
 def test_the_vendored_metadata_schema_is_mediapipes_generated_module():
-    """components/export/metadata_schema_py_generated.py is MediaPipe's file, unmodified below its header: after a
-    MediaPipe upgrade that changes the schema, copy it again (the header says from where)."""
+    """third_party/tflite_metadata/metadata_schema_py_generated.py is MediaPipe's file, unmodified below its header:
+    after a MediaPipe upgrade that changes the schema, copy it again (the header says from where)."""
     from mediapipe.tasks.metadata import metadata_schema_py_generated as theirs
 
-    from components.export import metadata_schema_py_generated as ours
+    from third_party.tflite_metadata import metadata_schema_py_generated as ours
 
     with open(ours.__file__, encoding="utf-8") as handle:
         vendored = handle.read()
@@ -277,8 +289,9 @@ def test_metadata_replaces_the_metadata_a_file_already_has():
 
     from components.export.tflite_metadata import classifier_files
 
-    bare = keras.Sequential([keras.Input(shape=(4, 4, 3)), keras.layers.Flatten(),
-                             keras.layers.Dense(2, activation="softmax")])  # fmt: skip
+    bare = keras.Sequential(
+        [keras.Input(shape=(4, 4, 3)), keras.layers.Flatten(), keras.layers.Dense(2, activation="softmax")]
+    )
     content = tf.lite.TFLiteConverter.from_keras_model(bare).convert()
     first = classifier_files(content, name="m", description="d", version="1", image_size=4, class_names=["a", "b"])
     packed = first[: first.index(b"PK\x03\x04")]  # the flatbuffer without its archive

@@ -62,10 +62,26 @@ def bars_exported(tmp_path_factory):
     root = tmp_path_factory.mktemp("bars")
     source = write_bars(root / "source")
     examples, model, output = str(root / "examples"), str(root / "model"), str(root / "export")
-    convert(ConvertConfig(source=source, output_dir=examples, image_size=16, validation_fraction=0.15,
-                          test_fraction=0.25, pipeline_args=IN_MEMORY))  # fmt: skip
-    train(TrainConfig(examples_dir=examples, model_dir=model, epochs=12, per_replica_batch_size=8,
-                      precision="float32", backend="tensorflow"))  # fmt: skip
+    convert(
+        ConvertConfig(
+            source=source,
+            output_dir=examples,
+            image_size=16,
+            validation_fraction=0.15,
+            test_fraction=0.25,
+            pipeline_args=IN_MEMORY,
+        )
+    )
+    train(
+        TrainConfig(
+            examples_dir=examples,
+            model_dir=model,
+            epochs=12,
+            per_replica_batch_size=8,
+            precision="float32",
+            backend="tensorflow",
+        )
+    )
     return output, export(ExportConfig(model_dir=model, examples_dir=examples, output_dir=output))
 
 
@@ -144,8 +160,10 @@ def test_phone_photos_score_as_their_upright_twins(bars_exported):
             Image.fromarray(np.ascontiguousarray(stored)).save(buffer, format="JPEG", quality=95, **options)
             twins.append(buffer.getvalue())
         truth.append(os.path.basename(os.path.dirname(path)))
-    labels = {name: [label.decode() for label in serving(image_bytes=tf.constant(twins))["label"].numpy()]
-              for name, twins in (("upright", upright), ("phone", phone))}  # fmt: skip
+    labels = {
+        name: [label.decode() for label in serving(image_bytes=tf.constant(twins))["label"].numpy()]
+        for name, twins in (("upright", upright), ("phone", phone))
+    }
     accuracy = {name: np.mean(np.array(answers) == np.array(truth)) for name, answers in labels.items()}
     assert accuracy["upright"] >= 0.9
     assert abs(accuracy["phone"] - accuracy["upright"]) <= 0.01
@@ -159,9 +177,14 @@ def test_a_gap_fails_the_export_only_past_2_files_and_past_what_chance_flips_giv
     from components.export.image import check_raw_file_accuracy
 
     def raw(sent: int, recorded: int, files: int = 250) -> dict:
-        return {"num_files": files, "test_accuracy": (150 + sent) / files,
-                "tfrecord_test_accuracy": (150 + recorded) / files, "right_only_as_sent": sent,
-                "right_only_from_tfrecords": recorded, "first_disagreeing_file": "gs://b/cats/IMG#1.jpg"}  # fmt: skip
+        return {
+            "num_files": files,
+            "test_accuracy": (150 + sent) / files,
+            "tfrecord_test_accuracy": (150 + recorded) / files,
+            "right_only_as_sent": sent,
+            "right_only_from_tfrecords": recorded,
+            "first_disagreeing_file": "gs://b/cats/IMG#1.jpg",
+        }
 
     check_raw_file_accuracy(raw(0, 2))  # 2 files apart
     check_raw_file_accuracy(raw(12, 5))  # the files as sent 7 better: 7 against 3 x sqrt(17) = 12.4, chance
@@ -196,8 +219,13 @@ def test_the_evaluation_report_shows_the_files_as_clients_send_them(bars_exporte
 
     output, report = bars_exported
     root = os.path.dirname(output)
-    metrics = run(EvaluateConfig(examples_dir=os.path.join(root, "examples"), model_dir=os.path.join(root, "model"),
-                                 output_dir=str(tmp_path / "eval")))  # fmt: skip
+    metrics = run(
+        EvaluateConfig(
+            examples_dir=os.path.join(root, "examples"),
+            model_dir=os.path.join(root, "model"),
+            output_dir=str(tmp_path / "eval"),
+        )
+    )
     client = metrics["client_files"]
     assert client["num_files"] == report["raw_files"]["num_files"] == metrics["num_examples"]
     assert abs(client["accuracy"] - metrics["accuracy"]) <= 0.01 and client["refused_formats"] == {}

@@ -42,8 +42,9 @@ def test_the_report_leads_with_the_savedmodel_on_the_files_as_sent(tmp_path):
     assert served < page.index("Blessed") and SERVED_MARKER not in page
     # by hand: sqrt(0.94 * 0.06 / 200) = 0.0168; the trained model's 0.99 and the SavedModel on its TFRecords differ
     # by more, TFLite int8's 0.945 does not
-    assert ("beyond the test split's noise (±0.0168): the trained model 0.9900, the SavedModel on the TFRecords "
-            "0.9900</p>") in page  # fmt: skip
+    assert (
+        "beyond the test split's noise (±0.0168): the trained model 0.9900, the SavedModel on the TFRecords 0.9900</p>"
+    ) in page
     assert served_report(ExportConfig("m", "e", str(tmp_path / "o")), record) == {}  # no evaluation, no report
 
 
@@ -56,16 +57,34 @@ def test_what_the_export_measured_is_shown_as_text_not_markup(tmp_path):
 
 
 def test_an_evaluation_folder_without_its_files_is_a_one_line_error(tmp_path, converted, trained):
-    result = run_cli("components.export", "--model-dir", trained[0], "--examples", converted[0], "--output",
-                     str(tmp_path / "o"), "--evaluation", str(tmp_path))  # fmt: skip
+    result = run_cli(
+        "components.export",
+        "--model-dir",
+        trained[0],
+        "--examples",
+        converted[0],
+        "--output",
+        str(tmp_path / "o"),
+        "--evaluation",
+        str(tmp_path),
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"error: --evaluation {tmp_path} has no {METRICS_FILE}: pass the evaluate step's output folder"
     ]
     assert not os.path.exists(tmp_path / "o" / "export.json")
     validation = evaluation(tmp_path / "validation", 0.9, split="validation")
-    result = run_cli("components.export", "--model-dir", trained[0], "--examples", converted[0], "--output",
-                     str(tmp_path / "o"), "--evaluation", validation)  # fmt: skip
+    result = run_cli(
+        "components.export",
+        "--model-dir",
+        trained[0],
+        "--examples",
+        converted[0],
+        "--output",
+        str(tmp_path / "o"),
+        "--evaluation",
+        validation,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"error: --evaluation {validation} evaluated the validation split: pass an evaluation of the test split "

@@ -21,8 +21,16 @@ def test_the_graph_tokenises_every_test_text_as_beam_did(text_examples, exported
     examples, stats = text_examples
     output, report = exported_text
     tokenize = tf.saved_model.load(os.path.join(output, "saved_model")).signatures["tokenize"]
-    dataset = make_dataset(examples, "test", TEXT_SEQUENCE_LENGTH, stats["num_classes"], 32, training=False,
-                           sources=True, sequence_length=TEXT_SEQUENCE_LENGTH)  # fmt: skip
+    dataset = make_dataset(
+        examples,
+        "test",
+        TEXT_SEQUENCE_LENGTH,
+        stats["num_classes"],
+        32,
+        training=False,
+        sources=True,
+        sequence_length=TEXT_SEQUENCE_LENGTH,
+    )
     compared, dressed = 0, 0
     for tokens, _, texts in dataset:
         graph = tokenize(text=texts)["tokens"].numpy()
@@ -36,8 +44,9 @@ def test_the_graph_tokenises_every_test_text_as_beam_did(text_examples, exported
     assert report["parity"]["num_examples"] == compared
 
 
-def test_serving_default_takes_raw_strings_and_agrees_with_the_trained_model(text_examples, trained_text,
-                                                                           exported_text):  # fmt: skip
+def test_serving_default_takes_raw_strings_and_agrees_with_the_trained_model(
+    text_examples, trained_text, exported_text
+):
     import tensorflow as tf
 
     from components.export.common import build_cpu_model
@@ -76,8 +85,16 @@ def test_the_served_accuracy_is_the_saved_models_on_the_test_texts_as_clients_se
     serving = tf.saved_model.load(os.path.join(output, "saved_model")).signatures["serving_default"]
     classes = read_stats(examples_dir)["num_classes"]
     right = total = 0
-    for _, labels, texts in make_dataset(examples_dir, "test", TEXT_SEQUENCE_LENGTH, classes, 32, training=False,
-                                         sources=True, sequence_length=TEXT_SEQUENCE_LENGTH):  # fmt: skip
+    for _, labels, texts in make_dataset(
+        examples_dir,
+        "test",
+        TEXT_SEQUENCE_LENGTH,
+        classes,
+        32,
+        training=False,
+        sources=True,
+        sequence_length=TEXT_SEQUENCE_LENGTH,
+    ):
         answers = serving(text=texts)["class_id"].numpy()
         right += int((answers == labels.numpy().argmax(-1)).sum())
         total += len(answers)
@@ -121,10 +138,20 @@ def test_the_convolutions_int8_file_is_full_integer(text_examples, tmp_path):
     from components.train.core import TrainConfig, run
 
     examples, _ = text_examples
-    run(TrainConfig(examples_dir=examples, model_dir=str(tmp_path / "model"), model_name="cnn1d", epochs=6,
-                    per_replica_batch_size=16, backend="tensorflow"), env={})  # fmt: skip
-    report = export(ExportConfig(model_dir=str(tmp_path / "model"), examples_dir=examples,
-                                 output_dir=str(tmp_path / "export")))  # fmt: skip
+    run(
+        TrainConfig(
+            examples_dir=examples,
+            model_dir=str(tmp_path / "model"),
+            model_name="cnn1d",
+            epochs=6,
+            per_replica_batch_size=16,
+            backend="tensorflow",
+        ),
+        env={},
+    )
+    report = export(
+        ExportConfig(model_dir=str(tmp_path / "model"), examples_dir=examples, output_dir=str(tmp_path / "export"))
+    )
     int8 = report["formats"]["tflite_int8"]
     assert int8["quantization"] == "full_integer"
     assert int8["test_accuracy"] >= report["formats"]["saved_model"]["test_accuracy"] - 0.05
@@ -138,8 +165,19 @@ def test_predict_prints_the_top_labels_of_texts(exported_text, tmp_path):
     review = tmp_path / "review.txt"
     review.write_text("Nice, superb and lovely.<br />A GREAT film!", encoding="utf-8")
     for model in (output, os.path.join(output, "model_float.tflite")):
-        done = run_cli("pipeline", "predict", "--model", model, "--text", "awful, dull and boring",
-                       "--text-file", str(review), "--top", "1", "--json")  # fmt: skip
+        done = run_cli(
+            "pipeline",
+            "predict",
+            "--model",
+            model,
+            "--text",
+            "awful, dull and boring",
+            "--text-file",
+            str(review),
+            "--top",
+            "1",
+            "--json",
+        )
         assert done.returncode == 0, done.stderr
         # an answer without TensorFlow's start-up lines (-v shows them); LiteRT says it made its CPU delegate
         assert [line for line in done.stderr.splitlines() if "XNNPACK delegate for CPU" not in line] == []

@@ -25,8 +25,9 @@ def fit(model, folder, losses: list[float], patience: int, initial_epoch: int = 
     keeper = keep_best_callback(str(folder), Placement("tensorflow", "cpu", 1, "OneDevice"), patience, finished_before)
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(64, 4)).astype("float32"), rng.integers(0, 3, 64)
-    model.fit(x, y, epochs=len(losses), initial_epoch=initial_epoch, batch_size=16, verbose=0,
-              callbacks=[Scripted(), keeper])  # fmt: skip
+    model.fit(
+        x, y, epochs=len(losses), initial_epoch=initial_epoch, batch_size=16, verbose=0, callbacks=[Scripted(), keeper]
+    )
     return seen, keeper
 
 

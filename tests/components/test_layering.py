@@ -44,8 +44,7 @@ def owner(module: str) -> str | None:
 
 
 def python_files(top: str = COMPONENTS) -> list[str]:
-    return [os.path.join(folder, name) for folder, _, names in os.walk(top) for name in names
-            if name.endswith(".py")]  # fmt: skip
+    return [os.path.join(folder, name) for folder, _, names in os.walk(top) for name in names if name.endswith(".py")]
 
 
 def module_of(path: str, root: str = REPO_ROOT) -> str:
@@ -135,8 +134,13 @@ def test_nothing_in_components_imports_pipeline_and_no_modules_import_each_other
     graph = import_graph()
     assert "pipeline.__main__" in graph and "components.register.vertex" in graph
     assert "components.vertex_client" in graph["pipeline.vertex.jobs"]  # (the graph sees imports)
-    upward = [f"{module} imports {target}" for module, targets in graph.items() if module.startswith("components")
-              for target in targets if target.startswith("pipeline")]  # fmt: skip
+    upward = [
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        if module.startswith("components")
+        for target in targets
+        if target.startswith("pipeline")
+    ]
     assert not upward, "move what both use into components:\n" + "\n".join(upward)
     assert not circles(graph), "modules that import each other: " + "; ".join(" <-> ".join(c) for c in circles(graph))
 
@@ -154,8 +158,9 @@ def test_the_circle_finder_sees_a_loop_and_an_import_back_up(tmp_path):
     (tmp_path / "pipeline" / "local.py").write_text("import components.export.text\n")
     graph = import_graph(str(tmp_path))
     assert graph["components.export.text"] == {"components.export.image", "pipeline.local"}
-    assert circles(graph) == [["components.export.common", "components.export.image", "components.export.text",
-                               "pipeline.local"]]  # fmt: skip
+    assert circles(graph) == [
+        ["components.export.common", "components.export.image", "components.export.text", "pipeline.local"]
+    ]
 
 
 def test_local_files_are_read_written_and_copied_without_beam(tmp_path):
@@ -192,8 +197,11 @@ def test_only_the_conversion_imports_beam():
     """Beam is the conversion's engine alone: every other step, and the file and listing layers the light image's
     steps use, reach no module that imports it, even through an import inside a function (1 to 2 s of every such
     process, and the light image has no Beam)."""
-    files = {module_of(path, REPO_ROOT): path for top in ("components", "pipeline")
-             for path in python_files(os.path.join(REPO_ROOT, top))}  # fmt: skip
+    files = {
+        module_of(path, REPO_ROOT): path
+        for top in ("components", "pipeline")
+        for path in python_files(os.path.join(REPO_ROOT, top))
+    }
     beam = {
         module
         for module, path in files.items()
@@ -211,7 +219,15 @@ def test_only_the_conversion_imports_beam():
                     wanted.append(target)
         return found
 
-    free = ["components.storage", "components.convert.listing", "components.convert.fingerprint",
-            "components.check_data.core", "components.train.core", "components.evaluate.core",
-            "components.export.core", "components.register.vertex", "components.deploy.core"]  # fmt: skip
+    free = [
+        "components.storage",
+        "components.convert.listing",
+        "components.convert.fingerprint",
+        "components.check_data.core",
+        "components.train.core",
+        "components.evaluate.core",
+        "components.export.core",
+        "components.register.vertex",
+        "components.deploy.core",
+    ]
     assert {module: sorted(reached(module) & beam) for module in free} == {module: [] for module in free}

@@ -42,9 +42,23 @@ def test_training_that_never_learns_warns_in_its_log_and_evaluate_refuses_it(con
     dark), above it, or is NaN."""
     examples, stats = converted
     model_dir, evaluation = tmp_path / "model", tmp_path / "eval"
-    trained = run_cli("components.train", "--examples", examples, "--model-dir", str(model_dir), "--epochs", "4",
-                      "--learning-rate", "50", "--batch-size", "8", "--precision", "float32",
-                      "--backend", "tensorflow")  # fmt: skip
+    trained = run_cli(
+        "components.train",
+        "--examples",
+        examples,
+        "--model-dir",
+        str(model_dir),
+        "--epochs",
+        "4",
+        "--learning-rate",
+        "50",
+        "--batch-size",
+        "8",
+        "--precision",
+        "float32",
+        "--backend",
+        "tensorflow",
+    )
     assert trained.returncode == 0, trained.stderr[-3000:]
     warnings = [line for line in trained.stderr.splitlines() if "training is not learning:" in line]
     assert len(warnings) == 1, trained.stderr[-3000:]  # once, at the epoch it showed
@@ -54,8 +68,17 @@ def test_training_that_never_learns_warns_in_its_log_and_evaluate_refuses_it(con
     losses = history["history"]["loss"]
     assert any(math.isnan(x) for x in losses) or losses[-1] >= 0.99 * math.log(stats["num_classes"])  # chance or worse
     assert history["not_learning"].startswith("the training loss is")
-    evaluated = run_cli("components.evaluate", "--examples", examples, "--model-dir", str(model_dir), "--output",
-                        str(evaluation), "--min-accuracy", "0")  # fmt: skip
+    evaluated = run_cli(
+        "components.evaluate",
+        "--examples",
+        examples,
+        "--model-dir",
+        str(model_dir),
+        "--output",
+        str(evaluation),
+        "--min-accuracy",
+        "0",
+    )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     with open(os.path.join(evaluation, "metrics.json")) as handle:
         blessing = json.load(handle)["blessing"]

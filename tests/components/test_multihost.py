@@ -26,21 +26,52 @@ def spec(pools: dict, task: str, index: int) -> str:
 @pytest.mark.parametrize(
     ("env", "hosts", "launch", "source"),
     [
-        ({"JAX_COORDINATOR_ADDRESS": "10.0.0.2:1234", "JAX_NUM_PROCESSES": "4", "JAX_PROCESS_ID": "1",
-          "TPU_WORKER_HOSTNAMES": "a,b,c,d", "TPU_WORKER_ID": "3"}, 4,
-         {"coordinator_address": "10.0.0.2:1234", "num_processes": 4, "process_id": 1}, "JAX_COORDINATOR_ADDRESS"),
-        ({"TPU_WORKER_HOSTNAMES": "t1v-w-0,t1v-w-1,t1v-w-2,t1v-w-3", "TPU_WORKER_ID": "2",
-          "CLUSTER_SPEC": spec({"workerpool0": ["x:2222"]}, "workerpool0", 0)}, 4,
-         {"coordinator_address": "t1v-w-0:8482", "num_processes": 4, "process_id": 2}, "TPU_WORKER_HOSTNAMES"),
-        ({"TPU_PROCESS_ADDRESSES": "10.1.0.5:8476,10.1.0.6:8476", "TPU_WORKER_HOSTNAMES": "h0,h1",
-          "TPU_WORKER_ID": "1", "JAX_COORDINATOR_PORT": "9000"}, 2,
-         {"coordinator_address": "10.1.0.5:9000", "num_processes": 2, "process_id": 1}, "TPU_PROCESS_ADDRESSES"),
-        ({"CLUSTER_SPEC": spec({"workerpool1": ["b:2222", "c:2222", "d:2222"], "workerpool0": ["a:2222"]},
-                               "workerpool1", 1)}, 4,
-         {"coordinator_address": "a:8482", "num_processes": 4, "process_id": 2}, "CLUSTER_SPEC"),
+        (
+            {
+                "JAX_COORDINATOR_ADDRESS": "10.0.0.2:1234",
+                "JAX_NUM_PROCESSES": "4",
+                "JAX_PROCESS_ID": "1",
+                "TPU_WORKER_HOSTNAMES": "a,b,c,d",
+                "TPU_WORKER_ID": "3",
+            },
+            4,
+            {"coordinator_address": "10.0.0.2:1234", "num_processes": 4, "process_id": 1},
+            "JAX_COORDINATOR_ADDRESS",
+        ),
+        (
+            {
+                "TPU_WORKER_HOSTNAMES": "t1v-w-0,t1v-w-1,t1v-w-2,t1v-w-3",
+                "TPU_WORKER_ID": "2",
+                "CLUSTER_SPEC": spec({"workerpool0": ["x:2222"]}, "workerpool0", 0),
+            },
+            4,
+            {"coordinator_address": "t1v-w-0:8482", "num_processes": 4, "process_id": 2},
+            "TPU_WORKER_HOSTNAMES",
+        ),
+        (
+            {
+                "TPU_PROCESS_ADDRESSES": "10.1.0.5:8476,10.1.0.6:8476",
+                "TPU_WORKER_HOSTNAMES": "h0,h1",
+                "TPU_WORKER_ID": "1",
+                "JAX_COORDINATOR_PORT": "9000",
+            },
+            2,
+            {"coordinator_address": "10.1.0.5:9000", "num_processes": 2, "process_id": 1},
+            "TPU_PROCESS_ADDRESSES",
+        ),
+        (
+            {
+                "CLUSTER_SPEC": spec(
+                    {"workerpool1": ["b:2222", "c:2222", "d:2222"], "workerpool0": ["a:2222"]}, "workerpool1", 1
+                )
+            },
+            4,
+            {"coordinator_address": "a:8482", "num_processes": 4, "process_id": 2},
+            "CLUSTER_SPEC",
+        ),
     ],
     ids=["jax-first", "tpu-workers", "process-addresses", "cluster-spec"],
-)  # fmt: skip
+)
 def test_each_launch_source_names_the_coordinator_the_count_and_this_host(env, hosts, launch, source):
     assert process_launch(hosts, env) == ({**launch, "cluster_detection_method": OFF}, source)
 
@@ -56,17 +87,26 @@ def test_without_a_description_of_its_hosts_jax_detects_them_and_one_host_launch
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"TPU_WORKER_HOSTNAMES": "a,b,c"}, "TPU_WORKER_HOSTNAMES names 3 host(s), --hosts is 4: compile for the "
-         "slice this job runs on"),
-        ({"TPU_WORKER_HOSTNAMES": "a,b,c,d"}, "TPU_WORKER_HOSTNAMES is set but TPU_WORKER_ID is not a whole number: "
-         "set it to this host's index in [0, 4)"),
-        ({"TPU_WORKER_HOSTNAMES": "a,b,c,d", "TPU_WORKER_ID": "4"}, "TPU_WORKER_ID 4 must be in [0, 4) for the 4 "
-         "hosts of TPU_WORKER_HOSTNAMES"),
+        (
+            {"TPU_WORKER_HOSTNAMES": "a,b,c"},
+            "TPU_WORKER_HOSTNAMES names 3 host(s), --hosts is 4: compile for the slice this job runs on",
+        ),
+        (
+            {"TPU_WORKER_HOSTNAMES": "a,b,c,d"},
+            "TPU_WORKER_HOSTNAMES is set but TPU_WORKER_ID is not a whole number: "
+            "set it to this host's index in [0, 4)",
+        ),
+        (
+            {"TPU_WORKER_HOSTNAMES": "a,b,c,d", "TPU_WORKER_ID": "4"},
+            "TPU_WORKER_ID 4 must be in [0, 4) for the 4 hosts of TPU_WORKER_HOSTNAMES",
+        ),
         ({"CLUSTER_SPEC": "{not json"}, "CLUSTER_SPEC is not Vertex AI's cluster description (JSONDecodeError: "),
-        ({"CLUSTER_SPEC": json.dumps({"cluster": {"workerpool0": ["a:1"] * 4}})}, "CLUSTER_SPEC is not Vertex AI's "
-         "cluster description (KeyError: 'task')"),
+        (
+            {"CLUSTER_SPEC": json.dumps({"cluster": {"workerpool0": ["a:1"] * 4}})},
+            "CLUSTER_SPEC is not Vertex AI's cluster description (KeyError: 'task')",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_malformed_description_is_one_line(env, message):
     with pytest.raises(UsageError) as raised:
         process_launch(4, env)
@@ -74,14 +114,26 @@ def test_a_malformed_description_is_one_line(env, message):
 
 
 def connect_two(extra: list[dict]) -> list[subprocess.CompletedProcess]:
-    script = ("import json, os\nfrom components.cli import configure_logging\n"
-              "from components.train.placement import connect_processes\nconfigure_logging()\n"
-              "print(json.dumps(connect_processes(2, os.environ)))\n")  # fmt: skip
-    started = [subprocess.Popen([sys.executable, "-c", script], cwd=REPO_ROOT, env=jax_env(**env), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for env in extra]  # fmt: skip
+    script = (
+        "import json, os\nfrom components.cli import configure_logging\n"
+        "from components.train.placement import connect_processes\nconfigure_logging()\n"
+        "print(json.dumps(connect_processes(2, os.environ)))\n"
+    )
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            cwd=REPO_ROOT,
+            env=jax_env(**env),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for env in extra
+    ]
     try:
-        return [subprocess.CompletedProcess(p.args, p.wait(timeout=180), p.stdout.read(), p.stderr.read())
-                for p in started]  # fmt: skip
+        return [
+            subprocess.CompletedProcess(p.args, p.wait(timeout=180), p.stdout.read(), p.stderr.read()) for p in started
+        ]
     finally:
         for process in started:
             process.kill()
@@ -151,7 +203,10 @@ def test_a_follower_that_never_sees_the_chiefs_backup_is_one_line(tmp_path):
     shared = tmp_path / "backup"
     write_backup(shared, b"another run's weights", 7)
     waits = []
-    with pytest.raises(UsageError, match=r"^process 3 sees another backup in .*backup than process 0 settled, after 4 "
-                                         r"reads: the hosts must share the model folder"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=r"^process 3 sees another backup in .*backup than process 0 settled, after 4 "
+        r"reads: the hosts must share the model folder",
+    ):
         copy_chiefs_backup(str(shared), str(tmp_path / "scratch"), 12345, 3, reads=4, wait=waits.append)
     assert len(waits) == 3

@@ -139,8 +139,9 @@ def test_registering_in_a_folder_decides_in_one_json_line_and_says_what_it_did(t
     assert (record["display_name"], record["pipeline_run"], record["source"]) == ("digits", "run-1", first)
     assert FolderRegistry(root).default().number == 1
     # the same trained weights again (a cached train step): skipped, nothing copied, the default unchanged
-    again = json.loads(register_version(fake_export(tmp_path / "b", "1" * 64), "digits", f"{root}/1", root, "run-2",
-                                        None))  # fmt: skip
+    again = json.loads(
+        register_version(fake_export(tmp_path / "b", "1" * 64), "digits", f"{root}/1", root, "run-2", None)
+    )
     reason = "the candidate is the baseline itself (the same trained weights, sha256 111111111111)"
     assert again == {"action": "skipped", "reason": reason, "baseline": f"{root}/1"}
     assert said(caplog) == [f"{reason}: not registered again"]
@@ -162,8 +163,9 @@ def test_an_export_record_is_read_through_its_saved_model_folder_and_empty_when_
     assert default_model_root("gs://bucket/root/run/export", "digits") == "gs://bucket/models/digits"
     with pytest.raises(UsageError) as raised:
         default_model_root(export, "digits")
-    assert str(raised.value) == (f"export {export} is not on Cloud Storage: pass model_root, a gs:// folder for the "
-                                 "models")  # fmt: skip
+    assert str(raised.value) == (
+        f"export {export} is not on Cloud Storage: pass model_root, a gs:// folder for the models"
+    )
 
 
 def test_a_version_keeps_the_statistics_of_the_data_it_learned_from(tmp_path):
@@ -178,8 +180,11 @@ def test_a_version_keeps_the_statistics_of_the_data_it_learned_from(tmp_path):
     (checks / "data_checks.json").write_text("{}")  # this run's verdicts: not the data's statistics
     version = FolderRegistry(str(tmp_path / "registry")).push(str(export), {}, data_statistics=str(checks))
     assert sorted(p.name for p in (tmp_path / "registry" / "1").iterdir()) == [
-        "data_stats.json", "export.json", "near_duplicates.npz", "version.json"
-    ]  # fmt: skip
+        "data_stats.json",
+        "export.json",
+        "near_duplicates.npz",
+        "version.json",
+    ]
     assert (tmp_path / "registry" / "1" / "near_duplicates.npz").read_bytes() == b"keys"
     assert version.record["files"] == 3
     (checks / "near_duplicates.npz").unlink()
@@ -202,8 +207,12 @@ def test_a_version_keeps_its_evaluation_and_the_command_line_passes_it(tmp_path,
     (export / "export.json").write_text("{}")
     (evaluation / "metrics.json").write_text('{"accuracy": 0.5}')
     (evaluation / "report.html").write_text("<html></html>")
-    assert main(["add", "--registry", str(tmp_path / "registry"), "--export", str(export),
-                 "--evaluation", str(evaluation)]) == 0  # fmt: skip
+    assert (
+        main(
+            ["add", "--registry", str(tmp_path / "registry"), "--export", str(export), "--evaluation", str(evaluation)]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["action"] == "registered"
     kept = tmp_path / "registry" / "1"
     assert sorted(p.name for p in kept.iterdir()) == ["export.json", "metrics.json", "version.json"]
@@ -225,13 +234,19 @@ def test_an_unfinished_or_damaged_export_is_never_registered(tmp_path):
     root = str(tmp_path / "registry")
     export = fake_export(tmp_path / "a", "1" * 64)
     os.remove(tmp_path / "a" / "export.json")
-    with pytest.raises(UsageError, match=rf"^export {export} is unfinished: it has no export.json, which the export "
-                       "step writes last; export it again"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=rf"^export {export} is unfinished: it has no export.json, which the export "
+        "step writes last; export it again",
+    ):
         register_version(export, "digits", "", root, "run-1", None)
     write_export_record(export, {"model_digest": "1" * 64})
     (tmp_path / "a" / "saved_model" / "saved_model.pb").write_bytes(b"grap")
-    with pytest.raises(UsageError, match=rf"^export {export} is damaged: saved_model/saved_model.pb is not the file "
-                       r"exported \(4 bytes; exported: 5 bytes, sha256 \w{12}\)"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=rf"^export {export} is damaged: saved_model/saved_model.pb is not the file "
+        r"exported \(4 bytes; exported: 5 bytes, sha256 \w{12}\)",
+    ):
         register_version(export, "digits", "", root, "run-1", None)
     assert not os.path.exists(root)
     (tmp_path / "a" / "saved_model" / "saved_model.pb").write_bytes(b"graph")  # as exported: registered
@@ -266,19 +281,29 @@ def test_runs_that_register_at_once_never_move_the_default_to_a_model_not_compar
         (lost,) = [outcomes[e] for e in exports if e != won]
         version = outcomes[won]["version"]
         was = f"version {baseline.rsplit('/', 1)[-1]}" if baseline else "no model"
-        assert lost == (f"model registry {root}: its default is now version {version}, not the {was} this model "
-                        "was judged against (another run registered meanwhile), so it is not registered: run again "
-                        "to be judged against it")  # fmt: skip
+        assert lost == (
+            f"model registry {root}: its default is now version {version}, not the {was} this model "
+            "was judged against (another run registered meanwhile), so it is not registered: run again "
+            "to be judged against it"
+        )
         registry = FolderRegistry(root)
         assert registry.default().number == version == attempt + 1 and len(registry.versions()) == attempt + 1
         assert read_json(f"{root}/{version}/version.json")["source"] == won
         baseline = registry.default().uri
     # a registration by hand with no baseline is not judged; one against a baseline given outside the registry is
     # the user's comparison, not the registry's
-    assert json.loads(register_version(fake_export(tmp_path / "x", "x" * 64), "digits", "", root, "r", None,
-                                       judged=False))["version"] == 6  # fmt: skip
-    assert json.loads(register_version(fake_export(tmp_path / "y", "y" * 64), "digits", str(tmp_path / "x"), root,
-                                       "r", None))["version"] == 7  # fmt: skip
+    assert (
+        json.loads(
+            register_version(fake_export(tmp_path / "x", "x" * 64), "digits", "", root, "r", None, judged=False)
+        )["version"]
+        == 6
+    )
+    assert (
+        json.loads(
+            register_version(fake_export(tmp_path / "y", "y" * 64), "digits", str(tmp_path / "x"), root, "r", None)
+        )["version"]
+        == 7
+    )
 
 
 def test_a_cloud_storage_registrys_lock_waits_for_its_holder_and_takes_over_a_dead_ones(gcs, monkeypatch, caplog):

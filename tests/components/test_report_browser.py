@@ -48,8 +48,10 @@ def test_the_page_check_sees_a_picture_that_does_not_load_and_a_blank_page(tmp_p
     Image.new("RGB", (8, 8), "red").save(buffer, format="PNG")
     good = "data:image/png;base64," + __import__("base64").b64encode(buffer.getvalue()).decode()
     page = tmp_path / "report.html"
-    page.write_text(f'<!DOCTYPE html><html><body><img src="{good}" alt="fine">'
-                    '<img src="data:image/png;base64,bm90IGEgcGljdHVyZQ==" alt="broken"></body></html>')  # fmt: skip
+    page.write_text(
+        f'<!DOCTYPE html><html><body><img src="{good}" alt="fine">'
+        '<img src="data:image/png;base64,bm90IGEgcGljdHVyZQ==" alt="broken"></body></html>'
+    )
     check = check_page(str(page), browser)
     assert (check["images"], check["loaded"], check["broken"]) == (2, 1, ["broken"])
     page.write_text("<!DOCTYPE html><html><body></body></html>")
@@ -67,10 +69,28 @@ def test_run_local_draws_the_report_into_the_evaluate_steps_artifact(tmp_path, b
 
     work = tmp_path / "work"
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline", "run-local", "--work-dir", str(work), "--demo-per-class", "20",
-         "--image-size", "16", "--epochs", "2", "--min-accuracy", "0", "--screenshot"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "run-local",
+            "--work-dir",
+            str(work),
+            "--demo-per-class",
+            "20",
+            "--image-size",
+            "16",
+            "--epochs",
+            "2",
+            "--min-accuracy",
+            "0",
+            "--screenshot",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     with open(work / "summary.json") as handle:
         summary = json.load(handle)

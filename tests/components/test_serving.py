@@ -110,8 +110,12 @@ def test_the_serving_tensorflow_tokenises_and_answers_texts_as_the_exporting_one
 
     export_dir, _ = exported_text
     saved_model = os.path.join(export_dir, "saved_model")
-    texts = ["A superb, lovely film!<br /><br />Really GOOD.", "Awful... the plot was dull\u00a0and BORING",
-             "ΟΔΟΣ Straße naïve… 😀", ""]  # fmt: skip
+    texts = [
+        "A superb, lovely film!<br /><br />Really GOOD.",
+        "Awful... the plot was dull\u00a0and BORING",
+        "ΟΔΟΣ Straße naïve… 😀",
+        "",
+    ]
     theirs = serve(serving_python, SERVE_TEXT, saved_model, json.dumps(texts))
     ours = tf.saved_model.load(saved_model).signatures["serving_default"](text=tf.constant(texts))
     assert theirs["label"] == [label.decode() for label in ours["label"].numpy()]
@@ -119,8 +123,9 @@ def test_the_serving_tensorflow_tokenises_and_answers_texts_as_the_exporting_one
     np.testing.assert_allclose(theirs["probabilities"], ours["probabilities"].numpy(), atol=1e-5)
 
 
-def test_the_serving_tensorflow_decodes_every_file_a_client_sends_as_the_exporting_one(exported, serving_python,
-                                                                                        tmp_path):  # fmt: skip
+def test_the_serving_tensorflow_decodes_every_file_a_client_sends_as_the_exporting_one(
+    exported, serving_python, tmp_path
+):
     """The decoding corpus (every format, mode, EXIF orientation, alpha, 16-bit, sizes) through the SavedModel in
     the serving TensorFlow: the decoding graph's ops exist there and give the same answers."""
     import tensorflow as tf

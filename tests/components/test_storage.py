@@ -63,7 +63,8 @@ def test_match_finds_locally_what_beams_filesystems_find_with_the_same_sizes_and
         assert {tuple(info) for info in found} == beams(f"{root}/{pattern}"), pattern
         assert all(info.size_in_bytes == len(FILES[info.path[len(root) + 1 :]]) for info in found)
     assert [info.path for info in storage.match(f"{root}/**", limit=2)] == [
-        info.path for info in storage.match(f"{root}/**")][:2]  # fmt: skip
+        info.path for info in storage.match(f"{root}/**")
+    ][:2]
     assert storage.glob(f"{root}/a/*") == [f"{root}/a/.x.jpg", f"{root}/a/1.jpg", f"{root}/a/22.jpg"]
 
 
@@ -80,8 +81,10 @@ def test_match_finds_on_cloud_storage_what_beams_filesystems_find(gcs):
             assert info.last_updated_in_seconds == pytest.approx(beam[info.path][1], abs=1e-3)
 
 
-@pytest.mark.parametrize("pattern", ["a*b?c", "**/x", "[abc]", "[!abc]", "[]a]", "[!]a]", "[^a]", "x[", "a[b", "a.b+",
-                                     "[a-z]*.jpg", "back\\slash[\\]"])  # fmt: skip
+@pytest.mark.parametrize(
+    "pattern",
+    ["a*b?c", "**/x", "[abc]", "[!abc]", "[]a]", "[!]a]", "[^a]", "x[", "a[b", "a.b+", "[a-z]*.jpg", "back\\slash[\\]"],
+)
 def test_patterns_translate_as_beams_do(pattern):
     from apache_beam.io.filesystem import FileSystem
 
@@ -145,8 +148,11 @@ def test_a_storage_outage_in_the_register_step_ends_in_one_line_within_its_deadl
     took = time.monotonic() - started
     assert exited.value.code == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert re.fullmatch(r"error: gs://b/run/export/export.json could not be reached: Cloud Storage did not answer "
-                        r"within 2 s of retries; .*", last), last  # fmt: skip
+    assert re.fullmatch(
+        r"error: gs://b/run/export/export.json could not be reached: Cloud Storage did not answer "
+        r"within 2 s of retries; .*",
+        last,
+    ), last
     assert took < 30  # (no hang: 2 s of retries, not google-cloud-storage's 120)
     # a Vertex AI call that gave up is not Cloud Storage's outage
     from google.api_core.exceptions import RetryError

@@ -102,7 +102,8 @@ def test_an_ngrams_model_saved_whole_loads_back_in_a_fresh_process(tmp_path):
         "folder = sys.argv[1]; model = load_trained_model(folder); "
         "np.save(folder + '/answers.npy', np.asarray(model(np.load(folder + '/ids.npy'))))"
     )
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     np.testing.assert_allclose(np.load(tmp_path / "answers.npy"), np.asarray(model(ids)), rtol=1e-6)

@@ -83,12 +83,16 @@ def test_read_vocabulary_reads_the_file_and_refuses_what_is_not_one(tmp_path):
     missing = tmp_path / "missing.txt"
     with pytest.raises(UsageError) as raised:
         read_vocabulary(str(missing))
-    assert str(raised.value) == (f"{missing} does not exist: a text model needs the vocabulary its examples were "
-                                 "converted with")  # fmt: skip
+    assert str(raised.value) == (
+        f"{missing} does not exist: a text model needs the vocabulary its examples were converted with"
+    )
     other = tmp_path / "other.txt"
     other.write_bytes(b"[UNK]\n\ngood\n")  # the first two lines swapped
-    with pytest.raises(UsageError, match=r"other.txt is not a vocabulary of this pipeline: its first lines must be "
-                                         r"padding \(empty\) and \[UNK\]"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=r"other.txt is not a vocabulary of this pipeline: its first lines must be "
+        r"padding \(empty\) and \[UNK\]",
+    ):
         read_vocabulary(str(other))
 
 

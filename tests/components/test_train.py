@@ -49,8 +49,14 @@ def test_the_default_image_model_is_the_codelab_convnet_with_batch_norm_before_e
     """The codelab's convolutions without their biases, each followed by batch norm (4 numbers a channel: scale,
     offset, moving mean and variance) and then the ReLU."""
     convolutions = ((3, 16, 3), (16, 30, 3), (30, 60, 3), (60, 90, 3), (90, 110, 3), (110, 130, 3), (130, 40, 1))
-    expected = sum(conv_params(kernel, channels, filters, bias=False) + 4 * filters
-                   for channels, filters, kernel in convolutions) + 40 * 5 + 5  # fmt: skip
+    expected = (
+        sum(
+            conv_params(kernel, channels, filters, bias=False) + 4 * filters
+            for channels, filters, kernel in convolutions
+        )
+        + 40 * 5
+        + 5
+    )
     model = build_model(DEFAULT_MODELS["image"], ModelSpec.for_images(192, 5))
     assert model.count_params() == expected
     kinds = [type(layer).__name__ for layer in model.layers]
@@ -268,9 +274,22 @@ def test_two_replicas_split_the_global_batch_and_learn_like_one(converted, train
     examples_dir, _ = converted
     one_replica_dir, _ = trained
     result = run_cli(
-        "components.train", "--examples", examples_dir, "--model-dir", str(tmp_path / "model"), "--cpu-replicas", "2",
-        "--epochs", "12", "--batch-size", "4", "--learning-rate", "0.002", "--model", "codelab_convnet",
-    )  # fmt: skip
+        "components.train",
+        "--examples",
+        examples_dir,
+        "--model-dir",
+        str(tmp_path / "model"),
+        "--cpu-replicas",
+        "2",
+        "--epochs",
+        "12",
+        "--batch-size",
+        "4",
+        "--learning-rate",
+        "0.002",
+        "--model",
+        "codelab_convnet",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "MirroredStrategy over 2 cpu device(s) in 1 process(es)" in result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1])["replicas"] == 2
@@ -290,10 +309,16 @@ def test_xla_compiled_steps_train_on_the_cpu(converted, tmp_path):
     examples_dir, _ = converted
     result = run(
         TrainConfig(
-            examples_dir=examples_dir, model_dir=str(tmp_path), epochs=6, per_replica_batch_size=8,
-            jit_compile=True, steps_per_execution=2, lr_schedule="rampup_exponential", rampup_epochs=1,
+            examples_dir=examples_dir,
+            model_dir=str(tmp_path),
+            epochs=6,
+            per_replica_batch_size=8,
+            jit_compile=True,
+            steps_per_execution=2,
+            lr_schedule="rampup_exponential",
+            rampup_epochs=1,
         )
-    )  # fmt: skip
+    )
     assert result["jit_compile"] and result["steps_per_execution"] == 2
     with open(tmp_path / "history.json") as handle:
         losses = json.load(handle)["history"]["loss"]
@@ -323,10 +348,28 @@ def test_killed_training_resumes_after_the_last_finished_epoch(converted, tmp_pa
     examples_dir, _ = converted
     model_dir, checkpoints = tmp_path / "model", tmp_path / "checkpoints"
     command = [
-        sys.executable, "-m", "components.train", "--examples", examples_dir, "--model-dir", str(model_dir),
-        "--checkpoint-dir", str(checkpoints), "--epochs", "30", "--batch-size", "8", "--precision", "float32",
-        "--backend", backend, "--backup-interval", interval, "--patience", "0",  # (all 30 epochs, never stopping early)
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "components.train",
+        "--examples",
+        examples_dir,
+        "--model-dir",
+        str(model_dir),
+        "--checkpoint-dir",
+        str(checkpoints),
+        "--epochs",
+        "30",
+        "--batch-size",
+        "8",
+        "--precision",
+        "float32",
+        "--backend",
+        backend,
+        "--backup-interval",
+        interval,
+        "--patience",
+        "0",  # (all 30 epochs, never stopping early)
+    ]
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     epoch_log = checkpoints / EPOCH_LOG_FILE
     # killed once this many epochs are backed up: every epoch is, with interval 0; auto backs up the first epoch,
@@ -383,8 +426,19 @@ def test_a_second_training_into_a_checkpoint_folder_in_use_is_refused(converted,
         fcntl.flock(held, fcntl.LOCK_EX)
         held.write("process 4242\n")
         held.flush()
-        result = run_cli("components.train", "--examples", examples_dir, "--model-dir", str(tmp_path / "model"),
-                         "--checkpoint-dir", str(checkpoints), "--epochs", "1", "--batch-size", "8")  # fmt: skip
+        result = run_cli(
+            "components.train",
+            "--examples",
+            examples_dir,
+            "--model-dir",
+            str(tmp_path / "model"),
+            "--checkpoint-dir",
+            str(checkpoints),
+            "--epochs",
+            "1",
+            "--batch-size",
+            "8",
+        )
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: checkpoint dir {checkpoints} is in use by another training (process 4242): wait for it to end or "
@@ -399,8 +453,16 @@ def test_a_truncated_shard_is_one_line_naming_it(converted, tmp_path):
 
     copy, shard = truncated_copy(converted[0], "train", tmp_path)
     with pytest.raises(UsageError) as raised:
-        run(TrainConfig(examples_dir=copy, model_dir=str(tmp_path / "model"), epochs=1, per_replica_batch_size=8,
-                        precision="float32", backend="tensorflow"))  # fmt: skip
+        run(
+            TrainConfig(
+                examples_dir=copy,
+                model_dir=str(tmp_path / "model"),
+                epochs=1,
+                per_replica_batch_size=8,
+                precision="float32",
+                backend="tensorflow",
+            )
+        )
     assert str(raised.value) == (
         f"examples shard {shard} is damaged (truncated record): convert the data again into a new folder"
     )
@@ -419,8 +481,9 @@ def backups_of_two_epochs(checkpoint_dir, saves: int = 2):
         return built
 
     def callback(of):
-        backup = keras.callbacks.BackupAndRestore(str(checkpoint_dir / BACKUP_DIR), delete_checkpoint=False,
-                                                  double_checkpoint=True)  # fmt: skip
+        backup = keras.callbacks.BackupAndRestore(
+            str(checkpoint_dir / BACKUP_DIR), delete_checkpoint=False, double_checkpoint=True
+        )
         backup.set_model(of)
         return backup
 
@@ -491,8 +554,12 @@ def test_records_that_miss_a_feature_name_the_file_and_the_feature(tmp_path):
     with tf.io.TFRecordWriter(str(shard)) as writer:
         feature = {"image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"x"]))}
         writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
-    stats = {"image_size": 16, "num_classes": 2, "class_names": ["a", "b"],
-             "counts": {"train": 64, "validation": 0, "test": 0}}  # fmt: skip
+    stats = {
+        "image_size": 16,
+        "num_classes": 2,
+        "class_names": ["a", "b"],
+        "counts": {"train": 64, "validation": 0, "test": 0},
+    }
     (tmp_path / "stats.json").write_text(json.dumps(stats))
     result = run_cli("components.train", "--examples", str(tmp_path), "--model-dir", str(tmp_path / "m"))
     assert result.returncode == 2
@@ -588,8 +655,9 @@ def test_each_epoch_is_logged_before_it_is_backed_up(tmp_path, monkeypatch):
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(optimizer="adam", loss="mse")
     model.optimizer.build(model.trainable_variables)
-    callbacks = core.training_callbacks(checkpoints, str(tmp_path / "logs"), Placement("tensorflow", "cpu", 1, "x"),
-                                        0.0)  # fmt: skip
+    callbacks = core.training_callbacks(
+        checkpoints, str(tmp_path / "logs"), Placement("tensorflow", "cpu", 1, "x"), 0.0
+    )
     hooks = keras.callbacks.CallbackList(callbacks, model=model, epochs=3, steps=1)
     hooks.on_train_begin()
     for epoch in range(3):
@@ -630,8 +698,9 @@ def test_backups_are_taken_as_often_as_the_interval_says_and_restarts_resume_fro
     model.optimizer.build(model.trainable_variables)
     checkpoints = str(tmp_path / "checkpoints")
     os.makedirs(checkpoints)  # as the train step does before it trains
-    callbacks = core.training_callbacks(checkpoints, str(tmp_path / "logs"), Placement("tensorflow", "cpu", 1, "x"),
-                                        interval)  # fmt: skip
+    callbacks = core.training_callbacks(
+        checkpoints, str(tmp_path / "logs"), Placement("tensorflow", "cpu", 1, "x"), interval
+    )
     hooks = keras.callbacks.CallbackList(callbacks, model=model, epochs=10, steps=1)
     hooks.on_train_begin()
     kept = []

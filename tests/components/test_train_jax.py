@@ -43,15 +43,28 @@ def profile_xla_flags() -> list[str]:
 
 
 def run_train(*args: str, env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "components.train", *args], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "components.train", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def start_all(*runs: tuple[list[str], dict]) -> list[subprocess.CompletedProcess]:
     """Runs several ``components.train`` processes at once (start-up dominates these tiny runs); each must pass."""
     command = [sys.executable, "-m", "components.train"]
-    started = [(args, subprocess.Popen([*command, *args], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True)) for args, env in runs]  # fmt: skip
+    started = [
+        (
+            args,
+            subprocess.Popen(
+                [*command, *args], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            ),
+        )
+        for args, env in runs
+    ]
     results = []
     try:
         for args, process in started:
@@ -141,8 +154,14 @@ def test_learning_rate_schedule_runs_inside_a_compiled_jax_step():
         "step = jax.jit(lambda i: s(i))\n"
         "print(json.dumps([float(step(i)) for i in (0, 15, 30, 45, 50, 500)]))\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=jax_env(KERAS_BACKEND="jax"),
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        env=jax_env(KERAS_BACKEND="jax"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     # ramp 0.001 -> 0.01 over 30 steps, then halved every 10 steps, floored at 0.0001
     expected = [0.001, 0.001 + 0.009 * 15 / 30, 0.01, 0.005, 0.0025, 0.0001]
@@ -159,8 +178,20 @@ def jax_runs(converted, tmp_path_factory):
     root = tmp_path_factory.mktemp("jax")
     # 30 epochs: on two devices the global batch of 16 makes one step per epoch of the 29 training images
     # (--patience 0: every epoch runs, whatever a host's float sums do to a small validation split's loss)
-    common = ["--examples", examples_dir, "--epochs", "30", "--batch-size", "4", "--lr-schedule",
-              "rampup_exponential", "--rampup-epochs", "1", "--patience", "0"]  # fmt: skip
+    common = [
+        "--examples",
+        examples_dir,
+        "--epochs",
+        "30",
+        "--batch-size",
+        "4",
+        "--lr-schedule",
+        "rampup_exponential",
+        "--rampup-epochs",
+        "1",
+        "--patience",
+        "0",
+    ]
     _, two = start_all(
         ([*common, "--backend", "jax"], jax_env(AIP_MODEL_DIR=str(root / "one"))),
         # the issue's recipe: XLA_FLAGS and KERAS_BACKEND in the environment, --backend auto honours the latter; the
@@ -178,7 +209,11 @@ def test_two_devices_shard_the_batch_replicate_the_variables_and_learn(jax_runs)
     _, dirs, result = jax_runs
     config = read(dirs[2] / "model_config.json")
     assert (config["backend"], config["strategy"], config["replicas"], config["processes"]) == (
-        "jax", "DataParallel", 2, 1)  # fmt: skip
+        "jax",
+        "DataParallel",
+        2,
+        1,
+    )
     assert config["backend_reason"] == "KERAS_BACKEND jax"
     assert config["model_name"] == "codelab_convnet.py:build" and config["model"]["kind"] == "file"
     assert config["jit_compile"] is True  # JAX steps are XLA programs
@@ -199,8 +234,9 @@ def test_two_devices_reach_the_held_out_accuracy_of_one(jax_runs, tmp_path):
 
     examples_dir, dirs, _ = jax_runs
     assert read(dirs[1] / "model_config.json")["replicas"] == 1  # written under AIP_MODEL_DIR
-    accuracy = {n: evaluate(EvaluateConfig(examples_dir, str(d), str(tmp_path / str(n))))["accuracy"]
-                for n, d in dirs.items()}  # fmt: skip
+    accuracy = {
+        n: evaluate(EvaluateConfig(examples_dir, str(d), str(tmp_path / str(n))))["accuracy"] for n, d in dirs.items()
+    }
     assert accuracy[1] >= 0.9 and accuracy[2] >= 0.9 and abs(accuracy[1] - accuracy[2]) <= 0.1
 
 
@@ -264,8 +300,15 @@ def free_port() -> int:
 def hosts_of_two(args: list[str], **extra: str) -> list[tuple[list[str], dict]]:
     """The two processes of a 2-host slice on this machine: the same arguments, JAX's coordinator on a free port."""
     port = free_port()
-    return [(args, jax_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
-                           JAX_PROCESS_ID=str(index), **extra)) for index in range(2)]  # fmt: skip
+    return [
+        (
+            args,
+            jax_env(
+                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(index), **extra
+            ),
+        )
+        for index in range(2)
+    ]
 
 
 def preempt(runs: list[tuple[list[str], dict]], checkpoints, epochs: int, logs) -> None:
@@ -349,8 +392,18 @@ def test_two_processes_resume_together_and_train_to_the_weights_of_one(tmp_path)
 def test_a_launch_whose_process_count_is_not_the_slices_is_one_line(tmp_path):
     examples = write_two_file_examples(tmp_path / "examples")
     env = jax_env(JAX_COORDINATOR_ADDRESS="127.0.0.1:1", JAX_NUM_PROCESSES="4", JAX_PROCESS_ID="0")
-    result = run_train("--examples", examples, "--model-dir", str(tmp_path / "m"), "--backend", "jax",
-                       "--hosts", "2", env=env, timeout=120)  # fmt: skip
+    result = run_train(
+        "--examples",
+        examples,
+        "--model-dir",
+        str(tmp_path / "m"),
+        "--backend",
+        "jax",
+        "--hosts",
+        "2",
+        env=env,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "error: JAX_NUM_PROCESSES 4 does not match --hosts 2: start one process per host"
@@ -360,8 +413,17 @@ def test_a_launch_whose_process_count_is_not_the_slices_is_one_line(tmp_path):
 
 def test_tensorflow_cannot_train_on_several_hosts(tmp_path):
     examples = write_two_file_examples(tmp_path / "examples")
-    result = run_cli("components.train", "--examples", examples, "--model-dir", str(tmp_path / "m"), "--backend",
-                     "tensorflow", "--hosts", "2")  # fmt: skip
+    result = run_cli(
+        "components.train",
+        "--examples",
+        examples,
+        "--model-dir",
+        str(tmp_path / "m"),
+        "--backend",
+        "tensorflow",
+        "--hosts",
+        "2",
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "error: --backend tensorflow cannot train over several processes (--hosts 2): TensorFlow here trains on one "
@@ -397,9 +459,14 @@ def test_the_train_steps_callbacks_let_keras_dispatch_the_next_step_before_the_l
         "hooks.on_train_end()\n"
         "print(json.dumps({'callbacks': [type(c).__name__ for c in callbacks], 'on_training_thread': seen}))\n"
     )
-    result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "checkpoints"), str(tmp_path / "logs")],
-                            cwd=REPO_ROOT, env=jax_env(KERAS_BACKEND="jax"), capture_output=True, text=True,
-                            timeout=300)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "checkpoints"), str(tmp_path / "logs")],
+        cwd=REPO_ROOT,
+        env=jax_env(KERAS_BACKEND="jax"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert len(report["callbacks"]) == 3, report

@@ -60,9 +60,13 @@ def test_the_bilstm_the_convolution_and_the_ngrams_train_on_jax_over_two_devices
 
     vocabulary_size = read(tmp_path / "ngrams" / "model_config.json")["vocabulary_size"]
     documents = Counter()
-    texts = [row for tokens, _ in make_dataset(examples, "train", 0, 2, 64, training=False,
-                                               sequence_length=SEQUENCE_LENGTH).as_numpy_iterator()
-             for row in tokens.tolist()]  # fmt: skip
+    texts = [
+        row
+        for tokens, _ in make_dataset(
+            examples, "train", 0, 2, 64, training=False, sequence_length=SEQUENCE_LENGTH
+        ).as_numpy_iterator()
+        for row in tokens.tolist()
+    ]
     for ids in texts:
         words = [i for i in ids if i]
         pairs = [vocabulary_size + (a * vocabulary_size + b) % NGRAM_BUCKETS for a, b in pairwise(words)]

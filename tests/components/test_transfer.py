@@ -36,8 +36,16 @@ def converted32(image_folder, tmp_path_factory) -> tuple[str, dict]:
     from components.convert.core import run as convert
 
     output = str(tmp_path_factory.mktemp("examples32"))
-    stats = convert(ConvertConfig(source=image_folder, output_dir=output, image_size=SIZE, validation_fraction=0.2,
-                                  test_fraction=0.2, pipeline_args=IN_MEMORY))  # fmt: skip
+    stats = convert(
+        ConvertConfig(
+            source=image_folder,
+            output_dir=output,
+            image_size=SIZE,
+            validation_fraction=0.2,
+            test_fraction=0.2,
+            pipeline_args=IN_MEMORY,
+        )
+    )
     return output, stats
 
 
@@ -48,8 +56,19 @@ def backbone_weights(converted32, tmp_path_factory) -> str:
     import keras
 
     model_dir = str(tmp_path_factory.mktemp("scratch"))
-    run(TrainConfig(examples_dir=converted32[0], model_dir=model_dir, model_name=MODEL, weights="none", epochs=1,
-                    per_replica_batch_size=8, backend="tensorflow", precision="float32"), env={})  # fmt: skip
+    run(
+        TrainConfig(
+            examples_dir=converted32[0],
+            model_dir=model_dir,
+            model_name=MODEL,
+            weights="none",
+            epochs=1,
+            per_replica_batch_size=8,
+            backend="tensorflow",
+            precision="float32",
+        ),
+        env={},
+    )
     model = keras.models.load_model(os.path.join(model_dir, "model.keras"), compile=False)
     path = os.path.join(model_dir, "backbone.weights.h5")
     backbone_of(model).save_weights(path)
@@ -60,15 +79,28 @@ def layer_weights(layer) -> list[np.ndarray]:
     return [np.array(weight) for weight in layer.weights]
 
 
-def test_fine_tuning_trains_the_head_then_the_top_blocks_and_never_the_batch_norm(converted32, backbone_weights,
-                                                                                  tmp_path, caplog):  # fmt: skip
+def test_fine_tuning_trains_the_head_then_the_top_blocks_and_never_the_batch_norm(
+    converted32, backbone_weights, tmp_path, caplog
+):
     import keras
 
     caplog.set_level("INFO", logger="components.train.core")
     model_dir = str(tmp_path / "model")
-    result = run(TrainConfig(examples_dir=converted32[0], model_dir=model_dir, model_name=MODEL,
-                             weights=backbone_weights, epochs=2, fine_tune_epochs=2, fine_tune_blocks=2,
-                             per_replica_batch_size=8, backend="tensorflow", precision="float32"), env={})  # fmt: skip
+    result = run(
+        TrainConfig(
+            examples_dir=converted32[0],
+            model_dir=model_dir,
+            model_name=MODEL,
+            weights=backbone_weights,
+            epochs=2,
+            fine_tune_epochs=2,
+            fine_tune_blocks=2,
+            per_replica_batch_size=8,
+            backend="tensorflow",
+            precision="float32",
+        ),
+        env={},
+    )
     assert result["epochs_trained"] == 4
     with open(os.path.join(model_dir, "history.json")) as handle:
         assert len(json.load(handle)["history"]["loss"]) == 4  # both phases' epochs, one curve
@@ -78,17 +110,25 @@ def test_fine_tuning_trains_the_head_then_the_top_blocks_and_never_the_batch_nor
     ]
     # MobileNetV3-Small's top two blocks, by their layers' names: its last expanded convolution and conv_1
     top = re.compile(r"(expanded_conv_10|conv_1)(_|$)")
-    reference = keras.applications.MobileNetV3Small(include_top=False, weights=None, input_shape=(SIZE, SIZE, 3),
-                                                    pooling="avg")  # fmt: skip
+    reference = keras.applications.MobileNetV3Small(
+        include_top=False, weights=None, input_shape=(SIZE, SIZE, 3), pooling="avg"
+    )
     reference.load_weights(backbone_weights)
-    learners = [layer for layer in reference.layers
-                if top.match(layer.name) and not isinstance(layer, keras.layers.BatchNormalization)]  # fmt: skip
+    learners = [
+        layer
+        for layer in reference.layers
+        if top.match(layer.name) and not isinstance(layer, keras.layers.BatchNormalization)
+    ]
     unfrozen = sum(weight.size for layer in learners for weight in layer_weights(layer))
     with open(os.path.join(model_dir, "model_config.json")) as handle:
         config = json.load(handle)
     assert (config["weights"], config["head_epochs"]) == (backbone_weights, 2)
-    assert config["fine_tune"] == {"epochs": 2, "blocks": 2, "learning_rate": pytest.approx(0.0002),
-                                   "trainable_backbone_weights": unfrozen}  # fmt: skip
+    assert config["fine_tune"] == {
+        "epochs": 2,
+        "blocks": 2,
+        "learning_rate": pytest.approx(0.0002),
+        "trainable_backbone_weights": unfrozen,
+    }
     trained = backbone_of(keras.models.load_model(os.path.join(model_dir, "model.keras"), compile=False))
     changed = set()
     for before, after in zip(reference.layers, trained.layers, strict=True):
@@ -104,11 +144,23 @@ def test_head_only_leaves_the_whole_backbone_as_loaded(converted32, backbone_wei
     import keras
 
     model_dir = str(tmp_path / "model")
-    run(TrainConfig(examples_dir=converted32[0], model_dir=model_dir, model_name=MODEL, weights=backbone_weights,
-                    epochs=2, fine_tune_epochs=0, per_replica_batch_size=8, backend="tensorflow",
-                    precision="float32"), env={})  # fmt: skip
-    reference = keras.applications.MobileNetV3Small(include_top=False, weights=None, input_shape=(SIZE, SIZE, 3),
-                                                    pooling="avg")  # fmt: skip
+    run(
+        TrainConfig(
+            examples_dir=converted32[0],
+            model_dir=model_dir,
+            model_name=MODEL,
+            weights=backbone_weights,
+            epochs=2,
+            fine_tune_epochs=0,
+            per_replica_batch_size=8,
+            backend="tensorflow",
+            precision="float32",
+        ),
+        env={},
+    )
+    reference = keras.applications.MobileNetV3Small(
+        include_top=False, weights=None, input_shape=(SIZE, SIZE, 3), pooling="avg"
+    )
     reference.load_weights(backbone_weights)
     trained = backbone_of(keras.models.load_model(os.path.join(model_dir, "model.keras"), compile=False))
     for before, after in zip(reference.weights, trained.weights, strict=True):
@@ -119,21 +171,48 @@ def test_head_only_leaves_the_whole_backbone_as_loaded(converted32, backbone_wei
     from components.evaluate.core import EvaluateConfig
     from components.evaluate.core import run as evaluate
 
-    result = evaluate(EvaluateConfig(examples_dir=converted32[0], model_dir=model_dir, output_dir=str(tmp_path / "e"),
-                                     min_accuracy=0.0))  # fmt: skip
+    result = evaluate(
+        EvaluateConfig(
+            examples_dir=converted32[0], model_dir=model_dir, output_dir=str(tmp_path / "e"), min_accuracy=0.0
+        )
+    )
     with open(result["report_html"]) as handle:
         assert f"<td>{backbone_weights} weights: 2 epochs of its head, the backbone frozen</td>" in handle.read()
 
 
-def test_a_kill_while_fine_tuning_resumes_there_without_training_the_head_again(converted32, backbone_weights,
-                                                                                 tmp_path):  # fmt: skip
+def test_a_kill_while_fine_tuning_resumes_there_without_training_the_head_again(
+    converted32, backbone_weights, tmp_path
+):
     model_dir, checkpoints = tmp_path / "model", tmp_path / "checkpoints"
     command = [
-        sys.executable, "-m", "components.train", "--examples", converted32[0], "--model-dir", str(model_dir),
-        "--checkpoint-dir", str(checkpoints), "--model", MODEL, "--weights", backbone_weights, "--epochs", "2",
-        "--fine-tune-epochs", "8", "--batch-size", "8", "--precision", "float32", "--backend", "tensorflow",
-        "--backup-interval", "0", "--patience", "0",  # (every epoch trained: none stops it early)
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "components.train",
+        "--examples",
+        converted32[0],
+        "--model-dir",
+        str(model_dir),
+        "--checkpoint-dir",
+        str(checkpoints),
+        "--model",
+        MODEL,
+        "--weights",
+        backbone_weights,
+        "--epochs",
+        "2",
+        "--fine-tune-epochs",
+        "8",
+        "--batch-size",
+        "8",
+        "--precision",
+        "float32",
+        "--backend",
+        "tensorflow",
+        "--backup-interval",
+        "0",
+        "--patience",
+        "0",  # (every epoch trained: none stops it early)
+    ]
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     try:
@@ -160,17 +239,37 @@ def test_a_kill_while_fine_tuning_resumes_there_without_training_the_head_again(
     assert not checkpoints.exists() or not os.listdir(checkpoints)  # a finished run leaves no backup behind
 
 
-def test_the_jax_path_fine_tunes_over_two_devices_in_bfloat16_and_exports_with_parity(converted32, backbone_weights,
-                                                                                     tmp_path):  # fmt: skip
+def test_the_jax_path_fine_tunes_over_two_devices_in_bfloat16_and_exports_with_parity(
+    converted32, backbone_weights, tmp_path
+):
     from components.export.core import ExportConfig
     from components.export.core import run as export
     from tests.components.test_train_jax import TWO_DEVICES, jax_env, run_train
 
     model_dir = str(tmp_path / "model")
-    trained = run_train("--examples", converted32[0], "--model-dir", model_dir, "--model", MODEL, "--weights",
-                        backbone_weights, "--epochs", "1", "--fine-tune-epochs", "1", "--batch-size", "8",
-                        "--backend", "jax", "--cpu-replicas", "2", "--precision", "mixed_bfloat16",
-                        env=jax_env(XLA_FLAGS=TWO_DEVICES))  # fmt: skip
+    trained = run_train(
+        "--examples",
+        converted32[0],
+        "--model-dir",
+        model_dir,
+        "--model",
+        MODEL,
+        "--weights",
+        backbone_weights,
+        "--epochs",
+        "1",
+        "--fine-tune-epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--backend",
+        "jax",
+        "--cpu-replicas",
+        "2",
+        "--precision",
+        "mixed_bfloat16",
+        env=jax_env(XLA_FLAGS=TWO_DEVICES),
+    )
     assert trained.returncode == 0, trained.stderr[-3000:]
     with open(os.path.join(model_dir, "model_config.json")) as handle:
         config = json.load(handle)
@@ -226,8 +325,9 @@ def test_imagenet_weights_are_downloaded_once_into_the_cache_on_gcs(gcs, backbon
     threading.Thread(target=server.serve_forever, daemon=True).start()
     origin = f"http://127.0.0.1:{server.server_address[1]}/{name}"
     spec = BACKBONES[MODEL]
-    monkeypatch.setitem(BACKBONES, MODEL, Backbone(spec.application, spec.takes, spec.block,
-                                                   (origin, hashlib.md5(content).hexdigest())))  # fmt: skip
+    monkeypatch.setitem(
+        BACKBONES, MODEL, Backbone(spec.application, spec.takes, spec.block, (origin, hashlib.md5(content).hexdigest()))
+    )
     cache = f"gs://{BUCKET}/root/keras-weights"
     try:
         first = weights_file("imagenet", MODEL, cache)
@@ -241,8 +341,9 @@ def test_imagenet_weights_are_downloaded_once_into_the_cache_on_gcs(gcs, backbon
     assert again != first
     with open(again, "rb") as handle:
         assert handle.read() == content
-    model = keras.applications.MobileNetV3Small(include_top=False, weights=None, input_shape=(SIZE, SIZE, 3),
-                                                pooling="avg")  # fmt: skip
+    model = keras.applications.MobileNetV3Small(
+        include_top=False, weights=None, input_shape=(SIZE, SIZE, 3), pooling="avg"
+    )
     model.load_weights(again)
 
 
@@ -256,8 +357,9 @@ def test_imagenet_out_of_reach_is_one_line_naming_the_way_out(monkeypatch, tmp_p
     with pytest.raises(UsageError) as refused:
         weights_file("imagenet", MODEL, str(tmp_path / "cache"))
     message = str(refused.value)
-    assert message.startswith(f"--weights imagenet: the ImageNet weights of {MODEL} could not be downloaded from "
-                              f"{origin} (")  # fmt: skip
+    assert message.startswith(
+        f"--weights imagenet: the ImageNet weights of {MODEL} could not be downloaded from {origin} ("
+    )
     assert message.endswith("pass --weights PATH (local or gs://), or --weights none") and "\n" not in message
 
 
@@ -267,28 +369,46 @@ def test_the_imagenet_table_is_keras_applications_own():
     from keras.src.applications import efficientnet_v2, mobilenet_v3, xception
 
     expected = {
-        "mobilenet_v3_small": (f"{mobilenet_v3.BASE_WEIGHT_PATH}weights_mobilenet_v3_small_224_1.0_float_no_top_v2.h5",
-                               mobilenet_v3.WEIGHTS_HASHES["small_224_1.0_float"][1]),
-        "mobilenet_v3_large": (f"{mobilenet_v3.BASE_WEIGHT_PATH}weights_mobilenet_v3_large_224_1.0_float_no_top_v2.h5",
-                               mobilenet_v3.WEIGHTS_HASHES["large_224_1.0_float"][1]),
-        "efficientnet_v2_b0": (f"{efficientnet_v2.BASE_WEIGHTS_PATH}efficientnetv2-b0_notop.h5",
-                               efficientnet_v2.WEIGHTS_HASHES["b0"][1]),
+        "mobilenet_v3_small": (
+            f"{mobilenet_v3.BASE_WEIGHT_PATH}weights_mobilenet_v3_small_224_1.0_float_no_top_v2.h5",
+            mobilenet_v3.WEIGHTS_HASHES["small_224_1.0_float"][1],
+        ),
+        "mobilenet_v3_large": (
+            f"{mobilenet_v3.BASE_WEIGHT_PATH}weights_mobilenet_v3_large_224_1.0_float_no_top_v2.h5",
+            mobilenet_v3.WEIGHTS_HASHES["large_224_1.0_float"][1],
+        ),
+        "efficientnet_v2_b0": (
+            f"{efficientnet_v2.BASE_WEIGHTS_PATH}efficientnetv2-b0_notop.h5",
+            efficientnet_v2.WEIGHTS_HASHES["b0"][1],
+        ),
         "xception": (xception.WEIGHTS_PATH_NO_TOP, "b0042744bf5b25fce3cb969f33bebb97"),
-    }  # fmt: skip
+    }
     assert {name: spec.imagenet for name, spec in BACKBONES.items()} == expected
 
 
 def test_weights_that_do_not_fit_are_one_line(converted32, backbone_weights, tmp_path):
     def train(**options):
-        return run(TrainConfig(examples_dir=converted32[0], model_dir=str(tmp_path / "m"), epochs=1,
-                               per_replica_batch_size=8, backend="tensorflow", **options), env={})  # fmt: skip
+        return run(
+            TrainConfig(
+                examples_dir=converted32[0],
+                model_dir=str(tmp_path / "m"),
+                epochs=1,
+                per_replica_batch_size=8,
+                backend="tensorflow",
+                **options,
+            ),
+            env={},
+        )
 
     with pytest.raises(UsageError, match=r"^--weights imagenet: codelab_convnet is trained from scratch; pretrained"):
         train(model_name="codelab_convnet", weights="imagenet")
     with pytest.raises(UsageError, match=r"^--weights /nowhere/w.h5: no such file; give the backbone's weights"):
         train(model_name=MODEL, weights="/nowhere/w.h5")
-    with pytest.raises(UsageError, match=rf"^--weights {re.escape(backbone_weights)}: not the weights of "
-                                         r"mobilenet_v3_large's backbone"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=rf"^--weights {re.escape(backbone_weights)}: not the weights of "
+        r"mobilenet_v3_large's backbone",
+    ):
         train(model_name="mobilenet_v3_large", weights=backbone_weights)
     with pytest.raises(UsageError, match=r"^--image-size 32 is too small for xception, which needs 71 or more"):
         check_image_size(load("xception"), 32)
@@ -298,10 +418,18 @@ def test_the_run_local_summary_says_where_a_backbones_weights_came_from_and_its_
     from pipeline.local.summary import model_line
 
     common = {"learning_rate": 0.002, "lr_schedule": "constant", "global_batch_size": 32}
-    tuned = {"model_name": MODEL, "epochs": 5, "weights": "imagenet", "head_epochs": 5,
-             "fine_tune": {"epochs": 10, "blocks": 3, "learning_rate": 0.0002}, **common}  # fmt: skip
-    assert model_line(tuned) == (f"{MODEL} from imagenet weights, 5 epochs of its head then 10 fine-tuning its top 3 "
-                                 "blocks, learning rate 0.002 (constant), batch 32")  # fmt: skip
+    tuned = {
+        "model_name": MODEL,
+        "epochs": 5,
+        "weights": "imagenet",
+        "head_epochs": 5,
+        "fine_tune": {"epochs": 10, "blocks": 3, "learning_rate": 0.0002},
+        **common,
+    }
+    assert model_line(tuned) == (
+        f"{MODEL} from imagenet weights, 5 epochs of its head then 10 fine-tuning its top 3 "
+        "blocks, learning rate 0.002 (constant), batch 32"
+    )
     head_only = {**tuned, "fine_tune": None}
     assert model_line(head_only).startswith(f"{MODEL} from imagenet weights, 5 epochs of its head, learning rate")
     scratch = {"model_name": MODEL, "epochs": 15, "weights": "none", **common}
@@ -311,11 +439,16 @@ def test_the_run_local_summary_says_where_a_backbones_weights_came_from_and_its_
 def test_the_report_says_where_a_backbones_weights_came_from_and_its_two_phases():
     from components.evaluate.report import run_facts
 
-    training = {"weights": "gs://b/w.weights.h5", "head_epochs": 5,
-                "fine_tune": {"epochs": 10, "blocks": 3, "learning_rate": 0.0002}}  # fmt: skip
+    training = {
+        "weights": "gs://b/w.weights.h5",
+        "head_epochs": 5,
+        "fine_tune": {"epochs": 10, "blocks": 3, "learning_rate": 0.0002},
+    }
     rows = run_facts({"model_name": MODEL, "training": training}, {"epochs": 15})
-    assert ("<tr><td>pretrained</td><td>gs://b/w.weights.h5 weights: 5 epochs of its head, the backbone frozen, "
-            "then 10 fine-tuning its top 3 blocks at learning rate 0.0002</td></tr>") in rows  # fmt: skip
+    assert (
+        "<tr><td>pretrained</td><td>gs://b/w.weights.h5 weights: 5 epochs of its head, the backbone frozen, "
+        "then 10 fine-tuning its top 3 blocks at learning rate 0.0002</td></tr>"
+    ) in rows
     assert "pretrained" not in run_facts({"model_name": "codelab_convnet_bn", "training": {}}, {"epochs": 15})
 
 
@@ -328,7 +461,12 @@ def test_an_interrupted_fine_tuning_is_said_to_stop_at_its_epoch_of_both_phases(
         (tmp_path / folder).mkdir()
         (tmp_path / folder / BACKUP_METADATA).write_text(json.dumps({"epoch": epoch}))
     assert (epochs_kept(str(tmp_path)), epochs_kept(str(tmp_path), BACKUP_DIR)) == (7, 5)
-    spec = {"root": {"inputDefinitions": {"parameters": {"epochs": {"defaultValue": 5},
-                                                         "fine_tune_epochs": {"defaultValue": 10}}}}}  # fmt: skip
+    spec = {
+        "root": {
+            "inputDefinitions": {
+                "parameters": {"epochs": {"defaultValue": 5}, "fine_tune_epochs": {"defaultValue": 10}}
+            }
+        }
+    }
     assert epochs_done(str(tmp_path), {}, spec) == " (after epoch 7 of 15)"
     assert epochs_done(str(tmp_path), {"epochs": 8}, spec) == " (after epoch 7 of 8)"  # still its head

@@ -43,8 +43,9 @@ def python_in(name: str, code: str, **kwargs) -> subprocess.CompletedProcess:
 
 
 def distributions(name: str) -> list[str]:
-    code = ("import importlib.metadata as m, json; "
-            "print(json.dumps(sorted(d.metadata['Name'] for d in m.distributions())))")  # fmt: skip
+    code = (
+        "import importlib.metadata as m, json; print(json.dumps(sorted(d.metadata['Name'] for d in m.distributions())))"
+    )
     result = python_in(name, code)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -66,8 +67,19 @@ def built():
 def test_the_cpu_image_converts_images_and_carries_no_cuda_or_tpu_runtime(tmp_path):
     source = write_image_folder(tmp_path / "images", per_class=4)
     output = tmp_path / "examples"
-    result = run_in("pipeline", "python", "-m", "components.convert", "--source", source, "--output", str(output),
-                    "--image-size", "16", folders=[str(tmp_path)])  # fmt: skip
+    result = run_in(
+        "pipeline",
+        "python",
+        "-m",
+        "components.convert",
+        "--source",
+        source,
+        "--output",
+        str(output),
+        "--image-size",
+        "16",
+        folders=[str(tmp_path)],
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     with open(output / "stats.json") as handle:
         stats = json.load(handle)
@@ -87,8 +99,9 @@ def test_the_light_image_fingerprints_a_source_as_here_and_holds_neither_tensorf
     from components.convert.listing import source_fingerprint
 
     source = write_image_folder(tmp_path / "images", per_class=2)
-    result = run_in("light", "python", "-m", "components.convert.fingerprint", "--source", source,
-                    folders=[str(tmp_path)])  # fmt: skip
+    result = run_in(
+        "light", "python", "-m", "components.convert.fingerprint", "--source", source, folders=[str(tmp_path)]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout) == {"source": source, "fingerprint": source_fingerprint(source)}
     installed = {name.lower().replace("_", "-") for name in distributions("light")}
@@ -98,14 +111,30 @@ def test_the_light_image_fingerprints_a_source_as_here_and_holds_neither_tensorf
 
 def test_the_tpu_trainer_finds_libtpu_and_trains_a_step_on_jax_without_a_tpu(converted, tmp_path):
     examples_dir, _ = converted
-    found = python_in("train-tpu", "import jax, libtpu, os; path = libtpu.get_library_path(); "
-                                   "print(jax.__version__, os.path.isfile(path), path)")  # fmt: skip
+    found = python_in(
+        "train-tpu",
+        "import jax, libtpu, os; path = libtpu.get_library_path(); print(jax.__version__, os.path.isfile(path), path)",
+    )
     assert found.returncode == 0, found.stderr[-3000:]
     version, exists, path = found.stdout.split()
     assert (version, exists) == ("0.10.2", "True") and path.endswith(".so")
-    trained = run_in("train-tpu", "python", "-m", "components.train", "--examples", examples_dir, "--model-dir",
-                     str(tmp_path / "model"), "--epochs", "1", "--batch-size", "8", "--backend", "jax",
-                     folders=[examples_dir, str(tmp_path)])  # fmt: skip
+    trained = run_in(
+        "train-tpu",
+        "python",
+        "-m",
+        "components.train",
+        "--examples",
+        examples_dir,
+        "--model-dir",
+        str(tmp_path / "model"),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--backend",
+        "jax",
+        folders=[examples_dir, str(tmp_path)],
+    )
     assert trained.returncode == 0, trained.stderr[-3000:]
     with open(tmp_path / "model" / "model_config.json") as handle:
         config = json.load(handle)
@@ -114,9 +143,11 @@ def test_the_tpu_trainer_finds_libtpu_and_trains_a_step_on_jax_without_a_tpu(con
 
 def test_the_gpu_trainer_has_tensorflows_cuda_build_and_trains_on_the_cpu_without_a_gpu(converted, tmp_path):
     examples_dir, _ = converted
-    code = ("import json, tensorflow as tf; info = tf.sysconfig.get_build_info(); "
-            "gpus = tf.config.list_physical_devices('GPU'); "
-            "print(json.dumps([info['is_cuda_build'], info['cuda_version'], len(gpus)]))")  # fmt: skip
+    code = (
+        "import json, tensorflow as tf; info = tf.sysconfig.get_build_info(); "
+        "gpus = tf.config.list_physical_devices('GPU'); "
+        "print(json.dumps([info['is_cuda_build'], info['cuda_version'], len(gpus)]))"
+    )
     found = python_in("train-gpu", code)
     assert found.returncode == 0, found.stderr[-3000:]
     is_cuda_build, cuda_version, gpus = json.loads(found.stdout.strip().splitlines()[-1])
@@ -124,9 +155,21 @@ def test_the_gpu_trainer_has_tensorflows_cuda_build_and_trains_on_the_cpu_withou
     installed = distributions("train-gpu")
     assert any(name.startswith("nvidia-cudnn") for name in installed)
     assert tensorflows(installed) == ["tensorflow"]  # one build
-    trained = run_in("train-gpu", "python", "-m", "components.train", "--examples", examples_dir, "--model-dir",
-                     str(tmp_path / "model"), "--epochs", "1", "--batch-size", "8",
-                     folders=[examples_dir, str(tmp_path)])  # fmt: skip
+    trained = run_in(
+        "train-gpu",
+        "python",
+        "-m",
+        "components.train",
+        "--examples",
+        examples_dir,
+        "--model-dir",
+        str(tmp_path / "model"),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        folders=[examples_dir, str(tmp_path)],
+    )
     assert trained.returncode == 0, trained.stderr[-3000:]
     with open(tmp_path / "model" / "model_config.json") as handle:
         assert json.load(handle)["accelerator"] == "cpu"
@@ -136,8 +179,9 @@ def test_the_beam_worker_layer_installs_the_lock_into_plain_python_and_keeps_the
     """Beam's SDK image cannot be pulled here: the layer this project adds is built on a plain Python 3.11 image
     (``beam-worker-layer``), where the lock's Beam and this project must import; the Dockerfile must leave the base
     image's entrypoint (/opt/apache/beam/boot, which Dataflow requires) alone."""
-    found = python_in("beam-worker-layer", "import apache_beam, components.convert.core, pipeline; "
-                                           "print(apache_beam.__version__)")  # fmt: skip
+    found = python_in(
+        "beam-worker-layer", "import apache_beam, components.convert.core, pipeline; print(apache_beam.__version__)"
+    )
     assert found.returncode == 0, found.stderr[-3000:]
     assert found.stdout.strip() == "2.77.0"
     with open(os.path.join(REPO_ROOT, "containers", "beam-worker", "Dockerfile")) as handle:
@@ -148,8 +192,18 @@ def test_the_beam_worker_layer_installs_the_lock_into_plain_python_and_keeps_the
 def test_an_output_the_images_user_cannot_write_is_one_line_naming_it_and_the_user(tmp_path):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o755)  # the invoking user's (root here); uid 65534 cannot write it
-    result = run_in("pipeline", "python", "-m", "components.convert", "--source", str(tmp_path), "--output",
-                    str(locked / "examples"), folders=[str(tmp_path)], user=("--user", "65534:65534"))  # fmt: skip
+    result = run_in(
+        "pipeline",
+        "python",
+        "-m",
+        "components.convert",
+        "--source",
+        str(tmp_path),
+        "--output",
+        str(locked / "examples"),
+        folders=[str(tmp_path)],
+        user=("--user", "65534:65534"),
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: --output {locked}/examples cannot be written by user nobody (uid 65534)"), last
@@ -172,12 +226,29 @@ def both_runners(tmp_path_factory):
     root = tmp_path_factory.mktemp("runners")
     started = {
         runner: subprocess.Popen(
-            [sys.executable, "-m", "pipeline", "run-local", "--work-dir", str(root / runner), "--runner", runner,
-             "--image-registry", IMAGES.registry, "--image-tag", IMAGES.tag, "--registry", str(root / f"{runner}-reg")],
-            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "pipeline",
+                "run-local",
+                "--work-dir",
+                str(root / runner),
+                "--runner",
+                runner,
+                "--image-registry",
+                IMAGES.registry,
+                "--image-tag",
+                IMAGES.tag,
+                "--registry",
+                str(root / f"{runner}-reg"),
+            ],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for runner in ("docker", "subprocess")
-    }  # fmt: skip
+    }
     runs = {}
     for runner, process in started.items():
         stdout, stderr = process.communicate(timeout=1800)
@@ -193,15 +264,22 @@ def test_the_whole_dag_runs_in_its_images_with_the_results_of_the_subprocess_run
     for key in ("counts", "class_names", "quarantined", "blessed"):  # (the fingerprint names each work dir)
         assert docker_run[key] == subprocess_run[key], key
     assert docker_run["test_accuracy"] >= DEMO_ACCURACY_BAR and subprocess_run["test_accuracy"] >= DEMO_ACCURACY_BAR
-    assert sorted(docker_run["formats"]) == sorted(subprocess_run["formats"]) == ["saved_model", "tflite_float",
-                                                                                 "tflite_int8"]  # fmt: skip
+    assert (
+        sorted(docker_run["formats"])
+        == sorted(subprocess_run["formats"])
+        == ["saved_model", "tflite_float", "tflite_int8"]
+    )
     assert docker_run["export_agreement"] >= demo_export_agreement_floor(docker_run["training"]["precision"])
     # each step in the image pipeline.yaml gives it: the TPU trainer for train (v5e-4, which trains on the CPU here),
     # the light image for fingerprint, find the baseline and register, the pipeline image for convert, check data,
     # evaluate and export
     used = re.findall(r"Found image '([^']+)'", (work_dir / "run.log").read_text())
-    assert (used.count(IMAGES.uri("train-tpu")), used.count(IMAGES.uri("light")), used.count(IMAGES.uri("pipeline")),
-            len(used)) == (1, 3, 4, 8)  # fmt: skip
+    assert (
+        used.count(IMAGES.uri("train-tpu")),
+        used.count(IMAGES.uri("light")),
+        used.count(IMAGES.uri("pipeline")),
+        len(used),
+    ) == (1, 3, 4, 8)
     assert docker_run["registry"]["action"] == subprocess_run["registry"]["action"] == "registered"
     assert docker_run["registry"]["version"] == subprocess_run["registry"]["version"] == 1
     assert os.stat(docker_run["export_json"]).st_uid == os.getuid()
@@ -210,8 +288,9 @@ def test_the_whole_dag_runs_in_its_images_with_the_results_of_the_subprocess_run
 def test_run_local_in_docker_with_an_image_that_is_not_built_is_one_line(tmp_path):
     from tests.conftest import run_cli
 
-    result = run_cli("pipeline", "run-local", "--work-dir", str(tmp_path / "work"), "--runner", "docker",
-                     "--image-tag", "not-built")  # fmt: skip
+    result = run_cli(
+        "pipeline", "run-local", "--work-dir", str(tmp_path / "work"), "--runner", "docker", "--image-tag", "not-built"
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: --runner docker: image {IMAGES.registry}/pipeline:not-built is not here: build it with `make images` "

@@ -51,9 +51,16 @@ def vertex(gcs, template, monkeypatch, tmp_path):
     config = tmp_path / "vertex.yaml"
     config.write_text("retry_initial: 0.05\nretry_timeout: 2\n")
     fake.args = [
-        "--config", str(config), "--project", "demo-project", "--region", "europe-west4",
-        "--api-endpoint", fake.url, "--anonymous",
-    ]  # fmt: skip
+        "--config",
+        str(config),
+        "--project",
+        "demo-project",
+        "--region",
+        "europe-west4",
+        "--api-endpoint",
+        fake.url,
+        "--anonymous",
+    ]
     fake.job_args = [
         *fake.args,
         "--template",

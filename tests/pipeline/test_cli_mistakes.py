@@ -25,9 +25,11 @@ def test_zero_is_refused_not_taken_for_the_default(tmp_path, flag, value, messag
     assert not (tmp_path / "work").exists()
 
 
-IMAGE_SIZE_MISTAKES = [("0", "0 is too small: use 8 or more, or auto"),
-                       ("100000", "100000 is too large: use 1024 or less, or auto"),  # (30 GB an image, decoded)
-                       ("big", "'big' is not a size: use auto or a number of pixels")]  # fmt: skip
+IMAGE_SIZE_MISTAKES = [
+    ("0", "0 is too small: use 8 or more, or auto"),
+    ("100000", "100000 is too large: use 1024 or less, or auto"),  # (30 GB an image, decoded)
+    ("big", "'big' is not a size: use auto or a number of pixels"),
+]
 
 
 @pytest.mark.parametrize("value, message", IMAGE_SIZE_MISTAKES)
@@ -59,8 +61,21 @@ def test_convert_refuses_a_mistyped_flag_instead_of_converting_at_the_default(tm
         convert(["--source", image_folder, "--output", str(tmp_path / "out"), "--image-sise", "32"])
     assert not (tmp_path / "out").exists()
     # Beam's own options still pass (here the direct runner's)
-    assert convert(["--source", image_folder, "--output", str(tmp_path / "ok"), "--image-size", "8",
-                    "--direct_num_workers=1", "--direct_running_mode=in_memory"]) == 0  # fmt: skip
+    assert (
+        convert(
+            [
+                "--source",
+                image_folder,
+                "--output",
+                str(tmp_path / "ok"),
+                "--image-size",
+                "8",
+                "--direct_num_workers=1",
+                "--direct_running_mode=in_memory",
+            ]
+        )
+        == 0
+    )
 
 
 @pytest.mark.parametrize(
@@ -83,15 +98,27 @@ def test_an_unknown_flag_gets_its_subcommands_usage(capsys, argv, usage):
     "module, argv, mistake, usage",
     [
         ("pipeline", ["run-local"], ["--epoch", "3"], "python -m pipeline run-local"),
-        ("pipeline", ["schedule", "create", "--cron", "0 3 * * 1"], ["--max-run", "2"],
-         "python -m pipeline schedule create"),
+        (
+            "pipeline",
+            ["schedule", "create", "--cron", "0 3 * * 1"],
+            ["--max-run", "2"],
+            "python -m pipeline schedule create",
+        ),
         ("components.train", ["--examples", "e"], ["--epoch", "3"], "python -m components.train"),
-        ("components.evaluate", ["--model-dir", "m", "--examples", "e", "--output", "o"], ["--min-acc", "0.5"],
-         "python -m components.evaluate"),
-        ("components.export", ["--model-dir", "m", "--examples", "e", "--output", "o"], ["--verb"],
-         "python -m components.export"),
+        (
+            "components.evaluate",
+            ["--model-dir", "m", "--examples", "e", "--output", "o"],
+            ["--min-acc", "0.5"],
+            "python -m components.evaluate",
+        ),
+        (
+            "components.export",
+            ["--model-dir", "m", "--examples", "e", "--output", "o"],
+            ["--verb"],
+            "python -m components.export",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_flag_is_spelt_whole_never_taken_for_the_flag_it_begins(capsys, module, argv, mistake, usage):
     """``--epoch 3`` would otherwise run as ``--epochs 3``: argparse takes any unambiguous beginning of a flag."""
     import importlib
@@ -166,8 +193,18 @@ def test_a_failed_step_ends_the_run_on_its_own_reason_and_marks_the_summary(tmp_
     work = tmp_path / "work"
     work.mkdir()
     (work / "summary.json").write_text('{"status": "succeeded", "test_accuracy": 0.99}')
-    result = run_cli("pipeline", "run-local", "--work-dir", str(work), "--source", str(source), "--image-size", "16",
-                     "--max-bad-fraction", "0")  # fmt: skip
+    result = run_cli(
+        "pipeline",
+        "run-local",
+        "--work-dir",
+        str(work),
+        "--source",
+        str(source),
+        "--image-size",
+        "16",
+        "--max-bad-fraction",
+        "0",
+    )
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: step convert failed: 1 of ") and "--max-bad-fraction" in last
@@ -177,8 +214,11 @@ def test_a_failed_step_ends_the_run_on_its_own_reason_and_marks_the_summary(tmp_
 
 
 def test_an_image_size_a_model_cannot_take_is_refused_naming_the_models_that_can(tmp_path):
-    with pytest.raises(UsageError, match=r"--image-size 8 is too small for codelab_convnet_bn, which needs 16 or more; "
-                       r"cifar_convnet, dense_baseline take 8"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=r"--image-size 8 is too small for codelab_convnet_bn, which needs 16 or more; "
+        r"cifar_convnet, dense_baseline take 8",
+    ):
         main(["run-local", "--work-dir", str(tmp_path / "work"), "--image-size", "8"])
     assert not (tmp_path / "work").exists()
 
@@ -235,11 +275,33 @@ def test_run_local_has_a_flag_for_every_pipeline_parameter():
     from pipeline.__main__ import parse
     from pipeline.cli.local import CLOUD_ONLY, LOCAL_OWN, dag_parameters, local_parameters
 
-    args, _ = parse(["run-local", "--seed", "7", "--augment", "--classes", "b, a", "--num-shards", "2",
-                     "--jit-compile", "--batch-size", "16", "--model", "squeezenet"])  # fmt: skip
+    args, _ = parse(
+        [
+            "run-local",
+            "--seed",
+            "7",
+            "--augment",
+            "--classes",
+            "b, a",
+            "--num-shards",
+            "2",
+            "--jit-compile",
+            "--batch-size",
+            "16",
+            "--model",
+            "squeezenet",
+        ]
+    )
     given = local_parameters(args)
-    assert given == {"seed": 7, "augment": True, "classes": ["b", "a"], "num_shards": 2, "jit_compile": True,
-                     "per_replica_batch_size": 16, "model_name": "squeezenet"}  # fmt: skip
+    assert given == {
+        "seed": 7,
+        "augment": True,
+        "classes": ["b", "a"],
+        "num_shards": 2,
+        "jit_compile": True,
+        "per_replica_batch_size": 16,
+        "model_name": "squeezenet",
+    }
     args, chosen = parse(["run-local"])
     dests = {action.dest for action in chosen._actions}
     assert set(dag_parameters()) - set(LOCAL_OWN) - set(CLOUD_ONLY) <= dests
@@ -253,8 +315,9 @@ def test_run_local_has_a_flag_for_every_pipeline_parameter():
         ("gs://b/models", "--registry gs://b/models: a local run keeps its registry in a local folder; pass a path"),
     ],
 )
-def test_a_registry_that_cannot_be_used_is_one_line_exit_2_before_anything_runs(tmp_path, image_folder, registry,
-                                                                                 message):  # fmt: skip
+def test_a_registry_that_cannot_be_used_is_one_line_exit_2_before_anything_runs(
+    tmp_path, image_folder, registry, message
+):
     path = tmp_path / registry if registry == "file" else registry
     if registry == "file":
         path.write_text("not a registry")
@@ -269,8 +332,11 @@ def test_run_local_in_docker_without_the_docker_extra_is_one_line_naming_it(tmp_
     import sys
 
     monkeypatch.setitem(sys.modules, "docker", None)  # the `docker` extra not installed
-    with pytest.raises(UsageError, match=r"^--runner docker needs the Docker client, the project's `docker` extra: `uv "
-                                         r"sync --extra docker`"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=r"^--runner docker needs the Docker client, the project's `docker` extra: `uv "
+        r"sync --extra docker`",
+    ):
         main(["run-local", "--work-dir", str(tmp_path / "work"), "--runner", "docker"])
     assert not (tmp_path / "work").exists()
 
@@ -298,8 +364,9 @@ def test_run_local_in_docker_binds_only_folders_that_exist_a_new_registry_made_f
     monkeypatch.setattr(run, "check_docker", lambda *args: None)
     monkeypatch.setattr(run, "docker_runner", runner)
     source = write_image_folder(tmp_path / "images", per_class=2)
-    config = run.LocalRunConfig(work_dir=str(tmp_path / "work"), source=source, registry=str(tmp_path / "new" / "reg"),
-                                runner="docker")  # fmt: skip
+    config = run.LocalRunConfig(
+        work_dir=str(tmp_path / "work"), source=source, registry=str(tmp_path / "new" / "reg"), runner="docker"
+    )
     run.start_run(config)
     assert str(tmp_path / "new" / "reg") in bound and source in bound
     assert all(os.path.isdir(path) for path in bound), bound
@@ -324,6 +391,9 @@ def test_a_work_dir_the_filesystem_cannot_take_is_one_line(tmp_path):
         "the 255 a file name may take; choose a shorter name"
     )
     deep = tmp_path.joinpath(*["d" * 200] * 17)
-    with pytest.raises(UsageError, match=r"^--work-dir .* is \d+ bytes long: the files written under it would pass "
-                       "the 4096 a path may take; choose a shorter path$"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=r"^--work-dir .* is \d+ bytes long: the files written under it would pass "
+        "the 4096 a path may take; choose a shorter path$",
+    ):
         main(["run-local", "--work-dir", str(deep)])

@@ -97,12 +97,20 @@ def test_each_pipeline_parameter_reaches_the_step_input_of_its_name():
     """Read from the committed IR: a parameter wired to another step input (the DAG passing ``max_accuracy_drop`` as
     evaluate's ``min_accuracy``, say) judges every run by the wrong number, and only a whole run would show it."""
     feeds = parameter_feeds(without_sdk_version(COMMITTED))
-    wrong = [f"{task}.{name} <- {parameter}" for task, name, parameter in feeds
-             if parameter != RENAMED_INPUTS.get((task, name), name)]  # fmt: skip
+    wrong = [
+        f"{task}.{name} <- {parameter}"
+        for task, name, parameter in feeds
+        if parameter != RENAMED_INPUTS.get((task, name), name)
+    ]
     assert not wrong, wrong
     fed = {(task, name) for task, name, _ in feeds}
-    assert {("evaluate", "min_accuracy"), ("evaluate", "max_accuracy_drop"), ("train", "learning_rate"),
-            ("convert", "validation_fraction"), *RENAMED_INPUTS} <= fed  # fmt: skip
+    assert {
+        ("evaluate", "min_accuracy"),
+        ("evaluate", "max_accuracy_drop"),
+        ("train", "learning_rate"),
+        ("convert", "validation_fraction"),
+        *RENAMED_INPUTS,
+    } <= fed
 
 
 def test_dag_is_fingerprint_convert_check_train_evaluate_then_gated_export_and_registration():
@@ -122,37 +130,48 @@ def test_dag_is_fingerprint_convert_check_train_evaluate_then_gated_export_and_r
     # the data checks stand between convert and train: a blocked version fails there, and nothing trains
     assert sorted(tasks["check-data"]["dependentTasks"]) == ["convert", "find-baseline"]
     check = tasks["check-data"]["inputs"]
-    assert check["artifacts"]["examples"]["taskOutputArtifact"] == {"outputArtifactKey": "examples",
-                                                                    "producerTask": "convert"}  # fmt: skip
+    assert check["artifacts"]["examples"]["taskOutputArtifact"] == {
+        "outputArtifactKey": "examples",
+        "producerTask": "convert",
+    }
     assert check["parameters"]["baseline"]["taskOutputParameter"]["producerTask"] == "find-baseline"
     # training: with tune_trials > 0 the tuning job between its specification and its best trial, else the
     # training job once; either after the data checks
     training = tasks["training-branches"]
     assert sorted(training["dependentTasks"]) == ["check-data", "convert"]
     tuned, once = branch_tasks(spec, training).values()
-    trigger = [body["triggerPolicy"]["condition"] for body in
-               spec["components"][training["componentRef"]["name"]]["dag"]["tasks"].values()]  # fmt: skip
+    trigger = [
+        body["triggerPolicy"]["condition"]
+        for body in spec["components"][training["componentRef"]["name"]]["dag"]["tasks"].values()
+    ]
     channel = "int(inputs.parameter_values['pipelinechannel--tune_trials'])"
     assert trigger == [f"{channel} > 0", f"!({channel} > 0)"]
     assert sorted(tuned) == ["best-trial", "hyperparameter-tuning-job", "tuning-spec"] and sorted(once) == ["train"]
     assert tuned["hyperparameter-tuning-job"]["dependentTasks"] == ["tuning-spec"]
     assert tuned["best-trial"]["inputs"]["parameters"]["gcp_resources"]["taskOutputParameter"] == {
-        "outputParameterKey": "gcp_resources", "producerTask": "hyperparameter-tuning-job"}  # fmt: skip
+        "outputParameterKey": "gcp_resources",
+        "producerTask": "hyperparameter-tuning-job",
+    }
     assert tuned["tuning-spec"]["inputs"]["artifacts"]["examples"] == {
-        "componentInputArtifact": "pipelinechannel--convert-examples"}  # fmt: skip
+        "componentInputArtifact": "pipelinechannel--convert-examples"
+    }
     # evaluate and export take whichever model the branch made (dsl.OneOf): the best trial's, or the training's
     model = tasks["evaluate"]["inputs"]["artifacts"]["model"]["taskOutputArtifact"]
     assert model["producerTask"].startswith("condition-branches-")
     picked = spec["components"][training["componentRef"]["name"]]["dag"]["outputs"]["artifacts"]
     assert [s["producerSubtask"] for s in picked[model["outputArtifactKey"]]["artifactSelectors"]] == [
-        name for name in branch_tasks(spec, training)]  # fmt: skip
+        name for name in branch_tasks(spec, training)
+    ]
     assert [s["outputArtifactKey"] for s in picked[model["outputArtifactKey"]]["artifactSelectors"]] == [
-        "pipelinechannel--best-trial-model", "pipelinechannel--train-model"]  # fmt: skip
+        "pipelinechannel--best-trial-model",
+        "pipelinechannel--train-model",
+    ]
     shown = tasks["evaluate"]["inputs"]["artifacts"]["data_checks"]["taskOutputArtifact"]  # in the report
     assert shown == {"outputArtifactKey": "statistics", "producerTask": "check-data"}
     # the baseline comes from the registry (never cached: the registry changes between runs)
-    assert sorted(tasks["evaluate"]["dependentTasks"]) == sorted(["check-data", "convert", "find-baseline",
-                                                                  model["producerTask"]])  # fmt: skip
+    assert sorted(tasks["evaluate"]["dependentTasks"]) == sorted(
+        ["check-data", "convert", "find-baseline", model["producerTask"]]
+    )
     assert tasks["evaluate"]["inputs"]["parameters"]["baseline"]["taskOutputParameter"]["producerTask"] == (
         "find-baseline"
     )
@@ -259,8 +278,9 @@ def test_the_folder_registry_dag_has_the_registry_steps_without_vertex_ai(tmp_pa
     spec = without_sdk_version(path)
     assert sorted(steps_of(spec)) == sorted({*TOP_TASKS, "find-baseline-in-folder"} - {"find-baseline"})
     assert [sorted(tasks) for _, tasks in branches(spec).values()] == [
-        ["export", "register-in-folder"], ["not-blessed"]
-    ]  # fmt: skip
+        ["export", "register-in-folder"],
+        ["not-blessed"],
+    ]
     with open(path) as handle:
         assert "{{$.pipeline_google_cloud" not in handle.read()
 
@@ -345,11 +365,15 @@ def test_every_image_in_pipeline_yaml_has_a_dockerfile():
 
 EXPECTED_MACHINES = {
     "cpu": ({"machine_type": "n1-standard-8"}, "pipeline"),
-    "t4": ({"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 1},
-           "train-gpu"),
+    "t4": (
+        {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 1},
+        "train-gpu",
+    ),
     "l4": ({"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}, "train-gpu"),
-    "a100": ({"machine_type": "a2-highgpu-1g", "accelerator_type": "NVIDIA_TESLA_A100", "accelerator_count": 1},
-             "train-gpu"),
+    "a100": (
+        {"machine_type": "a2-highgpu-1g", "accelerator_type": "NVIDIA_TESLA_A100", "accelerator_count": 1},
+        "train-gpu",
+    ),
     "v5e-1": ({"machine_type": "ct5lp-hightpu-1t", "tpu_topology": "1x1"}, "train-tpu"),
     "v5e-4": ({"machine_type": "ct5lp-hightpu-4t", "tpu_topology": "2x2"}, "train-tpu"),
     "v5e-8": ({"machine_type": "ct5lp-hightpu-8t", "tpu_topology": "2x4"}, "train-tpu"),
@@ -358,7 +382,7 @@ EXPECTED_MACHINES = {
     "v6e-4": ({"machine_type": "ct6e-standard-4t", "tpu_topology": "2x2"}, "train-tpu"),
     "v6e-8": ({"machine_type": "ct6e-standard-8t", "tpu_topology": "2x4"}, "train-tpu"),
     "v6e-16": ({"machine_type": "ct6e-standard-4t", "tpu_topology": "4x4"}, "train-tpu"),
-}  # fmt: skip
+}
 EXPECTED_HOSTS = {"v5e-16": 4, "v6e-16": 4}  # the multi-host slices: 4 TPU VMs of 4 chips each
 
 
@@ -374,8 +398,11 @@ def test_each_target_compiles_to_its_machine_spec(tmp_path, target):
     train_inputs = train_task(spec)["inputs"]["parameters"]
     assert train_inputs["hosts"]["runtimeValue"]["constant"] == EXPECTED_HOSTS.get(target, 1)
     # a tuning job's trials run on the same machine, in the same image, on as many hosts
-    tuning = {name: value["runtimeValue"]["constant"] for name, value in
-              tuning_spec_task(spec)["inputs"]["parameters"].items() if "runtimeValue" in value}  # fmt: skip
+    tuning = {
+        name: value["runtimeValue"]["constant"]
+        for name, value in tuning_spec_task(spec)["inputs"]["parameters"].items()
+        if "runtimeValue" in value
+    }
     assert tuning["machine"] == expected_machine and tuning["image"] == image
     assert tuning["hosts"] == EXPECTED_HOSTS.get(target, 1)
     # one worker pool: Vertex AI spreads a multi-host topology over its hosts itself
@@ -442,8 +469,10 @@ def test_every_dockerfile_passes_hadolint():
 
 
 def job_inputs(spec: dict) -> dict:
-    return {name: p.get("defaultValue") for name, p in spec["components"]["comp-train"]["inputDefinitions"]
-            ["parameters"].items()}  # fmt: skip
+    return {
+        name: p.get("defaultValue")
+        for name, p in spec["components"]["comp-train"]["inputDefinitions"]["parameters"].items()
+    }
 
 
 @pytest.mark.parametrize(
@@ -453,11 +482,19 @@ def job_inputs(spec: dict) -> dict:
         ("a100", ["--scheduling", "flex-start", "--max-wait", "90m"], "FLEX_START", "5400s", None),
         ("l4", ["--scheduling", "flex-start", "--max-wait", "0"], "FLEX_START", "0s", None),
         ("v6e-16", ["--reservation", "any"], "STANDARD", "86400s", {"reservation_affinity_type": "ANY_RESERVATION"}),
-        ("v6e-16", ["--reservation", "projects/p/zones/us-east5-b/reservations/tpus"], "STANDARD", "86400s",
-         {"reservation_affinity_type": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
-          "values": ["projects/p/zones/us-east5-b/reservations/tpus"]}),
+        (
+            "v6e-16",
+            ["--reservation", "projects/p/zones/us-east5-b/reservations/tpus"],
+            "STANDARD",
+            "86400s",
+            {
+                "reservation_affinity_type": "SPECIFIC_RESERVATION",
+                "key": "compute.googleapis.com/reservation-name",
+                "values": ["projects/p/zones/us-east5-b/reservations/tpus"],
+            },
+        ),
     ],
-)  # fmt: skip
+)
 def test_how_the_training_job_gets_its_machines_is_compiled_into_the_ir(
     tmp_path, accelerator, flags, strategy, max_wait, affinity
 ):
@@ -471,8 +508,12 @@ def test_how_the_training_job_gets_its_machines_is_compiled_into_the_ir(
     assert inputs["timeout"] == "604800s"  # (the job's own bound, unless --max-train-time sets one)
     machine, _ = train_machine(spec)
     assert machine.get("reservation_affinity") == affinity
-    machines = {"v6e-8": "ct6e-standard-8t", "a100": "a2-highgpu-1g", "l4": "g2-standard-8",
-                "v6e-16": "ct6e-standard-4t"}  # fmt: skip
+    machines = {
+        "v6e-8": "ct6e-standard-8t",
+        "a100": "a2-highgpu-1g",
+        "l4": "g2-standard-8",
+        "v6e-16": "ct6e-standard-4t",
+    }
     assert machine["machine_type"] == machines[accelerator]  # the machine kept beside the scheduling
     assert inputs["restart_job_on_worker_restart"] is (accelerator == "v6e-16")
     # the tuning trials' machine is in the same reservation (their strategy: pipeline/vertex/jobs.py check_run)
@@ -521,20 +562,31 @@ def test_every_step_but_the_training_job_ends_itself_past_its_max_step_time(tmp_
         (["--max-train-time", "0"], "--max-train-time '0' is not a duration: use e.g. 6h, 90m, 3600s"),
         (["--max-step-time", "soon"], "--max-step-time 'soon' is not a duration: use e.g. 2h, 90m, 3600s, or 0"),
         (["--scheduling", "spot", "--max-wait", "2h"], "--max-wait 2h applies to --scheduling flex-start only"),
-        (["--scheduling", "flex-start", "--max-wait", "two hours"], "--max-wait 'two hours' is not a duration: use "
-         "e.g. 90m, 2h, 1800s, or 0 for no limit"),
-        (["--reservation", "my-tpus"], "--reservation 'my-tpus': use any, none, or a reservation's resource name "
-         "projects/P/zones/Z/reservations/NAME"),
+        (
+            ["--scheduling", "flex-start", "--max-wait", "two hours"],
+            "--max-wait 'two hours' is not a duration: use e.g. 90m, 2h, 1800s, or 0 for no limit",
+        ),
+        (
+            ["--reservation", "my-tpus"],
+            "--reservation 'my-tpus': use any, none, or a reservation's resource name "
+            "projects/P/zones/Z/reservations/NAME",
+        ),
         (["--scheduling", "spot", "--reservation", "any"], "--reservation any takes --scheduling standard"),
         (["--scheduling", "preemptible"], "argument --scheduling: invalid choice: 'preemptible'"),
-        (["--accelerator", "v5e-16", "--scheduling", "spot"], "--scheduling spot cannot obtain --accelerator v5e-16: "
-         "Vertex AI takes no Spot VMs for a TPU slice of several hosts; use a single-host target (v5e-8)"),
-        (["--accelerator", "v6e-8", "--scheduling", "flex-start"], "--scheduling flex-start cannot obtain "
-         "--accelerator v6e-8: Vertex AI's Dynamic Workload Scheduler queues training jobs for L4, A100, H100, H200 "
-         "and B200 GPUs only; use --accelerator l4 or a100"),
+        (
+            ["--accelerator", "v5e-16", "--scheduling", "spot"],
+            "--scheduling spot cannot obtain --accelerator v5e-16: "
+            "Vertex AI takes no Spot VMs for a TPU slice of several hosts; use a single-host target (v5e-8)",
+        ),
+        (
+            ["--accelerator", "v6e-8", "--scheduling", "flex-start"],
+            "--scheduling flex-start cannot obtain "
+            "--accelerator v6e-8: Vertex AI's Dynamic Workload Scheduler queues training jobs for L4, A100, H100, H200 "
+            "and B200 GPUs only; use --accelerator l4 or a100",
+        ),
         (["--accelerator", "t4", "--scheduling", "flex-start"], "cannot obtain --accelerator t4"),
     ],
-)  # fmt: skip
+)
 def test_a_scheduling_mistake_is_one_line_exit_2(tmp_path, flags, message, capsys):
     from components.cli import UsageError
     from pipeline.__main__ import main

@@ -28,8 +28,20 @@ def test_a_blocked_run_stops_before_training_and_registers_nothing(tmp_path):
     before = sorted(os.listdir(registry.root)), registry.default().number
     shutil.rmtree(os.path.join(source, CLASSES[-1]))  # a class the model in service knows is gone
     work = tmp_path / "work"
-    result = run_cli("pipeline", "run-local", "--source", source, "--registry", registry.root, "--work-dir",
-                     str(work), "--image-size", "16", "--epochs", "1")  # fmt: skip
+    result = run_cli(
+        "pipeline",
+        "run-local",
+        "--source",
+        source,
+        "--registry",
+        registry.root,
+        "--work-dir",
+        str(work),
+        "--image-size",
+        "16",
+        "--epochs",
+        "1",
+    )
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-3000:]
     lines = result.stderr.strip().splitlines()
     reasons = lines[lines.index("error: step check-data failed: the new data is blocked before training:") + 1 :]

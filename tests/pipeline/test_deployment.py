@@ -101,8 +101,10 @@ def served(in_pipeline, gcs, exported):
         encoded = tf.constant([base64.b64decode(i["image_bytes"]["b64"]) for i in instances])
         answers = serving(image_bytes=encoded)
         columns = (answers[k].numpy() for k in ("probabilities", "class_id", "label"))
-        return [{"probabilities": p.tolist(), "class_id": int(c), "label": label.decode()}
-                for p, c, label in zip(*columns, strict=True)]  # fmt: skip
+        return [
+            {"probabilities": p.tolist(), "class_id": int(c), "label": label.decode()}
+            for p, c, label in zip(*columns, strict=True)
+        ]
 
     in_pipeline.predictor = predictor
     deploy_step(f"{decided['model']}@{decided['version']}", "tiny-online")
@@ -146,8 +148,9 @@ def test_predict_through_an_endpoint_answers_as_the_export_does_here(vertex, ser
         assert [t["label"] for t in here["top"]] == [t["label"] for t in there["top"]]
         # (the large photo is sent whole here, as the conversion's square there: the two resizes differ by a level)
         tolerance = 1e-5 if here["path"] != str(tmp_path / "large.jpg") else 1e-3
-        assert [t["probability"] for t in here["top"]] == pytest.approx([t["probability"] for t in there["top"]],
-                                                                        abs=tolerance)  # fmt: skip
+        assert [t["probability"] for t in here["top"]] == pytest.approx(
+            [t["probability"] for t in there["top"]], abs=tolerance
+        )
     assert f"image {broken} cannot be used" in captured.err
     # the requests as the REST API documents them: {"instances": [{"image_bytes": {"b64": ...}}]}, under 1.5 MB each
     requests = [r for r in vertex.requests if r.path.endswith(":predict")]
@@ -169,8 +172,11 @@ def test_predict_through_an_endpoint_that_serves_nothing_is_one_line(vertex, ima
 
     from components.vertex_client import connect, load_settings
 
-    connect(load_settings({"project": "demo-project", "region": "europe-west4", "api_endpoint": vertex.url,
-                           "anonymous": True}))  # fmt: skip
+    connect(
+        load_settings(
+            {"project": "demo-project", "region": "europe-west4", "api_endpoint": vertex.url, "anonymous": True}
+        )
+    )
     aiplatform.Endpoint.create(display_name="empty")
     image = next(os.path.join(root, f) for root, _, files in os.walk(image_folder) for f in files)
     with pytest.raises(UsageError, match=r"endpoint .* serves no model: deploy one first"):
@@ -183,17 +189,32 @@ def test_batch_predict_over_a_folder_of_images_lists_them_and_follows_the_job(ve
     for name in ("daisy/1.jpg", "daisy/2.png", "rose/3.JPG", "notes.txt"):
         gcs.blob(f"incoming/{name}").upload_from_string(b"x")
     model = f"{PARENT}/models/42@3"
-    args = ["batch-predict", *vertex.args, "--model", model, "--source", f"gs://{BUCKET}/incoming",
-            "--output", f"gs://{BUCKET}/predictions", "--wait", "--poll-interval", "0"]  # fmt: skip
+    args = [
+        "batch-predict",
+        *vertex.args,
+        "--model",
+        model,
+        "--source",
+        f"gs://{BUCKET}/incoming",
+        "--output",
+        f"gs://{BUCKET}/predictions",
+        "--wait",
+        "--poll-interval",
+        "0",
+    ]
     assert main(args) == 0
     listing = gcs.blob("predictions/instances.txt").download_as_text().split()
     assert listing == [f"gs://{BUCKET}/incoming/{n}" for n in ("daisy/1.jpg", "daisy/2.png", "rose/3.JPG")]
     (body,) = posted(vertex, "/batchPredictionJobs")
     assert body["model"] == model
-    assert body["inputConfig"] == {"instancesFormat": "file-list",
-                                   "gcsSource": {"uris": [f"gs://{BUCKET}/predictions/instances.txt"]}}  # fmt: skip
-    assert body["outputConfig"] == {"predictionsFormat": "jsonl",
-                                    "gcsDestination": {"outputUriPrefix": f"gs://{BUCKET}/predictions"}}  # fmt: skip
+    assert body["inputConfig"] == {
+        "instancesFormat": "file-list",
+        "gcsSource": {"uris": [f"gs://{BUCKET}/predictions/instances.txt"]},
+    }
+    assert body["outputConfig"] == {
+        "predictionsFormat": "jsonl",
+        "gcsDestination": {"outputUriPrefix": f"gs://{BUCKET}/predictions"},
+    }
     resources = body["dedicatedResources"]
     assert resources["machineSpec"] == {"machineType": "n1-standard-4"} and resources["maxReplicaCount"] == 1
     out = capsys.readouterr().out

@@ -112,22 +112,49 @@ def test_the_light_steps_run_without_what_the_light_image_leaves_out(in_pipeline
 
     missing = missing_modules()
     # what the other steps need, and the light image must not carry
-    assert {"apache_beam", "tensorflow", "jax", "jaxlib", "keras", "numpy", "PIL", "sklearn", "scipy", "google.genai",
-            "google.cloud.bigquery", "pydantic"} <= missing  # fmt: skip
-    assert {"kfp", "google_cloud_pipeline_components", "yaml", "google.cloud.aiplatform", "google.cloud.storage",
-            "google.protobuf", "google.auth"}.isdisjoint(missing)  # fmt: skip
+    assert {
+        "apache_beam",
+        "tensorflow",
+        "jax",
+        "jaxlib",
+        "keras",
+        "numpy",
+        "PIL",
+        "sklearn",
+        "scipy",
+        "google.genai",
+        "google.cloud.bigquery",
+        "pydantic",
+    } <= missing
+    assert {
+        "kfp",
+        "google_cloud_pipeline_components",
+        "yaml",
+        "google.cloud.aiplatform",
+        "google.cloud.storage",
+        "google.protobuf",
+        "google.auth",
+    }.isdisjoint(missing)
     local = write_image_folder(tmp_path / "photos", per_class=2)
     red, green = image_bytes((200, 30, 30)), image_bytes((30, 200, 30), fmt="PNG")
-    for name, content in {"photos/daisy/1.jpg": red, "photos/rose/1.png": green,
-                          "import.csv": b"photos/daisy/1.jpg,daisy\nphotos/rose/1.png,rose\n",
-                          "reviews.jsonl": b'{"text": "fine", "label": "pos"}\n',
-                          "records/train-0.tfrec": b"not read: listed only"}.items():  # fmt: skip
+    for name, content in {
+        "photos/daisy/1.jpg": red,
+        "photos/rose/1.png": green,
+        "import.csv": b"photos/daisy/1.jpg,daisy\nphotos/rose/1.png,rose\n",
+        "reviews.jsonl": b'{"text": "fine", "label": "pos"}\n',
+        "records/train-0.tfrec": b"not read: listed only",
+    }.items():
         gcs.blob(f"src/{name}").upload_from_string(content)
     buffer = __import__("io").BytesIO()
     np.savez(buffer, x=np.zeros((2, 4, 4), np.uint8), y=np.array([0, 1]))
     gcs.blob("src/digits.npz").upload_from_string(buffer.getvalue())
-    sources = [local, *(f"gs://{BUCKET}/src/{name}" for name in ("photos", "import.csv", "reviews.jsonl",
-                                                                   "records/*.tfrec", "digits.npz"))]  # fmt: skip
+    sources = [
+        local,
+        *(
+            f"gs://{BUCKET}/src/{name}"
+            for name in ("photos", "import.csv", "reviews.jsonl", "records/*.tfrec", "digits.npz")
+        ),
+    ]
     export = upload_export(gcs, "root/run-1/export", "a" * 64)
     evaluation = upload_evaluation(gcs, "root/run-1/evaluation")
     blessing = {"blessed": False, "reasons": ["test accuracy 0.5 is below the minimum 0.9"]}
@@ -139,12 +166,23 @@ def test_the_light_steps_run_without_what_the_light_image_leaves_out(in_pipeline
     local_evaluation.mkdir()
     judged = {"model_dir": "/gcs/b/root/run-1/train/model", "examples_dir": "/gcs/b/root/run-1/convert/examples"}
     (local_evaluation / "metrics.json").write_text(json.dumps({**metrics, **judged, "blessing": blessing}))
-    given = {"local_evaluation": str(local_evaluation), "sources": sources, "export": export, "evaluation": evaluation,
-             "folder_registry": f"gs://{BUCKET}/registry",
-             "statistics": f"gs://{BUCKET}/root/run-1/statistics"}  # fmt: skip
+    given = {
+        "local_evaluation": str(local_evaluation),
+        "sources": sources,
+        "export": export,
+        "evaluation": evaluation,
+        "folder_registry": f"gs://{BUCKET}/registry",
+        "statistics": f"gs://{BUCKET}/root/run-1/statistics",
+    }
     script = GUARD.format(missing=sorted(missing)) + STEPS
-    result = subprocess.run([sys.executable, "-c", script, json.dumps(given)], cwd=REPO_ROOT, capture_output=True,
-                            text=True, timeout=300, env={**os.environ, "PYTHONPATH": REPO_ROOT})  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(given)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": REPO_ROOT},
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     done, imported = (json.loads(line) for line in result.stdout.strip().splitlines()[-2:])
     assert imported == []

@@ -261,11 +261,14 @@ def test_exported_model_classifies_a_demo_image(demo_run):
     "flag, message",
     [
         ("--source", "data path {path} does not exist: pass a folder of class subfolders of images"),
-        ("--baseline", "baseline {path} does not exist: pass the last blessed model (a train or export step output, "
-                       "or the SavedModel the Model Registry holds) or leave --baseline out to judge on --min-accuracy "
-                       "alone"),
+        (
+            "--baseline",
+            "baseline {path} does not exist: pass the last blessed model (a train or export step output, "
+            "or the SavedModel the Model Registry holds) or leave --baseline out to judge on --min-accuracy "
+            "alone",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_path_that_does_not_exist_is_one_line_exit_2_and_writes_nothing(tmp_path, flag, message):
     work_dir, missing = tmp_path / "work", tmp_path / "missing"
     result = run_cli("pipeline", "run-local", flag, str(missing), "--work-dir", str(work_dir))
@@ -323,16 +326,64 @@ def side_runs(demo_run, tmp_path_factory):
     baseline = os.path.dirname(blessed["export_json"])
     reviews = reviews_csv(root / "reviews.csv")
     runs = {
-        "weak": (["--demo-per-class", "20", "--epochs", "1", "--learning-rate", "0.00001", "--min-accuracy", "0.9",
-                  "--baseline", baseline], {}),  # (one epoch that barely moves the weights: a weak model)
-        "jax": (["--demo-per-class", "40", "--image-size", "16", "--epochs", "15", "--backend", "jax",
-                 "--precision", "float32",  # the quality asserted is float32's, on every host
-                 "--model", os.path.join(REPO_ROOT, "examples", "models", "codelab_convnet.py:build")],
-                jax_env(XLA_FLAGS="--xla_force_host_platform_device_count=2")),
-        "text": (["--source", reviews, "--modality", "text", "--text-column", "review", "--label-column", "sentiment",
-                  "--sequence-length", str(TEXT_SEQUENCE_LENGTH), "--vocabulary-size", "64", "--epochs", "6",
-                  "--batch-size", "16", "--min-accuracy", "0.8", "--registry", str(root / "text-registry")], {}),
-    }  # fmt: skip
+        "weak": (
+            [
+                "--demo-per-class",
+                "20",
+                "--epochs",
+                "1",
+                "--learning-rate",
+                "0.00001",
+                "--min-accuracy",
+                "0.9",
+                "--baseline",
+                baseline,
+            ],
+            {},
+        ),  # (one epoch that barely moves the weights: a weak model)
+        "jax": (
+            [
+                "--demo-per-class",
+                "40",
+                "--image-size",
+                "16",
+                "--epochs",
+                "15",
+                "--backend",
+                "jax",
+                "--precision",
+                "float32",  # the quality asserted is float32's, on every host
+                "--model",
+                os.path.join(REPO_ROOT, "examples", "models", "codelab_convnet.py:build"),
+            ],
+            jax_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"),
+        ),
+        "text": (
+            [
+                "--source",
+                reviews,
+                "--modality",
+                "text",
+                "--text-column",
+                "review",
+                "--label-column",
+                "sentiment",
+                "--sequence-length",
+                str(TEXT_SEQUENCE_LENGTH),
+                "--vocabulary-size",
+                "64",
+                "--epochs",
+                "6",
+                "--batch-size",
+                "16",
+                "--min-accuracy",
+                "0.8",
+                "--registry",
+                str(root / "text-registry"),
+            ],
+            {},
+        ),
+    }
     started = {
         name: subprocess.Popen(
             [sys.executable, "-m", "pipeline", "run-local", "--work-dir", str(root / name), *args],

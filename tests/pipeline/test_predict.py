@@ -92,8 +92,10 @@ def test_many_files_are_answered_a_batch_at_a_time_in_their_order(exported, tmp_
 
     output, _ = exported
     names = [CLASSES[i % len(CLASSES)] for i in range(2 * PREDICT_BATCH + 3)]
-    paths = [write(tmp_path / f"{i}.jpg", image_bytes(COLORS[name], (24, 24), "JPEG", seed=i))
-             for i, name in enumerate(names)]  # fmt: skip
+    paths = [
+        write(tmp_path / f"{i}.jpg", image_bytes(COLORS[name], (24, 24), "JPEG", seed=i))
+        for i, name in enumerate(names)
+    ]
     broken = write(tmp_path / "broken.png", b"\x89PNG\r\n\x1a\n cut short")
     paths.insert(PREDICT_BATCH + 1, broken)
     answers, errors = predict(output, paths, top=1)
@@ -121,16 +123,21 @@ def test_an_unfinished_or_damaged_export_is_refused_in_one_line_naming_it(export
     (copy / "export.json").rename(tmp_path / "export.json")
     with pytest.raises(UsageError) as raised:
         main(["predict", "--model", str(copy), image])
-    assert str(raised.value) == (f"export {copy} is unfinished: it has no export.json, which the export step "
-                                 "writes last; export it again (python -m components.export, or the same run-local "
-                                 "command)")  # fmt: skip
+    assert str(raised.value) == (
+        f"export {copy} is unfinished: it has no export.json, which the export step "
+        "writes last; export it again (python -m components.export, or the same run-local "
+        "command)"
+    )
     (tmp_path / "export.json").rename(copy / "export.json")
     (data,) = (copy / "saved_model" / "variables").glob("variables.data-*")
     data.write_bytes(data.read_bytes()[:-8] + b"\0" * 8)  # the same size, other bytes
     for given in (copy, copy / "saved_model"):
-        with pytest.raises(UsageError, match=rf"^export {copy} is damaged: saved_model/variables/{data.name} is not "
-                           r"the file exported \(\d+ bytes, sha256 \w{12}; exported: \d+ bytes, sha256 \w{12}\); "
-                           "export it again"):  # fmt: skip
+        with pytest.raises(
+            UsageError,
+            match=rf"^export {copy} is damaged: saved_model/variables/{data.name} is not "
+            r"the file exported \(\d+ bytes, sha256 \w{12}; exported: \d+ bytes, sha256 \w{12}\); "
+            "export it again",
+        ):
             main(["predict", "--model", str(given), image])
     alone = tmp_path / "alone"
     shutil.copytree(output + "/saved_model", alone)

@@ -32,8 +32,15 @@ KEY = run_key({"source": "/data", "epochs": 3}, "f1", "", False)
 
 
 def state(**changes) -> RunState:
-    values = {"run_id": "r1", "run_name": "tpu-image-classifier-1", "key": KEY, "started": "2026-11-22T08:00:00",
-              "status": INTERRUPTED, "pid": 123, "step": "train"}  # fmt: skip
+    values = {
+        "run_id": "r1",
+        "run_name": "tpu-image-classifier-1",
+        "key": KEY,
+        "started": "2026-11-22T08:00:00",
+        "status": INTERRUPTED,
+        "pid": 123,
+        "step": "train",
+    }
     return RunState(**{**values, **changes})
 
 
@@ -129,8 +136,11 @@ def test_a_live_run_in_the_work_dir_is_a_one_line_usage_error(tmp_path):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         write_state(str(tmp_path), state(status=RUNNING, pid=sleeper.pid))
-        with pytest.raises(UsageError, match=rf"--work-dir {tmp_path}: run-local \(process {sleeper.pid}\) has been "
-                                             r"running there since .*pass another --work-dir"):  # fmt: skip
+        with pytest.raises(
+            UsageError,
+            match=rf"--work-dir {tmp_path}: run-local \(process {sleeper.pid}\) has been "
+            r"running there since .*pass another --work-dir",
+        ):
             begin(str(tmp_path), KEY, "run-b", resume=True)
     finally:
         sleeper.kill()
@@ -213,16 +223,36 @@ def test_the_run_identity_names_each_flag_that_makes_another_run(tmp_path):
     assert plain.parameters == {"source": source, "image_size": 0}
     demo = run_identity(LocalRunConfig(work_dir=work_dir, demo_per_class=1))
     assert demo.parameters == {"source": os.path.join(work_dir, "data", "digits"), "image_size": 0, "epochs": 15}
-    flagged = run_identity(LocalRunConfig(work_dir=work_dir, source=source, image_size=24, epochs=3,
-                                          beam_args=("--direct_num_workers=1",), registry=registry,
-                                          parameters={"model_name": "squeezenet"}))  # fmt: skip
+    flagged = run_identity(
+        LocalRunConfig(
+            work_dir=work_dir,
+            source=source,
+            image_size=24,
+            epochs=3,
+            beam_args=("--direct_num_workers=1",),
+            registry=registry,
+            parameters={"model_name": "squeezenet"},
+        )
+    )
     assert flagged.registry == registry
-    assert flagged.parameters == {"source": source, "image_size": 24, "epochs": 3,
-                                  "beam_args": ["--direct_num_workers=1"], "model_root": registry,
-                                  "model_name": "squeezenet"}  # fmt: skip
+    assert flagged.parameters == {
+        "source": source,
+        "image_size": 24,
+        "epochs": 3,
+        "beam_args": ["--direct_num_workers=1"],
+        "model_root": registry,
+        "model_name": "squeezenet",
+    }
     assert flagged.fingerprint == plain.fingerprint and len(plain.fingerprint) == 64
-    changes = ({}, {"image_size": 24}, {"epochs": 3}, {"beam_args": ("--direct_num_workers=1",)},
-               {"registry": registry}, {"cache": True}, {"parameters": {"model_name": "squeezenet"}})  # fmt: skip
+    changes = (
+        {},
+        {"image_size": 24},
+        {"epochs": 3},
+        {"beam_args": ("--direct_num_workers=1",)},
+        {"registry": registry},
+        {"cache": True},
+        {"parameters": {"model_name": "squeezenet"}},
+    )
     keys = {run_identity(LocalRunConfig(work_dir=work_dir, source=source, **change)).key for change in changes}
     assert len(keys) == 7
     assert run_identity(LocalRunConfig(work_dir=work_dir, source=source)).key == plain.key
@@ -252,8 +282,21 @@ def test_a_run_killed_outright_is_resumed_knowing_its_step_and_reusing_its_outpu
             return json.load(handle)  # as the kill found it
 
     monkeypatch.setattr(local_run, "run_dag", dag_until_killed)
-    run = local_run.LocalRun(work_dir, "/data", "", {}, pipeline_root, first, None, {}, "", "", {},
-                             os.path.join(work_dir, "summary.json"), {"an-earlier-run"})  # fmt: skip
+    run = local_run.LocalRun(
+        work_dir,
+        "/data",
+        "",
+        {},
+        pipeline_root,
+        first,
+        None,
+        {},
+        "",
+        "",
+        {},
+        os.path.join(work_dir, "summary.json"),
+        {"an-earlier-run"},
+    )
     with contextlib.redirect_stdout(io.StringIO()):
         recorded = local_run.run_steps(run, verbose)
     assert (recorded["status"], recorded["step"], recorded["artifact_dirs"]) == (RUNNING, "train", [attempt])

@@ -20,8 +20,21 @@ from tests.conftest import REPO_ROOT
 # seven whole-DAG runs (about 5 minutes on 2 cores): run by `make test-heavy`, not by `make test` (its 15-minute budget)
 pytestmark = pytest.mark.heavy
 PER_CLASS = 30
-COMMON = ["--image-size", "16", "--epochs", "12", "--batch-size", "8", "--cache", "--test-fraction", "0.3",
-          "--max-accuracy-drop", "0.15", "--max-bad-fraction", "0.2"]  # fmt: skip
+COMMON = [
+    "--image-size",
+    "16",
+    "--epochs",
+    "12",
+    "--batch-size",
+    "8",
+    "--cache",
+    "--test-fraction",
+    "0.3",
+    "--max-accuracy-drop",
+    "0.15",
+    "--max-bad-fraction",
+    "0.2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +64,12 @@ def year(tmp_path_factory) -> dict:
         args = ["--work-dir", str(work), "--source", str(source), "--registry", str(registry), *COMMON, *extra]
         result = subprocess.run(
             [sys.executable, "-m", "pipeline", "run-local", *args],
-            cwd=REPO_ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
+            cwd=REPO_ROOT,
+            env={**os.environ, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         summary = json.loads((work / "summary.json").read_text()) if result.returncode == 0 else None
         runs[name] = (result, summary, state())
         decision = (
@@ -148,7 +165,7 @@ def test_a_worse_model_is_not_blessed_leaves_the_registry_and_the_run_is_green(y
         "fingerprint",
         "not-blessed",
         "train",
-    ]  # fmt: skip
+    ]
     assert ("check-data" in names) == bool(year["new images"][1]["blessed"])
     assert "below the baseline's" in " ".join(summary["reasons"])
     with open(summary["metrics_json"]) as handle:

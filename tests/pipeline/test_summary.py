@@ -46,8 +46,9 @@ def test_texts_nothing_exported_and_near_copies():
         "test accuracy",
         "0.8212: the SavedModel on the 151 test texts as clients send them (raw strings)",
     )
-    refused = demo_like(data_checks={"test_copies": {"found": 12, "compared": 200}}, raw_files=None, formats={},
-                        test_accuracy=0.6)  # fmt: skip
+    refused = demo_like(
+        data_checks={"test_copies": {"found": 12, "compared": 200}}, raw_files=None, formats={}, test_accuracy=0.6
+    )
     assert served_rows(refused) == [
         (
             "test accuracy",
@@ -56,7 +57,8 @@ def test_texts_nothing_exported_and_near_copies():
         )
     ]
     # a small split: the noise is at least one example (1 / 20 over sqrt(0.95 * 0.05 / 20) = 0.0487)
-    small = demo_like(counts={"test": 20}, raw_files=None, formats={"saved_model": {"test_accuracy": 0.95}},
-                      test_accuracy=0.95)  # fmt: skip
+    small = demo_like(
+        counts={"test": 20}, raw_files=None, formats={"saved_model": {"test_accuracy": 0.95}}, test_accuracy=0.95
+    )
     assert served_figure(small)["noise"] == 0.05
     assert served_figure(small)["what"] == "the SavedModel on the 20 test examples' TFRecords"

@@ -39,8 +39,9 @@ def resolve_payload(spec: dict, inputs: dict) -> str:
     return "".join(rendered)
 
 
-def test_the_tuning_job_request_is_what_the_rest_reference_documents(in_pipeline, gcs, converted, tmp_path,
-                                                                      monkeypatch):  # fmt: skip
+def test_the_tuning_job_request_is_what_the_rest_reference_documents(
+    in_pipeline, gcs, converted, tmp_path, monkeypatch
+):
     """pipeline.yaml's tuning branch, run as Vertex AI would: the specification step's code on the converted
     examples, GCPC's launcher with the payload the IR renders, sending to the fake server; the body checked against
     the REST reference's HyperparameterTuningJob (field names, enum names), by hand. Then the best-trial step reads
@@ -58,23 +59,34 @@ def test_the_tuning_job_request_is_what_the_rest_reference_documents(in_pipeline
     assert job_inputs["parallel_trial_count"]["componentInputParameter"] == "pipelinechannel--tune_parallel_trials"
     for name in ("worker_pool_specs", "study_spec_parameters", "base_output_directory"):
         assert job_inputs[name]["taskOutputParameter"] == {"outputParameterKey": name, "producerTask": "tuning-spec"}
-    constant = {name: value["runtimeValue"]["constant"] for name, value in spec_task["inputs"]["parameters"].items()
-                if "runtimeValue" in value}  # fmt: skip
+    constant = {
+        name: value["runtimeValue"]["constant"]
+        for name, value in spec_task["inputs"]["parameters"].items()
+        if "runtimeValue" in value
+    }
     assert constant["machine"] == {"machine_type": "ct5lp-hightpu-4t", "tpu_topology": "2x2"}  # v5e-4
     assert constant["image"].endswith("/train-tpu:0.1.0")
     defaults = spec["root"]["inputDefinitions"]["parameters"]
     # a pipeline parameter's default as the step receives it (the IR keeps every number as a double)
     typed = {"NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "BOOLEAN": bool, "STRING": str, "LIST": list}
-    training = {name: typed[defaults[name]["parameterType"]](defaults[name]["defaultValue"])
-                for name in spec_task["inputs"]["parameters"] if name not in constant and name in defaults}  # fmt: skip
+    training = {
+        name: typed[defaults[name]["parameterType"]](defaults[name]["defaultValue"])
+        for name in spec_task["inputs"]["parameters"]
+        if name not in constant and name in defaults
+    }
 
     _, stats = converted
     train = stats["counts"]["train"]
     assert 16 <= train < 64  # the tiny examples: 64 (and below 32 examples, 32 too) is no batch size for them
     examples_uri, trials_uri = upload_examples(gcs, converted[0]), f"gs://{gcs.name}/run/tuning-spec/trials"
-    specs, parameters, base = trial_job(examples_uri, trials_uri, constant["image"], constant["machine"],
-                                        constant["boot_disk"],
-                                        {**training, "hosts": constant["hosts"]})  # fmt: skip
+    specs, parameters, base = trial_job(
+        examples_uri,
+        trials_uri,
+        constant["image"],
+        constant["machine"],
+        constant["boot_disk"],
+        {**training, "hosts": constant["hosts"]},
+    )
     in_pipeline.trial_results = [
         ({"learning_rate": 0.004, "per_replica_batch_size": 16, "augment": "false"}, 0.81),
         ({"learning_rate": 0.0009, "per_replica_batch_size": 32, "augment": "true"}, 0.93),
@@ -88,14 +100,19 @@ def test_the_tuning_job_request_is_what_the_rest_reference_documents(in_pipeline
     study = body["studySpec"]
     assert study["metrics"] == [{"metricId": "val_accuracy", "goal": "MAXIMIZE"}]
     assert study["parameters"] == [  # the default model trains from scratch: no fine-tuning depth
-        {"parameterId": "learning_rate", "doubleValueSpec": {"minValue": 0.0001, "maxValue": 0.01},
-         "scaleType": "UNIT_LOG_SCALE"},
+        {
+            "parameterId": "learning_rate",
+            "doubleValueSpec": {"minValue": 0.0001, "maxValue": 0.01},
+            "scaleType": "UNIT_LOG_SCALE",
+        },
         # batch sizes above the tiny examples' train split are left out
-        {"parameterId": "per_replica_batch_size",
-         "discreteValueSpec": {"values": [16.0, 32.0] if train >= 32 else [16.0]},
-         "scaleType": "UNIT_LINEAR_SCALE"},
+        {
+            "parameterId": "per_replica_batch_size",
+            "discreteValueSpec": {"values": [16.0, 32.0] if train >= 32 else [16.0]},
+            "scaleType": "UNIT_LINEAR_SCALE",
+        },
         {"parameterId": "augment", "categoricalValueSpec": {"values": ["false", "true"]}},
-    ]  # fmt: skip
+    ]
     assert study["measurementSelectionType"] == "BEST_MEASUREMENT"
     trial_spec = body["trialJobSpec"]
     assert trial_spec["baseOutputDirectory"] == {"outputUriPrefix": trials_uri}
@@ -114,8 +131,9 @@ def test_the_tuning_job_request_is_what_the_rest_reference_documents(in_pipeline
     assert json.loads(resources.read_text())["resources"][0]["resourceType"] == "HyperparameterTuningJob"
 
     model = Model(uri=f"gs://{gcs.name}/run/best-trial/model")
-    best = json.loads(keep_best_trial(resources.read_text(), base, model,
-                                      vertex_settings_in_pipeline("proj", "europe-west4")))  # fmt: skip
+    best = json.loads(
+        keep_best_trial(resources.read_text(), base, model, vertex_settings_in_pipeline("proj", "europe-west4"))
+    )
     assert best == {"trial": "2", "parameters": in_pipeline.trial_results[1][0], "val_accuracy": 0.93}
     assert model.uri == f"{trials_uri}/2/model"  # where Vertex AI's AIP_MODEL_DIR pointed trial 2
     assert model.metadata["trial"] == "2" and model.metadata["learning_rate"] == 0.0009
@@ -266,8 +284,11 @@ def test_a_trial_metric_is_written_as_vertex_ai_reads_it(tmp_path, monkeypatch):
 
 def test_examples_without_a_validation_split_are_refused_before_any_trial(tmp_path):
     (tmp_path / "stats.json").write_text(json.dumps({"counts": {"train": 90, "validation": 0, "test": 10}}))
-    with pytest.raises(UsageError, match=rf"^tuning compares trials on val_accuracy, and {tmp_path} have no "
-                                         r"validation split: convert with --validation-fraction above 0$"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=rf"^tuning compares trials on val_accuracy, and {tmp_path} have no "
+        r"validation split: convert with --validation-fraction above 0$",
+    ):
         tune.space_for("auto", "auto", str(tmp_path))
 
 
@@ -301,9 +322,17 @@ def test_trial_flags_are_read_as_vertex_ai_writes_them():
     from components.train.core import TrainConfig
 
     values, rest = tune.split_trial_flags(
-        ["--examples", "gs://b/x", "--learning-rate", "0.002", "--learning_rate=0.0005",
-         "--per_replica_batch_size=32.0", "--augment=true", "--fine_tune_blocks=4"]
-    )  # fmt: skip
+        [
+            "--examples",
+            "gs://b/x",
+            "--learning-rate",
+            "0.002",
+            "--learning_rate=0.0005",
+            "--per_replica_batch_size=32.0",
+            "--augment=true",
+            "--fine_tune_blocks=4",
+        ]
+    )
     assert rest == ["--examples", "gs://b/x", "--learning-rate", "0.002"]
     config = tune.apply(TrainConfig(examples_dir="x", learning_rate=0.002), values)
     assert (config.learning_rate, config.per_replica_batch_size, config.augment, config.fine_tune_blocks) == (
@@ -333,9 +362,25 @@ def test_a_vertex_ai_trial_trains_with_its_values_and_reports_its_metric(convert
     metrics = tmp_path / "output.metrics"
     monkeypatch.setenv("AIP_MODEL_DIR", str(tmp_path / "trial-3" / "model"))
     monkeypatch.setenv("CLOUD_ML_HP_METRIC_FILE", str(metrics))
-    main(["--examples", examples, "--model", "codelab_convnet", "--epochs", "2", "--backend", "tensorflow",
-          "--precision", "float32", "--learning-rate", "0.002",
-          "--learning_rate=0.0007", "--per_replica_batch_size=16.0", "--augment=true"])  # fmt: skip
+    main(
+        [
+            "--examples",
+            examples,
+            "--model",
+            "codelab_convnet",
+            "--epochs",
+            "2",
+            "--backend",
+            "tensorflow",
+            "--precision",
+            "float32",
+            "--learning-rate",
+            "0.002",
+            "--learning_rate=0.0007",
+            "--per_replica_batch_size=16.0",
+            "--augment=true",
+        ]
+    )
     with open(tmp_path / "trial-3" / "model" / "model_config.json") as handle:
         config = json.load(handle)
     assert config["learning_rate"] == 0.0007 and config["per_replica_batch_size"] == 16 and config["augment"] is True
@@ -351,8 +396,26 @@ def test_a_local_search_of_two_trials_keeps_the_best_model(converted, tmp_path):
 
     examples, stats = converted
     model_dir = tmp_path / "model"
-    main(["--examples", examples, "--model-dir", str(model_dir), "--model", "codelab_convnet", "--epochs", "3",
-          "--backend", "tensorflow", "--precision", "float32", "--tune-trials", "2", "--seed", "5"])  # fmt: skip
+    main(
+        [
+            "--examples",
+            examples,
+            "--model-dir",
+            str(model_dir),
+            "--model",
+            "codelab_convnet",
+            "--epochs",
+            "3",
+            "--backend",
+            "tensorflow",
+            "--precision",
+            "float32",
+            "--tune-trials",
+            "2",
+            "--seed",
+            "5",
+        ]
+    )
     with open(model_dir / "tuning.json") as handle:
         tuning = json.load(handle)
     drawn = tune.sample(tune.search_space("codelab_convnet", "none", stats["counts"]["train"]), 2, 5)

@@ -27,11 +27,26 @@ def compiled(path: str = os.path.join(REPO_ROOT, "pipeline.yaml")) -> dict:
 
 def test_submit_sends_the_compiled_pipeline_with_its_settings(vertex, capsys, caplog):
     caplog.set_level("INFO", logger="components.vertex_client")  # as the command line logs
-    code = main([
-        "submit", *vertex.job_args, "--param", "epochs=3", "--param", "learning_rate=0.01",
-        "--service-account", "trainer@demo-project.iam.gserviceaccount.com", "--label", "team=vision",
-        "--label", "trigger=manual", "--job-id", "flowers-1", "--network", "projects/42/global/networks/ml-vpc",
-    ])  # fmt: skip
+    code = main(
+        [
+            "submit",
+            *vertex.job_args,
+            "--param",
+            "epochs=3",
+            "--param",
+            "learning_rate=0.01",
+            "--service-account",
+            "trainer@demo-project.iam.gserviceaccount.com",
+            "--label",
+            "team=vision",
+            "--label",
+            "trigger=manual",
+            "--job-id",
+            "flowers-1",
+            "--network",
+            "projects/42/global/networks/ml-vpc",
+        ]
+    )
     assert code == 0
     (body,) = vertex.bodies("POST", "/pipelineJobs")
     assert body["pipelineSpec"] == compiled(vertex.template)
@@ -103,11 +118,15 @@ def test_submit_says_whom_the_run_acts_as_and_what_a_missing_act_as_grant_needs(
     vertex.fail("POST", "/pipelineJobs", [(403, "PERMISSION_DENIED", refusal)])
     assert main(["submit", *vertex.job_args]) == 1
     (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert f"the caller lacks iam.serviceAccounts.actAs (Permission 'iam.serviceAccounts.actAs' denied on service " \
-           f"account {account}" in line  # fmt: skip
-    assert line.endswith("grant it the Service Account User role (roles/iam.serviceAccountUser) on the account the "
-                         "run acts as: --service-account, else the project's Compute Engine default service account "
-                         "(PROJECT_NUMBER-compute@developer.gserviceaccount.com)")  # fmt: skip
+    assert (
+        f"the caller lacks iam.serviceAccounts.actAs (Permission 'iam.serviceAccounts.actAs' denied on service "
+        f"account {account}" in line
+    )
+    assert line.endswith(
+        "grant it the Service Account User role (roles/iam.serviceAccountUser) on the account the "
+        "run acts as: --service-account, else the project's Compute Engine default service account "
+        "(PROJECT_NUMBER-compute@developer.gserviceaccount.com)"
+    )
 
 
 def test_a_pipeline_compiled_with_addresses_mails_each_runs_outcome_to_them(vertex, tmp_path, capsys):
@@ -260,11 +279,26 @@ def test_a_duplicate_job_id_is_a_clear_error(vertex, capsys):
 
 def test_schedule_create_list_pause_resume_delete(vertex, capsys):
     cron = "TZ=Europe/Paris 0 3 * * 1"
-    assert main([
-        "schedule", "create", *vertex.job_args, "--cron", cron, "--name", "weekly-retrain",
-        "--max-concurrent-runs", "2", "--max-runs", "10",
-        "--service-account", "sa@demo-project.iam.gserviceaccount.com",
-    ]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "schedule",
+                "create",
+                *vertex.job_args,
+                "--cron",
+                cron,
+                "--name",
+                "weekly-retrain",
+                "--max-concurrent-runs",
+                "2",
+                "--max-runs",
+                "10",
+                "--service-account",
+                "sa@demo-project.iam.gserviceaccount.com",
+            ]
+        )
+        == 0
+    )
     (body,) = vertex.bodies("POST", "/schedules")
     assert body["cron"] == cron and body["displayName"] == "weekly-retrain"
     assert int(body["maxConcurrentRunCount"]) == 2 and int(body["maxRunCount"]) == 10
@@ -316,8 +350,11 @@ def test_an_unreachable_endpoint_is_one_line_within_the_retry_timeout(vertex, ca
 
 def test_schedule_create_refuses_a_name_that_exists(vertex):
     assert main(["schedule", "create", *vertex.job_args, "--cron", "0 3 * * 1", "--name", "weekly"]) == 0
-    with pytest.raises(UsageError, match=r"a schedule named 'weekly' exists .*: change it with python -m pipeline "
-                       r"schedule update 'weekly', or pass another --name"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=r"a schedule named 'weekly' exists .*: change it with python -m pipeline "
+        r"schedule update 'weekly', or pass another --name",
+    ):
         main(["schedule", "create", *vertex.job_args, "--cron", "0 4 * * 1", "--name", "weekly"])
     assert len(vertex.schedules) == 1
 
@@ -416,8 +453,12 @@ def test_settings_precedence_flags_over_environment_over_config_over_defaults(tm
     assert load_settings({}, {"GOOGLE_CLOUD_LOCATION": "asia-east1"}).region == "asia-east1"
     both = load_settings({}, {"GOOGLE_CLOUD_LOCATION": "asia-east1", "GOOGLE_CLOUD_REGION": "us-east1"})
     assert both.region == "us-east1" and both.sources["region"] == "GOOGLE_CLOUD_REGION"
-    assert settings.sources == {"project": "--project", "region": f"config file {config}",
-                                "pipeline_root": "TPU_PIPELINE_PIPELINE_ROOT", "labels": "--labels"}  # fmt: skip
+    assert settings.sources == {
+        "project": "--project",
+        "region": f"config file {config}",
+        "pipeline_root": "TPU_PIPELINE_PIPELINE_ROOT",
+        "labels": "--labels",
+    }
 
 
 def test_gcloud_s_project_is_the_last_fallback_and_each_command_says_where_its_settings_came_from(
@@ -468,27 +509,113 @@ def test_gcloud_s_project_is_the_last_fallback_and_each_command_says_where_its_s
         (["--project", "p"], "no region: pass --region europe-west4, set TPU_PIPELINE_REGION"),
         (["--project", "p", "--region", "Europe West"], "region 'Europe West' is not a Google Cloud region"),
         (["--project", "p", "--region", "europe-west4"], "no pipeline root: pass --pipeline-root gs://BUCKET/"),
-        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--label", "Team=x"],
-         "label Team=x is not a valid Google Cloud label"),
-        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
-          "--param", "source=x", "--param", "epoch=3"], "pipeline has no parameter 'epoch'"),
-        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous"],
-         "pipeline parameter source is required: pass --param source=VALUE"),
-        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
-          "--param", "source=x", "--param", "epochs=many"], "--param epochs=many is not a number integer"),
+        (
+            ["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--label", "Team=x"],
+            "label Team=x is not a valid Google Cloud label",
+        ),
+        (
+            [
+                "--project",
+                "p",
+                "--region",
+                "europe-west4",
+                "--pipeline-root",
+                "gs://b/r",
+                "--anonymous",
+                "--param",
+                "source=x",
+                "--param",
+                "epoch=3",
+            ],
+            "pipeline has no parameter 'epoch'",
+        ),
+        (
+            ["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous"],
+            "pipeline parameter source is required: pass --param source=VALUE",
+        ),
+        (
+            [
+                "--project",
+                "p",
+                "--region",
+                "europe-west4",
+                "--pipeline-root",
+                "gs://b/r",
+                "--anonymous",
+                "--param",
+                "source=x",
+                "--param",
+                "epochs=many",
+            ],
+            "--param epochs=many is not a number integer",
+        ),
         # what a step would refuse minutes into the run, refused before it is submitted
-        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
-          "--param", "source=x", "--param", "image_size=100000"],
-         "--param: --image-size 100000 is too large: use 1024 or less, or auto"),
-        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
-          "--param", "source=x", "--param", "epochs=-1"], "--param: --epochs -1 must be at least 0"),
-        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
-          "--param", "source=x", "--param", "test_fraction=1.5"],
-         "--param: --test-fraction 1.5 is out of range: use a fraction in [0, 1)"),
-        (["--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous",
-          "--param", "source=x", "--param", "vocabulary_size=2"], "--param: --vocabulary-size 2 is too small"),
+        (
+            [
+                "--project",
+                "p",
+                "--region",
+                "europe-west4",
+                "--pipeline-root",
+                "gs://b/r",
+                "--anonymous",
+                "--param",
+                "source=x",
+                "--param",
+                "image_size=100000",
+            ],
+            "--param: --image-size 100000 is too large: use 1024 or less, or auto",
+        ),
+        (
+            [
+                "--project",
+                "p",
+                "--region",
+                "europe-west4",
+                "--pipeline-root",
+                "gs://b/r",
+                "--anonymous",
+                "--param",
+                "source=x",
+                "--param",
+                "epochs=-1",
+            ],
+            "--param: --epochs -1 must be at least 0",
+        ),
+        (
+            [
+                "--project",
+                "p",
+                "--region",
+                "europe-west4",
+                "--pipeline-root",
+                "gs://b/r",
+                "--anonymous",
+                "--param",
+                "source=x",
+                "--param",
+                "test_fraction=1.5",
+            ],
+            "--param: --test-fraction 1.5 is out of range: use a fraction in [0, 1)",
+        ),
+        (
+            [
+                "--project",
+                "p",
+                "--region",
+                "europe-west4",
+                "--pipeline-root",
+                "gs://b/r",
+                "--anonymous",
+                "--param",
+                "source=x",
+                "--param",
+                "vocabulary_size=2",
+            ],
+            "--param: --vocabulary-size 2 is too small",
+        ),
     ],
-)  # fmt: skip
+)
 def test_missing_or_wrong_settings_are_one_line_errors(monkeypatch, tmp_path, args, message):
     for name in list(os.environ):
         if name.startswith(("TPU_PIPELINE_", "GOOGLE_")):
@@ -526,10 +653,28 @@ def test_no_credentials_is_one_line_exit_2_saying_how(tmp_path, template):
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline", "submit", "--project", "p", "--region", "europe-west4",
-         "--pipeline-root", "gs://b/root", "--param", "source=gs://b/photos", "--template", template],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "submit",
+            "--project",
+            "p",
+            "--region",
+            "europe-west4",
+            "--pipeline-root",
+            "gs://b/root",
+            "--param",
+            "source=gs://b/photos",
+            "--template",
+            template,
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "error: no Google Cloud credentials: run `gcloud auth application-default login`, or set "
@@ -638,8 +783,14 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     assert (first["action"], first["version"], first["uri"], first["stored_as"]) == ("registered", "1", stored, 1)
     copied = sorted(blob.name[len("models/flowers/1/") :] for blob in gcs.list_blobs(prefix="models/flowers/1/"))
     saved_model = ["saved_model/saved_model.pb", "saved_model/variables/variables.index"]
-    assert copied == ["data_stats.json", "export.json", "metrics.json", "near_duplicates.npz", *saved_model,
-                      "version.json"]  # fmt: skip
+    assert copied == [
+        "data_stats.json",
+        "export.json",
+        "metrics.json",
+        "near_duplicates.npz",
+        *saved_model,
+        "version.json",
+    ]
     # the statistics of the data it learned from are kept with the version (the next run's data baseline)
     kept = gcs.blob("models/flowers/1/data_stats.json").download_as_bytes()
     assert kept == b"data_stats.json of flowers"
@@ -684,8 +835,9 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     # a retrained model becomes version 2 of the same model, stored under the model_root given
     export_3 = upload_export(gcs, "root/flowers-3/export/exported_model", "b" * 64)
     root = f"gs://{BUCKET}/serving/flowers"
-    third, vertex_model = register_step(gcs, export_3, "flowers", baseline=baseline, model_root=root,
-                                        pipeline_run="flowers-3")  # fmt: skip
+    third, vertex_model = register_step(
+        gcs, export_3, "flowers", baseline=baseline, model_root=root, pipeline_run="flowers-3"
+    )
     assert (third["model"], third["version"], third["uri"]) == (name, "2", f"{root}/1")
     assert vertex_model.metadata == {"resourceName": f"{name}@2"}
     assert [e["displayName"] for e in in_pipeline.evaluations[f"{name}@2"]] == ["flowers-3"]
@@ -742,11 +894,19 @@ def test_gcpc_evaluation_import_reads_the_evaluate_output_as_the_register_step_i
 
     monkeypatch.setattr(aiplatform.gapic, "ModelServiceClient", to_the_fake)
     outputs = {name: tmp_path / name for name in ("gcp_resources", "evaluation_resource_name")}
-    gcpc_import.main([
-        "--classification_metrics", str(artifact), "--model_name", vertex_model.metadata["resourceName"],
-        "--display_name", "flowers-1", "--pipeline_job_id", "flowers-1",
-        *[arg for name, path in outputs.items() for arg in (f"--{name}", str(path))],
-    ])  # fmt: skip
+    gcpc_import.main(
+        [
+            "--classification_metrics",
+            str(artifact),
+            "--model_name",
+            vertex_model.metadata["resourceName"],
+            "--display_name",
+            "flowers-1",
+            "--pipeline_job_id",
+            "flowers-1",
+            *[arg for name, path in outputs.items() for arg in (f"--{name}", str(path))],
+        ]
+    )
     ours_again, theirs = in_pipeline.bodies("POST", "/evaluations:import")
     assert ours_again == ours
     assert theirs["modelEvaluation"]["metricsSchemaUri"] == ours["modelEvaluation"]["metricsSchemaUri"]

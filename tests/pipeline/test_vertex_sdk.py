@@ -11,8 +11,14 @@ import os
 from tests.conftest import REPO_ROOT
 
 # the private names the module reaches for, as written there
-PRIVATE = ("_gca_resource", "_metadata_context", "_get_context", "_set_enable_caching_value", "create_client",
-           "_to_parameter_spec")  # fmt: skip
+PRIVATE = (
+    "_gca_resource",
+    "_metadata_context",
+    "_get_context",
+    "_set_enable_caching_value",
+    "create_client",
+    "_to_parameter_spec",
+)
 
 
 def test_each_internal_the_sdk_module_uses_is_still_there():
@@ -28,8 +34,7 @@ def test_each_internal_the_sdk_module_uses_is_still_there():
     if not callable(getattr(aiplatform.PipelineJob, "_get_context", None)):
         moved.append("PipelineJob._get_context (add_run_to_experiment)")
     caching = getattr(pipeline_jobs, "_set_enable_caching_value", None)
-    if not callable(caching) or list(inspect.signature(caching).parameters)[:2] != ["pipeline_spec",
-                                                                                     "enable_caching"]:  # fmt: skip
+    if not callable(caching) or list(inspect.signature(caching).parameters)[:2] != ["pipeline_spec", "enable_caching"]:
         moved.append("pipeline_jobs._set_enable_caching_value(pipeline_spec, enable_caching) (enable_caching)")
     create = getattr(initializer.global_config, "create_client", None)
     if not callable(create) or not {"client_class", "location_override"} <= set(inspect.signature(create).parameters):
@@ -68,13 +73,19 @@ def test_the_tuning_parameters_are_what_gcpc_serialises():
 
     from components.vertex_sdk import parameter_specs
 
-    space = {"a": hpt.DoubleParameterSpec(min=0.5, max=2.0, scale="log"),
-             "b": hpt.IntegerParameterSpec(min=1, max=4, scale="linear"),
-             "c": hpt.DiscreteParameterSpec(values=[8, 16], scale="linear"),
-             "d": hpt.CategoricalParameterSpec(values=["x", "y"])}  # fmt: skip
+    space = {
+        "a": hpt.DoubleParameterSpec(min=0.5, max=2.0, scale="log"),
+        "b": hpt.IntegerParameterSpec(min=1, max=4, scale="linear"),
+        "c": hpt.DiscreteParameterSpec(values=[8, 16], scale="linear"),
+        "d": hpt.CategoricalParameterSpec(values=["x", "y"]),
+    }
     theirs = serialize_parameters(space)
     for spec in theirs:
         spec["scale_type"] = study.StudySpec.ParameterSpec.ScaleType(spec["scale_type"]).name
     assert parameter_specs(space) == theirs
-    assert [spec["scale_type"] for spec in theirs] == ["UNIT_LOG_SCALE", "UNIT_LINEAR_SCALE", "UNIT_LINEAR_SCALE",
-                                                       "SCALE_TYPE_UNSPECIFIED"]  # fmt: skip
+    assert [spec["scale_type"] for spec in theirs] == [
+        "UNIT_LOG_SCALE",
+        "UNIT_LINEAR_SCALE",
+        "UNIT_LINEAR_SCALE",
+        "SCALE_TYPE_UNSPECIFIED",
+    ]

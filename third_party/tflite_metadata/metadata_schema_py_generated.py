@@ -2,7 +2,7 @@
 # identifier M001), copied unmodified below these lines from MediaPipe 1.2.2's wheel
 # (mediapipe/tasks/metadata/metadata_schema_py_generated.py). Apache License 2.0, Copyright The MediaPipe Authors
 # and The TensorFlow Authors. components/export/tflite_metadata.py packs its typed objects (ModelMetadataT, ...);
-# tests/components/test_export.py checks that it is still the installed MediaPipe's file.
+# tests/components/test_export.py checks that it is still the installed MediaPipe's file. License: LICENSE beside it.
 # fmt: off
 import flatbuffers
 

@@ -1,0 +1,59 @@
+"""``make house`` counts what the house issues bound (tests/house.py), and the tree keeps the bounds that hold."""
+
+from __future__ import annotations
+
+import textwrap
+
+from tests.house import LONG_FILE_LINES, figures
+
+BRANCHY = textwrap.dedent(
+    """\
+    def pick(config, spec, image_size, sequence_length):
+        if config["modality"] == "text":  # 1
+            return 1
+        elif spec.modality == "image":  # 2
+            return 2
+        size = 3 if modality_of(spec) == "text" else 4  # 3: a name holding "modality"
+        match spec.modality:  # 4
+            case "text":
+                return size
+        if config.get("kind") == "text":  # not counted: no modality read
+            return 5
+        return "if modality == 'text'"  # fmt: skip
+
+
+    def one_size(image_size, *, sequence_length=None):
+        return image_size
+    """
+)
+
+
+def test_house_counts_what_it_says_and_leaves_out_the_modalities_and_quoted_opt_outs(tmp_path):
+    (tmp_path / "components" / "modalities").mkdir(parents=True)
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / "third_party").mkdir()
+    (tmp_path / "components" / "step.py").write_text(BRANCHY)
+    (tmp_path / "components" / "modalities" / "text.py").write_text(BRANCHY)  # the modality's home: not counted
+    (tmp_path / "pipeline" / "long.py").write_text("x = 1\n" * (LONG_FILE_LINES + 1))
+    (tmp_path / "pipeline" / "short.py").write_text("x = 1\n" * LONG_FILE_LINES)
+    (tmp_path / "pipeline" / "quoted.py").write_text(
+        'OPT_OUT = "# fmt: skip"\n# fmt: off\nTABLE = (1,  2)\n# fmt: on\n'
+    )
+    (tmp_path / "third_party" / "vendored.py").write_text("x = 1  # fmt: skip\n")  # vendored: not counted
+
+    found = figures(str(tmp_path))
+
+    assert found["modality_branches"] == {"total": 4, "by_file": {"components/step.py": 4}}
+    assert found["both_sizes"] == {
+        "components/modalities/text.py": ["pick", "one_size"],
+        "components/step.py": ["pick", "one_size"],
+    }
+    assert found["long_files"] == {"pipeline/long.py": LONG_FILE_LINES + 1}
+    assert found["format_skips"] == {
+        "total": 3,
+        "by_file": {"components/modalities/text.py": 1, "components/step.py": 1, "pipeline/quoted.py": 1},
+    }
+
+
+def test_the_tree_takes_ruff_formats_output_with_at_most_ten_opt_outs():
+    assert figures()["format_skips"]["total"] <= 10
