@@ -167,18 +167,20 @@ def measure_ours(
     """Examples per second of the fastest epoch after the first of our train step, timed by ``epoch_timers`` around
     the step's own callbacks (its ``epoch_seconds`` stop before the backup and TensorBoard)."""
     from components.schema import read_stats
-    from components.train import core
+    from components.train import phases
+    from components.train.config import TrainConfig
+    from components.train.core import run
 
-    timers, own_callbacks = [], core.training_callbacks
+    timers, own_callbacks = [], phases.training_callbacks
 
     def timed_callbacks(*args, **kwargs):  # Keras is imported here, once the step has set up its devices
         timers.extend(epoch_timers(wait_for_results=True))
         return [timers[0], *own_callbacks(*args, **kwargs), timers[1]]
 
-    core.training_callbacks = timed_callbacks
+    phases.training_callbacks = timed_callbacks  # as the phases call it
     with tempfile.TemporaryDirectory(prefix="bench-model-") as model_dir:
-        result = core.run(
-            core.TrainConfig(
+        result = run(
+            TrainConfig(
                 examples_dir=examples,
                 model_dir=model_dir,
                 model_name=model_name,
@@ -201,7 +203,7 @@ def measure_bare(
     from components.artifacts.examples import input_size, make_dataset
     from components.models import ModelSpec, build_model
     from components.schema import read_stats
-    from components.train.core import round_up_batch
+    from components.train.inputs import round_up_batch
 
     stats = read_stats(examples)
     (size, length), classes = input_size(stats), stats["num_classes"]

@@ -335,7 +335,7 @@ def convert_check_and_train(ops: StepOps, p: dict, baseline, accelerator: Option
         ).set_display_name("train")
         trained.after(checked)
         # a job failed (preempted past a restart in place, out of capacity) is launched again, and resumes from the
-        # backup its inputs name (components.train.core.lasting_checkpoint_dir)
+        # backup its inputs name (components.train.config.lasting_checkpoint_dir)
         trained.set_retry(num_retries=TRAIN_RETRIES, backoff_duration="120s", backoff_factor=2.0)
     return converted, checked, dsl.OneOf(best.outputs["model"], trained.outputs["model"])
 

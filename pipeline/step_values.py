@@ -19,7 +19,7 @@ def check_step_values(values: Mapping[str, Any]) -> None:
     from components.evaluate.core import EvaluateConfig
     from components.imaging import AUTO_IMAGE_SIZE, image_size_mistake
     from components.params import CONVERT, EVALUATE, TEXT, TRAIN, defaults
-    from components.train.core import TrainConfig
+    from components.train.config import TrainConfig
 
     def given(names) -> dict:
         return {name: values[name] for name in names if values.get(name) is not None}

@@ -106,7 +106,8 @@ def trained(converted, tmp_path_factory) -> tuple[str, dict]:
     """The codelab convnet really trained for a few epochs on the tiny examples, in float32 on TensorFlow; (model
     dir, result). Not the default image model: with batch norm, the few dozen steps of the tiny data leave its moving
     statistics short of the final weights' (bench/RESULTS.md); the demo runs train the default."""
-    from components.train.core import TrainConfig, run
+    from components.train.config import TrainConfig
+    from components.train.core import run
 
     def make(model_dir: str) -> tuple[str, dict]:
         config = TrainConfig(
@@ -295,7 +296,8 @@ def text_examples(tmp_path_factory) -> tuple[str, dict]:
 @pytest.fixture(scope="session")
 def trained_text(text_examples, tmp_path_factory) -> tuple[str, dict]:
     """The article's LSTM trained on TensorFlow in float32 for 6 epochs on the reviews; (model dir, result)."""
-    from components.train.core import TrainConfig, run
+    from components.train.config import TrainConfig
+    from components.train.core import run
 
     def make(folder: str) -> tuple[str, dict]:
         model_dir = os.path.join(folder, "model")

@@ -7,7 +7,8 @@ import json
 
 from components.cli import ArgumentParser, UsageError, add_param, config_from_args, configure_logging, console_script
 from components.params import TRAIN, TUNE
-from components.train.core import LR_SCHEDULES, TrainConfig, run
+from components.train.config import LR_SCHEDULES, TrainConfig
+from components.train.core import run
 from components.train.placement import BACKENDS, PRECISIONS
 
 

@@ -35,7 +35,8 @@ def train(
     import dataclasses
 
     from components.cli import start_step
-    from components.train.core import TrainConfig, lasting_checkpoint_dir, run
+    from components.train.config import TrainConfig, lasting_checkpoint_dir
+    from components.train.core import run
     from components.train.transfer import weights_cache_for
     from components.train.tuning import search
 

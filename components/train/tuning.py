@@ -232,7 +232,8 @@ def search(config, trials: int, env: Mapping[str, str] | None = None) -> dict:
     ``tuning`` (what ``tuning.json`` holds)."""
     from components.schema import read_stats
     from components.storage import write_json
-    from components.train.core import activated_backend, resolve_output_dirs, run
+    from components.train.config import resolve_output_dirs
+    from components.train.core import activated_backend, run
 
     env = os.environ if env is None else env
     if trials < 1:

@@ -9,7 +9,7 @@ import os
 from components.cli import UsageError, comma_separated, image_size_flag
 from components.params import CONVERT, EVALUATE, TRAIN, TUNE, flag_of
 from components.schema import MODALITIES
-from components.train.core import LR_SCHEDULES
+from components.train.config import LR_SCHEDULES
 from components.train.placement import BACKENDS, PRECISIONS
 from pipeline.accelerators import ACCELERATORS, DEFAULT_ACCELERATOR
 from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, Images

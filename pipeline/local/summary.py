@@ -74,7 +74,7 @@ def step_outcome(path: str, run_dir: str, interrupted_dirs: tuple[str, ...]) -> 
 
 def epochs_done(checkpoints: str, parameters: dict, spec: dict) -> str:
     """ " (after epoch N of M)" when training was interrupted with N epochs kept in its checkpoints, else ""."""
-    from components.train.core import epochs_kept
+    from components.train.backup import epochs_kept
 
     done = epochs_kept(checkpoints)  # (a backbone's fine-tuning counts on from its head's epochs)
     total = int(parameter_used("epochs", spec, parameters))  # 0: auto, which the train step resolves

@@ -46,7 +46,7 @@ def test_a_weak_models_misclassified_texts_are_listed_and_quoted(text_examples, 
     import tensorflow as tf
 
     from components.schema import split_files, text_feature_spec
-    from components.train.core import TrainConfig
+    from components.train.config import TrainConfig
     from components.train.core import run as train
     from tests.conftest import TEXT_SEQUENCE_LENGTH
 

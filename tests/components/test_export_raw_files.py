@@ -56,7 +56,7 @@ def bars_exported(tmp_path_factory):
     from components.convert.core import run as convert
     from components.export.core import ExportConfig
     from components.export.core import run as export
-    from components.train.core import TrainConfig
+    from components.train.config import TrainConfig
     from components.train.core import run as train
 
     root = tmp_path_factory.mktemp("bars")

@@ -135,7 +135,8 @@ def test_the_convolutions_int8_file_is_full_integer(text_examples, tmp_path):
 
     from components.export.core import ExportConfig
     from components.export.core import run as export
-    from components.train.core import TrainConfig, run
+    from components.train.config import TrainConfig
+    from components.train.core import run
 
     examples, _ = text_examples
     run(

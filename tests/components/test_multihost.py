@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from components.cli import UsageError
-from components.train.core import BACKUP_METADATA, BACKUP_WEIGHTS, backup_digest, copy_chiefs_backup
+from components.train.backup import BACKUP_METADATA, BACKUP_WEIGHTS, backup_digest, copy_chiefs_backup
 from components.train.placement import connect_processes, process_launch
 from tests.components.test_train_jax import REPO_ROOT, free_port, jax_env
 

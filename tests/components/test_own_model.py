@@ -322,7 +322,8 @@ def test_a_tensorflow_call_is_refused_where_jax_trains_and_a_warning_where_tenso
 def test_the_train_step_refuses_a_builder_that_raises_in_one_line_its_traceback_in_the_log(tmp_path, converted, caplog):
     """The train step checks the model before any epoch (a run that skipped run-local's check: the step command,
     Vertex AI): one line naming the file, the line and the exception; the user's traceback in the step's log."""
-    from components.train.core import TrainConfig, run
+    from components.train.config import TrainConfig
+    from components.train.core import run
 
     path = write_model(tmp_path, "broken", "import keras\ndef build(spec, units: int = 4):\n    return units / 0\n")
     config = TrainConfig(
@@ -386,7 +387,8 @@ def test_a_registered_custom_layer_trains_evaluates_exports_and_serves_without_i
 
     from components.export.core import ExportConfig
     from components.export.core import run as export
-    from components.train.core import TrainConfig, run
+    from components.train.config import TrainConfig
+    from components.train.core import run
 
     examples, _ = converted
     os.makedirs(tmp_path / "mine")
@@ -466,7 +468,8 @@ def test_a_registered_custom_layer_trains_evaluates_exports_and_serves_without_i
 def test_the_cifar10_and_imdb_examples_train_on_tiny_data(tmp_path, converted, text_examples):
     """The examples as users copy them: the CIFAR-10 convnet (functional API, its hyperparameters given) on the
     tiny images, the IMDB LSTM on the tiny reviews; each records where its code came from."""
-    from components.train.core import TrainConfig, run
+    from components.train.config import TrainConfig
+    from components.train.core import run
 
     runs = {
         "cifar10_convnet": (converted[0], ("filters=8", "blocks=2", "dropout=0.1")),

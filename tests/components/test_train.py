@@ -17,18 +17,11 @@ import pytest
 from components.artifacts.examples import make_dataset
 from components.cli import UsageError
 from components.models import DEFAULT_MODELS, ModelSpec, build_model
-from components.train.core import (
-    BACKUP_DIR,
-    EPOCH_LOG_FILE,
-    TrainConfig,
-    epochs_kept,
-    read_epoch_log,
-    resolve_output_dirs,
-    round_up_batch,
-    run,
-    settle_backup,
-    validation_batching,
-)
+from components.train.backup import BACKUP_DIR, epochs_kept, settle_backup
+from components.train.callbacks import EPOCH_LOG_FILE, read_epoch_log
+from components.train.config import TrainConfig, resolve_output_dirs
+from components.train.core import run
+from components.train.inputs import round_up_batch, validation_batching
 from components.train.placement import choose_precision, read_cpu_flags
 from tests.conftest import CLASSES, REPO_ROOT, TINY_SIZE, run_cli
 
@@ -174,7 +167,7 @@ def test_a_count_below_its_least_names_the_flag_users_type(tmp_path, field, valu
 
 
 def test_auto_trains_an_image_model_from_scratch_longer_at_a_lower_rate_and_keeps_what_is_given():
-    from components.train.core import with_auto_training
+    from components.train.config import with_auto_training
 
     # the documented auto values (the flags' help): 30 epochs at 0.001 for an image model trained from scratch
     # (bench/image_models.py), 20 at 0.002 for a text model or a pretrained backbone's head
@@ -586,7 +579,8 @@ def test_each_model_builds_at_its_stated_minimum_size_and_train_refuses_smaller(
     from components.convert.core import run as convert
     from components.keras_backend import activate_backend
     from components.models import BUILTINS, build_model
-    from components.train.core import TrainConfig, run
+    from components.train.config import TrainConfig
+    from components.train.core import run
 
     activate_backend("tensorflow")
     for name, least in ((name, b.min_image_size) for name, b in BUILTINS.items() if b.modality == "image"):
@@ -603,7 +597,8 @@ def test_each_model_builds_at_its_stated_minimum_size_and_train_refuses_smaller(
 def test_the_same_seed_trains_the_same_model_on_the_cpu(converted, tmp_path):
     """Keras's seeds, the seeded shuffles, and tf.data keeping its order whatever its threads do: two runs with the
     same seed give the same losses, epoch by epoch (they did not while tf.data could reorder for throughput)."""
-    from components.train.core import TrainConfig, run
+    from components.train.config import TrainConfig
+    from components.train.core import run
 
     examples_dir, _ = converted
     histories = []
@@ -615,7 +610,7 @@ def test_the_same_seed_trains_the_same_model_on_the_cpu(converted, tmp_path):
 
 
 def test_an_epochs_progress_line_gives_its_figures_its_seconds_and_the_time_left():
-    from components.train.core import epoch_line
+    from components.train.callbacks import epoch_line
 
     logs = {"loss": 0.123456, "accuracy": 0.9, "val_loss": 1.5, "val_accuracy": 0.875, "learning_rate": 0.002}
     assert epoch_line(3, 15, logs, 4.94, 61.2) == (
@@ -639,7 +634,7 @@ def test_each_epoch_is_logged_before_it_is_backed_up(tmp_path, monkeypatch):
     backed-up epoch missing from the log: make test once killed training right between them."""
     import keras
 
-    from components.train import core
+    from components.train.callbacks import training_callbacks
     from components.train.placement import Placement
 
     checkpoints = str(tmp_path / "checkpoints")
@@ -655,9 +650,7 @@ def test_each_epoch_is_logged_before_it_is_backed_up(tmp_path, monkeypatch):
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(optimizer="adam", loss="mse")
     model.optimizer.build(model.trainable_variables)
-    callbacks = core.training_callbacks(
-        checkpoints, str(tmp_path / "logs"), Placement("tensorflow", "cpu", 1, "x"), 0.0
-    )
+    callbacks = training_callbacks(checkpoints, str(tmp_path / "logs"), Placement("tensorflow", "cpu", 1, "x"), 0.0)
     hooks = keras.callbacks.CallbackList(callbacks, model=model, epochs=3, steps=1)
     hooks.on_train_begin()
     for epoch in range(3):
@@ -681,11 +674,12 @@ def test_backups_are_taken_as_often_as_the_interval_says_and_restarts_resume_fro
     """Epochs of 1 s and backups of 0.2 s: which epochs a restart would resume after, epoch by epoch."""
     import keras
 
-    from components.train import core
+    from components.train import backup
+    from components.train.callbacks import training_callbacks
     from components.train.placement import Placement
 
     clock = Clock()
-    monkeypatch.setattr(core, "time", clock)
+    monkeypatch.setattr(backup, "time", clock)  # the backups' clock
     save = keras.callbacks.BackupAndRestore._save_model
 
     def slow_save(callback):
@@ -698,7 +692,7 @@ def test_backups_are_taken_as_often_as_the_interval_says_and_restarts_resume_fro
     model.optimizer.build(model.trainable_variables)
     checkpoints = str(tmp_path / "checkpoints")
     os.makedirs(checkpoints)  # as the train step does before it trains
-    callbacks = core.training_callbacks(
+    callbacks = training_callbacks(
         checkpoints, str(tmp_path / "logs"), Placement("tensorflow", "cpu", 1, "x"), interval
     )
     hooks = keras.callbacks.CallbackList(callbacks, model=model, epochs=10, steps=1)
@@ -720,7 +714,7 @@ def test_a_dag_runs_backup_is_found_again_by_a_retried_or_resubmitted_run_with_t
     run-local gives the step its own checkpoint dir."""
     import dataclasses
 
-    from components.train.core import lasting_checkpoint_dir
+    from components.train.config import lasting_checkpoint_dir
 
     config = TrainConfig(examples_dir=converted[0], epochs=4, hparams=("width=0.5",))
     first = lasting_checkpoint_dir(config, "gs://bucket/root/job-1/train/model")

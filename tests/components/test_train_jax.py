@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from components.cli import UsageError
-from components.train.core import epochs_kept
+from components.train.backup import epochs_kept
 from components.train.placement import choose_backend, detect_hardware
 from tests.conftest import REPO_ROOT, run_cli
 
@@ -437,7 +437,7 @@ def test_the_train_steps_callbacks_let_keras_dispatch_the_next_step_before_the_l
     callbacks (backup, epoch log, TensorBoard) must leave that reading to Keras's worker thread."""
     script = (
         "import json, sys, threading, keras\n"
-        "from components.train.core import training_callbacks\n"
+        "from components.train.callbacks import training_callbacks\n"
         "from components.train.placement import Placement\n"
         "seen = []\n"
         "class StepResult:\n"

@@ -80,7 +80,8 @@ def test_the_bilstm_the_convolution_and_the_ngrams_train_on_jax_over_two_devices
 
 
 def test_an_image_model_on_text_examples_is_one_line(text_examples, tmp_path):
-    from components.train.core import TrainConfig, run
+    from components.train.config import TrainConfig
+    from components.train.core import run
 
     examples, _ = text_examples
     with pytest.raises(UsageError) as raised:
@@ -93,7 +94,8 @@ def test_an_image_model_on_text_examples_is_one_line(text_examples, tmp_path):
 
 
 def test_the_train_step_refuses_augment_on_texts_before_it_trains(text_examples, tmp_path):
-    from components.train.core import TrainConfig, run
+    from components.train.config import TrainConfig
+    from components.train.core import run
 
     examples_dir, _ = text_examples
     with pytest.raises(UsageError, match=r"^--augment applies to images .*: texts get no augmentation; leave"):

@@ -319,7 +319,7 @@ def test_random_draws_stay_in_the_space_and_follow_the_seed():
 
 
 def test_trial_flags_are_read_as_vertex_ai_writes_them():
-    from components.train.core import TrainConfig
+    from components.train.config import TrainConfig
 
     values, rest = tune.split_trial_flags(
         [

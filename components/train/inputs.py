@@ -1,0 +1,168 @@
+"""What training reads: the examples' facts (``Examples``), the model's code (``ModelCode``), the training and
+validation datasets with their static batches, what a text model adapts to, and the reference predictions export
+compares backends on."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+from components.artifacts.examples import first_images, input_size, make_dataset
+from components.models import LoadedModel, ModelSpec, check_image_size, check_modality, load, resolve_hparams
+from components.train.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+
+BATCH_MULTIPLE = 8  # TPU cores work on 8x128 tiles: per-device batches in multiples of 8 keep them full
+
+
+CACHE_LIMIT_BYTES = 2 * 1024**3  # decoded images are cached in memory when they take less than this
+
+
+REFERENCE_EXAMPLES = 128  # validation images whose probabilities export compares across backends
+
+
+ADAPT_BATCH = 1024  # training texts counted at a time when a text model adapts to them
+
+
+def round_up_batch(per_replica_batch_size: int) -> int:
+    """The per-device batch rounded up to a multiple of 8."""
+    return math.ceil(per_replica_batch_size / BATCH_MULTIPLE) * BATCH_MULTIPLE
+
+
+def validation_batching(count: int, replicas: int, global_batch: int, static: bool) -> tuple[int, int]:
+    """(batch size, examples used) for validation while training. Static batches (TPUs, several devices) must split
+    evenly across devices, so the remainder is left out; on one device every example is used."""
+    if not static:
+        return min(global_batch, count), count
+    batch = min(global_batch, count // replicas * replicas)
+    return batch, (count // batch * batch if batch else 0)
+
+
+def validation_dataset(examples_dir: str, stats: dict, placement, global_batch: int, cache: bool):
+    """(dataset, steps) for validation while training, or (None, None) when there are too few examples. On several
+    hosts, each reads its share of the same first examples, and all run the same number of steps (else None: one
+    pass)."""
+    count = stats["counts"]["validation"]
+    static = placement.devices > 1 or placement.accelerator == "tpu"
+    batch, used = validation_batching(count, placement.devices, global_batch, static)
+    if not used:
+        log.info("no validation during training: %d validation examples for %d devices", count, placement.devices)
+        return None, None
+    if used < count:
+        log.info("validating on %d of %d examples per epoch (static batches of %d)", used, count, batch)
+    size, length = input_size(stats)
+    dataset = make_dataset(
+        examples_dir,
+        "validation",
+        size,
+        stats["num_classes"],
+        batch // placement.processes,
+        training=False,
+        cache=cache,
+        drop_remainder=static,
+        shard=(placement.processes, placement.process_index),
+        take=used if placement.processes > 1 else None,
+        sequence_length=length,
+    )
+    if placement.processes == 1:
+        return dataset, None
+    # Keras keeps one validation iterator across epochs when it is given a number of steps: repeat the examples
+    return dataset.repeat(), used // batch
+
+
+def datasets(config: TrainConfig, examples: Examples, placement, global_batch: int):
+    """(the training dataset, each process's share of the global batch; the validation dataset and its steps)."""
+    counts = examples.stats["counts"]
+    cache = (counts["train"] + counts["validation"]) * math.prod(examples.shape) * 4 < CACHE_LIMIT_BYTES
+    shard = (placement.processes, placement.process_index)
+    train_ds = make_dataset(
+        config.examples_dir,
+        "train",
+        examples.image_size,
+        examples.num_classes,
+        global_batch // placement.processes,
+        training=True,
+        cache=cache,
+        augment=config.augment,
+        seed=config.seed,
+        shard=shard,
+        sequence_length=examples.sequence_length,
+    )
+    validation_ds, validation_steps = validation_dataset(
+        config.examples_dir, examples.stats, placement, global_batch, cache
+    )
+    return train_ds, validation_ds, validation_steps
+
+
+@dataclass(frozen=True)
+class Examples:
+    """What training needs to know of the examples, read before the slow framework imports."""
+
+    stats: dict
+    modality: str
+    num_classes: int
+    image_size: int | None
+    sequence_length: int | None
+    shape: tuple
+    vocabulary: list | None  # a text model's tokens, which its ids index
+    spec: ModelSpec  # what the model's builder is given
+
+
+def class_counts(examples: Examples) -> list:
+    """The training examples of each class."""
+    return list(examples.stats.get("per_class", {}).get("train", {}).values())
+
+
+@dataclass(frozen=True)
+class ModelCode:
+    """The model's builder, loaded, and the hyperparameters it is built with (every one, defaults included)."""
+
+    loaded: LoadedModel
+    hparams: dict
+
+
+def load_model_code(config: TrainConfig, examples: Examples) -> ModelCode:
+    """The builder of ``config.model_name`` (``auto`` resolved before), checked against the examples, with its
+    hyperparameters: after the backend is chosen, since a model file of one's own imports Keras."""
+    loaded = load(config.model_name)
+    check_modality(loaded, examples.modality, config.examples_dir)
+    if examples.modality == "image":
+        check_image_size(loaded, examples.image_size, f"the examples' image size ({config.examples_dir})")
+    return ModelCode(loaded, resolve_hparams(loaded, config.hparams))
+
+
+def adapt_to_training_texts(model, examples_dir: str, examples: Examples) -> None:
+    """Sets what a text model learns from the training texts before training (``text_layers.adapt``: the ``ngrams``
+    bag's inverse document frequencies), from the whole train split, the same on every process."""
+    from components.artifacts.examples import make_dataset
+    from components.models.text_layers import adapt
+
+    batches = make_dataset(
+        examples_dir,
+        "train",
+        0,
+        examples.num_classes,
+        ADAPT_BATCH,
+        training=False,
+        sequence_length=examples.sequence_length,
+    )
+    texts = adapt(model, (tokens for tokens, _ in batches.as_numpy_iterator()))
+    if texts:
+        log.info("inverse document frequencies of the grams counted over the %d training texts", texts)
+
+
+def reference_predictions(model, examples_dir: str, stats: dict, placement):
+    """The trained model's probabilities on the first validation images, computed by the training backend (None on
+    several hosts, where a prediction would need every host's part of the batch)."""
+    import numpy as np
+
+    count = min(REFERENCE_EXAMPLES, stats["counts"]["validation"]) // placement.devices * placement.devices
+    if placement.processes > 1 or not count:
+        return None
+    size, length = input_size(stats)
+    images = first_images(examples_dir, "validation", size, stats["num_classes"], count, sequence_length=length)
+    with placement.scope():
+        return np.asarray(model.predict(images, batch_size=count, verbose=0), dtype=np.float32)

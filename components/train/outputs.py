@@ -1,0 +1,167 @@
+"""What training writes once it has finished: the model artifact (``components.artifacts.model``), with what
+``model_config.json`` says of the model, its distribution and its code, and the finished run's backups removed."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+
+from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE, MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE
+from components.learning import not_learning
+from components.models import INPUT_PIXELS, SOURCE_DIR, LoadedModel
+from components.storage import read_json, write_atomically, write_json
+from components.tokenizing import VOCABULARY_FILE, standardization_of, vocabulary_bytes, vocabulary_digest
+from components.train import writer_lock
+from components.train.backup import BACKUP_DIR, FINE_TUNE_BACKUP_DIR
+from components.train.callbacks import EPOCH_LOG_FILE, read_epoch_log
+from components.train.config import TrainConfig
+from components.train.inputs import Examples, ModelCode, class_counts, reference_predictions
+from components.train.keep_best import best_folder
+from components.train.transfer import HEAD_WEIGHTS
+
+log = logging.getLogger(__name__)
+
+
+def distribution_facts(model, placement, batch_shape: tuple[int, ...]) -> dict:
+    """How the devices share the work (JAX): the layout ``DataParallel`` gives a global batch (its axes, and one
+    device's share of it), and whether every trained variable, read back from its array, is whole on every
+    device."""
+    if placement.distribution is None:
+        return {}
+    layout = placement.distribution.get_data_layout(batch_shape)
+    sharding = layout.backend_layout
+    variables = [v.value.sharding for v in model.weights]
+    replicated = all(s.is_fully_replicated and len(s.device_set) == placement.devices for s in variables)
+    return {
+        "mesh_devices": len(sharding.device_set),
+        "batch_axes": list(layout.axes),
+        "per_device_batch_shape": list(sharding.shard_shape(batch_shape)),
+        "variables_replicated": replicated,
+    }
+
+
+def model_facts(code: ModelCode, examples: Examples, backend: str, why: str, precision: str) -> dict:
+    """What ``model_config.json`` says of the model, where its code came from, and its inputs."""
+    stats = examples.stats
+    return {
+        "model_name": code.loaded.name,
+        "model": code.loaded.record(kept_source_name(code.loaded)),
+        "hparams": code.hparams,
+        "modality": examples.modality,
+        # images: uint8 pixels, scaled inside the model; texts: int32 token ids of the conversion's vocabulary
+        **(
+            {"image_size": examples.image_size, "input_pixels": INPUT_PIXELS}
+            if examples.modality == "image"
+            else {
+                "sequence_length": examples.sequence_length,
+                "vocabulary_size": stats["vocabulary_size"],
+                "vocabulary_sha256": vocabulary_digest(examples.vocabulary),
+                "standardization": standardization_of(stats),
+            }
+        ),
+        "num_classes": examples.num_classes,
+        "class_names": stats["class_names"],
+        "backend": backend,
+        "backend_reason": why,
+        "precision": precision,
+    }
+
+
+def kept_source_name(loaded: LoadedModel) -> str:
+    """Where the model artifact keeps a copy of the model's file, relative to it ("" for a built-in model)."""
+    if not loaded.source_file:
+        return ""
+    name = os.path.basename(loaded.source_file)
+    return f"{SOURCE_DIR}/{name if loaded.ref.kind == 'file' else loaded.ref.location + '.py'}"
+
+
+def save_results(
+    model,
+    config: TrainConfig,
+    examples: Examples,
+    dirs,
+    placement,
+    model_config: dict,
+    finished_before: int,
+    seconds: float,
+    advice: str,
+    loaded: LoadedModel,
+    kept: dict,
+):
+    """Process 0 writes the model artifact and removes the finished run's backup; every host then reports what it
+    wrote: (the curves, why they show no learning or None, ``kept``: the epoch whose weights were kept, its index in
+    the curves, and where training stopped)."""
+    epoch_log = os.path.join(dirs.checkpoint_dir, EPOCH_LOG_FILE)
+    epochs = read_epoch_log(epoch_log) if placement.is_chief else []  # process 0 alone keeps the log
+    # (not an earlier attempt's epochs past where this one stopped)
+    epochs = [record for record in epochs if record["epoch"] <= kept.get("last_epoch", record["epoch"])]
+    numbers = [record["epoch"] for record in epochs]
+    if kept.get("kept_epoch") in numbers:
+        kept = {**kept, "kept_index": numbers.index(kept["kept_epoch"])}
+    reference = reference_predictions(model, config.examples_dir, examples.stats, placement)
+    curves = {name: [record[name] for record in epochs] for name in epochs[-1] if name != "epoch"} if epochs else {}
+    not_learned = None  # why the curves show no learning, with what to try: process 0 decides, every host reports
+    if placement.is_chief:
+        diagnosis = not_learning(curves.get("loss", []), examples.num_classes, class_counts=class_counts(examples))
+        not_learned = diagnosis and f"{diagnosis}; {advice}"
+        save_model_artifact(
+            model, dirs.model_dir, model_config, curves, finished_before, reference, seconds, not_learned, kept
+        )
+        if examples.vocabulary is not None:
+            write_atomically(os.path.join(dirs.model_dir, VOCABULARY_FILE), vocabulary_bytes(examples.vocabulary))
+        if model_config["model"]["file"]:  # the code that made the model, kept with it (evaluate and export load it)
+            with open(loaded.source_file, "rb") as handle:
+                write_atomically(os.path.join(dirs.model_dir, model_config["model"]["file"]), handle.read())
+        for backup in (BACKUP_DIR, FINE_TUNE_BACKUP_DIR):  # a rerun starts afresh
+            shutil.rmtree(os.path.join(dirs.checkpoint_dir, backup), ignore_errors=True)
+            shutil.rmtree(best_folder(dirs.checkpoint_dir, backup), ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(dirs.checkpoint_dir, HEAD_WEIGHTS))
+        os.remove(epoch_log)
+        writer_lock.release()  # (its lock file too: a finished training leaves no trace there)
+        if os.path.isdir(dirs.checkpoint_dir) and not os.listdir(dirs.checkpoint_dir):
+            os.rmdir(dirs.checkpoint_dir)
+    placement.barrier("model saved")
+    history_path = os.path.join(dirs.model_dir, HISTORY_FILE)
+    if not placement.is_chief and os.path.exists(history_path):  # every host reports what process 0 wrote
+        history = read_json(history_path)
+        curves, not_learned = history["history"], history.get("not_learning")
+        kept = {name: history.get(name) for name in ("kept_epoch", "kept_index", "stopped_after_epoch")}
+    return curves, not_learned, kept
+
+
+def save_model_artifact(
+    model,
+    model_dir: str,
+    model_config: dict,
+    curves: dict,
+    resumed_after: int,
+    reference,
+    seconds: float,
+    not_learning: str | None = None,
+    kept: dict | None = None,
+):
+    """Writes the model artifact (``components.artifacts.model``); ``seconds``: how long this run's epochs took;
+    ``not_learning``: why the curves show no learning (with what to try), or None; ``kept``: the epoch whose weights
+    the model has (``kept_epoch``, ``kept_index`` in the curves), and where training stopped early, if it did."""
+    import numpy as np
+
+    os.makedirs(model_dir, exist_ok=True)
+    # Keras writes .keras / .h5 from host copies of the variables, in a format every backend reads: weights trained
+    # on TPUs under JAX load into export's TensorFlow model on a CPU
+    model.save(os.path.join(model_dir, MODEL_FILE))
+    model.save_weights(os.path.join(model_dir, WEIGHTS_FILE))
+    write_json(os.path.join(model_dir, MODEL_CONFIG_FILE), model_config)
+    history = {
+        "epochs": len(next(iter(curves.values()), [])),
+        "resumed_after_epoch": resumed_after,
+        "train_seconds": round(seconds, 3),
+        "not_learning": not_learning,
+        "history": curves,
+        **{name: (kept or {}).get(name) for name in ("kept_epoch", "kept_index", "stopped_after_epoch", "patience")},
+    }
+    write_json(os.path.join(model_dir, HISTORY_FILE), history)
+    if reference is not None:
+        np.savez(os.path.join(model_dir, REFERENCE_FILE), probabilities=reference)
