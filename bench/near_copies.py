@@ -73,11 +73,12 @@ def split_keys(sources: list[bytes], copies: dict[str, list[bytes]], image_size:
 
 def measure(label: str, names: list[str], originals: np.ndarray, copies: dict[str, np.ndarray]) -> dict:
     """The figures of one set: ``originals`` (N, 256) thumbnails, ``copies`` the thumbnails of a copy of each, by
-    kind. Beside each correlation, what the check's whole rule (``components.check_data.core.near_copies``, with
+    kind. Beside each correlation, what the check's whole rule (``components.check_data.leakage.near_copies``, with
     its default thresholds) makes of the pairs: the copies it misses, the distinct pictures it calls copies."""
-    from components.check_data.core import FLAT_SIMILARITY as FLAT
-    from components.check_data.core import THRESHOLDS, near_copies
+    from components.check_data.leakage import FLAT_SIMILARITY as FLAT
+    from components.check_data.leakage import near_copies
     from components.check_data.statistics import unit_thumbnails as unit
+    from components.check_data.thresholds import THRESHOLDS
 
     threshold, levels = THRESHOLDS["near_duplicate_similarity"][0], THRESHOLDS["near_duplicate_levels"][0]
 

@@ -55,16 +55,11 @@ GROUPS = {
     + functions("components.convert.items", "content_digest")
     + functions("components.convert.common", "split_for_digest", "check_split_options"),
     "tokenizing": ["components.tokenizing.*"],
-    "blessing and metrics": functions(
-        "components.evaluate.core",
-        "check_fraction",
-        "bless",
-        "classification_metrics",
-        "ranking_metrics",
-        "curve_metrics",
-        "top_k_accuracy",
-        "comparability",
-    ),
+    "blessing and metrics": functions("components.evaluate.blessing", "check_fraction", "bless")
+    + functions(
+        "components.evaluate.metrics", "classification_metrics", "ranking_metrics", "curve_metrics", "top_k_accuracy"
+    )
+    + functions("components.evaluate.baseline", "comparability"),
     "registry decisions": [
         "components.register.core.*",
         *functions("components.register.vertex", "find_baseline", "register_version"),
@@ -73,7 +68,10 @@ GROUPS = {
     + functions("pipeline.local.run", "run_identity"),
     "export's quantization set-up": functions("components.export.image", "unit_range_network", "tflite_models"),
     # a wrong threshold or distance lets broken data through to training, or blocks good data
-    "data checks": ["components.check_data.core.*", "components.check_data.statistics.*"],
+    "data checks": [
+        f"components.check_data.{module}.*"
+        for module in ("core", "thresholds", "distributions", "leakage", "statistics")
+    ],
 }
 # the test files that a group's mutants run, where not every test that reaches them: the decoders are reached by
 # evaluate's, export's and the data checks' tests too, which train or convert first (20 to 40 s a mutant here, 20 hours

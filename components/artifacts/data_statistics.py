@@ -6,7 +6,7 @@ registered folder."""
 from __future__ import annotations
 
 CHECKS_NAME = "data_checks.json"
-# two thresholds of the data checks that evaluate reads too (the rest: components.check_data.core.THRESHOLDS), for
+# two thresholds of the data checks that evaluate reads too (the rest: components.check_data.thresholds.THRESHOLDS), for
 # the prediction mix, which it checks where the model in service already answers on the new data
 MIN_SPLIT_EXAMPLES = 20
 PREDICTION_MIX_WARN = 0.1

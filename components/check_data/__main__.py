@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.check_data.core import CHECKS_FILE, THRESHOLDS, CheckDataConfig, parse_thresholds, run
+from components.check_data.core import CHECKS_FILE, CheckDataConfig, run
+from components.check_data.thresholds import THRESHOLDS, parse_thresholds
 from components.cli import ArgumentParser, configure_logging, console_script
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shutil
 
@@ -20,8 +19,6 @@ from components.train.config import TrainConfig
 from components.train.inputs import Examples, ModelCode, class_counts, reference_predictions
 from components.train.keep_best import best_folder
 from components.train.transfer import HEAD_WEIGHTS
-
-log = logging.getLogger(__name__)
 
 
 def distribution_facts(model, placement, batch_shape: tuple[int, ...]) -> dict:

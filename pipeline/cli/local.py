@@ -226,12 +226,12 @@ def check(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> None:
     ref = parse_ref(args.model_name or "auto")
     if ref.kind == "builtin" and args.image_size:  # (auto takes what every model takes)
         check_image_size(load(DEFAULT_MODELS["image"] if ref.text == "auto" else ref.text), args.image_size)
-    from components.evaluate.core import baseline_path
+    from components.evaluate.baseline import baseline_path
     from pipeline.step_values import check_step_values
 
     check_step_values(vars(args))
     if args.baseline_model is not None:  # checked before anything is written, as evaluate will check it
-        from components.evaluate.core import check_baseline
+        from components.evaluate.baseline import check_baseline
 
         args.baseline_model = os.path.abspath(baseline_path(args.baseline_model))
         check_baseline(args.baseline_model)

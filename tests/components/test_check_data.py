@@ -14,16 +14,10 @@ import numpy as np
 import pytest
 
 from components.check_data import statistics as data_statistics
-from components.check_data.core import (
-    CHECKS_FILE,
-    CheckDataConfig,
-    DataBlockedError,
-    check_leakage,
-    compare,
-    jensen_shannon,
-    threshold_values,
-    verdict_of,
-)
+from components.check_data.core import CHECKS_FILE, CheckDataConfig, DataBlockedError, compare
+from components.check_data.distributions import jensen_shannon
+from components.check_data.leakage import check_leakage
+from components.check_data.thresholds import threshold_values, verdict_of
 from components.cli import UsageError
 from tests.conftest import REPO_ROOT
 
@@ -87,7 +81,7 @@ def outcome(new, base, **options):
 def test_a_class_nearly_absent_from_train_blocks_even_a_first_version_and_can_be_accepted():
     """Within one version: a class whose share of train is under a quarter of its share of validation and test
     blocks, with no baseline too (the model could not learn it); under a half warns; --accept-data-change goes on."""
-    from components.check_data.core import check_split_mix
+    from components.check_data.distributions import check_split_mix
 
     limits = threshold_values({})
     absent = {"train": [100, 100, 100, 2], "validation": [25, 25, 25, 52], "test": [25, 25, 25, 53]}
@@ -296,7 +290,7 @@ def test_a_copy_is_found_through_noise_and_a_different_picture_is_not():
     smooth = np.linspace(0, 255, SIDE).reshape(1, SIDE)
     originals = np.clip(smooth + rng.normal(0, 40, (20, SIDE)), 0, 255).astype(np.uint8)
     copies = np.clip(originals + rng.normal(0, 2, originals.shape), 0, 255).astype(np.uint8)  # re-encoding's noise
-    from components.check_data.core import near_copies
+    from components.check_data.leakage import near_copies
 
     similarity, levels = LIMITS["near_duplicate_similarity"], LIMITS["near_duplicate_levels"]
     assert near_copies(copies, originals, similarity, text=False, levels=levels) == 20
@@ -319,7 +313,7 @@ def low_contrast_pair(extra: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 def test_a_low_contrast_copy_is_found_by_its_small_difference_and_flat_noise_is_not():
     # re-encoded copies of a photograph of bricks or of a retina correlate at 0.957 to 0.998 (bench/near_copies.py)
-    from components.check_data.core import near_copies
+    from components.check_data.leakage import near_copies
 
     similarity, levels = LIMITS["near_duplicate_similarity"], LIMITS["near_duplicate_levels"]
     picture, copy = low_contrast_pair()
@@ -410,7 +404,7 @@ def test_a_distribution_is_compared_over_the_baselines_decile_bins():
     """Brightness spread evenly over 100 levels in the baseline: its deciles are 10 levels wide. A new version with
     every level shifted by 10 moves a tenth of its mass into the bin above the baseline's range: by hand, JS of
     (0.1 x 10, 0) against (0, 0.1 x 9, 0.1) is 0.1 (the disjoint tenths, each half of M)."""
-    from components.check_data.core import quantile_bins, rebin
+    from components.check_data.distributions import quantile_bins, rebin
 
     spread = [0] * 256
     for level in range(100, 200):
@@ -677,7 +671,7 @@ def test_the_truncated_share_is_compared_as_it_is_beside_the_served_vocabularys_
 
 
 def test_figures_of_versions_without_examples_are_zero():
-    from components.check_data.core import overall, shares
+    from components.check_data.distributions import overall, shares
 
     empty = {
         "counts": dict.fromkeys(("train", "validation", "test"), 0),
@@ -1070,7 +1064,7 @@ def test_image_statistics_of_hand_written_records_count_each_histogram_by_hand(t
 def test_a_distributions_floor_is_twice_the_baselines_own_train_against_validation_divergence():
     from scipy.spatial.distance import jensenshannon
 
-    from components.check_data.core import distribution_rows
+    from components.check_data.distributions import distribution_rows
 
     # the baseline's formats: train 80 jpg, 20 png; validation 70 jpg, 10 webp (20 or more each: its noise counts)
     base = {"train": {"jpg": 80, "png": 20}, "validation": {"jpg": 70, "webp": 10}, "test": {"jpg": 20}}
@@ -1090,7 +1084,7 @@ def test_a_distributions_floor_is_twice_the_baselines_own_train_against_validati
 
 
 def test_jensen_shannon_quantile_bins_rebin_and_shares_at_their_edges():
-    from components.check_data.core import quantile_bins, rebin, shares
+    from components.check_data.distributions import quantile_bins, rebin, shares
 
     assert jensen_shannon([0, 0], [1, 1]) == jensen_shannon([1, 1], [0, 0]) == 0.0  # one side empty: no figure
     assert jensen_shannon([3, 1], [3, 1]) == 0.0 and jensen_shannon([1, 0], [0, 1]) == 1.0
@@ -1132,7 +1126,7 @@ def test_the_examples_row_and_the_quarantine_rate_by_hand():
     )
     examples = next(found for found in rows if found["check"] == "examples")
     assert examples["value"] == 1.0017 and examples["thresholds"] == {"block_below": 0.5, "warn_above": 3.0}  # 601/600
-    from components.check_data.core import check_counts, quarantine_rate
+    from components.check_data.distributions import check_counts, quarantine_rate
 
     empty = {**version(BALANCED)[0], "num_examples": 0}  # a baseline without examples: no division by zero
     assert check_counts(version(BALANCED)[0], empty, LIMITS)["value"] == 600.0
@@ -1195,9 +1189,9 @@ def test_computing_statistics_imports_neither_tensorflow_nor_beam(converted):
 
 
 def test_many_held_out_examples_are_compared_through_an_even_sample(monkeypatch):
-    import components.check_data.core as core
+    from components.check_data import leakage
 
-    monkeypatch.setattr(core, "MAX_COMPARED", 40)
+    monkeypatch.setattr(leakage, "MAX_COMPARED", 40)
     new, keys = version(BALANCED)  # 200 held-out examples, 40 of them compared
     keys["train"][:100] = keys["validation"]  # the first 100 of the 200: 20 of the 40 evenly spread
     rows, _ = outcome((new, keys), version(BALANCED))
@@ -1215,8 +1209,8 @@ def test_many_held_out_examples_are_compared_through_an_even_sample(monkeypatch)
     assert leak["detail"].startswith("2 of 40 validation and test examples")
     # nothing held out: nothing leaks, of nothing
     empty = keys["test"][:0]
-    limits = core.threshold_values({})
-    assert core.leakage_share({"validation": empty, "test": empty}, keys["train"], limits, False)[:3] == (0.0, 0, 0)
+    limits = threshold_values({})
+    assert leakage.leakage_share({"validation": empty, "test": empty}, keys["train"], limits, False)[:3] == (0.0, 0, 0)
 
 
 def test_texts_are_checked_under_the_served_models_vocabulary(text_examples, tmp_path):
@@ -1295,7 +1289,7 @@ def test_text_statistics_count_tokens_truncation_and_unknown_words_as_counted_by
 
 
 def test_thresholds_are_read_from_name_value_items():
-    from components.check_data.core import parse_thresholds
+    from components.check_data.thresholds import parse_thresholds
 
     assert parse_thresholds([]) == {}
     assert parse_thresholds([" class_mix_block = 0.25", "leakage_block=1e-2"]) == {
@@ -1470,7 +1464,7 @@ def test_the_quarantine_is_counted_by_the_kind_of_each_reason_here_and_on_gcs(tm
 
 
 def test_near_copies_are_counted_over_every_block_of_held_out_examples_and_texts_by_their_hash():
-    from components.check_data.core import near_copies
+    from components.check_data.leakage import near_copies
 
     rng = np.random.default_rng(5)
     held_out = rng.integers(0, 256, (600, SIDE), dtype=np.uint8)  # noise: no two alike
@@ -1484,7 +1478,7 @@ def test_near_copies_are_counted_over_every_block_of_held_out_examples_and_texts
 
 
 def test_a_pair_exactly_at_either_similarity_is_a_copy(monkeypatch):
-    import components.check_data.core as core
+    from components.check_data import leakage
 
     # grey 119 and 121 in a pattern: less their mean, every pixel is -1 or +1, at unit length -1/16 or +1/16 exactly;
     # the copy swaps 4 pixels (two each way), so they correlate at (256 - 2 * 4) / 256 = 0.96875 exactly, and differ
@@ -1493,12 +1487,12 @@ def test_a_pair_exactly_at_either_similarity_is_a_copy(monkeypatch):
     copy = picture.copy()
     copy[:4] = picture[[1, 0, 3, 2]]
     picture, copy = picture[None], copy[None]
-    assert core.near_copies(copy, picture, 0.96875, text=False, levels=0.0) == 1
+    assert leakage.near_copies(copy, picture, 0.96875, text=False, levels=0.0) == 1
     # under the similarity, found by the small difference where the correlation reaches the flat pictures' level
-    assert core.near_copies(copy, picture, 0.99, text=False, levels=1.0) == 1
-    assert core.near_copies(copy, picture, 0.99, text=False, levels=0.0) == 0
-    monkeypatch.setattr(core, "FLAT_SIMILARITY", 0.96875)
-    assert core.near_copies(copy, picture, 0.99, text=False, levels=1.0) == 1
+    assert leakage.near_copies(copy, picture, 0.99, text=False, levels=1.0) == 1
+    assert leakage.near_copies(copy, picture, 0.99, text=False, levels=0.0) == 0
+    monkeypatch.setattr(leakage, "FLAT_SIMILARITY", 0.96875)
+    assert leakage.near_copies(copy, picture, 0.99, text=False, levels=1.0) == 1
 
 
 def test_the_statistics_say_which_conversion_they_describe_and_count_each_split(tmp_path, converted):

@@ -10,16 +10,10 @@ import os
 import pytest
 
 from components.cli import UsageError
-from components.evaluate.core import (
-    Baseline,
-    EvaluateConfig,
-    bless,
-    classification_metrics,
-    comparability,
-    ranking_metrics,
-    run,
-    top_k_accuracy,
-)
+from components.evaluate.baseline import Baseline, comparability
+from components.evaluate.blessing import bless
+from components.evaluate.core import EvaluateConfig, run
+from components.evaluate.metrics import classification_metrics, ranking_metrics, top_k_accuracy
 from tests.conftest import CLASSES, TINY_SIZE
 
 
@@ -675,7 +669,7 @@ def test_misclassified_images_name_the_file_they_came_from(converted, image_fold
     file it was converted from, which exists under its true class's folder."""
     import tensorflow as tf
 
-    from components.evaluate.core import predict_split
+    from components.evaluate.predictions import predict_split
 
     examples_dir, stats = converted
 
@@ -694,7 +688,7 @@ def test_a_baseline_trained_before_the_scaling_moved_inside_is_fed_floats(tmp_pa
     import keras
     import numpy as np
 
-    from components.evaluate.core import Baseline, load_baseline
+    from components.evaluate.baseline import Baseline, load_baseline
 
     keras.utils.set_random_seed(5)
     old = keras.Sequential(
@@ -714,7 +708,7 @@ KEPT = {"split": "test", "class_names": ["a", "b", "c"], "confusion_matrix": [[8
 
 
 def test_the_prediction_mix_compares_the_model_in_services_answers_with_its_own_evaluations():
-    from components.evaluate.core import prediction_mix
+    from components.evaluate.blessing import prediction_mix
 
     def mix(answered, kept=KEPT, least=20):
         return prediction_mix(answered, kept, "test", 0.1, least)

@@ -11,7 +11,8 @@ import shutil
 import pytest
 
 from components.cli import UsageError
-from components.evaluate.core import Baseline, EvaluateConfig, comparability, run
+from components.evaluate.baseline import Baseline, comparability
+from components.evaluate.core import EvaluateConfig, run
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 import math
 import os
 
-from components.evaluate.core import bless
+from components.evaluate.blessing import bless
 from components.learning import not_learning
 from tests.conftest import run_cli
 

@@ -731,7 +731,7 @@ def upload_export(bucket, prefix: str, digest: str) -> str:
 
 def upload_evaluation(bucket, prefix: str) -> str:
     """An evaluate step output in the emulator's bucket: its metrics.json, from known predictions on 4 images."""
-    from components.evaluate.core import classification_metrics, ranking_metrics
+    from components.evaluate.metrics import classification_metrics, ranking_metrics
 
     truth, probabilities = [0, 0, 1, 1], [[0.9, 0.1], [0.4, 0.6], [0.2, 0.8], [0.3, 0.7]]
     metrics = classification_metrics(truth, [0, 1, 1, 1], ["daisy", "rose"])

@@ -1,0 +1,70 @@
+"""A model's answers on a split: on its TFRecords in order (and the first examples it got wrong), and on the split's
+own source files, decoded as the exported SavedModel decodes what clients send."""
+
+from __future__ import annotations
+
+from components.artifacts.examples import make_dataset
+
+EVAL_BATCH_SIZE = 256
+
+
+def predict_split(
+    model,
+    examples_dir: str,
+    split: str,
+    image_size: int,
+    num_classes: int,
+    keep_wrong: int = 0,
+    sequence_length: int | None = None,
+):
+    """Runs ``model`` over a split in order; returns (true class ids, predicted probabilities) as NumPy arrays, and
+    the first ``keep_wrong`` misclassified images as (uint8 pixels, true id, predicted id, its probability, source:
+    the image's file, "" when the records do not say). Texts (``sequence_length`` given): the pixels are None and
+    the source is the text."""
+    import numpy as np
+
+    dataset = make_dataset(
+        examples_dir,
+        split,
+        image_size,
+        num_classes,
+        EVAL_BATCH_SIZE,
+        training=False,
+        sources=True,
+        sequence_length=sequence_length,
+    )
+    true_ids, probabilities, wrong = [], [], []
+    for images, one_hot, sources in dataset:
+        # (an exported text baseline takes the raw texts: it tokenises them with its own vocabulary)
+        batch_probabilities = model(sources if getattr(model, "takes_text", False) else images, training=False).numpy()
+        batch_true = np.argmax(one_hot.numpy(), axis=-1)
+        probabilities.append(batch_probabilities)
+        true_ids.append(batch_true)
+        for index in np.flatnonzero(batch_probabilities.argmax(axis=-1) != batch_true)[: keep_wrong - len(wrong)]:
+            predicted = int(batch_probabilities[index].argmax())
+            pixels = None if sequence_length else images[index].numpy()  # the uint8 pixels the model saw
+            source = sources[index].numpy().decode("utf-8", errors="replace")
+            wrong.append(
+                (pixels, int(batch_true[index]), predicted, float(batch_probabilities[index][predicted]), source)
+            )
+    return np.concatenate(true_ids), np.concatenate(probabilities), wrong
+
+
+def client_file_accuracy(model, examples_dir: str, split: str, image_size: int, num_classes: int) -> dict:
+    """The model's accuracy on the split's own source files, decoded as the exported SavedModel will decode what
+    clients send (``components.imaging.serving_pixels``), beside the TFRecords' figure; what is left
+    out is counted (``components.artifacts.examples.client_files``)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components.artifacts.examples import client_files
+    from components.imaging import serving_decoder
+
+    decode = serving_decoder(image_size)
+    counts, correct, total = {}, 0, 0
+    for rows in client_files(examples_dir, split, num_classes, counts, EVAL_BATCH_SIZE):
+        pixels = decode(tf.constant([content for _, content, _, _ in rows])).numpy()
+        predicted = np.asarray(model(pixels, training=False)).argmax(axis=-1)
+        correct += int((predicted == np.array([truth for _, _, _, truth in rows])).sum())
+        total += len(rows)
+    return {"num_files": total, "accuracy": correct / total if total else None, **counts}
