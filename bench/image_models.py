@@ -121,7 +121,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     from bench.quality import baselines
-    from components.params import auto_training
+    from components.modalities import auto_training
 
     _, auto = auto_training("image", pretrained=False)
     settings = {f"auto ({auto['epochs']} epochs at {auto['learning_rate']:g})": (auto["epochs"], auto["learning_rate"])}

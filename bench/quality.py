@@ -44,7 +44,8 @@ def run_pipeline(source: str, work_dir: str, extra: list[str]) -> tuple[dict, fl
 
 def split_arrays(examples_dir: str, split: str) -> tuple[list, np.ndarray, str]:
     """(images uint8 [n, h, w, 3] or raw texts, class ids, modality) of one split, as the TFRecords hold them."""
-    from components.artifacts.examples import input_size, make_dataset
+    from components.artifacts.examples import make_dataset
+    from components.modalities import input_size
     from components.schema import read_stats
 
     stats = read_stats(examples_dir)

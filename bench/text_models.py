@@ -47,10 +47,10 @@ def token_matrix(texts, train, standardization: str, vocabulary_size: int, lengt
 def model_accuracy(name: str, ids, vocabulary_size: int, labels, parts, seed: int) -> float:
     import keras
 
+    from components.modalities import auto_training
     from components.models import load
     from components.models.spec import ModelSpec
     from components.models.text_layers import adapt
-    from components.params import auto_training
     from components.train.keep_best import auto_patience
 
     train, validation, test = parts

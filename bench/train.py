@@ -200,8 +200,9 @@ def measure_bare(
 ) -> dict:
     """Examples per second of the fastest epoch after the first of a bare ``model.fit``: the same model, dataset and
     compile settings, the devices set up by hand, nothing else."""
-    from components.artifacts.examples import input_size, make_dataset
-    from components.models import ModelSpec, build_model
+    from components.artifacts.examples import make_dataset
+    from components.modalities import input_size, spec_of
+    from components.models import build_model
     from components.schema import read_stats
     from components.train.inputs import round_up_batch
 
@@ -229,7 +230,7 @@ def measure_bare(
     )
     keras.mixed_precision.set_global_policy(precision)
     with scope():
-        model = build_model(model_name, ModelSpec.of(stats))
+        model = build_model(model_name, spec_of(stats))
         model.compile(
             optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"], jit_compile=backend == "jax"
         )
@@ -240,7 +241,8 @@ def measure_bare(
 
 def input_rate(examples: str, batch: int, batches: int) -> float:
     """Examples per second of the uncached input pipeline alone: read, parse, decode, shuffle, batch."""
-    from components.artifacts.examples import input_size, make_dataset
+    from components.artifacts.examples import make_dataset
+    from components.modalities import input_size
     from components.schema import read_stats
 
     stats = read_stats(examples)

@@ -359,14 +359,6 @@ def config_from_args(config_class, args, **overrides):
     return config_class(**{**values, **overrides})
 
 
-def check_no_augment(augment: bool, modality: str) -> None:
-    """``--augment`` changes images only (random flips, brightness and saturation): on texts, a one-line error
-    instead of a flag that does nothing."""
-    if augment and modality == "text":
-        message = "--augment applies to images (random flips, brightness and saturation): texts get no augmentation"
-        raise UsageError(message + "; leave --augment out")
-
-
 def image_size_flag(text: str) -> int:
     """``--image-size``: ``auto`` (``AUTO_IMAGE_SIZE``, the source's typical size) or a side in pixels that
     ``image_size_mistake`` takes."""

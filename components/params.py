@@ -135,12 +135,6 @@ AUTO_TRAINING = {
 }
 
 
-def auto_training(modality: str, pretrained: bool) -> tuple[str, dict[str, Any]]:
-    """(what trains, the epochs and learning rate that ``auto`` means for it)."""
-    kind = "image model from scratch" if modality == "image" and not pretrained else "text model or pretrained head"
-    return kind, AUTO_TRAINING[kind]
-
-
 # hyperparameter tuning (components.train.tuning): learning rate, batch size, augmentation, fine-tuning depth
 TUNE = {
     "tune_trials": Param(

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 from components.cli import UsageError
+from components.modalities import named
 from components.models import ModelSpec, parse_ref
 from components.models.source import pin
 
@@ -37,10 +38,8 @@ def check_up_front(
         command += ["--hparam", str(pair)]
     if spec is None:
         command.append("--no-build")
-    elif spec.modality == "text":
-        command += ["--sequence-length", str(spec.sequence_length), "--vocabulary-size", str(spec.vocabulary_size)]
     else:
-        command += ["--image-size", str(spec.image_size)]
+        command += named(spec.modality).check_arguments(spec)
     if spec is not None:
         command += ["--classes", ",".join(spec.class_names) if spec.class_names else str(spec.num_classes)]
     memo_path = os.path.join(os.path.dirname(os.path.abspath(log_path)), CHECKS_PASSED_FILE)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, check_export, find_saved_model
 from components.cli import UsageError, one_line
+from components.modalities import named
 
 
 @dataclass
@@ -129,8 +130,7 @@ def predict(model: str, images: list[str], top: int = 3) -> tuple[list[Answer], 
     a time."""
     check_top(top)
     saved_model, class_names = locate_export(model)
-    if export_modality(saved_model) == TEXT_MODEL:
-        raise UsageError(f"model {model} is a text model: pass --text or --text-file, not image files")
+    named("image").check_served(named(export_modality(saved_model)), model)
     answer = _tflite_answerer(saved_model) if saved_model.endswith(".tflite") else _serving_answerer(saved_model)
     answers, errors = [], []
     for start in range(0, len(images), PREDICT_BATCH):
@@ -249,8 +249,7 @@ def predict_texts(model: str, texts: list[str], files: list[str], top: int = 3) 
     """Top-``top`` labels for each text of a text model's export, and one-line errors for unreadable files."""
     check_top(top)
     exported, class_names = locate_export(model)
-    if export_modality(exported) != TEXT_MODEL:
-        raise UsageError(f"model {model} is an image model: pass image files, not --text/--text-file")
+    named("text").check_served(named(export_modality(exported)), model)
     answers, errors = read_texts(texts, files)
     if not answers:
         return [], errors

@@ -1,9 +1,10 @@
 """The figures of the code's shape that the house issues set bounds on, counted over ``components/`` and
 ``pipeline/`` (``third_party/``, ``bench/`` and the tests aside): ``make house`` prints them, JSON last.
 
-- ``modality_branches``: the ``if``/``elif``/``while``/conditional expressions and ``match`` statements whose test
-  reads a modality (a name or attribute holding "modality", or the key ``"modality"``), by file, outside
-  ``components/modalities/`` and the source sniffing in ``components/convert/listing.py``;
+- ``modality_branches``: the ``if``/``elif``/``while``/conditional expressions whose test reads a modality (a name
+  or attribute holding "modality", or the key ``"modality"``) and names one (``"text"``, ``IMAGE``, ...), and the
+  ``match`` statements on a modality, by file, outside ``components/modalities/`` and the source sniffing in
+  ``components/convert/listing.py`` (a test that compares two modalities is no branch for one);
 - ``both_sizes``: the functions that take both ``image_size`` and ``sequence_length``;
 - ``long_files``: the ``.py`` files over 450 lines;
 - ``format_skips``: the ``# fmt: skip`` and ``# fmt: off`` comments (comments, not strings that quote them), in every
@@ -24,6 +25,8 @@ from tests.conftest import REPO_ROOT
 
 CODE = ("components", "pipeline")
 MODALITY_HOME = ("components/modalities/", "components/convert/listing.py")
+MODALITY_NAMES = ("image", "text")
+MODALITY_CONSTANTS = ("IMAGE", "TEXT", "IMAGE_MODEL", "TEXT_MODEL", "IMAGES", "TEXTS")
 LONG_FILE_LINES = 450
 SKIPPED_TREES = (".venv", ".tools", ".git", "third_party", "runs", "node_modules")
 FORMAT_OPT_OUT = re.compile(r"#\s*fmt:\s*(skip|off)\b")  # a comment that opts out of ruff format
@@ -54,11 +57,27 @@ def reads_modality(test: ast.AST) -> bool:
     return False
 
 
+def names_a_modality(test: ast.AST) -> bool:
+    """Whether ``test`` names one modality (``"text"``, ``IMAGE``, ``TEXT_MODEL``, ...): a branch for that one, where
+    comparing two modalities (``baseline.modality is not ours``) is not."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Constant) and node.value in MODALITY_NAMES:
+            return True
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        if name.upper() in MODALITY_CONSTANTS:
+            return True
+    return False
+
+
+def is_modality_branch(test: ast.AST) -> bool:
+    return reads_modality(test) and names_a_modality(test)
+
+
 def modality_branches(tree: ast.AST) -> int:
     count = 0
     for node in ast.walk(tree):
         if isinstance(node, ast.If | ast.IfExp | ast.While):
-            count += reads_modality(node.test)
+            count += is_modality_branch(node.test)
         elif isinstance(node, ast.Match):
             count += reads_modality(node.subject)
     return count

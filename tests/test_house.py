@@ -19,6 +19,8 @@ BRANCHY = textwrap.dedent(
                 return size
         if config.get("kind") == "text":  # not counted: no modality read
             return 5
+        if spec.modality != config["modality"]:  # not counted: two modalities compared, none named
+            return 6
         return "if modality == 'text'"  # fmt: skip
 
 

@@ -137,20 +137,6 @@ def decoder(parsed: dict, image_size: int, text: bool, sources: bool):
     return decode
 
 
-def input_size(stats: dict) -> tuple[int, int | None]:
-    """(size, sequence_length) of a conversion's examples, as ``make_dataset`` takes them: an image side and None,
-    or a text's sequence length twice. ``stats.json``, or a ``model_config.json`` or ``export.json`` (the same keys)."""
-    if stats.get("modality") == "text":
-        return stats["sequence_length"], stats["sequence_length"]
-    return stats["image_size"], None
-
-
-def example_shape(stats: dict) -> tuple[int, ...]:
-    """One example's input shape: ``(size, size, 3)`` pixels, or ``(sequence_length,)`` token ids."""
-    size, length = input_size(stats)
-    return (length,) if length else (size, size, 3)
-
-
 def first_images(
     examples_dir: str, split: str, image_size: int, num_classes: int, count: int, sequence_length: int | None = None
 ):

@@ -30,59 +30,8 @@ def load_model_config(model_dir: str) -> dict:
     return read_json(path)
 
 
-def check_examples_match(model_config: dict, stats: dict, model_dir: str, examples_dir: str) -> None:
-    """The examples must hold what the model was trained on: the same modality, the classes in the same order (a
-    reordered class list would give wrong metrics and a wrong blessing), and the image size, or the sequence length
-    and the vocabulary (ids of another vocabulary mean other words). A one-line error naming both sides."""
-    from components.cli import UsageError
-
-    again = "pass the examples the model was trained from"
-    model_modality, example_modality = model_config.get("modality", "image"), stats.get("modality", "image")
-    if model_modality != example_modality:
-        raise UsageError(
-            f"examples {examples_dir} hold {example_modality}s, but model {model_dir} is "
-            f"{article(model_modality)} {model_modality} model: {again}"
-        )
-    model_names, example_names = list(model_config["class_names"]), list(stats["class_names"])
-    if model_names != example_names:
-        order = "in another order " if sorted(model_names) == sorted(example_names) else ""
-        raise UsageError(
-            f"examples {examples_dir} hold the classes {', '.join(example_names)}, but model {model_dir} was trained "
-            f"on {', '.join(model_names)} {order}(class ids would mean other classes): {again}"
-        )
-    if model_modality == "text":
-        if int(model_config["sequence_length"]) != int(stats["sequence_length"]):
-            raise UsageError(
-                f"examples {examples_dir} hold {stats['sequence_length']} tokens a text, but model "
-                f"{model_dir} was trained on {model_config['sequence_length']}: {again}"
-            )
-        check_same_vocabulary(model_config, examples_dir, model_dir, again)
-    elif int(model_config["image_size"]) != int(stats["image_size"]):
-        raise UsageError(
-            f"examples {examples_dir} hold {stats['image_size']}-pixel images, but model {model_dir} was trained on "
-            f"{model_config['image_size']}-pixel ones: {again}"
-        )
-
-
 def article(word: str) -> str:
     return "an" if word[:1] in "aeiou" else "a"
-
-
-def check_same_vocabulary(model_config: dict, examples_dir: str, model_dir: str, again: str) -> None:
-    """A text model reads token ids of one vocabulary: the examples' must be the same."""
-    from components.cli import UsageError
-    from components.tokenizing import VOCABULARY_FILE, read_vocabulary, vocabulary_digest
-
-    if not model_config.get("vocabulary_sha256"):
-        raise UsageError(
-            f"model {model_dir} does not record its vocabulary (trained before text models kept it): train it again"
-        )
-    vocabulary = read_vocabulary(f"{examples_dir.rstrip('/')}/{VOCABULARY_FILE}")
-    if vocabulary_digest(vocabulary) != model_config.get("vocabulary_sha256"):
-        raise UsageError(
-            f"examples {examples_dir} were tokenised with another vocabulary than model {model_dir} "
-            f"(their {VOCABULARY_FILE} differs): {again}"
-        )
 
 
 def model_digest(model_dir: str) -> str:

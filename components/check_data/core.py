@@ -32,6 +32,7 @@ from components.check_data.distributions import (
 from components.check_data.leakage import check_leakage
 from components.check_data.thresholds import THRESHOLDS, row, threshold_values, verdict_of
 from components.cli import StepFailedError, UsageError
+from components.modalities import modality_of
 from components.params import CHECK_DATA, EVALUATE
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,12 @@ def compare(new: dict, new_keys: dict, base: dict | None, base_keys: dict | None
     rows.append(check_counts(new, base, limits))
     rows.append(check_quarantine(new, base, limits))
     rows += check_leakage(new, new_keys, base, base_keys, limits)
-    rows += check_images(new, base, limits) if new["modality"] == "image" else check_texts(new, base, limits)
+    rows += DISTRIBUTION_CHECKS[modality_of(new).name](new, base, limits)
     return [*rows, own]
+
+
+# each modality's distributions against the baseline's (what its statistics describe)
+DISTRIBUTION_CHECKS = {"image": check_images, "text": check_texts}
 
 
 class DataBlockedError(StepFailedError):
@@ -147,18 +152,15 @@ def run(config: CheckDataConfig) -> dict:
     base, base_folder, note = load_baseline(config.baseline)
     base_statistics, base_keys = base if base else (None, None)
     vocabulary, served_standardization = None, None
-    if base_statistics is not None and base_statistics["modality"] == "text":
-        from components.tokenizing import standardization_of
-
-        vocabulary, served_standardization = baseline_vocabulary(base_folder), standardization_of(base_statistics)
+    if base_statistics is not None:  # (a text model in service reads its own vocabulary)
+        vocabulary, served_standardization = modality_of(base_statistics).served_tokens(base_folder, base_statistics)
     new, new_keys = data_statistics.compute(config.examples_dir, vocabulary, served_standardization)
     data_statistics.write(config.output_dir, new, new_keys)
-    if new["modality"] == "text":  # the vocabulary beside them: this output is a baseline as it is
+    for name in modality_of(new).companion_files:  # (a text's vocabulary) beside them: a baseline as it is
         from components.storage import open_read, write_atomically
-        from components.tokenizing import VOCABULARY_FILE
 
-        with open_read(f"{config.examples_dir.rstrip('/')}/{VOCABULARY_FILE}") as handle:
-            write_atomically(f"{config.output_dir.rstrip('/')}/{VOCABULARY_FILE}", handle.read())
+        with open_read(f"{config.examples_dir.rstrip('/')}/{name}") as handle:
+            write_atomically(f"{config.output_dir.rstrip('/')}/{name}", handle.read())
     rows = compare(new, new_keys, base_statistics, base_keys, limits)
     outcome = verdict_of(rows, base is not None, config.accept_data_change)
     result = {
@@ -179,16 +181,6 @@ def run(config: CheckDataConfig) -> dict:
             + "\n  (pass --accept-data-change, the DAG's accept_data_change, to train on it anyway; the run records it)"
         )
     return result
-
-
-def baseline_vocabulary(baseline: str) -> list[str] | None:
-    """The served model's vocabulary: the baseline's ``vocabulary.txt`` where it keeps one."""
-    from components.storage import exists
-    from components.tokenizing import VOCABULARY_FILE
-
-    if exists(f"{baseline.rstrip('/')}/{VOCABULARY_FILE}"):
-        return data_statistics.read_vocabulary(baseline)
-    return None
 
 
 def report(result: dict) -> None:

@@ -16,6 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from components.cli import UsageError
+from components.modalities import modality_of
 from components.schema import (
     FAILED_FILE,
     QUARANTINE_FILE,
@@ -359,7 +360,7 @@ def summarize_counts(counts: Iterable[tuple[tuple[str, int], int]], class_names:
 
 
 def warn_small_classes(stats: dict) -> None:
-    items = "texts" if stats.get("modality") == "text" else "images"
+    items = modality_of(stats).items
     for split, names in stats.get("small_classes", {}).items():
         log.warning(
             "few %s examples (under %d) for class %s: its %s figures will say little; add %s or change the split "

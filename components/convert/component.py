@@ -38,6 +38,7 @@ def convert(
     from components.cli import start_step
     from components.convert.dispatch import convert_source
     from components.convert.staging import runs_locally, with_worker_image
+    from components.modalities import modality_of
 
     start_step()
     beam_args = with_worker_image(beam_args or (), worker_image)
@@ -63,16 +64,13 @@ def convert(
             label_column=label_column,
         ),
     )
-    if stats.get("modality") == "text":
-        shape = {"sequence_length": stats["sequence_length"], "vocabulary_size": stats["vocabulary_size"]}
-    else:
-        shape = {"image_size": stats["image_size"], "image_size_auto": stats.get("image_size_auto") or ""}
+    modality_of_examples = modality_of(stats)
     examples.metadata.update(
         {
-            "modality": stats.get("modality", "image"),
+            "modality": modality_of_examples.name,
             "counts": stats["counts"],
             "class_names": stats["class_names"],
-            **shape,
+            **modality_of_examples.input_facts(stats),
             "quarantined": stats["quarantined"],
             "duplicates": stats["duplicates"],
             "fingerprint": stats["fingerprint"],

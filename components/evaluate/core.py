@@ -17,13 +17,13 @@ import os
 from dataclasses import dataclass
 
 from components.artifacts.evaluation import METRICS_FILE
-from components.artifacts.examples import input_size
-from components.artifacts.model import HISTORY_FILE, article, check_examples_match, load_model_config
+from components.artifacts.model import HISTORY_FILE, load_model_config
 from components.cli import UsageError
 from components.evaluate.baseline import baseline_figures, check_baseline, comparability
 from components.evaluate.blessing import bless, check_fraction, prediction_mix
 from components.evaluate.metrics import classification_metrics, ranking_metrics, top_k_accuracy
 from components.evaluate.predictions import client_file_accuracy, predict_split
+from components.modalities import check_examples_match, input_size, modality_of
 from components.models import load_trained_model
 from components.params import EVALUATE
 from components.schema import read_stats
@@ -99,16 +99,14 @@ def _evaluate(config: EvaluateConfig) -> dict:
     check_examples_match(model_config, stats, config.model_dir, config.examples_dir)
     check_writable(config.output_dir, "--output")
     size, sequence_length = input_size(stats)
-    modality = stats.get("modality", "image")
+    modality = modality_of(stats)
     baseline = check_baseline(config.baseline) if config.baseline else None
     data_checks = None
     if config.data_checks:  # how the data compared with the model in service's, for the report
         from components.artifacts.data_statistics import read_checks
 
         data_checks = read_checks(config.data_checks)
-    not_comparable = baseline and comparability(
-        baseline, model_config["class_names"], size, modality, model_config.get("vocabulary_sha256", "")
-    )
+    not_comparable = baseline and comparability(baseline, model_config)
     model = load_trained_model(config.model_dir, model_config)
     history = read_history(config.model_dir)  # the curves for the report, and train's word on whether it learned
     from components.evaluate.report import MAX_MISCLASSIFIED
@@ -163,12 +161,11 @@ def _evaluate(config: EvaluateConfig) -> dict:
         metrics["per_class"],
         (history or {}).get("not_learning"),
     )
-    if baseline is not None and baseline.modality != modality:  # never in place of the model in service
+    if baseline is not None and baseline.modality is not modality:  # never in place of the model in service
         metrics["blessing"]["blessed"] = False
         metrics["blessing"]["reasons"].append(
-            f"the baseline is {article(baseline.modality)} {baseline.modality} model: {article(modality)} "
-            f"{modality} model must not take its place (give text and image models their own --model-display-name "
-            "or registry)"
+            f"the baseline is {baseline.modality.a_model}: {modality.a_model} must not take its place (give text "
+            "and image models their own --model-display-name or registry)"
         )
     metrics["small_classes"] = stats.get("small_classes", {})
     if data_checks is not None:

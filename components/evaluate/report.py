@@ -15,6 +15,7 @@ import io
 from collections.abc import Sequence
 
 from components.artifacts.served import SERVED_MARKER
+from components.modalities import modality_of
 
 MAX_MISCLASSIFIED = 24
 MAX_TEXT_CHARACTERS = 600  # of a misclassified text shown in the report
@@ -123,7 +124,7 @@ def render(
         per_epoch = history.get("history", history)
         curves = curve_svg("loss", {k: per_epoch[k] for k in ("loss", "val_loss") if k in per_epoch})
         curves += curve_svg("accuracy", {k: per_epoch[k] for k in ("accuracy", "val_accuracy") if k in per_epoch})
-    items = "texts" if metrics.get("training", {}).get("modality") == "text" else "images"
+    items = modality_of(metrics.get("training") or {}).items
     split = html.escape(str(metrics.get("split", "test")))
     matrix = data_uri(confusion_png(metrics["confusion_matrix"], metrics["class_names"]), "image/png")
     return f"""<!DOCTYPE html>
@@ -269,13 +270,7 @@ def run_facts(metrics: dict, history: dict | None) -> str:
         devices, processes = training.get("replicas") or 1, training.get("processes") or 1
         hardware = f"{hardware}, {devices} device(s), {processes} process(es)"
     seconds = history.get("train_seconds")
-    if training.get("modality") == "text":
-        shape = (
-            f"texts of {len(metrics.get('class_names', []))} classes, {training.get('sequence_length')} tokens "
-            f"each, a vocabulary of {training.get('vocabulary_size')}"
-        )
-    else:
-        shape = f"images of {len(metrics.get('class_names', []))} classes, {training.get('image_size') or ''} px"
+    shape = modality_of(training).describe(training, len(metrics.get("class_names", [])))
     rows = [
         (
             "model",

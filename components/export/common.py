@@ -9,13 +9,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from components.artifacts.examples import input_size
 from components.artifacts.exported import TFLITE_FILES
 from components.artifacts.model import (
     REFERENCE_FILE,
     WEIGHTS_FILE,
     load_model_config,
 )
+from components.modalities import input_size
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +84,14 @@ def build_cpu_model(model_dir: str):
     import keras
     import tensorflow as tf
 
-    from components.models import ModelSpec, build_model, load_trained
+    from components.modalities import spec_of
+    from components.models import build_model, load_trained
 
     config = load_model_config(model_dir)
     loaded = load_trained(config, model_dir)
     keras.mixed_precision.set_global_policy("float32")
     with tf.device("/CPU:0"):
-        model = build_model(loaded, ModelSpec.of(config), config.get("hparams") or {})
+        model = build_model(loaded, spec_of(config), config.get("hparams") or {})
         model.load_weights(os.path.join(model_dir, WEIGHTS_FILE))
     return model, config
 

@@ -6,11 +6,20 @@ images in) or ``text.py`` (raw strings in); both build on ``common.py``.
 
 from __future__ import annotations
 
-from components.artifacts.model import check_examples_match, load_model_config
+import importlib
+
+from components.artifacts.model import load_model_config
 from components.export.common import ExportConfig, check_evaluation
 from components.keras_backend import activate_backend
+from components.modalities import check_examples_match, modality_of
 from components.schema import read_stats
 from components.storage import check_writable
+
+# each modality's serving export: (module, function), imported once the inputs are checked (they import TensorFlow)
+SERVING_EXPORTS = {
+    "image": ("components.export.image", "export_image"),
+    "text": ("components.export.text", "export_text"),
+}
 
 
 def run(config: ExportConfig) -> dict:
@@ -22,10 +31,5 @@ def run(config: ExportConfig) -> dict:
     if config.evaluation_dir:
         check_evaluation(config.evaluation_dir)
     activate_backend("tensorflow")  # the SavedModel and TFLite files are TensorFlow graphs, whatever trained it
-    if trained_config.get("modality") == "text":
-        from components.export.text import export_text
-
-        return export_text(config)
-    from components.export.image import export_image
-
-    return export_image(config)
+    module, function = SERVING_EXPORTS[modality_of(trained_config).name]
+    return getattr(importlib.import_module(module), function)(config)

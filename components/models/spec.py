@@ -20,6 +20,8 @@ class ModelSpec:
         num_classes: the width of the softmax the model ends with.
         class_names: the classes, in the order of the output's columns.
         vocabulary_size: texts: the ids are below it (an ``Embedding``'s ``input_dim``); 0 for images.
+        image_size: images: their side in pixels; None for texts.
+        sequence_length: texts: the ids a text; None for images.
     """
 
     modality: str
@@ -28,32 +30,18 @@ class ModelSpec:
     num_classes: int
     class_names: tuple[str, ...] = ()
     vocabulary_size: int = 0
+    image_size: int | None = None
+    sequence_length: int | None = None
 
     @classmethod
     def for_images(cls, image_size: int, num_classes: int, class_names=()) -> ModelSpec:
-        return cls("image", (image_size, image_size, 3), IMAGE_DTYPE, num_classes, tuple(class_names))
+        shape = (image_size, image_size, 3)
+        return cls("image", shape, IMAGE_DTYPE, num_classes, tuple(class_names), image_size=image_size)
 
     @classmethod
     def for_texts(cls, sequence_length: int, vocabulary_size: int, num_classes: int, class_names=()) -> ModelSpec:
-        return cls("text", (sequence_length,), TEXT_DTYPE, num_classes, tuple(class_names), vocabulary_size)
-
-    @classmethod
-    def of(cls, facts: dict) -> ModelSpec:
-        """The spec of a conversion's ``stats.json`` or a model's ``model_config.json`` (both hold these keys)."""
-        names = facts.get("class_names", ())
-        if facts.get("modality", "image") == "text":
-            return cls.for_texts(
-                int(facts["sequence_length"]), int(facts["vocabulary_size"]), int(facts["num_classes"]), names
-            )
-        return cls.for_images(int(facts["image_size"]), int(facts["num_classes"]), names)
-
-    @property
-    def image_size(self) -> int | None:
-        return self.input_shape[0] if self.modality == "image" else None
-
-    @property
-    def sequence_length(self) -> int | None:
-        return self.input_shape[0] if self.modality == "text" else None
+        shape = (sequence_length,)
+        return cls("text", shape, TEXT_DTYPE, num_classes, tuple(class_names), vocabulary_size, None, sequence_length)
 
     def inputs(self, name: str | None = None):
         """The model's ``keras.Input``: ``[batch, *input_shape]`` of ``input_dtype``."""

@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from components.cli import UsageError
+from components.modalities import auto_training
 from components.models import parse_ref
 from components.models.source import split_pairs
-from components.params import TRAIN, auto_training
+from components.params import TRAIN
 from components.schema import read_stats
 from components.storage import gcs_fuse_path
 from components.train.placement import BACKENDS, PRECISIONS

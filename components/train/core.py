@@ -28,13 +28,13 @@ import os
 import time
 from collections.abc import Mapping
 
-from components.artifacts.examples import damaged_shards_named, example_shape, input_size
-from components.cli import UsageError, check_no_augment
-from components.models import ModelSpec, parse_ref, resolve_auto
+from components.artifacts.examples import damaged_shards_named
+from components.cli import UsageError
+from components.modalities import example_shape, input_size, modality_of, named, spec_of
+from components.models import parse_ref, resolve_auto
 from components.models.source import local_copy
 from components.schema import read_stats
 from components.storage import check_writable
-from components.tokenizing import VOCABULARY_FILE, read_vocabulary
 from components.train import writer_lock
 from components.train.batch_norm import MAX_BATCHES, reestimate
 from components.train.config import TrainConfig, check_tensorflow_xla, resolve_output_dirs, with_auto_training
@@ -222,22 +222,21 @@ def check_inputs(config: TrainConfig, env: Mapping[str, str]):
         ("TensorBoard dir", dirs.tensorboard_dir),
     ):
         check_writable(path, what)
-    modality = stats.get("modality", "image")
-    check_no_augment(config.augment, modality)
+    modality = modality_of(stats).name
+    modality_of(stats).check_augment(config.augment)
     image_size, sequence_length = input_size(stats)
     ref = resolve_auto(parse_ref(config.model_name), modality)
     if ref.text != config.model_name:
         log.info("--model auto: %s for %ss", ref.text, modality)
     config = dataclasses.replace(config, model_name=ref.text)
     if ref.kind == "builtin":  # (a model of one's own is loaded once the backend is chosen: it imports Keras)
-        load_model_code(config, Examples(stats, modality, 0, image_size, None, (), None, ModelSpec.of(stats)))
+        load_model_code(config, Examples(stats, modality, 0, image_size, None, (), None, spec_of(stats)))
     elif ref.kind == "file":
         local_copy(ref, "")  # a missing file is said before the slow imports
     config = dataclasses.replace(config, weights=resolve_weights_choice(config.weights, config.model_name))
     config = with_auto_training(config, modality)
-    vocabulary = None
-    if modality == "text":  # the ids mean this vocabulary's tokens: it goes into the model artifact, for export
-        vocabulary = read_vocabulary(f"{config.examples_dir.rstrip('/')}/{VOCABULARY_FILE}")
+    # a text model's ids mean its vocabulary's tokens: it goes into the model artifact, for export
+    vocabulary = named(modality).read_vocabulary(config.examples_dir)
     examples = Examples(
         stats,
         modality,
@@ -246,7 +245,7 @@ def check_inputs(config: TrainConfig, env: Mapping[str, str]):
         sequence_length,
         example_shape(stats),
         vocabulary,
-        ModelSpec.of(stats),
+        spec_of(stats),
     )
     return config, examples, dirs
 

@@ -8,8 +8,9 @@ import logging
 import math
 from dataclasses import dataclass
 
-from components.artifacts.examples import first_images, input_size, make_dataset
-from components.models import LoadedModel, ModelSpec, check_image_size, check_modality, load, resolve_hparams
+from components.artifacts.examples import first_images, make_dataset
+from components.modalities import input_size, named
+from components.models import LoadedModel, ModelSpec, check_modality, load, resolve_hparams
 from components.train.config import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -22,9 +23,6 @@ CACHE_LIMIT_BYTES = 2 * 1024**3  # decoded images are cached in memory when they
 
 
 REFERENCE_EXAMPLES = 128  # validation images whose probabilities export compares across backends
-
-
-ADAPT_BATCH = 1024  # training texts counted at a time when a text model adapts to them
 
 
 def round_up_batch(per_replica_batch_size: int) -> int:
@@ -129,29 +127,9 @@ def load_model_code(config: TrainConfig, examples: Examples) -> ModelCode:
     hyperparameters: after the backend is chosen, since a model file of one's own imports Keras."""
     loaded = load(config.model_name)
     check_modality(loaded, examples.modality, config.examples_dir)
-    if examples.modality == "image":
-        check_image_size(loaded, examples.image_size, f"the examples' image size ({config.examples_dir})")
+    where = f"the examples' image size ({config.examples_dir})"
+    named(examples.modality).check_model_takes(loaded, examples.stats, where)
     return ModelCode(loaded, resolve_hparams(loaded, config.hparams))
-
-
-def adapt_to_training_texts(model, examples_dir: str, examples: Examples) -> None:
-    """Sets what a text model learns from the training texts before training (``text_layers.adapt``: the ``ngrams``
-    bag's inverse document frequencies), from the whole train split, the same on every process."""
-    from components.artifacts.examples import make_dataset
-    from components.models.text_layers import adapt
-
-    batches = make_dataset(
-        examples_dir,
-        "train",
-        0,
-        examples.num_classes,
-        ADAPT_BATCH,
-        training=False,
-        sequence_length=examples.sequence_length,
-    )
-    texts = adapt(model, (tokens for tokens, _ in batches.as_numpy_iterator()))
-    if texts:
-        log.info("inverse document frequencies of the grams counted over the %d training texts", texts)
 
 
 def reference_predictions(model, examples_dir: str, stats: dict, placement):

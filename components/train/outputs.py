@@ -9,9 +9,10 @@ import shutil
 
 from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE, MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE
 from components.learning import not_learning
-from components.models import INPUT_PIXELS, SOURCE_DIR, LoadedModel
+from components.modalities import named
+from components.models import SOURCE_DIR, LoadedModel
 from components.storage import read_json, write_atomically, write_json
-from components.tokenizing import VOCABULARY_FILE, standardization_of, vocabulary_bytes, vocabulary_digest
+from components.tokenizing import VOCABULARY_FILE, vocabulary_bytes
 from components.train import writer_lock
 from components.train.backup import BACKUP_DIR, FINE_TUNE_BACKUP_DIR
 from components.train.callbacks import EPOCH_LOG_FILE, read_epoch_log
@@ -48,16 +49,7 @@ def model_facts(code: ModelCode, examples: Examples, backend: str, why: str, pre
         "hparams": code.hparams,
         "modality": examples.modality,
         # images: uint8 pixels, scaled inside the model; texts: int32 token ids of the conversion's vocabulary
-        **(
-            {"image_size": examples.image_size, "input_pixels": INPUT_PIXELS}
-            if examples.modality == "image"
-            else {
-                "sequence_length": examples.sequence_length,
-                "vocabulary_size": stats["vocabulary_size"],
-                "vocabulary_sha256": vocabulary_digest(examples.vocabulary),
-                "standardization": standardization_of(stats),
-            }
-        ),
+        **named(examples.modality).model_input_facts(stats, examples.vocabulary),
         "num_classes": examples.num_classes,
         "class_names": stats["class_names"],
         "backend": backend,

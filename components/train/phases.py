@@ -9,11 +9,12 @@ import os
 from dataclasses import dataclass
 
 from components.learning import what_to_try
+from components.modalities import named
 from components.models import BACKBONES, backbone_of, parse_ref
 from components.train.backup import BACKUP_DIR, FINE_TUNE_BACKUP_DIR, epochs_kept
 from components.train.callbacks import EPOCH_LOG_FILE, learning_watch, read_epoch_log, training_callbacks
 from components.train.config import OutputDirs, TrainConfig
-from components.train.inputs import Examples, ModelCode, adapt_to_training_texts, class_counts
+from components.train.inputs import Examples, ModelCode, class_counts
 from components.train.keep_best import auto_patience, best_folder, keep_best_callback
 from components.train.transfer import HEAD_WEIGHTS, freeze_backbone, load_backbone_weights, unfreeze_top
 
@@ -146,8 +147,7 @@ def compiled_model(
                 load_backbone_weights(model, pretrained)
                 if phase.name == "head":
                     freeze_backbone(model)
-            if examples.modality == "text":
-                adapt_to_training_texts(model, config.examples_dir, examples)
+            named(examples.modality).adapt(model, config.examples_dir, examples.num_classes, examples.stats)
             model.compile(
                 optimizer=keras.optimizers.Adam(rate),
                 loss="categorical_crossentropy",
@@ -184,7 +184,7 @@ def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, p
     callbacks = training_callbacks(
         dirs.checkpoint_dir, dirs.tensorboard_dir, placement, config.backup_interval, phase.backup, total_epochs
     )
-    image_size = examples.image_size if examples.modality == "image" else None
+    image_size = examples.spec.image_size  # (None for texts)
     advice = what_to_try(
         config.learning_rate, image_size, parse_ref(config.model_name).name, examples.stats.get("source_image_size")
     )

@@ -29,6 +29,7 @@ import shutil
 from collections.abc import Mapping
 
 from components.cli import UsageError
+from components.modalities import modality_of, named
 from components.models import BACKBONES
 from components.models.source import split_pairs
 
@@ -63,7 +64,7 @@ def search_space(
         "learning_rate": hpt.DoubleParameterSpec(min=1e-4, max=1e-2, scale="log"),
         "per_replica_batch_size": hpt.DiscreteParameterSpec(values=batches, scale="linear"),
     }
-    if modality == "image":
+    if named(modality).augments:
         space["augment"] = hpt.CategoricalParameterSpec(values=["false", "true"])
     if model_name in BACKBONES and weights != "none":
         space["fine_tune_blocks"] = hpt.IntegerParameterSpec(min=1, max=6, scale="linear")
@@ -113,7 +114,7 @@ def space_for(model_name: str, weights: str, examples_dir: str) -> dict:
     stats = read_json(os.path.join(examples_dir, "stats.json"))
     if not stats["counts"].get("validation"):  # before any trial trains: every one of them would end on this
         raise UsageError(NO_VALIDATION.format(examples=examples_dir))
-    modality = stats.get("modality", "image")
+    modality = modality_of(stats).name
     ref = resolve_auto(parse_ref(model_name), modality)
     declared = declared_space(load(ref)) if ref.kind != "builtin" else {}  # (a model of one's own imports Keras)
     weights = resolve_weights_choice(weights, ref.text)

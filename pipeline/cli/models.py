@@ -67,13 +67,14 @@ def run(args: argparse.Namespace) -> int:
 
 def list_builtins() -> int:
     """The built-in models, a line each: name, modality, smallest image, hyperparameters, what it is."""
+    from components.modalities import named
     from components.models import BUILTINS, DEFAULT_MODELS, load
     from components.models.source import hparam_defaults
 
     print(f"{'model':<20} {'takes':<28} {'hyperparameters':<44} what it is")
     for name, builtin in BUILTINS.items():
         hparams, _ = hparam_defaults(load(name))
-        takes = "texts" if builtin.modality == "text" else f"images of {builtin.min_image_size}+ px"
+        takes = named(builtin.modality).takes(builtin.min_image_size)
         shown = ", ".join(f"{key}={value}" for key, value in hparams.items()) or "-"
         default = " (default)" if DEFAULT_MODELS[builtin.modality] == name else ""
         print(f"{name:<20} {takes + default:<28} {shown:<44} {builtin.about}")

@@ -521,9 +521,9 @@ def provisional_spec(source: str, parameters: dict, demo: bool):
     """What the model will be given, as far as it is known before the conversion: the source's classes, the image
     size given (auto: the demo's 32, else the largest that auto takes) or the texts' length and vocabulary; None for
     TFRecords, whose classes only their conversion reads."""
-    from components.cli import check_no_augment
     from components.convert.listing import is_tfrecord_source, list_source, list_text_source, resolve_modality
     from components.imaging import MAX_AUTO_IMAGE_SIZE
+    from components.modalities.text import TEXT as TEXTS
     from components.models import ModelSpec
     from components.params import CONVERT, TEXT
     from components.schema import check_class_count
@@ -532,7 +532,7 @@ def provisional_spec(source: str, parameters: dict, demo: bool):
     text = {name: given[name] for name in ("text_column", "label_column")}
     classes = given["classes"] or ()
     if resolve_modality(given["modality"], source, **text) == "text":
-        check_no_augment(bool(given.get("augment")), "text")
+        TEXTS.check_augment(bool(given.get("augment")))
         names = list_text_source(source, classes, **text).class_names
         check_class_count(names, source)
         return ModelSpec.for_texts(int(given["sequence_length"]), int(given["vocabulary_size"]), len(names), names)

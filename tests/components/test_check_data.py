@@ -1370,7 +1370,7 @@ def test_statistics_kept_on_gcs_are_found_through_a_folder_typed_with_a_trailing
     """A baseline given as ``gs://.../1/`` (as users type folders) is the folder ``gs://.../1``: on Cloud Storage
     ``1//data_stats.json`` would be another object, and the checks would run as if there were no baseline."""
     from components.check_data import statistics
-    from components.check_data.core import baseline_vocabulary
+    from components.modalities.text import TEXT
     from components.tokenizing import OUT_OF_VOCABULARY, PADDING, VOCABULARY_FILE, vocabulary_bytes
     from tests.conftest import BUCKET
 
@@ -1382,7 +1382,7 @@ def test_statistics_kept_on_gcs_are_found_through_a_folder_typed_with_a_trailing
         found = statistics.read(f"gs://{BUCKET}/{folder}/")
         assert found is not None and found[0] == kept
         assert all(np.array_equal(found[1][split], keys[split]) for split in keys)
-        assert baseline_vocabulary(f"gs://{BUCKET}/{folder}/") == words
+        assert TEXT.served_tokens(f"gs://{BUCKET}/{folder}/", {"standardization": "strip"})[0] == words
 
 
 def test_both_leakage_rows_say_their_share_thresholds_and_counts_to_four_places():

@@ -340,20 +340,23 @@ def test_the_reasons_that_decided_against_a_model_come_first():
 def test_an_image_baseline_is_compared_only_on_the_same_classes_and_size():
     """Hand-written cases of the rule: the same classes in any order and the same size compare; each other case
     says what differs."""
-    baseline = Baseline("export", "/m", 32, ["cat", "dog"])
-    assert comparability(baseline, ["dog", "cat"], 32, "image", "") == ""
-    assert comparability(baseline, ["cat", "dog"], 48, "image", "") == (
-        "image size differs (baseline 32 px, candidate 48 px)"
+
+    def model(classes, size, **more) -> dict:
+        return {"modality": "image", "class_names": classes, "image_size": size, **more}
+
+    baseline = Baseline("export", "/m", model(["cat", "dog"], 32))
+    assert comparability(baseline, model(["dog", "cat"], 32)) == ""
+    assert comparability(baseline, model(["cat", "dog"], 48)) == "image size differs (baseline 32 px, candidate 48 px)"
+    assert comparability(baseline, model(["cat", "dog", "fox"], 32)) == "classes differ (new fox)"
+    assert comparability(baseline, model(["cat"], 32)) == "classes differ (gone dog)"
+    assert comparability(baseline, model(["fox", "cat", "emu"], 48)) == "classes differ (new fox, emu; gone dog)"
+    text = Baseline("export", "/t", {"modality": "text", "class_names": ["cat", "dog"], "sequence_length": 250})
+    assert (
+        comparability(text, model(["cat", "dog"], 32)) == "the baseline is a text model, the candidate an image model"
     )
-    assert comparability(baseline, ["cat", "dog", "fox"], 32, "image", "") == "classes differ (new fox)"
-    assert comparability(baseline, ["cat"], 32, "image", "") == "classes differ (gone dog)"
-    assert comparability(baseline, ["fox", "cat", "emu"], 48, "image", "") == "classes differ (new fox, emu; gone dog)"
-    text = Baseline("export", "/t", 250, ["cat", "dog"], modality="text")
-    assert comparability(text, ["cat", "dog"], 32, "image", "") == (
-        "the baseline is a text model, the candidate an image model"
-    )
-    trained = Baseline("trained", "/m", 32, ["cat", "dog"], vocabulary_sha256="a")  # an image model reads no ids
-    assert comparability(trained, ["cat", "dog"], 32, "image", "b") == ""
+    # an image model reads no ids: a vocabulary means nothing to it
+    trained = Baseline("trained", "/m", model(["cat", "dog"], 32, vocabulary_sha256="a"))
+    assert comparability(trained, model(["cat", "dog"], 32, vocabulary_sha256="b")) == ""
 
 
 def test_a_tolerated_drop_against_the_baseline_still_blesses():
@@ -697,9 +700,10 @@ def test_a_baseline_trained_before_the_scaling_moved_inside_is_fed_floats(tmp_pa
     old.save(tmp_path / "model.keras")
     pixels = np.random.default_rng(1).integers(0, 256, size=(3, 4, 4, 3), dtype=np.uint8)
     as_trained = old(pixels.astype(np.float32) / 255.0).numpy()
-    older = load_baseline(Baseline("trained", str(tmp_path), 4, ["a", "b"]))
+    facts = {"modality": "image", "class_names": ["a", "b"], "image_size": 4}
+    older = load_baseline(Baseline("trained", str(tmp_path), facts))
     np.testing.assert_allclose(np.asarray(older(pixels)), as_trained, atol=1e-6)
-    current = load_baseline(Baseline("trained", str(tmp_path), 4, ["a", "b"], "uint8"))
+    current = load_baseline(Baseline("trained", str(tmp_path), {**facts, "input_pixels": "uint8"}))
     assert not np.allclose(np.asarray(current(pixels.astype(np.float32))), as_trained, atol=1e-3)
 
 

@@ -116,18 +116,22 @@ def test_the_report_quotes_the_misclassified_texts_escaped():
 
 
 def test_a_trained_text_baseline_of_another_vocabulary_is_not_compared():
-    trained = Baseline("trained", "/m", 16, ["neg", "pos"], modality="text", vocabulary_sha256="a")
-    assert comparability(trained, ["neg", "pos"], 16, "text", "a") == ""
-    assert comparability(trained, ["pos", "neg"], 16, "text", "b") == (
+    def model(classes, length, vocabulary) -> dict:
+        return {"modality": "text", "class_names": classes, "sequence_length": length, "vocabulary_sha256": vocabulary}
+
+    trained = Baseline("trained", "/m", model(["neg", "pos"], 16, "a"))
+    assert comparability(trained, model(["neg", "pos"], 16, "a")) == ""
+    assert comparability(trained, model(["pos", "neg"], 16, "b")) == (
         "vocabulary differs (a trained baseline reads ids of its own; pass its export instead)"
     )
-    assert comparability(trained, ["neg", "pos"], 32, "text", "a") == (
+    assert comparability(trained, model(["neg", "pos"], 32, "a")) == (
         "sequence length differs (baseline 16 tokens, candidate 32)"
     )
-    exported = Baseline("export", "/e", 16, ["neg", "pos"], modality="text")  # it takes the texts themselves
-    assert comparability(exported, ["neg", "pos"], 32, "text", "b") == ""
-    image = Baseline("export", "/i", 32, ["neg", "pos"])
-    assert comparability(image, ["neg", "pos"], 16, "text", "a") == (
+    # an export takes the texts themselves
+    exported = Baseline("export", "/e", {"modality": "text", "class_names": ["neg", "pos"], "sequence_length": 16})
+    assert comparability(exported, model(["neg", "pos"], 32, "b")) == ""
+    image = Baseline("export", "/i", {"modality": "image", "class_names": ["neg", "pos"], "image_size": 32})
+    assert comparability(image, model(["neg", "pos"], 16, "a")) == (
         "the baseline is an image model, the candidate a text model"
     )
 

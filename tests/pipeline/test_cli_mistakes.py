@@ -245,7 +245,7 @@ def test_every_parameter_is_checked_before_the_dag_starts(tmp_path, args, messag
 def test_augment_on_texts_is_refused_in_one_line_before_anything_is_written(tmp_path):
     """--augment changes images only: on a text source, run-local refuses it up front, and so does the train step
     (the DAG's parameter)."""
-    from components.cli import check_no_augment
+    from components.modalities import named
     from tests.conftest import write_reviews
 
     reviews = write_reviews(tmp_path / "reviews.jsonl", count=40)
@@ -256,7 +256,9 @@ def test_augment_on_texts_is_refused_in_one_line_before_anything_is_written(tmp_
         "--augment out"
     )
     assert not (tmp_path / "work").exists()
-    check_no_augment(True, "image")  # (images take it)
+    named("image").check_augment(True)  # (images take it)
+    with pytest.raises(UsageError, match=r"^--augment applies to images"):  # the train step's check
+        named("text").check_augment(True)
 
 
 def test_a_mistyped_model_is_refused_with_the_choices(tmp_path):

@@ -1,0 +1,83 @@
+"""Images: ``uint8`` pixels of a square side (the conversion's ``image_size``), scaled inside the model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from components.cli import UsageError
+from components.modalities.base import Modality
+from components.models.spec import IMAGE_DTYPE, ModelSpec
+
+
+class Image(Modality):
+    name, items, a_model, augments, sent_as = "image", "images", "an image model", True, "image files"
+
+    def input_size(self, facts: Mapping) -> tuple[int, int | None]:
+        return facts["image_size"], None
+
+    def example_shape(self, facts: Mapping) -> tuple[int, ...]:
+        return (facts["image_size"], facts["image_size"], 3)
+
+    def input_facts(self, facts: Mapping) -> dict:
+        return {"image_size": facts["image_size"], "image_size_auto": facts.get("image_size_auto") or ""}
+
+    def spec(self, facts: Mapping) -> ModelSpec:
+        return ModelSpec.for_images(int(facts["image_size"]), int(facts["num_classes"]), facts.get("class_names", ()))
+
+    def training_kind(self, pretrained: bool) -> str:
+        return "text model or pretrained head" if pretrained else "image model from scratch"
+
+    def check_input_matches(self, model: Mapping, examples: Mapping, model_dir: str, examples_dir: str, again: str):
+        if int(model["image_size"]) != int(examples["image_size"]):
+            raise UsageError(
+                f"examples {examples_dir} hold {examples['image_size']}-pixel images, but model {model_dir} was "
+                f"trained on {model['image_size']}-pixel ones: {again}"
+            )
+
+    def model_input_facts(self, stats: Mapping, vocabulary: list | None) -> dict:
+        # uint8 pixels, scaled inside the model (components.models.INPUT_PIXELS)
+        return {"image_size": stats["image_size"], "input_pixels": IMAGE_DTYPE}
+
+    def baseline_differs(self, baseline: Mapping, candidate: Mapping, baseline_kind: str) -> str:
+        ours, theirs = int(candidate["image_size"]), int(baseline["image_size"])
+        return "" if ours == theirs else f"image size differs (baseline {theirs} px, candidate {ours} px)"
+
+    def load_baseline(self, kind: str, path: str, facts: Mapping):
+        """Fed uint8 pixels. A trained baseline made before the models scaled their pixels themselves (its config
+        without ``input_pixels: uint8``) is fed them in [0, 1], as it was trained; an export, through its
+        ``serving_images`` signature, in the type it takes."""
+        import tensorflow as tf
+
+        from components.models import load_trained_model
+
+        if kind == "trained":
+            model = load_trained_model(path)
+            if facts.get("input_pixels", "") == IMAGE_DTYPE:
+                return model
+            return lambda images, training=False: model(tf.cast(images, tf.float32) / 255.0, training=training)
+        signatures = tf.saved_model.load(path).signatures
+        if "serving_images" not in signatures:
+            raise UsageError(f"baseline {path} has no serving_images signature: pass a model this pipeline exported")
+        serving = signatures["serving_images"]
+        wanted = serving.structured_input_signature[1]["images"].dtype
+        scale = 1.0 if wanted == tf.uint8 else 1.0 / 255.0
+        return lambda images, training=False: serving(images=tf.cast(tf.cast(images, tf.float32) * scale, wanted))[
+            "probabilities"
+        ]
+
+    def check_model_takes(self, loaded, facts: Mapping, where: str) -> None:
+        from components.models import check_image_size
+
+        check_image_size(loaded, facts["image_size"], where)
+
+    def takes(self, min_image_size: int) -> str:
+        return f"images of {min_image_size}+ px"
+
+    def describe(self, facts: Mapping, classes: int) -> str:
+        return f"images of {classes} classes, {facts.get('image_size') or ''} px"
+
+    def check_arguments(self, spec: ModelSpec) -> list[str]:
+        return ["--image-size", str(spec.image_size)]
+
+
+IMAGE = Image()
