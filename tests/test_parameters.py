@@ -122,3 +122,65 @@ def test_the_scan_catches_a_second_literal(tmp_path, source, caught):
     (tmp_path / "components").mkdir()
     (tmp_path / "components" / "probe.py").write_text(source)
     assert bool(second_declarations(str(tmp_path))) is caught
+
+
+# where a declared parameter goes by another name, or is not taken, and why
+NOT_TAKEN = {
+    ("the DAG", "baseline"): "the DAG's baseline_model (ALIASES)",
+    **{
+        ("the DAG", name): "the DAG's deploy step takes the declared default; pipeline deploy takes another"
+        for name in ("machine_type", "min_replicas", "max_replicas")
+    },
+    ("ConvertConfig", "modality"): "the conversion's dispatcher picks the config by it (components.convert.dispatch)",
+    ("CheckDataConfig", "data_thresholds"): "parsed into CheckDataConfig.thresholds (NAME=VALUE items)",
+}
+
+
+def test_the_dag_the_kfp_wrappers_and_the_configs_take_each_parameter_by_its_declared_name():
+    """The parameter names are written in components/params.py and nowhere else decides them: the DAG's signature
+    (the compiled pipeline.yaml's inputs), each step's KFP wrapper and each step's config take every one of their
+    step's parameters by that name (the exceptions, each with its reason, in NOT_TAKEN)."""
+    import dataclasses
+    import inspect
+
+    import yaml
+
+    from components.check_data.component import check_data
+    from components.check_data.core import CheckDataConfig
+    from components.convert.component import convert
+    from components.convert.core import ConvertConfig
+    from components.convert.text import TextConvertConfig
+    from components.deploy.component import deploy
+    from components.evaluate.component import evaluate
+    from components.evaluate.core import EvaluateConfig
+    from components.params import CHECK_DATA, TUNE
+    from components.train.component import train
+    from components.train.config import TrainConfig
+
+    with open(os.path.join(REPO_ROOT, "pipeline.yaml"), encoding="utf-8") as handle:
+        dag = set(yaml.safe_load(handle)["root"]["inputDefinitions"]["parameters"])
+
+    def fields(config) -> set[str]:
+        return {field.name for field in dataclasses.fields(config)}
+
+    takers = {
+        "the DAG": (dag, {**DECLARED, **TUNE, **CHECK_DATA}),
+        "train": (set(inspect.signature(train).parameters), TRAIN),
+        "convert": (set(inspect.signature(convert).parameters), {**CONVERT, **TEXT}),
+        "evaluate": (set(inspect.signature(evaluate).parameters), EVALUATE),
+        "check_data": (set(inspect.signature(check_data).parameters), CHECK_DATA),
+        "deploy": (set(inspect.signature(deploy).parameters), DEPLOY),
+        "TrainConfig": (fields(TrainConfig), TRAIN),
+        "ConvertConfig": (fields(ConvertConfig), CONVERT),
+        "TextConvertConfig": (fields(TextConvertConfig), TEXT),
+        "EvaluateConfig": (fields(EvaluateConfig), EVALUATE),
+        "CheckDataConfig": (fields(CheckDataConfig), CHECK_DATA),
+    }
+    missing = [
+        f"{taker} does not take {name}"
+        for taker, (taken, declared) in takers.items()
+        for name in sorted(declared)
+        if name not in taken and (taker, name) not in NOT_TAKEN
+    ]
+    assert not missing, "take them by the name components/params.py declares:\n" + "\n".join(missing)
+    assert all(name not in takers[taker][0] for taker, name in NOT_TAKEN), "an exception no longer needed"
