@@ -41,7 +41,7 @@ def read_folder(root: str, size: int) -> tuple[np.ndarray, np.ndarray, int]:
         for file in sorted(os.listdir(os.path.join(root, name)))
     ]
     if not size:  # auto: the median shorter side, as the conversion picks it
-        from components.convert.core import auto_image_size
+        from components.convert.sizing import auto_image_size
 
         size, _ = auto_image_size(int(statistics.median(min(Image.open(path).size) for _, path in files)))
     pixels = []

@@ -65,7 +65,7 @@ GROUPS = {
         *functions("components.register.vertex", "find_baseline", "register_version"),
     ],
     "resume keys": functions("pipeline.local.resume", "run_key", "decide")
-    + functions("pipeline.local.run", "run_identity"),
+    + functions("pipeline.local.identity", "run_identity"),
     "export's quantization set-up": functions("components.export.image", "unit_range_network", "tflite_models"),
     # a wrong threshold or distance lets broken data through to training, or blocks good data
     "data checks": [

@@ -97,7 +97,7 @@ def fingerprint(
     """The source's fingerprint (paths, sizes, modification times): feeds convert's cache key. Never cached itself:
     the DAG passes the run's id as ``run_id``, an input that changes on every run whatever the caching setting."""
     from components.cli import start_step
-    from components.convert.listing import fingerprint_source
+    from components.convert.fingerprint import fingerprint_source
 
     start_step()
     return fingerprint_source(source, tuple(classes), modality, text_column, label_column)

@@ -5,10 +5,26 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 
 from components.cli import ArgumentParser, add_param, class_names_flag, configure_logging, console_script
+from components.convert.listing import resolve_modality, source_fingerprint
+from components.convert.text_listing import text_source_fingerprint
 from components.params import CONVERT, TEXT
 from components.schema import MODALITIES
+
+
+def fingerprint_source(
+    source: str,
+    classes: Sequence[str] = CONVERT["classes"].default,
+    modality: str = CONVERT["modality"].default,
+    text_column: str = TEXT["text_column"].default,
+    label_column: str = TEXT["label_column"].default,
+) -> str:
+    """The fingerprint of any source convert takes, images or texts, as its conversion will record it."""
+    if resolve_modality(modality, source, text_column, label_column) == "text":
+        return text_source_fingerprint(source, classes, text_column, label_column)
+    return source_fingerprint(source, classes)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from components.convert.listing import fingerprint_source
 
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)

@@ -9,7 +9,6 @@ import dataclasses
 import functools
 import hashlib
 import io
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ def is_hidden(path: str) -> bool:
     return path.rstrip("/").split("/")[-1].startswith(".")
 
 
-def _match(pattern: str) -> list:
+def visible_files(pattern: str) -> list:
     """The files ``pattern`` matches, but hidden ones (``.DS_Store``, ``._photo.jpg``)."""
     return [meta for meta in match(pattern) if not is_hidden(meta.path)]
 
@@ -75,9 +74,9 @@ def list_image_folder(root: str) -> ImageListing:
 
     # every file in a class folder is an item: what is not an image is quarantined with its reason, never skipped;
     # a hidden folder (.thumbnails, .ipynb_checkpoints) is no class
-    found = [m for m in _match(f"{root}/*/*") if not is_hidden(m.path.rsplit("/", 1)[0])]
+    found = [m for m in visible_files(f"{root}/*/*") if not is_hidden(m.path.rsplit("/", 1)[0])]
     if not found:
-        if _match(f"{root}/*"):
+        if visible_files(f"{root}/*"):
             raise UsageError(f"data path {root} has images but no class subfolders: expected <root>/<class_name>/*.jpg")
         raise UsageError(f"data path {root} holds no images: expected <root>/<class_name>/*.jpg")
     by_class: dict[str, list] = {}
@@ -199,7 +198,6 @@ def list_npz(path: str, classes: Sequence[str] = CONVERT["classes"].default) -> 
 @functools.lru_cache(maxsize=2)
 def _npz_arrays(path: str) -> dict:
     """The arrays of a .npz (each worker loads a file once)."""
-    import io
 
     import numpy as np
 
@@ -244,23 +242,6 @@ def match_tfrecords(source: str) -> list:
     return metadata
 
 
-TABLE_SUFFIXES = (".csv", ".jsonl")
-UNSUPERVISED = "unsup"  # aclImdb's unlabelled reviews
-
-
-@dataclass(frozen=True)
-class TextListing:
-    """The texts of a source: class names in index order; items ``(id, class index, split or "", text or None)``,
-    the text given for table rows and read by the workers for files."""
-
-    class_names: tuple[str, ...]
-    items: tuple[tuple[str, int, str, str | None], ...]
-    total_bytes: int
-    rejected: tuple[dict, ...] = ()
-    fingerprint: str = ""
-    splits_from_source: tuple[str, ...] = ()
-
-
 def is_text_source(
     source: str, text_column: str = TEXT["text_column"].default, label_column: str = TEXT["label_column"].default
 ) -> bool:
@@ -298,6 +279,8 @@ def csv_header(path: str) -> list[str]:
 
 
 SAMPLED_FILES = 1000
+
+
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
 
@@ -314,140 +297,3 @@ def resolve_modality(
     if modality == "auto":
         return "text" if is_text_source(source, text_column, label_column) else "image"
     return modality
-
-
-def text_source_fingerprint(
-    source: str,
-    classes: Sequence[str] = CONVERT["classes"].default,
-    text_column: str = TEXT["text_column"].default,
-    label_column: str = TEXT["label_column"].default,
-) -> str:
-    """The fingerprint of a text source (the same as its conversion's ``stats.json`` records)."""
-    return list_text_source(source, classes, text_column, label_column).fingerprint
-
-
-def list_text_folder(root: str) -> TextListing:
-    """``<root>/<class>/*`` or aclImdb's ``<root>/<split>/<class>/*``: every file in a class folder is an item."""
-    root = root.rstrip("/")
-    if "://" not in root and not os.path.isdir(root):
-        raise UsageError(
-            f"data path {root} is not a folder: pass <root>/<class_name>/*.txt, aclImdb's "
-            "<root>/train|test/<class_name>/*.txt, or a .csv/.jsonl of texts and labels"
-        )
-    split_folders = ("train", "validation", "test")
-    nested = [meta for meta in _match(f"{root}/*/*/*") if meta.path.split("/")[-3] in split_folders]
-    kept, by_class, source_splits = [], {}, set()
-    for meta in nested or _match(f"{root}/*/*"):
-        parts = meta.path.rstrip("/").split("/")
-        if parts[-2] == UNSUPERVISED or parts[-2].startswith("."):  # (a hidden folder is no class)
-            continue
-        kept.append(meta)
-        split = parts[-3] if nested else ""
-        source_splits.add(split)
-        # a train folder's texts are hashed into train and validation (unless the source has a validation folder)
-        by_class.setdefault(parts[-2], []).append((meta.path, "" if split == "train" else split))
-    if not by_class:
-        raise UsageError(
-            f"data path {root} holds no text files: expected <root>/<class_name>/*.txt or aclImdb's "
-            "<root>/train|test/<class_name>/*.txt"
-        )
-    class_names = tuple(sorted(by_class))
-    items = tuple(
-        (path, index, split, None) for index, name in enumerate(class_names) for path, split in sorted(by_class[name])
-    )
-    return TextListing(
-        class_names,
-        items,
-        sum(meta.size_in_bytes for meta in kept),
-        fingerprint=fingerprint_of(kept),
-        splits_from_source=tuple(sorted(source_splits - {""})),
-    )
-
-
-def list_text_table(path: str, text_column: str, label_column: str) -> TextListing:
-    """A CSV (with a header) or JSONL file: a row per text. Rows without a text or a label are quarantined; a column
-    missing from the file is a one-line error."""
-    if "://" not in path and not os.path.isfile(path):
-        raise UsageError(f"data path {path} does not exist: pass a .csv or .jsonl of {text_column} and {label_column}")
-    content = read_bytes(path)
-    try:
-        decoded = content.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise UsageError(
-            f"data path {path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8"
-        ) from None
-    rows, rejected = [], []
-    if path.lower().endswith(".jsonl"):
-        # (lines end at "\n" only: JSON strings may hold U+2028 and the like, which splitlines() would cut at)
-        for number, line in enumerate(decoded.split("\n"), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                rejected.append({"path": f"{path}:{number}", "reason": f"not a JSON object: {err.msg}"})
-                continue
-            if not isinstance(row, dict):
-                rejected.append({"path": f"{path}:{number}", "reason": "not a JSON object"})
-                continue
-            rows.append((number, row))
-        columns = set().union(*(row.keys() for _, row in rows)) if rows else set()
-    else:
-        reader = csv.DictReader(io.StringIO(decoded))
-        columns = set(reader.fieldnames or ())
-        rows = [(number, row) for number, row in enumerate(reader, start=2)]
-    for column, flag in ((text_column, "--text-column"), (label_column, "--label-column")):
-        if column not in columns:
-            have = ", ".join(sorted(columns)) or "none"
-            raise UsageError(
-                f"data path {path} has no column {column!r} (its columns: {have}): name the right one with {flag}"
-            )
-    labelled = []
-    for number, row in rows:
-        text, label = row.get(text_column), row.get(label_column)
-        label = "" if label is None else str(label).strip()
-        if not label:
-            rejected.append({"path": f"{path}:{number}", "reason": f"no {label_column}"})
-        elif not isinstance(text, str):
-            rejected.append({"path": f"{path}:{number}", "reason": f"{text_column} is not a string"})
-        else:
-            labelled.append((f"{path}:{number}", label, text))
-    class_names = tuple(sorted({label for _, label, _ in labelled}))
-    index = {name: i for i, name in enumerate(class_names)}
-    items = tuple((where, index[label], "", text) for where, label, text in labelled)
-    (meta,) = _match(path) or [None]
-    return TextListing(
-        class_names,
-        items,
-        len(content),
-        tuple(rejected),
-        fingerprint=fingerprint_of([meta] if meta else [], extra=content),
-    )
-
-
-def list_text_source(
-    source: str,
-    classes: Sequence[str] = CONVERT["classes"].default,
-    text_column: str = TEXT["text_column"].default,
-    label_column: str = TEXT["label_column"].default,
-) -> TextListing:
-    if source.lower().endswith(TABLE_SUFFIXES):
-        listing = list_text_table(source, text_column, label_column)
-    else:
-        listing = list_text_folder(source)
-    if not listing.items:
-        raise UsageError(f"data path {source} holds no texts: every row or file was rejected (see the log)")
-    return in_class_order(listing, classes, source, "classes") if classes else listing
-
-
-def fingerprint_source(
-    source: str,
-    classes: Sequence[str] = CONVERT["classes"].default,
-    modality: str = CONVERT["modality"].default,
-    text_column: str = TEXT["text_column"].default,
-    label_column: str = TEXT["label_column"].default,
-) -> str:
-    """The fingerprint of any source convert takes, images or texts, as its conversion will record it."""
-    if resolve_modality(modality, source, text_column, label_column) == "text":
-        return text_source_fingerprint(source, classes, text_column, label_column)
-    return source_fingerprint(source, classes)

@@ -43,9 +43,9 @@ from components.convert.common import (
     warn_small_classes,
     write_records,
 )
-from components.convert.listing import TextListing, list_text_source
 from components.convert.split_keys import split_digest
 from components.convert.staging import ReadRows, default_pipeline_args, one_local_worker, sample_often, staged_rows
+from components.convert.text_listing import TextListing, list_text_source
 from components.params import CONVERT, TEXT
 from components.schema import (
     SPLIT_METHOD,

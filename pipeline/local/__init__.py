@@ -2,15 +2,9 @@
 run, with ``resume.py``'s keys), ``progress.py`` shows it, ``summary.py`` reports it, ``docker.py`` runs the steps
 in their images."""
 
-from pipeline.local.run import (
-    DEFAULT_WORK_DIR,
-    DEMO_EPOCHS,
-    SUMMARY_FILE,
-    LocalRunConfig,
-    resolve_source,
-    run_identity,
-    run_local,
-)
+from pipeline.local.config import DEFAULT_WORK_DIR, DEMO_EPOCHS, SUMMARY_FILE, LocalRunConfig
+from pipeline.local.identity import resolve_source, run_identity
+from pipeline.local.run import run_local
 from pipeline.local.summary import format_summary
 
 __all__ = [

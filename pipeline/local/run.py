@@ -6,82 +6,20 @@ import logging
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from components.artifacts.evaluation import REPORT_FILE, metrics_path
 from components.artifacts.exported import EXPORT_FILE
 from components.artifacts.served import served_figure
-from components.imaging import AUTO_IMAGE_SIZE
-from pipeline.accelerators import DEFAULT_ACCELERATOR
 from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
+from pipeline.local.config import SUMMARY_FILE, LocalRunConfig
 from pipeline.local.docker import check_docker, docker_runner
+from pipeline.local.identity import run_identity
 from pipeline.local.progress import RUN_LOG, quiet
-from pipeline.local.summary import (
-    TRAINING_FACTS,
-    epochs_done,
-    registry_outcome,
-    step_outcome,
-    training_run,
-)
+from pipeline.local.summary import TRAINING_FACTS, epochs_done, registry_outcome, step_outcome, training_run
 
 log = logging.getLogger(__name__)
-
-DEFAULT_WORK_DIR = os.path.join("runs", "local")
-SUMMARY_FILE = "summary.json"
-# the digits are 8x8 scans: 32 pixels keeps every stroke while training in seconds on a laptop
-DEMO_EPOCHS = 15
-DEMO_IMAGE_SIZE = 32  # what auto takes for the demo digits
-MODEL_CHECK_LOG = "model-check.log"  # the up-front check of a model of one's own: its traceback, where it raised
-
-
-@dataclass(frozen=True)
-class LocalRunConfig:
-    """A local run of the DAG.
-
-    Args:
-        work_dir: holds ``data/`` (the demo images), ``artifacts/`` (every step's outputs) and ``summary.json``.
-        source: an image folder, a CSV manifest, a NumPy .npz or a TFRecord glob; empty runs the demo
-            (scikit-learn's digits written as JPEGs under ``work_dir``).
-        image_size: None: auto, the source images' typical size, at most 192 (32 for the demo digits).
-        epochs: None picks 15 for the demo and the pipeline's default otherwise.
-        demo_per_class: write at most this many demo images per class (None: all 1,797); for quick checks.
-        beam_args: Beam pipeline options for the convert step.
-        parameters: any other pipeline parameters (``model_name``, ``per_replica_batch_size``, ...).
-        cache: as Vertex AI's ``enable_caching=True``: every step's cache on (``<work_dir>/cache``). The fingerprint
-            step and the baseline lookup still run each time (they take the run's id), so new or changed images
-            convert and train again, and unchanged ones are cache hits down to the export.
-        registry: a local folder registry: each blessed export becomes its next numbered version and the default
-            one, and the default version is the next run's baseline; "": no registry.
-        verbose: everything the orchestrator and the steps print goes to the terminal too, not only to
-            ``<work_dir>/run.log`` (which always has it).
-        resume: continue the run interrupted in ``work_dir`` (Ctrl-C, SIGTERM) when it had the same parameters and
-            data: the same run id, its finished steps reused, training from its last finished epoch
-            (``pipeline.local.resume``); False starts over.
-        runner: ``subprocess`` (kfp.local's SubprocessRunner: the steps in this Python) or ``docker``
-            (DockerRunner: each step in the image the DAG gives it, ``images``, as the invoking user).
-        images: where the step images are, for ``docker`` (``make images`` builds them under the defaults).
-        accelerator: for ``docker``, the compile target whose training image the train step runs in (as a plain
-            container here; on Vertex AI, a custom job on that machine).
-        screenshot: once the run is done, draw the evaluate step's report with a headless browser into
-            ``report.png`` beside it, in the step's artifact (the step images carry no browser: this runs here).
-    """
-
-    work_dir: str = DEFAULT_WORK_DIR
-    source: str = ""
-    image_size: int | None = None
-    epochs: int | None = None
-    demo_per_class: int | None = None
-    beam_args: tuple[str, ...] = ()
-    parameters: dict = field(default_factory=dict)
-    cache: bool = False
-    registry: str = ""
-    verbose: bool = False
-    resume: bool = True
-    runner: str = "subprocess"
-    images: Images = DEFAULT_IMAGES
-    accelerator: str = DEFAULT_ACCELERATOR
-    screenshot: bool = False
 
 
 # the placeholders KFP's backend driver resolves in a task's constant inputs before computing its cache key
@@ -461,104 +399,3 @@ def run_dag(spec: dict, parameters: dict, failures: str, environment: dict[str, 
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-
-
-def check_registry(registry: str) -> str:
-    """The folder registry as an absolute path, checked before anything runs (a one-line error for a file, a folder
-    that is not a registry, or a cloud path: the local run's evaluate reads the baseline from this machine)."""
-    from components.cli import UsageError
-    from components.register.core import FolderRegistry
-    from components.storage import check_writable
-
-    if "://" in registry:
-        raise UsageError(f"--registry {registry}: a local run keeps its registry in a local folder; pass a path")
-    FolderRegistry(registry).default()
-    check_writable(registry, "--registry")
-    return os.path.abspath(registry)
-
-
-@dataclass(frozen=True)
-class RunIdentity:
-    """What makes a local run the run it is: the source it reads, the data's fingerprint, the folder registry, the
-    DAG's parameters, and their ``key`` (``resume.run_key``): an interrupted run resumes only under the same
-    key, so new or changed images start over."""
-
-    source: str
-    fingerprint: str
-    registry: str
-    parameters: dict
-    key: str
-
-
-def run_identity(config: LocalRunConfig) -> RunIdentity:
-    """The run's source (checked), fingerprint, registry and DAG parameters, and the key they make."""
-    import pipeline.local.resume as resume
-    from pipeline.model_code import checked_and_pinned
-
-    source, fingerprint = resolve_source(config)
-    registry = check_registry(config.registry) if config.registry else ""
-    parameters = {
-        "source": source,
-        "image_size": AUTO_IMAGE_SIZE if config.image_size is None else config.image_size,
-        **({"epochs": config.epochs or DEMO_EPOCHS} if not config.source or config.epochs else {}),  # None: default
-        **({"beam_args": list(config.beam_args)} if config.beam_args else {}),
-        **({"model_root": registry} if registry else {}),
-        **config.parameters,
-    }
-    # a model of one's own, checked for this data and pinned in the work dir: an edited file is another run
-    work_dir = os.path.abspath(config.work_dir)
-    parameters = checked_and_pinned(
-        parameters,
-        work_dir,
-        provisional_spec(source, parameters, not config.source),
-        os.path.join(work_dir, MODEL_CHECK_LOG),
-    )
-    key = resume.run_key(parameters, fingerprint, registry, config.cache)
-    return RunIdentity(source, fingerprint, registry, parameters, key)
-
-
-def provisional_spec(source: str, parameters: dict, demo: bool):
-    """What the model will be given, as far as it is known before the conversion: the source's classes, the image
-    size given (auto: the demo's 32, else the largest that auto takes) or the texts' length and vocabulary; None for
-    TFRecords, whose classes only their conversion reads."""
-    from components.convert.listing import is_tfrecord_source, list_source, list_text_source, resolve_modality
-    from components.imaging import MAX_AUTO_IMAGE_SIZE
-    from components.modalities.text import TEXT as TEXTS
-    from components.models import ModelSpec
-    from components.params import CONVERT, TEXT
-    from components.schema import check_class_count
-
-    given = {**{name: param.default for name, param in {**CONVERT, **TEXT}.items()}, **parameters}
-    text = {name: given[name] for name in ("text_column", "label_column")}
-    classes = given["classes"] or ()
-    if resolve_modality(given["modality"], source, **text) == "text":
-        TEXTS.check_augment(bool(given.get("augment")))
-        names = list_text_source(source, classes, **text).class_names
-        check_class_count(names, source)
-        return ModelSpec.for_texts(int(given["sequence_length"]), int(given["vocabulary_size"]), len(names), names)
-    if is_tfrecord_source(source):
-        return None
-    names = list_source(source, classes).class_names
-    check_class_count(names, source)  # (before anything is written, as the conversion would check it)
-    size = given["image_size"] or (DEMO_IMAGE_SIZE if demo else MAX_AUTO_IMAGE_SIZE)
-    return ModelSpec.for_images(int(size), len(names), names)
-
-
-def resolve_source(config: LocalRunConfig) -> tuple[str, str]:
-    """The source the DAG reads, and its fingerprint: the user's (absolute), checked as the fingerprint step will
-    check it, so that a wrong path fails in one line before anything is written; or the demo digits, written under
-    the work dir."""
-    from components.convert.listing import fingerprint_source
-    from components.demo_data import write_digits
-
-    if not config.source:
-        source = os.path.join(os.path.abspath(config.work_dir), "data", "digits")
-        write_digits(source, per_class_limit=config.demo_per_class)
-    else:
-        source = os.path.abspath(config.source) if "://" not in config.source else config.source
-    text = {
-        name: config.parameters[name]
-        for name in ("modality", "text_column", "label_column")
-        if name in config.parameters
-    }
-    return source, fingerprint_source(source, config.parameters.get("classes") or (), **text)

@@ -3,7 +3,7 @@ not be read, and why), an API's answer or the finding it leaves, and the report 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from components.cli import UsageError, one_line
@@ -71,3 +71,11 @@ def refuse_missing(findings: list[Finding]) -> None:
         )
         error.whole_message = True
         raise error
+
+
+# what reading roles from the project's and the bucket's allow policies cannot see
+NOT_SEEN = "roles granted through a group, a folder or the organization are not seen; --no-preflight skips the check"
+
+
+def roles_of(bindings: Iterable[dict], member: str) -> set[str]:
+    return {binding["role"] for binding in bindings if member in binding.get("members", [])}

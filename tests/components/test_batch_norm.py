@@ -88,7 +88,7 @@ def test_a_model_without_batch_norm_reads_no_batch():
 TWO_PROCESSES = """
 import json, os
 import numpy as np
-from components.train.placement import connect_processes
+from components.train.hosts import connect_processes
 
 processes, index = connect_processes(2, os.environ)
 import keras

@@ -990,7 +990,7 @@ def test_a_single_class_is_refused_and_small_classes_are_listed(tmp_path, conver
 
 
 def test_image_size_auto_takes_the_sources_typical_size_within_bounds():
-    from components.convert.core import auto_image_size
+    from components.convert.sizing import auto_image_size
 
     assert auto_image_size(32)[0] == 32  # the demo digits
     assert auto_image_size(375)[0] == 192  # a 500x375 photo: the codelab's size at most

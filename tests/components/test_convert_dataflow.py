@@ -209,8 +209,8 @@ def test_the_rows_are_spread_over_workers_unless_one_local_worker_runs_them_all(
 def test_the_text_job_graph_holds_no_row_of_a_large_table(tmp_path):
     import apache_beam as beam
 
-    from components.convert.listing import TextListing
     from components.convert.text import TextConvertConfig, text_graph
+    from components.convert.text_listing import TextListing
 
     rows = tuple((f"reviews.csv:{n}", n % 2, "", f"review {n} " + "words " * 40) for n in range(200_000))
     listing = TextListing(("neg", "pos"), rows, total_bytes=10**8, fingerprint="f" * 64)

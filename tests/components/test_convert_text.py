@@ -260,7 +260,7 @@ def test_a_jsonl_on_gcs_is_converted_into_gcs(gcs):
 
 
 def test_classes_fix_the_class_ids_and_a_label_outside_them_is_one_line(tmp_path):
-    from components.convert.listing import list_text_source
+    from components.convert.text_listing import list_text_source
 
     for label in ("neg", "pos"):
         write(f"{tmp_path}/r/{label}/1.txt", f"a {label} text".encode())
@@ -308,7 +308,7 @@ def test_auto_tells_texts_from_images_by_what_the_class_folders_mostly_hold(tmp_
 
 def test_a_jsonl_text_may_hold_line_separators_inside_its_strings(tmp_path):
     """U+2028 and U+0085 are legal unescaped in JSON strings: a row holding them is one row, not two broken ones."""
-    from components.convert.listing import list_text_table
+    from components.convert.text_listing import list_text_table
 
     rows = [{"text": "first line\u2028second\u0085third", "label": "pos"}, {"text": "plain", "label": "neg"}]
     path = tmp_path / "rows.jsonl"
@@ -318,7 +318,7 @@ def test_a_jsonl_text_may_hold_line_separators_inside_its_strings(tmp_path):
 
 
 def test_a_hidden_folder_is_no_class_of_texts(tmp_path):
-    from components.convert.listing import list_text_folder
+    from components.convert.text_listing import list_text_folder
 
     for path in ("pos/1.txt", "neg/2.txt", ".ipynb_checkpoints/3.txt"):
         (tmp_path / path).parent.mkdir(exist_ok=True)

@@ -13,7 +13,7 @@ import pytest
 
 from components.cli import UsageError
 from components.train.backup import BACKUP_METADATA, BACKUP_WEIGHTS, backup_digest, copy_chiefs_backup
-from components.train.placement import connect_processes, process_launch
+from components.train.hosts import connect_processes, process_launch
 from tests.components.test_train_jax import REPO_ROOT, free_port, jax_env
 
 OFF = "deactivate"  # JAX's own detection, off where the launch is explicit
@@ -116,7 +116,7 @@ def test_a_malformed_description_is_one_line(env, message):
 def connect_two(extra: list[dict]) -> list[subprocess.CompletedProcess]:
     script = (
         "import json, os\nfrom components.cli import configure_logging\n"
-        "from components.train.placement import connect_processes\nconfigure_logging()\n"
+        "from components.train.hosts import connect_processes\nconfigure_logging()\n"
         "print(json.dumps(connect_processes(2, os.environ)))\n"
     )
     started = [

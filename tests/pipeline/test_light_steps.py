@@ -108,7 +108,7 @@ print(json.dumps(sorted(name for name in set(sys.modules) - AT_START
 def test_the_light_steps_run_without_what_the_light_image_leaves_out(in_pipeline, gcs, tmp_path):
     import numpy as np
 
-    from components.convert.listing import fingerprint_source
+    from components.convert.fingerprint import fingerprint_source
 
     missing = missing_modules()
     # what the other steps need, and the light image must not carry
