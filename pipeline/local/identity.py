@@ -68,7 +68,8 @@ def provisional_spec(source: str, parameters: dict, demo: bool):
     """What the model will be given, as far as it is known before the conversion: the source's classes, the image
     size given (auto: the demo's 32, else the largest that auto takes) or the texts' length and vocabulary; None for
     TFRecords, whose classes only their conversion reads."""
-    from components.convert.listing import is_tfrecord_source, list_source, list_text_source, resolve_modality
+    from components.convert.listing import is_tfrecord_source, list_source, resolve_modality
+    from components.convert.text_listing import list_text_source
     from components.imaging import MAX_AUTO_IMAGE_SIZE
     from components.modalities.text import TEXT as TEXTS
     from components.models import ModelSpec
@@ -95,7 +96,7 @@ def resolve_source(config: LocalRunConfig) -> tuple[str, str]:
     """The source the DAG reads, and its fingerprint: the user's (absolute), checked as the fingerprint step will
     check it, so that a wrong path fails in one line before anything is written; or the demo digits, written under
     the work dir."""
-    from components.convert.listing import fingerprint_source
+    from components.convert.fingerprint import fingerprint_source
     from components.demo_data import write_digits
 
     if not config.source:
