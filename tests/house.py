@@ -33,11 +33,12 @@ FORMAT_OPT_OUT = re.compile(r"#\s*fmt:\s*(skip|off)\b")  # a comment that opts o
 
 
 def python_files(tops: tuple[str, ...], root: str = REPO_ROOT) -> list[str]:
-    """The ``.py`` files below ``tops`` (paths relative to ``root``, ``/``-separated), the skipped trees left out."""
+    """The ``.py`` files below ``tops`` (paths relative to ``root``, ``/``-separated), the skipped trees and hidden
+    folders (``.venv``, ``.serving``: installed packages) left out."""
     found = []
     for top in tops:
         for folder, folders, names in os.walk(os.path.join(root, top)):
-            folders[:] = sorted(name for name in folders if name not in SKIPPED_TREES)
+            folders[:] = sorted(name for name in folders if name not in SKIPPED_TREES and not name.startswith("."))
             found += [
                 os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
                 for name in sorted(names)

@@ -42,6 +42,8 @@ def test_house_counts_what_it_says_and_leaves_out_the_modalities_and_quoted_opt_
         'OPT_OUT = "# fmt: skip"\n# fmt: off\nTABLE = (1,  2)\n# fmt: on\n'
     )
     (tmp_path / "third_party" / "vendored.py").write_text("x = 1  # fmt: skip\n")  # vendored: not counted
+    (tmp_path / ".serving" / "lib").mkdir(parents=True)
+    (tmp_path / ".serving" / "lib" / "installed.py").write_text("x = 1  # fmt: skip\n")  # installed: not counted
 
     found = figures(str(tmp_path))
 

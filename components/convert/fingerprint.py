@@ -22,9 +22,11 @@ def fingerprint_source(
     label_column: str = TEXT["label_column"].default,
 ) -> str:
     """The fingerprint of any source convert takes, images or texts, as its conversion will record it."""
-    if resolve_modality(modality, source, text_column, label_column) == "text":
-        return text_source_fingerprint(source, classes, text_column, label_column)
-    return source_fingerprint(source, classes)
+    fingerprints = {
+        "image": lambda: source_fingerprint(source, classes),
+        "text": lambda: text_source_fingerprint(source, classes, text_column, label_column),
+    }
+    return fingerprints[resolve_modality(modality, source, text_column, label_column)]()
 
 
 def build_parser() -> argparse.ArgumentParser:
