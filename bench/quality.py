@@ -45,22 +45,13 @@ def run_pipeline(source: str, work_dir: str, extra: list[str]) -> tuple[dict, fl
 def split_arrays(examples_dir: str, split: str) -> tuple[list, np.ndarray, str]:
     """(images uint8 [n, h, w, 3] or raw texts, class ids, modality) of one split, as the TFRecords hold them."""
     from components.artifacts.examples import make_dataset
-    from components.modalities import input_size
+    from components.modalities import modality_of
     from components.schema import read_stats
 
     stats = read_stats(examples_dir)
-    size, length = input_size(stats)
-    text = stats.get("modality", "image") == "text"
-    dataset = make_dataset(
-        examples_dir,
-        split,
-        size,
-        stats["num_classes"],
-        256,
-        training=False,
-        sources=text,
-        sequence_length=length if text else None,
-    )
+    reading = modality_of(stats).reading(stats)
+    text = not reading.pictures  # (a text's own words, as a client sends them)
+    dataset = make_dataset(examples_dir, split, reading, 256, training=False, sources=text)
     inputs, labels = [], []
     for batch in dataset.as_numpy_iterator():
         inputs.extend(batch[2] if text else batch[0])

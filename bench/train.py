@@ -201,13 +201,12 @@ def measure_bare(
     """Examples per second of the fastest epoch after the first of a bare ``model.fit``: the same model, dataset and
     compile settings, the devices set up by hand, nothing else."""
     from components.artifacts.examples import make_dataset
-    from components.modalities import input_size, spec_of
+    from components.modalities import reading_of, spec_of
     from components.models import build_model
     from components.schema import read_stats
     from components.train.inputs import round_up_batch
 
     stats = read_stats(examples)
-    (size, length), classes = input_size(stats), stats["num_classes"]
     batch = round_up_batch(batch)  # as our step does
     steps_per_epoch = stats["counts"]["train"] // (batch * devices)
     if backend == "jax":
@@ -225,9 +224,7 @@ def measure_bare(
 
         cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
         scope = tf.distribute.MirroredStrategy(cpus).scope if devices > 1 else contextlib.nullcontext
-    dataset = make_dataset(
-        examples, "train", size, classes, batch * devices, training=True, cache=True, sequence_length=length
-    )
+    dataset = make_dataset(examples, "train", reading_of(stats), batch * devices, training=True, cache=True)
     keras.mixed_precision.set_global_policy(precision)
     with scope():
         model = build_model(model_name, spec_of(stats))
@@ -242,12 +239,10 @@ def measure_bare(
 def input_rate(examples: str, batch: int, batches: int) -> float:
     """Examples per second of the uncached input pipeline alone: read, parse, decode, shuffle, batch."""
     from components.artifacts.examples import make_dataset
-    from components.modalities import input_size
+    from components.modalities import reading_of
     from components.schema import read_stats
 
-    stats = read_stats(examples)
-    size, length = input_size(stats)
-    dataset = make_dataset(examples, "train", size, stats["num_classes"], batch, training=True, sequence_length=length)
+    dataset = make_dataset(examples, "train", reading_of(read_stats(examples)), batch, training=True)
     iterator = iter(dataset)
     next(iterator)  # start the threads
     started = time.perf_counter()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from components.cli import UsageError, one_line
 from components.schema import split_files, split_pattern
@@ -18,11 +19,28 @@ log = logging.getLogger(__name__)
 SHUFFLE_BUFFER = 2048
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How one modality's examples are read (``components.modalities``: ``Modality.reading``): the features parsed
+    (and looked for in the first file), what one parsed example becomes, and the random change of a training example.
+
+    ``element(parsed, sources)``: ``(input, one_hot_class)``, and with ``sources`` where the input came from (an
+    image's file, "" for records without it; a text's own words). ``source_spec``: the features parsed besides
+    ``spec`` when the sources are asked for (they may be missing from a record). ``augment``: ``(input, label) ->
+    (input, label)`` for ``--augment``, None where there is none. ``pictures``: whether an input is a picture (a
+    report shows the misclassified ones)."""
+
+    spec: dict
+    element: Callable
+    source_spec: dict = field(default_factory=dict)
+    augment: Callable | None = None
+    pictures: bool = True
+
+
 def make_dataset(
     examples_dir: str,
     split: str,
-    image_size: int,
-    num_classes: int,
+    reading: Reading,
     batch_size: int,
     training: bool,
     cache: bool = False,
@@ -32,18 +50,15 @@ def make_dataset(
     shard: tuple[int, int] = (1, 0),
     take: int | None = None,
     sources: bool = False,
-    sequence_length: int | None = None,
 ):
-    """A batched ``tf.data.Dataset`` of ``(image uint8, one_hot_class)`` with fully static shapes (the models scale
-    the pixels themselves, ``components.models``); with
-    ``sources``, ``(image, one_hot_class, source)``, ``source`` being where each image came from ("" for records
-    without it). Text examples (``sequence_length`` given; ``image_size`` is then unused): ``(tokens int32
-    [sequence_length], one_hot_class)``, and with ``sources`` the raw text as the source.
+    """A batched ``tf.data.Dataset`` of ``reading``'s elements with fully static shapes: ``(image uint8,
+    one_hot_class)`` for images (the models scale the pixels themselves, ``components.models``), ``(tokens int32
+    [sequence_length], one_hot_class)`` for texts; with ``sources``, where each came from as a third item.
 
     Shards are read interleaved in parallel; parsing and decoding run with AUTOTUNE parallelism. Training data is
     shuffled, repeated and batched with ``drop_remainder`` (a static batch shape, as TPUs need); evaluation data is
     read once, in order, keeping the last partial batch unless ``drop_remainder`` (static shapes for TPUs and for
-    batches split across devices).
+    batches split across devices). ``augment``: ``reading.augment`` on each training example, where it has one.
 
     ``shard`` = (processes, this process's index): on a multi-host slice each host reads its own share, whole files
     when there are at least as many files as hosts, else every ``processes``-th record. ``take``: only the first
@@ -51,25 +66,24 @@ def make_dataset(
     """
     import tensorflow as tf
 
-    from components.schema import feature_spec, source_feature_spec, text_feature_spec
-
     autotune = tf.data.AUTOTUNE
     files = split_files(examples_dir, split)
     if not files:
         expected = split_pattern(examples_dir, split)
         raise UsageError(f"examples dir {examples_dir} has no {split} shards: expected {expected}")
-    text = sequence_length is not None
-    spec = text_feature_spec(sequence_length, num_classes) if text else feature_spec(num_classes)
-    check_schema(files[0], spec)
-    parsed = {**spec, **source_feature_spec()} if sources and not text else spec
-    decode = decoder(parsed, image_size, text, sources)
+    check_schema(files[0], reading.spec)
+    parsed = {**reading.spec, **reading.source_spec} if sources else reading.spec
+
+    def decode(serialized):
+        return reading.element(tf.io.parse_single_example(serialized, parsed), sources)
+
     dataset = records(files, split, training, seed, shard, take).map(decode, num_parallel_calls=autotune)
     if cache:
         dataset = dataset.cache()
     if training:
         dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True).repeat()
-        if augment and not text:
-            dataset = dataset.map(augment_image, num_parallel_calls=autotune)
+        if augment and reading.augment is not None:
+            dataset = dataset.map(reading.augment, num_parallel_calls=autotune)
     drop_remainder = training if drop_remainder is None else drop_remainder
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=autotune)
     return dataset.prefetch(autotune)
@@ -118,44 +132,10 @@ def decode_image(encoded, image_size: int):
     return tf.reshape(image, [image_size, image_size, 3])  # static shape: fails loudly on a wrong size
 
 
-def decoder(parsed: dict, image_size: int, text: bool, sources: bool):
-    """The function that turns one serialized example into ``make_dataset``'s element."""
-    import tensorflow as tf
-
-    from components.schema import SOURCE_FEATURE
-
-    def decode(serialized):
-        example = tf.io.parse_single_example(serialized, parsed)
-        if text:
-            tokens = tf.cast(example["tokens"], tf.int32)
-            return (tokens, example["one_hot_class"], *([example["text"]] if sources else []))
-        image = decode_image(example["image"], image_size)
-        if sources:
-            return image, example["one_hot_class"], example[SOURCE_FEATURE]
-        return image, example["one_hot_class"]
-
-    return decode
-
-
-def first_images(
-    examples_dir: str, split: str, image_size: int, num_classes: int, count: int, sequence_length: int | None = None
-):
-    """The first ``count`` images (or token rows, for text) of ``split`` in order, as one NumPy batch (the same on
+def first_images(examples_dir: str, split: str, reading: Reading, count: int):
+    """The first ``count`` inputs (images or token rows) of ``split`` in order, as one NumPy batch (the same on
     every call: train's reference predictions and export's cross-backend check compare on them)."""
-    images, _ = next(
-        iter(
-            make_dataset(
-                examples_dir,
-                split,
-                image_size,
-                num_classes,
-                count,
-                training=False,
-                take=count,
-                sequence_length=sequence_length,
-            )
-        )
-    )
+    images, _ = next(iter(make_dataset(examples_dir, split, reading, count, training=False, take=count)))
     return images.numpy()
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from components.artifacts.evaluation import answered_counts
+from components.artifacts.examples import Reading
 from components.artifacts.model import load_model_config
 from components.cli import UsageError
 from components.evaluate.metrics import classification_metrics, top_k_accuracy
@@ -99,19 +100,12 @@ def load_baseline(baseline: Baseline):
 
 
 def baseline_figures(
-    baseline: Baseline, examples_dir: str, split: str, model_config: dict, y_true, k: int, size, sequence_length
+    baseline: Baseline, examples_dir: str, split: str, model_config: dict, y_true, k: int, reading: Reading
 ):
     """The baseline on the candidate's examples (``split`` of ``examples_dir``), its columns in this model's class
     order (the same classes, perhaps in another order): (its accuracy, for the blessing; its figures, for the report
     to set beside the candidate's; how often it gave each class)."""
-    _, probabilities, _ = predict_split(
-        load_baseline(baseline),
-        examples_dir,
-        split,
-        size,
-        model_config["num_classes"],
-        sequence_length=sequence_length,
-    )
+    _, probabilities, _ = predict_split(load_baseline(baseline), examples_dir, split, reading)
     order = [baseline.class_names.index(name) for name in model_config["class_names"]]
     probabilities = probabilities[:, order]
     answers = probabilities.argmax(axis=-1)

@@ -23,7 +23,7 @@ from components.evaluate.baseline import baseline_figures, check_baseline, compa
 from components.evaluate.blessing import bless, check_fraction, prediction_mix
 from components.evaluate.metrics import classification_metrics, ranking_metrics, top_k_accuracy
 from components.evaluate.predictions import client_file_accuracy, predict_split
-from components.modalities import check_examples_match, input_size, modality_of
+from components.modalities import check_examples_match, input_size, modality_of, reading_of
 from components.models import load_trained_model
 from components.params import EVALUATE
 from components.schema import read_stats
@@ -98,8 +98,8 @@ def _evaluate(config: EvaluateConfig) -> dict:
         raise UsageError(f"examples dir {config.examples_dir} has no {config.split} examples to evaluate on")
     check_examples_match(model_config, stats, config.model_dir, config.examples_dir)
     check_writable(config.output_dir, "--output")
-    size, sequence_length = input_size(stats)
-    modality = modality_of(stats)
+    size, _ = input_size(stats)
+    modality, reading = modality_of(stats), reading_of(stats)
     baseline = check_baseline(config.baseline) if config.baseline else None
     data_checks = None
     if config.data_checks:  # how the data compared with the model in service's, for the report
@@ -112,20 +112,14 @@ def _evaluate(config: EvaluateConfig) -> dict:
     from components.evaluate.report import MAX_MISCLASSIFIED
 
     y_true, probabilities, wrong = predict_split(
-        model,
-        config.examples_dir,
-        config.split,
-        size,
-        model_config["num_classes"],
-        keep_wrong=MAX_MISCLASSIFIED,
-        sequence_length=sequence_length,
+        model, config.examples_dir, config.split, reading, keep_wrong=MAX_MISCLASSIFIED
     )
     metrics = classification_metrics(y_true, probabilities.argmax(axis=-1), model_config["class_names"])
     k = min(TOP_K, model_config["num_classes"])
     metrics["top_k_accuracy"] = {"k": k, "accuracy": top_k_accuracy(y_true, probabilities, k)}
     metrics["ranking"] = ranking_metrics(y_true, probabilities, model_config["class_names"])
     metrics["split"] = config.split
-    if not sequence_length:  # images: the figure clients will get, on the files themselves
+    if reading.pictures:  # images: the figure clients will get, on the files themselves
         metrics["client_files"] = client_file_accuracy(
             model, config.examples_dir, config.split, size, model_config["num_classes"]
         )
@@ -135,9 +129,7 @@ def _evaluate(config: EvaluateConfig) -> dict:
     metrics["training"] = {key: model_config.get(key) for key in TRAINING_FACTS}
     baseline_accuracy = None
     if baseline is not None and not not_comparable:
-        figures = baseline_figures(
-            baseline, config.examples_dir, config.split, model_config, y_true, k, size, sequence_length
-        )
+        figures = baseline_figures(baseline, config.examples_dir, config.split, model_config, y_true, k, reading)
         baseline_accuracy, metrics["baseline_metrics"], answered = figures
         from components.artifacts.data_statistics import MIN_SPLIT_EXAMPLES, PREDICTION_MIX_WARN
         from components.artifacts.evaluation import kept_evaluation
@@ -173,7 +165,7 @@ def _evaluate(config: EvaluateConfig) -> dict:
     metrics["blessing"]["baseline"] = config.baseline or None
     metrics["misclassified"] = [
         {
-            ("text" if sequence_length else "source"): source or None,
+            ("source" if reading.pictures else "text"): source or None,
             "label": metrics["class_names"][truth],
             "predicted": metrics["class_names"][predicted],
             "probability": p,

@@ -3,36 +3,19 @@ own source files, decoded as the exported SavedModel decodes what clients send."
 
 from __future__ import annotations
 
-from components.artifacts.examples import make_dataset
+from components.artifacts.examples import Reading, make_dataset
 
 EVAL_BATCH_SIZE = 256
 
 
-def predict_split(
-    model,
-    examples_dir: str,
-    split: str,
-    image_size: int,
-    num_classes: int,
-    keep_wrong: int = 0,
-    sequence_length: int | None = None,
-):
-    """Runs ``model`` over a split in order; returns (true class ids, predicted probabilities) as NumPy arrays, and
-    the first ``keep_wrong`` misclassified images as (uint8 pixels, true id, predicted id, its probability, source:
-    the image's file, "" when the records do not say). Texts (``sequence_length`` given): the pixels are None and
-    the source is the text."""
+def predict_split(model, examples_dir: str, split: str, reading: Reading, keep_wrong: int = 0):
+    """Runs ``model`` over a split in order (read as ``reading`` says); returns (true class ids, predicted
+    probabilities) as NumPy arrays, and the first ``keep_wrong`` misclassified examples as (uint8 pixels, true id,
+    predicted id, its probability, source: the image's file, "" when the records do not say). Texts: the pixels
+    are None and the source is the text."""
     import numpy as np
 
-    dataset = make_dataset(
-        examples_dir,
-        split,
-        image_size,
-        num_classes,
-        EVAL_BATCH_SIZE,
-        training=False,
-        sources=True,
-        sequence_length=sequence_length,
-    )
+    dataset = make_dataset(examples_dir, split, reading, EVAL_BATCH_SIZE, training=False, sources=True)
     true_ids, probabilities, wrong = [], [], []
     for images, one_hot, sources in dataset:
         # (an exported text baseline takes the raw texts: it tokenises them with its own vocabulary)
@@ -42,7 +25,7 @@ def predict_split(
         true_ids.append(batch_true)
         for index in np.flatnonzero(batch_probabilities.argmax(axis=-1) != batch_true)[: keep_wrong - len(wrong)]:
             predicted = int(batch_probabilities[index].argmax())
-            pixels = None if sequence_length else images[index].numpy()  # the uint8 pixels the model saw
+            pixels = images[index].numpy() if reading.pictures else None  # the uint8 pixels the model saw
             source = sources[index].numpy().decode("utf-8", errors="replace")
             wrong.append(
                 (pixels, int(batch_true[index]), predicted, float(batch_probabilities[index][predicted]), source)

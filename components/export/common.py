@@ -15,7 +15,7 @@ from components.artifacts.model import (
     WEIGHTS_FILE,
     load_model_config,
 )
-from components.modalities import input_size
+from components.modalities import reading_of
 
 log = logging.getLogger(__name__)
 
@@ -225,8 +225,7 @@ def backend_parity(model, model_dir: str, model_config: dict, examples_dir: str)
     with np.load(path) as arrays:
         reference = arrays["probabilities"]
     count = len(reference)
-    size, length = input_size(model_config)
-    images = first_images(examples_dir, "validation", size, model_config["num_classes"], count, sequence_length=length)
+    images = first_images(examples_dir, "validation", reading_of(model_config), count)
     exported = np.asarray(model(images, training=False), dtype=np.float32)
     return {
         **record,

@@ -34,6 +34,7 @@ from components.export.common import (
 )
 from components.export.tflite_metadata import classifier_files
 from components.imaging import DECODING, TFLITE_INPUT
+from components.modalities.image import IMAGE
 from components.models import INPUT_PIXELS, load_trained_model
 from components.schema import parse_example, split_files
 from components.storage import write_atomically
@@ -215,7 +216,8 @@ def tflite_models(model, image_size: int, examples_dir: str, num_classes: int) -
         # quantization is exactly scale 1/255 (zero point 0 in uint8), whatever the training images hold
         for level in (0.0, 1.0):
             yield [tf.fill([1, image_size, image_size, 3], level)]
-        train = make_dataset(examples_dir, "train", image_size, num_classes, 1, training=False)
+        reading = IMAGE.reading({"image_size": image_size, "num_classes": num_classes})
+        train = make_dataset(examples_dir, "train", reading, 1, training=False)
         for images, _ in train.take(REPRESENTATIVE_IMAGES):
             yield [tf.cast(images, tf.float32) / 255.0]
 
@@ -269,9 +271,7 @@ def format_accuracies(saved_model, tflite: dict[str, bytes], examples_dir: str, 
     from components.artifacts.examples import make_dataset
 
     serving = loaded(saved_model).signatures["serving_images"]
-    test = make_dataset(
-        examples_dir, "test", model_config["image_size"], model_config["num_classes"], 64, training=False
-    )
+    test = make_dataset(examples_dir, "test", IMAGE.reading(model_config), 64, training=False)
     return count_correct(
         (
             labels.numpy(),

@@ -41,6 +41,7 @@ from components.export.common import (
     write_archive,
 )
 from components.export.tflite_metadata import text_classifier_files
+from components.modalities.text import TEXT
 from components.models import load_trained_model
 from components.storage import write_atomically
 from components.tokenizing import (
@@ -86,16 +87,8 @@ def check_text_parity(saved_model, trained_model, examples_dir: str, split: str,
 
     signatures = loaded(saved_model).signatures
     serving, tokenize = signatures["serving_default"], signatures["tokenize"]
-    length = model_config["sequence_length"]
     dataset = make_dataset(
-        examples_dir,
-        split,
-        length,
-        model_config["num_classes"],
-        PARITY_BATCH_SIZE,
-        training=False,
-        sources=True,
-        sequence_length=length,
+        examples_dir, split, TEXT.reading(model_config), PARITY_BATCH_SIZE, training=False, sources=True
     )
     same_tokens, agree, total, max_difference, first_differing = 0, 0, 0, 0.0, None
     for tokens, _, texts in dataset:
@@ -144,9 +137,8 @@ def text_tflite_models(model, sequence_length: int, examples_dir: str, num_class
     archive.write_out(staging, verbose=False)
 
     def representative():
-        train = make_dataset(
-            examples_dir, "train", sequence_length, num_classes, 1, training=False, sequence_length=sequence_length
-        )
+        facts = {"sequence_length": sequence_length, "num_classes": num_classes}
+        train = make_dataset(examples_dir, "train", TEXT.reading(facts), 1, training=False)
         for tokens, _ in train.take(REPRESENTATIVE_IMAGES):
             yield [tokens]
 
@@ -180,17 +172,7 @@ def text_format_accuracies(saved_model, tflite: dict[str, bytes], examples_dir: 
     from components.artifacts.examples import make_dataset
 
     serving = loaded(saved_model).signatures["serving_default"]
-    length = model_config["sequence_length"]
-    test = make_dataset(
-        examples_dir,
-        "test",
-        length,
-        model_config["num_classes"],
-        64,
-        training=False,
-        sources=True,
-        sequence_length=length,
-    )
+    test = make_dataset(examples_dir, "test", TEXT.reading(model_config), 64, training=False, sources=True)
     return count_correct(
         (
             labels.numpy(),

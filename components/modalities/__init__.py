@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from components.artifacts.examples import Reading
 from components.cli import UsageError
 from components.modalities.base import Modality
 from components.modalities.image import IMAGE
@@ -44,6 +45,11 @@ def input_size(facts: Mapping) -> tuple[int, int | None]:
 def example_shape(facts: Mapping) -> tuple[int, ...]:
     """One example's input shape: ``(size, size, 3)`` pixels, or ``(sequence_length,)`` token ids."""
     return modality_of(facts).example_shape(facts)
+
+
+def reading_of(facts: Mapping) -> Reading:
+    """How the examples of a ``stats.json`` (or of a model's ``model_config.json``) are read."""
+    return modality_of(facts).reading(facts)
 
 
 def spec_of(facts: Mapping) -> ModelSpec:
@@ -94,5 +100,6 @@ __all__ = [
     "input_size",
     "modality_of",
     "named",
+    "reading_of",
     "spec_of",
 ]

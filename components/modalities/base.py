@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from components.cli import UsageError
 
 if TYPE_CHECKING:
+    from components.artifacts.examples import Reading
     from components.models.spec import ModelSpec
 
 
@@ -34,6 +35,10 @@ class Modality:
 
     def input_facts(self, facts: Mapping) -> dict:
         """The keys of ``facts`` that describe one input (what the convert step's KFP artifact shows)."""
+        raise NotImplementedError
+
+    def reading(self, facts: Mapping) -> Reading:
+        """How its examples are read (``components.artifacts.examples.make_dataset``)."""
         raise NotImplementedError
 
     def spec(self, facts: Mapping) -> ModelSpec:
@@ -78,7 +83,7 @@ class Modality:
     def check_model_takes(self, loaded, facts: Mapping, where: str) -> None:
         """A one-line error when the built-in model ``loaded`` cannot take the examples' input (``where``: whose)."""
 
-    def adapt(self, model, examples_dir: str, num_classes: int, facts: Mapping) -> None:
+    def adapt(self, model, examples_dir: str, facts: Mapping) -> None:
         """Sets what ``model`` learns from the training examples before training, where it learns anything so."""
 
     def takes(self, min_image_size: int) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from components.artifacts.examples import Reading
 from components.cli import UsageError
 from components.modalities.base import Modality
 from components.models.spec import IMAGE_DTYPE, ModelSpec
@@ -20,6 +21,21 @@ class Image(Modality):
 
     def input_facts(self, facts: Mapping) -> dict:
         return {"image_size": facts["image_size"], "image_size_auto": facts.get("image_size_auto") or ""}
+
+    def reading(self, facts: Mapping) -> Reading:
+        """JPEGs decoded as the conversion and the serving graph decode them, ``[size, size, 3]`` uint8; their
+        source files; random flips, brightness and saturation for ``--augment``."""
+        from components.artifacts.examples import augment_image, decode_image
+        from components.schema import SOURCE_FEATURE, feature_spec, source_feature_spec
+
+        size = int(facts["image_size"])
+
+        def element(example: dict, sources: bool) -> tuple:
+            image = decode_image(example["image"], size)
+            return (image, example["one_hot_class"], *([example[SOURCE_FEATURE]] if sources else []))
+
+        spec = feature_spec(int(facts["num_classes"]))
+        return Reading(spec, element, source_feature_spec(), augment_image, pictures=True)
 
     def spec(self, facts: Mapping) -> ModelSpec:
         return ModelSpec.for_images(int(facts["image_size"]), int(facts["num_classes"]), facts.get("class_names", ()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from components.artifacts.examples import Reading
 from components.cli import UsageError
 from components.modalities.base import Modality
 from components.models.spec import ModelSpec
@@ -25,6 +26,19 @@ class Text(Modality):
 
     def input_facts(self, facts: Mapping) -> dict:
         return {"sequence_length": facts["sequence_length"], "vocabulary_size": facts["vocabulary_size"]}
+
+    def reading(self, facts: Mapping) -> Reading:
+        """The token ids, int32 ``[sequence_length]``; their text as the source; no augmentation."""
+        from components.schema import text_feature_spec
+
+        def element(example: dict, sources: bool) -> tuple:
+            import tensorflow as tf
+
+            tokens = tf.cast(example["tokens"], tf.int32)
+            return (tokens, example["one_hot_class"], *([example["text"]] if sources else []))
+
+        spec = text_feature_spec(int(facts["sequence_length"]), int(facts["num_classes"]))
+        return Reading(spec, element, pictures=False)
 
     def spec(self, facts: Mapping) -> ModelSpec:
         return ModelSpec.for_texts(
@@ -105,7 +119,7 @@ class Text(Modality):
 
         return TextExport(tf.saved_model.load(path).signatures["serving_default"])
 
-    def adapt(self, model, examples_dir: str, num_classes: int, facts: Mapping) -> None:
+    def adapt(self, model, examples_dir: str, facts: Mapping) -> None:
         """The ``ngrams`` bag's inverse document frequencies (``text_layers.adapt``), counted over the whole train
         split, the same on every process (nothing for a model without that bag)."""
         import logging
@@ -113,10 +127,7 @@ class Text(Modality):
         from components.artifacts.examples import make_dataset
         from components.models.text_layers import adapt
 
-        length = facts["sequence_length"]
-        batches = make_dataset(
-            examples_dir, "train", 0, num_classes, ADAPT_BATCH, training=False, sequence_length=length
-        )
+        batches = make_dataset(examples_dir, "train", self.reading(facts), ADAPT_BATCH, training=False)
         texts = adapt(model, (tokens for tokens, _ in batches.as_numpy_iterator()))
         if texts:
             logging.getLogger(__name__).info(

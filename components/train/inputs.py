@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from components.artifacts.examples import first_images, make_dataset
-from components.modalities import input_size, named
+from components.modalities import named, reading_of
 from components.models import LoadedModel, ModelSpec, check_modality, load, resolve_hparams
 from components.train.config import TrainConfig
 
@@ -51,19 +51,16 @@ def validation_dataset(examples_dir: str, stats: dict, placement, global_batch: 
         return None, None
     if used < count:
         log.info("validating on %d of %d examples per epoch (static batches of %d)", used, count, batch)
-    size, length = input_size(stats)
     dataset = make_dataset(
         examples_dir,
         "validation",
-        size,
-        stats["num_classes"],
+        reading_of(stats),
         batch // placement.processes,
         training=False,
         cache=cache,
         drop_remainder=static,
         shard=(placement.processes, placement.process_index),
         take=used if placement.processes > 1 else None,
-        sequence_length=length,
     )
     if placement.processes == 1:
         return dataset, None
@@ -79,15 +76,13 @@ def datasets(config: TrainConfig, examples: Examples, placement, global_batch: i
     train_ds = make_dataset(
         config.examples_dir,
         "train",
-        examples.image_size,
-        examples.num_classes,
+        reading_of(examples.stats),
         global_batch // placement.processes,
         training=True,
         cache=cache,
         augment=config.augment,
         seed=config.seed,
         shard=shard,
-        sequence_length=examples.sequence_length,
     )
     validation_ds, validation_steps = validation_dataset(
         config.examples_dir, examples.stats, placement, global_batch, cache
@@ -140,7 +135,6 @@ def reference_predictions(model, examples_dir: str, stats: dict, placement):
     count = min(REFERENCE_EXAMPLES, stats["counts"]["validation"]) // placement.devices * placement.devices
     if placement.processes > 1 or not count:
         return None
-    size, length = input_size(stats)
-    images = first_images(examples_dir, "validation", size, stats["num_classes"], count, sequence_length=length)
+    images = first_images(examples_dir, "validation", reading_of(stats), count)
     with placement.scope():
         return np.asarray(model.predict(images, batch_size=count, verbose=0), dtype=np.float32)

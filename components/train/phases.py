@@ -147,7 +147,7 @@ def compiled_model(
                 load_backbone_weights(model, pretrained)
                 if phase.name == "head":
                     freeze_backbone(model)
-            named(examples.modality).adapt(model, config.examples_dir, examples.num_classes, examples.stats)
+            named(examples.modality).adapt(model, config.examples_dir, examples.stats)
             model.compile(
                 optimizer=keras.optimizers.Adam(rate),
                 loss="categorical_crossentropy",

@@ -9,6 +9,7 @@ import pytest
 
 from components.cli import UsageError
 from components.convert.core import ConvertConfig, run
+from components.modalities import reading_of
 from components.schema import SPLITS, serialize_example, split_files
 from tests.conftest import CLASSES, COLORS, image_bytes, run_cli
 
@@ -54,11 +55,12 @@ def test_codelab_tfrecords_are_adopted_as_they_are_and_train(tmp_path):
     assert before == {name: os.path.getmtime(os.path.join(source, name)) for name in os.listdir(source)}
     # the train / evaluate / export steps read the listed files
     assert split_files(str(output), "test") == stats["files"]["test"]
-    images, labels = next(iter(make_dataset(str(output), "train", SIZE, len(CLASSES), 8, training=True)))
+    reading = reading_of(stats)
+    images, labels = next(iter(make_dataset(str(output), "train", reading, 8, training=True)))
     assert images.shape == (8, SIZE, SIZE, 3) and labels.shape == (8, len(CLASSES))
     assert images.dtype == tf.uint8
     # they carry no source paths: the report says nothing rather than something wrong
-    _, _, sources = next(iter(make_dataset(str(output), "test", SIZE, len(CLASSES), 4, training=False, sources=True)))
+    _, _, sources = next(iter(make_dataset(str(output), "test", reading, 4, training=False, sources=True)))
     assert sources.numpy().tolist() == [b""] * 4
 
 

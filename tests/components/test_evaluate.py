@@ -673,13 +673,14 @@ def test_misclassified_images_name_the_file_they_came_from(converted, image_fold
     import tensorflow as tf
 
     from components.evaluate.predictions import predict_split
+    from components.modalities import reading_of
 
     examples_dir, stats = converted
 
     def always_first(images, training):
         return tf.one_hot(tf.zeros(tf.shape(images)[0], tf.int32), len(CLASSES))
 
-    y_true, _, wrong = predict_split(always_first, examples_dir, "test", stats["image_size"], len(CLASSES), 100)
+    y_true, _, wrong = predict_split(always_first, examples_dir, "test", reading_of(stats), 100)
     assert len(wrong) == int((y_true != 0).sum()) > 0
     for _, truth, predicted, _, source in wrong:
         assert predicted == 0 and os.path.isfile(source) and source.startswith(image_folder)

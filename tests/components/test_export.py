@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+from components.modalities import reading_of
 from tests.conftest import CLASSES, COLORS, IN_MEMORY, TINY_SIZE, image_bytes, run_cli
 
 
@@ -157,7 +158,7 @@ def test_every_format_takes_uint8_pixels_and_answers_as_the_saved_model(exported
     assert report["input_pixels"] == "uint8"
     serving = tf.saved_model.load(os.path.join(output, "saved_model")).signatures["serving_images"]
     assert serving.structured_input_signature[1]["images"].dtype == tf.uint8
-    pixels = first_images(examples_dir, "test", stats["image_size"], stats["num_classes"], 8)
+    pixels = first_images(examples_dir, "test", reading_of(stats), 8)
     assert pixels.dtype == np.uint8
     expected = serving(images=tf.constant(pixels))["probabilities"].numpy()
     for name in ("tflite_float", "tflite_int8"):
@@ -249,7 +250,7 @@ def test_mediapipes_image_classifier_runs_the_tflite_files_as_they_are(exported,
 
     _, report = exported
     examples_dir, stats = converted
-    pixels = first_images(examples_dir, "test", stats["image_size"], stats["num_classes"], 6)
+    pixels = first_images(examples_dir, "test", reading_of(stats), 6)
     for name in ("tflite_float", "tflite_int8"):
         path = report["formats"][name]["path"]
         with open(path, "rb") as handle:

@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 
+from components.modalities import reading_of
 from tests.conftest import TEXT_SEQUENCE_LENGTH, run_cli
 
 
@@ -21,16 +22,7 @@ def test_the_graph_tokenises_every_test_text_as_beam_did(text_examples, exported
     examples, stats = text_examples
     output, report = exported_text
     tokenize = tf.saved_model.load(os.path.join(output, "saved_model")).signatures["tokenize"]
-    dataset = make_dataset(
-        examples,
-        "test",
-        TEXT_SEQUENCE_LENGTH,
-        stats["num_classes"],
-        32,
-        training=False,
-        sources=True,
-        sequence_length=TEXT_SEQUENCE_LENGTH,
-    )
+    dataset = make_dataset(examples, "test", reading_of(stats), 32, training=False, sources=True)
     compared, dressed = 0, 0
     for tokens, _, texts in dataset:
         graph = tokenize(text=texts)["tokens"].numpy()
@@ -83,17 +75,9 @@ def test_the_served_accuracy_is_the_saved_models_on_the_test_texts_as_clients_se
     examples_dir, _ = text_examples
     output, report = exported_text
     serving = tf.saved_model.load(os.path.join(output, "saved_model")).signatures["serving_default"]
-    classes = read_stats(examples_dir)["num_classes"]
     right = total = 0
     for _, labels, texts in make_dataset(
-        examples_dir,
-        "test",
-        TEXT_SEQUENCE_LENGTH,
-        classes,
-        32,
-        training=False,
-        sources=True,
-        sequence_length=TEXT_SEQUENCE_LENGTH,
+        examples_dir, "test", reading_of(read_stats(examples_dir)), 32, training=False, sources=True
     ):
         answers = serving(text=texts)["class_id"].numpy()
         right += int((answers == labels.numpy().argmax(-1)).sum())

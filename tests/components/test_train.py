@@ -16,6 +16,7 @@ import pytest
 
 from components.artifacts.examples import make_dataset
 from components.cli import UsageError
+from components.modalities import reading_of
 from components.models import DEFAULT_MODELS, ModelSpec, build_model
 from components.train.backup import BACKUP_DIR, epochs_kept, settle_backup
 from components.train.callbacks import EPOCH_LOG_FILE, read_epoch_log
@@ -210,8 +211,8 @@ def test_learning_rate_ramps_up_then_decays_per_epoch():
 
 
 def test_training_batches_have_static_shapes_and_augmentation_keeps_the_range(converted):
-    examples_dir, _ = converted
-    dataset = make_dataset(examples_dir, "train", TINY_SIZE, len(CLASSES), batch_size=8, training=True, augment=True)
+    examples_dir, stats = converted
+    dataset = make_dataset(examples_dir, "train", reading_of(stats), batch_size=8, training=True, augment=True)
     images, labels = dataset.element_spec
     assert images.shape.as_list() == [8, TINY_SIZE, TINY_SIZE, 3]
     assert labels.shape.as_list() == [8, len(CLASSES)]

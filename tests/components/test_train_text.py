@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from components.cli import UsageError
+from components.modalities import reading_of
 from tests.components.test_train_jax import TWO_DEVICES, jax_env, read, start_all
 from tests.conftest import TEXT_SEQUENCE_LENGTH as SEQUENCE_LENGTH
 
@@ -63,7 +64,7 @@ def test_the_bilstm_the_convolution_and_the_ngrams_train_on_jax_over_two_devices
     texts = [
         row
         for tokens, _ in make_dataset(
-            examples, "train", 0, 2, 64, training=False, sequence_length=SEQUENCE_LENGTH
+            examples, "train", reading_of(read(os.path.join(examples, "stats.json"))), 64, training=False
         ).as_numpy_iterator()
         for row in tokens.tolist()
     ]
