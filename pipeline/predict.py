@@ -35,7 +35,7 @@ def locate_export(model: str) -> tuple[str, list[str]]:
     """(SavedModel dir or .tflite file, class names) from an export dir (``saved_model/`` + ``export.json``), a
     SavedModel dir, or a TFLite file (its packed labels, or those of the export.json beside it)."""
     if model.endswith(".tflite") and os.path.isfile(model):
-        from components.export.tflite_metadata import packed_labels
+        from components.artifacts.tflite import packed_labels
 
         with open(model, "rb") as handle:  # the labels packed in the file (its metadata), else its export's
             packed = packed_labels(handle.read())
@@ -198,8 +198,8 @@ def _tflite_answerer(path: str):
     import numpy as np
     from ai_edge_litert.interpreter import Interpreter
 
+    from components.artifacts.tflite import tflite_predict
     from components.decoding import conversion_square
-    from components.export.image import tflite_predict
 
     content = tflite_content(path)
     size = int(Interpreter(model_content=content).get_input_details()[0]["shape"][1])
@@ -274,8 +274,7 @@ def _tflite_text_probabilities(path: str, texts: list[str]):
     was packed stripped punctuation)."""
     import numpy as np
 
-    from components.export.text import tflite_token_predict
-    from components.export.tflite_metadata import packed_file
+    from components.artifacts.tflite import packed_file, tflite_token_predict
     from components.tokenizing import (
         STANDARDIZATION_FILE,
         VOCABULARY_FILE,

@@ -46,3 +46,6 @@ def model_digest(model_dir: str) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+TUNING_FILE = "tuning.json"  # in the model folder: the search's trials and the one kept

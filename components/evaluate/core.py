@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from components.artifacts.evaluation import METRICS_FILE
 from components.artifacts.model import HISTORY_FILE, load_model_config
+from components.browser import draw_report
 from components.cli import UsageError
 from components.evaluate.baseline import baseline_figures, check_baseline, comparability
 from components.evaluate.blessing import bless, check_fraction, prediction_mix
@@ -61,7 +62,7 @@ class EvaluateConfig:
     min_accuracy, baseline and max_accuracy_drop decide the blessing. The baseline (empty: none) is the last blessed
     model: a train step output, an export step output, or its ``saved_model/`` folder as the Vertex AI Model
     Registry holds it (``gs://`` is read through Vertex AI's ``/gcs/`` mount). ``screenshot``: also draw the report
-    in a headless browser into ``report.png`` beside it (``components.evaluate.browser``). ``data_checks``: the
+    in a headless browser into ``report.png`` beside it (``components.browser``). ``data_checks``: the
     check-data step's output, whose checks the report shows ("": none)."""
 
     examples_dir: str
@@ -216,18 +217,3 @@ def write_report(config: EvaluateConfig, metrics: dict, wrong, history: dict | N
     path = os.path.join(config.output_dir, REPORT_FILE)
     write_atomically(path, render(metrics, history, misclassified).encode("utf-8"))
     return path
-
-
-def draw_report(report_html: str) -> dict | None:
-    """``report.png`` beside the report, as a headless browser draws it, when one is installed; what it drew (None
-    without a browser). A browser that fails is a warning: the report itself is written."""
-    import subprocess
-
-    from components.evaluate.browser import screenshot_report
-
-    try:
-        drawn = screenshot_report(report_html)
-    except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as err:
-        log.warning("the report could not be drawn: %s", err)
-        return None
-    return drawn and {key: drawn[key] for key in ("path", "images", "loaded", "svgs", "blank")}

@@ -150,27 +150,6 @@ def shown_classes(names) -> str:
     return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
-def tflite_run(content: bytes, rows, prepare):
-    """A TFLite model's float outputs for each of ``rows``, one at a time: ``prepare(row, input details)`` gives the
-    input tensor; an integer output is dequantized."""
-    import numpy as np
-    from ai_edge_litert.interpreter import Interpreter
-
-    interpreter = Interpreter(model_content=content)
-    interpreter.allocate_tensors()
-    (source,), (target,) = interpreter.get_input_details(), interpreter.get_output_details()
-    outputs = []
-    for row in rows:
-        interpreter.set_tensor(source["index"], prepare(row, source))
-        interpreter.invoke()
-        result = interpreter.get_tensor(target["index"])[0]
-        if target["dtype"] != np.float32:
-            scale, zero_point = target["quantization"]
-            result = (result.astype(np.float32) - zero_point) * scale
-        outputs.append(result)
-    return np.stack(outputs)
-
-
 def count_correct(batches) -> tuple[dict[str, int], int]:
     """(correct predictions of each format, examples) over ``batches`` of (one-hot labels, {format: probabilities})."""
     import numpy as np

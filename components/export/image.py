@@ -16,6 +16,7 @@ import tempfile
 
 from components.artifacts.exported import SAVED_MODEL_DIR, TFLITE_FILES, write_export_record
 from components.artifacts.model import model_digest
+from components.artifacts.tflite import tflite_predict
 from components.export.common import (
     PARITY_BATCH_SIZE,
     REPRESENTATIVE_IMAGES,
@@ -29,7 +30,6 @@ from components.export.common import (
     predictions_of,
     served_report,
     shown_classes,
-    tflite_run,
     write_archive,
 )
 from components.export.tflite_metadata import classifier_files
@@ -243,26 +243,6 @@ def describe(model_config: dict, fmt: str) -> str:
         f"({shown_classes(names)}); trained with {model_config['backend']} in "
         f"{model_config['precision']}. Input: {TFLITE_INPUT}."
     )
-
-
-def tflite_predict(content: bytes, images):
-    """Class probabilities for uint8 pixels ``[N, size, size, 3]`` from a TFLite model, one image at a time: raw
-    pixels where it takes them (uint8, no quantization), else the pixels in [0, 1], quantized by its input's
-    parameters when it is integer (the int8 file: p itself; a float model exported before the scaling moved inside);
-    the output dequantized when it is integer."""
-    import numpy as np
-
-    def prepare(image, source):
-        value = image[np.newaxis]
-        scale, zero_point = source["quantization"]
-        if source["dtype"] == np.float32:  # an older export: [0, 1]
-            value = value.astype(np.float32) / 255.0
-        elif scale:  # a quantized input: [0, 1], quantized
-            info = np.iinfo(source["dtype"])
-            value = np.clip(np.round(value / 255.0 / scale + zero_point), info.min, info.max).astype(source["dtype"])
-        return value
-
-    return tflite_run(content, np.asarray(images, dtype=np.uint8), prepare)
 
 
 def format_accuracies(saved_model, tflite: dict[str, bytes], examples_dir: str, model_config: dict):

@@ -23,6 +23,7 @@ import tempfile
 
 from components.artifacts.exported import SAVED_MODEL_DIR, TFLITE_FILES, write_export_record
 from components.artifacts.model import model_digest
+from components.artifacts.tflite import tflite_token_predict
 from components.cli import StepFailedError
 from components.export.common import (
     PARITY_BATCH_SIZE,
@@ -37,7 +38,6 @@ from components.export.common import (
     predictions_of,
     served_report,
     shown_classes,
-    tflite_run,
     write_archive,
 )
 from components.export.tflite_metadata import text_classifier_files
@@ -155,14 +155,6 @@ def text_tflite_models(model, sequence_length: int, examples_dir: str, num_class
         return {"tflite_float": float_converter.convert(), "tflite_int8": int8_converter.convert()}, quantization
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def tflite_token_predict(content: bytes, tokens):
-    """Class probabilities from a text TFLite model for int32 ids ``[N, sequence_length]``, one text at a time; the
-    output dequantized when it is integer."""
-    import numpy as np
-
-    return tflite_run(content, np.asarray(tokens), lambda row, source: row[np.newaxis].astype(source["dtype"]))
 
 
 def text_format_accuracies(saved_model, tflite: dict[str, bytes], examples_dir: str, model_config: dict):

@@ -16,13 +16,13 @@ from __future__ import annotations
 import io
 import zipfile
 
+from components.artifacts.tflite import LABELS_FILE
 from components.tokenizing import PUNCTUATION_TO, STANDARDIZATION_FILE
 from third_party.tflite_metadata import metadata_schema_py_generated as schema
 
 METADATA_BUFFER_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
 MODEL_IDENTIFIER = b"TFL3"
-LABELS_FILE = "labels.txt"
 VOCABULARY_FILE = "vocabulary.txt"  # components.tokenizing's
 # the schema's history (metadata_schema.fbs): nothing written here is newer than 1.0.0
 MIN_PARSER_VERSION = "1.0.0"
@@ -239,18 +239,3 @@ def text_classifier_files(
         metadata,
         {LABELS_FILE: labels, VOCABULARY_FILE: vocabulary, STANDARDIZATION_FILE: standardization.encode()},
     )
-
-
-def packed_file(content: bytes, name: str) -> bytes | None:
-    """A file packed in a TFLite file (``labels.txt``, ``vocabulary.txt``), or None."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(content)) as packed:
-            return packed.read(name)
-    except (zipfile.BadZipFile, KeyError):
-        return None
-
-
-def packed_labels(content: bytes) -> list[str]:
-    """The class names packed in a TFLite file (its ``labels.txt``), or [] for a file without them."""
-    labels = packed_file(content, LABELS_FILE)
-    return labels.decode("utf-8").splitlines() if labels is not None else []

@@ -14,18 +14,10 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from components.artifacts.checkpoints import BACKUP_METADATA
 from components.cli import UsageError
 
 log = logging.getLogger(__name__)
-
-
-BACKUP_DIR = "backup"  # BackupAndRestore's state under the checkpoint dir
-
-
-FINE_TUNE_BACKUP_DIR = "backup_fine_tune"  # the fine-tuning phase's (components.train.transfer)
-
-
-BACKUP_METADATA = "training_metadata.json"  # BackupAndRestore's record of the epochs its backup holds
 
 
 BACKUP_AUTO_FACTOR = 19  # --backup-interval auto: backups take at most 1 / (1 + 19) = 5% of the training time
@@ -178,19 +170,3 @@ def settle_backup(weights_path: str, metadata_path: str) -> None:
     log.warning("the last backup in %s was cut short: resuming from the one before it", backup)
     for source, target in zip(previous, latest, strict=True):
         shutil.copyfile(source, target)
-
-
-def epochs_kept(checkpoint_dir: str, backup: str | None = None) -> int:
-    """The finished epochs a restart with ``checkpoint_dir`` resumes after (0: no backup to resume from): the
-    backup's own count, which ``BackupAndRestore`` restores (its previous copy where the last save was cut short).
-    The epoch log may run ahead of it, by the epochs that ended between two backups. ``backup``: one phase's backup
-    folder; None: the furthest of every phase's (the epochs count over the whole run)."""
-    if backup is None:
-        return max(epochs_kept(checkpoint_dir, name) for name in (BACKUP_DIR, FINE_TUNE_BACKUP_DIR))
-    for name in (BACKUP_METADATA, BACKUP_METADATA + ".bkp"):
-        try:
-            with open(os.path.join(checkpoint_dir, backup, name)) as handle:
-                return int(json.load(handle)["epoch"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return 0

@@ -9,8 +9,9 @@ import math
 import os
 import time
 
+from components.artifacts.checkpoints import BACKUP_DIR
 from components.learning import not_learning
-from components.train.backup import BACKUP_DIR, backup_callback
+from components.train.backup import backup_callback
 
 log = logging.getLogger(__name__)
 

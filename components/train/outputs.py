@@ -7,6 +7,7 @@ import contextlib
 import os
 import shutil
 
+from components.artifacts.checkpoints import BACKUP_DIR, FINE_TUNE_BACKUP_DIR
 from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE, MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE
 from components.learning import not_learning
 from components.modalities import named
@@ -14,7 +15,6 @@ from components.models import SOURCE_DIR, LoadedModel
 from components.storage import read_json, write_atomically, write_json
 from components.tokenizing import VOCABULARY_FILE, vocabulary_bytes
 from components.train import writer_lock
-from components.train.backup import BACKUP_DIR, FINE_TUNE_BACKUP_DIR
 from components.train.callbacks import EPOCH_LOG_FILE, read_epoch_log
 from components.train.config import TrainConfig
 from components.train.inputs import Examples, ModelCode, class_counts, reference_predictions

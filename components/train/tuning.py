@@ -28,6 +28,7 @@ import os
 import shutil
 from collections.abc import Mapping
 
+from components.artifacts.model import TUNING_FILE
 from components.cli import UsageError
 from components.modalities import modality_of, named
 from components.models import BACKBONES
@@ -37,7 +38,6 @@ log = logging.getLogger(__name__)
 
 METRIC = "val_accuracy"  # the trial metric: the last epoch's validation accuracy
 GOAL = "maximize"
-TUNING_FILE = "tuning.json"  # in the model folder: the search's trials and the one kept
 TRIALS_FOLDER = "trials"  # the local search's trials, under the model folder until the best one is kept
 TRIAL_FILE = "trial.json"  # a finished trial's values and metric (a search started again skips it)
 NO_VALIDATION = (

@@ -236,7 +236,7 @@ def check(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> None:
         args.baseline_model = os.path.abspath(baseline_path(args.baseline_model))
         check_baseline(args.baseline_model)
     if args.screenshot:  # before the run, not after it
-        from components.evaluate.browser import find_browser
+        from components.browser import find_browser
 
         if not find_browser():
             raise UsageError(

@@ -107,7 +107,7 @@ def run_local(config: LocalRunConfig) -> dict:
     resume.finished(run.work_dir, run.state, killed_attempts(run))
     summary = {**succeeded_summary(run, outputs), "wall_seconds": round(time.monotonic() - started, 1)}
     if config.screenshot and summary["report_html"]:  # evaluate's report, in its artifact (the export's is sealed)
-        from components.evaluate.core import draw_report
+        from components.browser import draw_report
 
         summary["report_screenshot"] = draw_report(os.path.join(os.path.dirname(summary["metrics_json"]), REPORT_FILE))
     write_json(run.summary_path, summary)

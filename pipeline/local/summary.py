@@ -33,9 +33,8 @@ def training_run(model_dir: str, model_config: dict, spec: dict, parameters: dic
     """The epochs, learning rate and schedule the run used (as the train step recorded them in ``model_config``:
     given, or what auto resolved to), and where training ended: the final epoch's validation accuracy; after how many
     epochs it resumed from a checkpoint (0: it did not)."""
-    from components.artifacts.model import HISTORY_FILE
+    from components.artifacts.model import HISTORY_FILE, TUNING_FILE
     from components.storage import exists, read_json
-    from components.train.tuning import TUNING_FILE
 
     used = {name: parameter_used(name, spec, parameters) for name in ("epochs", "learning_rate", "lr_schedule")}
     used.update({name: model_config[name] for name in ("epochs", "learning_rate") if model_config.get(name)})
@@ -74,7 +73,7 @@ def step_outcome(path: str, run_dir: str, interrupted_dirs: tuple[str, ...]) -> 
 
 def epochs_done(checkpoints: str, parameters: dict, spec: dict) -> str:
     """ " (after epoch N of M)" when training was interrupted with N epochs kept in its checkpoints, else ""."""
-    from components.train.backup import epochs_kept
+    from components.artifacts.checkpoints import epochs_kept
 
     done = epochs_kept(checkpoints)  # (a backbone's fine-tuning counts on from its head's epochs)
     total = int(parameter_used("epochs", spec, parameters))  # 0: auto, which the train step resolves

@@ -151,7 +151,7 @@ def test_every_format_takes_uint8_pixels_and_answers_as_the_saved_model(exported
     from ai_edge_litert.interpreter import Interpreter
 
     from components.artifacts.examples import first_images
-    from components.export.image import tflite_predict
+    from components.artifacts.tflite import tflite_predict
 
     output, report = exported
     examples_dir, stats = converted
@@ -177,7 +177,7 @@ def test_an_older_tflite_file_that_takes_floats_is_fed_pixels_in_the_unit_range(
     import keras
     import tensorflow as tf
 
-    from components.export.image import tflite_predict
+    from components.artifacts.tflite import tflite_predict
 
     keras.utils.set_random_seed(3)
     old = keras.Sequential(
@@ -246,7 +246,7 @@ def test_mediapipes_image_classifier_runs_the_tflite_files_as_they_are(exported,
     from mediapipe.tasks.python.vision import ImageClassifier, ImageClassifierOptions
 
     from components.artifacts.examples import first_images
-    from components.export.image import tflite_predict
+    from components.artifacts.tflite import tflite_predict
 
     _, report = exported
     examples_dir, stats = converted

@@ -88,7 +88,7 @@ def test_the_served_accuracy_is_the_saved_models_on_the_test_texts_as_clients_se
 def test_tflite_files_take_ids_and_their_accuracy_is_recorded(text_examples, exported_text):
     from ai_edge_litert.interpreter import Interpreter
 
-    from components.export.tflite_metadata import packed_file, packed_labels
+    from components.artifacts.tflite import packed_file, packed_labels
 
     output, report = exported_text
     saved_accuracy = report["formats"]["saved_model"]["test_accuracy"]

@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
+from components.artifacts.checkpoints import BACKUP_METADATA
 from components.cli import UsageError
-from components.train.backup import BACKUP_METADATA, BACKUP_WEIGHTS, backup_digest, copy_chiefs_backup
+from components.train.backup import BACKUP_WEIGHTS, backup_digest, copy_chiefs_backup
 from components.train.hosts import connect_processes, process_launch
 from tests.components.test_train_jax import REPO_ROOT, free_port, jax_env
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from components.evaluate.browser import check_page, drawn, find_browser, screenshot_report
+from components.browser import check_page, drawn, find_browser, screenshot_report
 from components.evaluate.core import EvaluateConfig, run
 
 pytestmark = pytest.mark.browser

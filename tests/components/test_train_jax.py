@@ -20,8 +20,8 @@ import h5py
 import numpy as np
 import pytest
 
+from components.artifacts.checkpoints import epochs_kept
 from components.cli import UsageError
-from components.train.backup import epochs_kept
 from components.train.placement import choose_backend, detect_hardware
 from tests.conftest import REPO_ROOT, run_cli
 

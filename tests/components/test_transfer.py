@@ -20,9 +20,9 @@ import time
 import numpy as np
 import pytest
 
+from components.artifacts.checkpoints import FINE_TUNE_BACKUP_DIR, epochs_kept
 from components.cli import UsageError
 from components.models import BACKBONES, Backbone, backbone_of, check_image_size, load
-from components.train.backup import FINE_TUNE_BACKUP_DIR, epochs_kept
 from components.train.config import TrainConfig
 from components.train.core import run
 from components.train.transfer import weights_file
@@ -456,7 +456,7 @@ def test_the_report_says_where_a_backbones_weights_came_from_and_its_two_phases(
 
 def test_an_interrupted_fine_tuning_is_said_to_stop_at_its_epoch_of_both_phases(tmp_path):
     """run-local's summary of an interrupted run counts the epochs over both phases: 7 of 5 + 10, not 5 of 5."""
-    from components.train.backup import BACKUP_DIR, BACKUP_METADATA
+    from components.artifacts.checkpoints import BACKUP_DIR, BACKUP_METADATA
     from pipeline.local.summary import epochs_done
 
     for folder, epoch in ((BACKUP_DIR, 5), (FINE_TUNE_BACKUP_DIR, 7)):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from components.train.backup import epochs_kept
+from components.artifacts.checkpoints import epochs_kept
 from tests.components.test_train_jax import jax_env
 from tests.conftest import (
     DEMO_ACCURACY_BAR,

@@ -130,3 +130,16 @@ def screenshot_report(report_html: str, browser: str | None = None) -> dict | No
     else:
         log.info("drew %s (%dx%d, %d pictures loaded)", path, result["width"], result["height"], check["loaded"])
     return result
+
+
+def draw_report(report_html: str) -> dict | None:
+    """``report.png`` beside the report, as a headless browser draws it, when one is installed; what it drew (None
+    without a browser). A browser that fails is a warning: the report itself is written."""
+    import subprocess
+
+    try:
+        drawn = screenshot_report(report_html)
+    except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as err:
+        log.warning("the report could not be drawn: %s", err)
+        return None
+    return drawn and {key: drawn[key] for key in ("path", "images", "loaded", "svgs", "blank")}

@@ -1,0 +1,27 @@
+"""A training's checkpoint folder as the other parts of a run read it: the preemption backups (``BackupAndRestore``'s,
+one folder a phase) and the epochs they hold, which a restart resumes after and run-local's summary reports."""
+
+from __future__ import annotations
+
+import json
+import os
+
+BACKUP_DIR = "backup"  # BackupAndRestore's state under the checkpoint dir
+FINE_TUNE_BACKUP_DIR = "backup_fine_tune"  # the fine-tuning phase's (components.train.transfer)
+BACKUP_METADATA = "training_metadata.json"  # BackupAndRestore's record of the epochs its backup holds
+
+
+def epochs_kept(checkpoint_dir: str, backup: str | None = None) -> int:
+    """The finished epochs a restart with ``checkpoint_dir`` resumes after (0: no backup to resume from): the
+    backup's own count, which ``BackupAndRestore`` restores (its previous copy where the last save was cut short).
+    The epoch log may run ahead of it, by the epochs that ended between two backups. ``backup``: one phase's backup
+    folder; None: the furthest of every phase's (the epochs count over the whole run)."""
+    if backup is None:
+        return max(epochs_kept(checkpoint_dir, name) for name in (BACKUP_DIR, FINE_TUNE_BACKUP_DIR))
+    for name in (BACKUP_METADATA, BACKUP_METADATA + ".bkp"):
+        try:
+            with open(os.path.join(checkpoint_dir, backup, name)) as handle:
+                return int(json.load(handle)["epoch"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return 0
