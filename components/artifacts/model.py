@@ -30,10 +30,6 @@ def load_model_config(model_dir: str) -> dict:
     return read_json(path)
 
 
-def article(word: str) -> str:
-    return "an" if word[:1] in "aeiou" else "a"
-
-
 def model_digest(model_dir: str) -> str:
     """sha256 of the trained weights: the model's identity, kept with its export (a cached train step gives the same
     file, so the same digest; any retraining gives another)."""

@@ -21,6 +21,7 @@ from collections import Counter
 import numpy as np
 
 from components.artifacts.data_statistics import NEAR_DUPLICATES_NAME, STATS_NAME
+from components.modalities.text import TEXT
 from components.schema import SPLITS, read_stats, split_files
 from components.tokenizing import STANDARDIZATION, standardization_of
 
@@ -61,7 +62,7 @@ def compute(
     }
     keys = {}
     if text:
-        own = {token: i for i, token in enumerate(read_vocabulary(examples_dir))}
+        own = {token: i for i, token in enumerate(TEXT.read_vocabulary(examples_dir))}
         served = {token: i for i, token in enumerate(vocabulary)} if vocabulary else None
         result["standardization"] = standardization_of(stats)
         result["text"] = {}
@@ -95,13 +96,6 @@ def quarantine_reasons(examples_dir: str) -> dict[str, int]:
     with open_read(path) as handle:
         reasons = [json.loads(line)["reason"].split(":")[0] for line in handle.read().decode().splitlines() if line]
     return dict(sorted(Counter(reasons).items()))
-
-
-def read_vocabulary(folder: str) -> list[str]:
-    from components.tokenizing import VOCABULARY_FILE
-    from components.tokenizing import read_vocabulary as read
-
-    return read(f"{folder.rstrip('/')}/{VOCABULARY_FILE}")
 
 
 def read_examples(examples_dir: str, split: str):

@@ -24,7 +24,7 @@ from components.evaluate.baseline import baseline_figures, check_baseline, compa
 from components.evaluate.blessing import bless, check_fraction, prediction_mix
 from components.evaluate.metrics import classification_metrics, ranking_metrics, top_k_accuracy
 from components.evaluate.predictions import client_file_accuracy, predict_split
-from components.modalities import check_examples_match, input_size, modality_of, reading_of
+from components.modalities import check_examples_match, input_size, modality_of
 from components.models import load_trained_model
 from components.params import EVALUATE
 from components.schema import read_stats
@@ -100,7 +100,8 @@ def _evaluate(config: EvaluateConfig) -> dict:
     check_examples_match(model_config, stats, config.model_dir, config.examples_dir)
     check_writable(config.output_dir, "--output")
     size, _ = input_size(stats)
-    modality, reading = modality_of(stats), reading_of(stats)
+    modality = modality_of(stats)
+    reading = modality.reading(stats)
     baseline = check_baseline(config.baseline) if config.baseline else None
     data_checks = None
     if config.data_checks:  # how the data compared with the model in service's, for the report

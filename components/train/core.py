@@ -30,7 +30,7 @@ from collections.abc import Mapping
 
 from components.artifacts.examples import damaged_shards_named
 from components.cli import UsageError
-from components.modalities import example_shape, input_size, modality_of, named, spec_of
+from components.modalities import example_shape, modality_of, spec_of
 from components.models import parse_ref, resolve_auto
 from components.models.source import local_copy
 from components.schema import read_stats
@@ -222,31 +222,22 @@ def check_inputs(config: TrainConfig, env: Mapping[str, str]):
         ("TensorBoard dir", dirs.tensorboard_dir),
     ):
         check_writable(path, what)
-    modality = modality_of(stats).name
-    modality_of(stats).check_augment(config.augment)
-    image_size, sequence_length = input_size(stats)
+    kind = modality_of(stats)
+    kind.check_augment(config.augment)
+    modality = kind.name
+    examples = Examples(stats, modality, stats["num_classes"], example_shape(stats), None, spec_of(stats))
     ref = resolve_auto(parse_ref(config.model_name), modality)
     if ref.text != config.model_name:
         log.info("--model auto: %s for %ss", ref.text, modality)
     config = dataclasses.replace(config, model_name=ref.text)
     if ref.kind == "builtin":  # (a model of one's own is loaded once the backend is chosen: it imports Keras)
-        load_model_code(config, Examples(stats, modality, 0, image_size, None, (), None, spec_of(stats)))
+        load_model_code(config, examples)
     elif ref.kind == "file":
         local_copy(ref, "")  # a missing file is said before the slow imports
     config = dataclasses.replace(config, weights=resolve_weights_choice(config.weights, config.model_name))
     config = with_auto_training(config, modality)
     # a text model's ids mean its vocabulary's tokens: it goes into the model artifact, for export
-    vocabulary = named(modality).read_vocabulary(config.examples_dir)
-    examples = Examples(
-        stats,
-        modality,
-        stats["num_classes"],
-        image_size,
-        sequence_length,
-        example_shape(stats),
-        vocabulary,
-        spec_of(stats),
-    )
+    examples = dataclasses.replace(examples, vocabulary=kind.read_vocabulary(config.examples_dir))
     return config, examples, dirs
 
 

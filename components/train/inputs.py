@@ -97,8 +97,6 @@ class Examples:
     stats: dict
     modality: str
     num_classes: int
-    image_size: int | None
-    sequence_length: int | None
     shape: tuple
     vocabulary: list | None  # a text model's tokens, which its ids index
     spec: ModelSpec  # what the model's builder is given
