@@ -38,14 +38,11 @@ def split_pattern(examples_dir: str, split: str) -> str:
 def split_files(examples_dir: str, split: str) -> list[str]:
     """The TFRecord files of ``split``: those ``stats.json`` lists when the convert step adopted existing TFRecords
     as they are, else the shards under ``<examples_dir>/<split>/``."""
-    from components.storage import exists, glob, read_json
+    from components.artifacts.records import STATS
+    from components.storage import glob
 
-    stats_path = f"{examples_dir.rstrip('/')}/{STATS_FILE}"
-    if exists(stats_path):
-        listed = read_json(stats_path).get("files")
-        if listed is not None:
-            return list(listed.get(split, []))
-    return glob(split_pattern(examples_dir, split))
+    listed = (STATS.read_if_any(examples_dir) or {}).get("files")
+    return list(listed.get(split, [])) if listed is not None else glob(split_pattern(examples_dir, split))
 
 
 def serialize_example(
@@ -280,11 +277,12 @@ def parse_example(serialized, num_classes: int) -> dict:
 
 
 def read_stats(examples_dir: str) -> dict:
-    """Reads ``<examples_dir>/stats.json``; raises ``UsageError`` when the folder is not a conversion output."""
+    """Reads ``<examples_dir>/stats.json``; raises ``UsageError`` when the folder is not a conversion output, or one
+    an older version of the pipeline made."""
+    from components.artifacts.records import STATS
     from components.cli import UsageError
     from components.storage import exists, read_json
 
-    path = f"{examples_dir.rstrip('/')}/{STATS_FILE}"
     failed = f"{examples_dir.rstrip('/')}/{FAILED_FILE}"
     if exists(failed):
         try:
@@ -294,9 +292,7 @@ def read_stats(examples_dir: str) -> dict:
         raise UsageError(
             f"examples dir {examples_dir} holds a conversion that failed ({reason}): convert again into it"
         )
-    if not exists(path):
-        raise UsageError(f"examples dir {examples_dir} has no {STATS_FILE}: run the convert step into it first")
-    return read_json(path)
+    return STATS.read(examples_dir)
 
 
 # a class with fewer examples than this in a split is listed in stats.json, the run-local summary and the report

@@ -21,6 +21,7 @@ from components.params import CHECK_DATA, CONVERT, DEPLOY, EVALUATE, TEXT, TRAIN
 from components.register.component import make_components as registry_components
 from components.train.component import make_component as train_component
 from components.train.tuning_component import make_components as tuning_components
+from components.train.tuning_component import study_spec_metrics
 from pipeline.accelerators import Scheduling
 from pipeline.images import BEAM_WORKER_IMAGE, DEFAULT_IMAGES, LIGHT_IMAGE, PIPELINE_IMAGE, Images
 from pipeline.training_job import TRAIN_RETRIES, custom_training_job
@@ -357,8 +358,6 @@ def tuning_job(ops: StepOps, p: dict, converted, checked, training: dict):
         SERVICE_ACCOUNT_PLACEHOLDER,
     )
     from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import HyperparameterTuningJobRunOp
-
-    from components.train.tuning import study_spec_metrics
 
     spec = ops.tuning_spec(examples=converted.outputs["examples"], **ops.tuning_options, **training)
     spec.set_display_name("specify the tuning job").after(checked)

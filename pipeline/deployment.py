@@ -10,10 +10,10 @@ from __future__ import annotations
 import base64
 import time
 
-from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR
+from components.artifacts.records import EXPORT
 from components.cli import UsageError
-from components.deploy.core import MODEL_NAME, find_endpoint
 from components.vertex_client import VertexError, VertexSettings, call, check_settings, connect
+from components.vertex_resources import MODEL_NAME, find_endpoint
 
 BATCH_MACHINE_TYPE = "n1-standard-4"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
@@ -30,7 +30,7 @@ def served_export(settings: VertexSettings, target) -> dict:
     size), read beside the SavedModel the Model Registry holds."""
     from google.cloud import aiplatform
 
-    from components.storage import exists, read_json
+    from components.artifacts.exported import read_export
 
     split = dict(target.gca_resource.traffic_split)
     serving = max(split, key=split.get) if split else None
@@ -41,17 +41,16 @@ def served_export(settings: VertexSettings, target) -> dict:
         "look up the served model", lambda: aiplatform.Model(f"{deployed.model}@{deployed.model_version_id}"), settings
     )
     uri = (model.uri or "").rstrip("/")
-    folder = uri[: -len(SAVED_MODEL_DIR)].rstrip("/") if uri.endswith(SAVED_MODEL_DIR) else uri
-    report = f"{folder}/{EXPORT_FILE}"
-    if not exists(report):
+    report = read_export(uri)
+    if report is None:
         raise UsageError(
-            f"the served model {model.resource_name} has no {EXPORT_FILE} beside {uri}: register an "
+            f"the served model {model.resource_name} has no {EXPORT.name} beside {uri}: register an "
             "export of this pipeline"
         )
-    return read_json(report)
+    return report
 
 
-def online_requests(readable: list, size: int, raw_files: bool = True) -> list[list[tuple[str, dict]]]:
+def online_requests(readable: list, size: int) -> list[list[tuple[str, dict]]]:
     """The image files (``pipeline.predict.read_images``) as online prediction instances, ``{"image_bytes": {"b64":
     ...}}``, in requests under Vertex AI's 1.5 MB: each file as a client sends it (``pipeline.predict.sent_bytes``;
     one too large for a request goes as the square the conversion makes of it), at most ``ONLINE_BATCH`` a request.
@@ -60,7 +59,7 @@ def online_requests(readable: list, size: int, raw_files: bool = True) -> list[l
 
     requests, current, used = [], [], 0
     for path, content in readable:
-        encoded = base64.b64encode(sent_bytes(content, size, ONLINE_FILE_BYTES, raw_files)).decode("ascii")
+        encoded = base64.b64encode(sent_bytes(content, size, ONLINE_FILE_BYTES)).decode("ascii")
         if current and (used + len(encoded) > ONLINE_REQUEST_BYTES or len(current) == ONLINE_BATCH):
             requests.append(current)
             current, used = [], 0
@@ -72,7 +71,7 @@ def online_requests(readable: list, size: int, raw_files: bool = True) -> list[l
 def predict_endpoint(settings: VertexSettings, endpoint: str, images: list[str], top: int = 3):
     """Top-``top`` labels for each readable image from the model ``endpoint`` serves, and one-line errors for the
     others (as ``pipeline.predict.predict`` answers for a local export)."""
-    from pipeline.predict import check_top, decodes_as_conversion, read_images, top_labels
+    from pipeline.predict import check_top, read_images, top_labels
 
     check_top(top)
     check_settings(settings, need_root=False)
@@ -86,7 +85,7 @@ def predict_endpoint(settings: VertexSettings, endpoint: str, images: list[str],
     names, size = list(report["class_names"]), int(report["image_size"])
     readable, errors = read_images(images)
     answers = []
-    for chunk in online_requests(readable, size, decodes_as_conversion(report)):
+    for chunk in online_requests(readable, size):
         instances = [instance for _, instance in chunk]
         response = call("predict", lambda instances=instances: target.predict(instances=instances), settings)
         answers += [

@@ -11,13 +11,12 @@ with the vocabulary packed in them.
 from __future__ import annotations
 
 import io
-import json
 import os
 from dataclasses import dataclass
 
-from components.artifacts.exported import EXPORT_FILE, SAVED_MODEL_DIR, check_export, find_saved_model
+from components.artifacts.exported import SAVED_MODEL_DIR, check_export, find_saved_model, read_export
 from components.cli import UsageError, one_line
-from components.modalities import named
+from components.modalities import modality_of, named
 
 
 @dataclass
@@ -39,7 +38,7 @@ def locate_export(model: str) -> tuple[str, list[str]]:
 
         with open(model, "rb") as handle:  # the labels packed in the file (its metadata), else its export's
             packed = packed_labels(handle.read())
-        return model, packed or _class_names(os.path.join(os.path.dirname(os.path.abspath(model)), EXPORT_FILE))
+        return model, packed or export_report(os.path.dirname(os.path.abspath(model))).get("class_names", [])
     if not os.path.exists(model):
         raise UsageError(f"model {model} does not exist: pass the export step's output (or its saved_model/)")
     found = find_saved_model(model)
@@ -47,27 +46,16 @@ def locate_export(model: str) -> tuple[str, list[str]]:
         saved_model, report = found
         if os.path.isfile(report) or os.path.isdir(os.path.join(model, SAVED_MODEL_DIR)):
             check_export(os.path.dirname(report))  # an export: finished and intact, as its export.json records
-        return saved_model, _class_names(report)
+        return saved_model, export_report(saved_model).get("class_names", [])
     raise UsageError(
         f"model {model} is not an export: expected the export step's output (saved_model/ and export.json), "
         "a SavedModel folder or a .tflite file"
     )
 
 
-def export_report(saved_model: str) -> dict:
-    """The ``export.json`` of the export a SavedModel belongs to ({} for a SavedModel on its own)."""
-    found = find_saved_model(saved_model)
-    if found is None or not os.path.isfile(found[1]):
-        return {}
-    with open(found[1], encoding="utf-8") as handle:
-        return json.load(handle)
-
-
-def _class_names(report: str) -> list[str]:
-    if not os.path.isfile(report):
-        return []
-    with open(report, encoding="utf-8") as handle:
-        return json.load(handle).get("class_names", [])
+def export_report(model: str) -> dict:
+    """The ``export.json`` of the export a SavedModel or TFLite file belongs to ({} for one on its own)."""
+    return read_export(model) or {}
 
 
 def check_top(top: int) -> None:
@@ -95,21 +83,15 @@ def read_images(images: list[str]) -> tuple[list, list[str]]:
 def sent_bytes(content: bytes, size: int, limit: int | None = None, raw_files: bool = True) -> bytes:
     """What ``serving_default`` is sent for one image file: the file itself, as a client sends it, where the serving
     graph decodes it as the conversion does and it is at most ``limit`` bytes; otherwise (a WebP, a photo too large
-    for one online request, or any file for an export made before its graph decoded as the conversion does:
-    ``raw_files`` False) the square the conversion makes of it, ``size`` pixels, as lossless PNG, which every
-    serving graph takes exactly."""
+    for one online request, or any file for a SavedModel without the ``export.json`` that says its graph decodes as
+    the conversion does: ``raw_files`` False) the square the conversion makes of it, ``size`` pixels, as lossless
+    PNG, which every serving graph takes exactly."""
     from components.decoding import conversion_square
     from components.imaging import unserved_reason
 
     if raw_files and unserved_reason(content) is None and (limit is None or len(content) <= limit):
         return content
     return png_bytes(conversion_square(content, size))
-
-
-def decodes_as_conversion(report: dict) -> bool:
-    """Whether an export's serving graph decodes client files as the conversion does (its ``export.json`` records
-    the ``decoding`` contract); older exports get the conversion's squares instead."""
-    return "decoding" in report
 
 
 def top_labels(path: str, probabilities, class_names: list[str], top: int) -> Answer:
@@ -162,7 +144,7 @@ def _serving_answerer(saved_model: str):
     signatures = load_saved_model(saved_model).signatures
     # the model's size, from the pixels serving_images takes: [None, size, size, 3]
     size = int(signatures["serving_images"].structured_input_signature[1]["images"].shape[1])
-    raw_files = decodes_as_conversion(export_report(saved_model))
+    raw_files = bool(export_report(saved_model))  # (a SavedModel on its own: the conversion's squares)
 
     def answer(contents: list[bytes]):
         batch = tf.constant([sent_bytes(content, size, raw_files=raw_files) for content in contents])
@@ -223,9 +205,8 @@ def export_modality(model: str) -> str:
         details = Interpreter(model_content=tflite_content(model)).get_input_details()
         return TEXT_MODEL if details[0]["dtype"] == np.int32 else "image"
     found = find_saved_model(model)
-    if found and os.path.isfile(found[1]):
-        with open(found[1], encoding="utf-8") as handle:
-            return json.load(handle).get("modality", "image")
+    if found and (report := read_export(found[0])):
+        return modality_of(report).name
     if found:  # a SavedModel alone: what its serving_default takes
         inputs = load_saved_model(found[0]).signatures["serving_default"].structured_input_signature[1]
         return TEXT_MODEL if "text" in inputs else "image"

@@ -13,11 +13,9 @@ from components.cli import UsageError
 def check_step_values(values: Mapping[str, Any]) -> None:
     """One line (``UsageError``) for the first value a step would refuse; a step's config checks them on creation.
     ``values``: parameter names as the DAG and ``components.params`` spell them; None or absent: the default."""
-    from components.check_data.core import CheckDataConfig
-    from components.check_data.thresholds import parse_thresholds
-    from components.convert.core import check_split_options
-    from components.convert.text import check_text_options
-    from components.evaluate.core import EvaluateConfig
+    from components.check_data.config import CheckDataConfig, parse_thresholds
+    from components.convert.config import check_split_options, check_text_options
+    from components.evaluate.config import EvaluateConfig
     from components.imaging import AUTO_IMAGE_SIZE, image_size_mistake
     from components.params import CONVERT, EVALUATE, TEXT, TRAIN, defaults
     from components.train.config import TrainConfig

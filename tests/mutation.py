@@ -62,6 +62,7 @@ GROUPS = {
     + functions("components.evaluate.baseline", "comparability"),
     "registry decisions": [
         "components.register.core.*",
+        "components.artifacts.registry.*",
         *functions("components.register.vertex", "find_baseline", "register_version"),
     ],
     "resume keys": functions("pipeline.local.resume", "run_key", "decide")

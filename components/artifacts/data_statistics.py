@@ -5,26 +5,20 @@ registered folder."""
 
 from __future__ import annotations
 
-CHECKS_NAME = "data_checks.json"
+from components.artifacts.records import CHECKS, DATA_STATS
+
 # two thresholds of the data checks that evaluate reads too (the rest: components.check_data.thresholds.THRESHOLDS), for
 # the prediction mix, which it checks where the model in service already answers on the new data
 MIN_SPLIT_EXAMPLES = 20
 PREDICTION_MIX_WARN = 0.1
-STATS_NAME = "data_stats.json"
 NEAR_DUPLICATES_NAME = "near_duplicates.npz"
-FILES = (STATS_NAME, NEAR_DUPLICATES_NAME)
+FILES = (DATA_STATS.name, NEAR_DUPLICATES_NAME)
 
 
 def read_checks(checks_dir: str) -> dict:
     """The data checks in ``checks_dir`` (a check-data output): the rows, the warnings, the blocking reasons and
     whether they were accepted, and the baseline's note; a one-line error when it holds none."""
-    from components.cli import UsageError
-    from components.storage import exists, read_json
-
-    path = f"{checks_dir.rstrip('/')}/{CHECKS_NAME}"
-    if not exists(path):
-        raise UsageError(f"--data-checks {checks_dir} has no {CHECKS_NAME}: pass the check-data step's output")
-    found = read_json(path)
+    found = CHECKS.read(checks_dir)
     keys = ("checks", "warnings", "blocking", "accepted_data_change", "baseline_note")
     return {**{key: found[key] for key in keys}, "thresholds": found.get("thresholds", {})}
 

@@ -9,16 +9,12 @@ classification metrics schema are what the register step imports and, in the DAG
 
 from __future__ import annotations
 
-METRICS_FILE = "metrics.json"
+from components.artifacts.records import METRICS
+
 REPORT_FILE = "report.html"
 SCREENSHOT_FILE = "report.png"
 # the schema of a classification model evaluation: what the console's Evaluate tab draws
 CLASSIFICATION_METRICS_SCHEMA = "gs://google-cloud-aiplatform/schema/modelevaluation/classification_metrics_1.0.0.yaml"
-
-
-def metrics_path(folder: str) -> str:
-    """The ``metrics.json`` of an evaluation folder (a local path or a ``gs://`` URI)."""
-    return folder.rstrip("/") + "/" + METRICS_FILE
 
 
 def export_anyway(metrics: dict, output: str, evaluation_dir: str) -> str:
@@ -106,26 +102,16 @@ def keep_with_model(evaluation_dir: str, version_dir: str) -> None:
     """Copies ``metrics.json`` from ``evaluation_dir`` (an evaluate output) into ``version_dir`` (a registered
     version's folder, beside the export), so that a later run finds how the model in service answered on its own
     evaluation split; a one-line error when it holds none."""
-    from components.cli import UsageError
-    from components.storage import exists, open_read, write_atomically
-
-    source = metrics_path(evaluation_dir)
-    if not exists(source):
-        raise UsageError(f"--evaluation {evaluation_dir} has no {METRICS_FILE}: pass the evaluate step's output")
-    with open_read(source) as handle:
-        write_atomically(metrics_path(version_dir), handle.read())
+    METRICS.write(version_dir, METRICS.read(evaluation_dir))
 
 
 def kept_evaluation(model: str) -> dict | None:
     """The evaluation a registered version keeps (``keep_with_model``), for the model at ``model``: a version's
     folder or the SavedModel folder in it, which the Model Registry names; None when there is none (an export or
-    train output, a version registered before it was kept, a kept file of another layout)."""
+    train output, a version registered before it was kept, or by an older version of the pipeline)."""
     from components.artifacts.exported import version_folders
-    from components.storage import exists, read_json
 
     for place in version_folders(model):
-        if exists(metrics_path(place)):
-            found = read_json(metrics_path(place))
-            if isinstance(found, dict) and {"confusion_matrix", "class_names"} <= set(found):
-                return found
+        if (found := METRICS.read_current(place)) is not None:
+            return found
     return None

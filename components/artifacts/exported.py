@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import os
 
+from components.artifacts.records import EXPORT
 from components.cli import UsageError
 
 SAVED_MODEL_DIR = "saved_model"
-EXPORT_FILE = "export.json"
 TFLITE_FILES = {"tflite_float": "model_float.tflite", "tflite_int8": "model_int8.tflite"}
 
 
@@ -32,44 +32,49 @@ def find_saved_model(path: str) -> tuple[str, str] | None:
     folder; None when neither holds a SavedModel."""
     for saved_model in (os.path.join(path, SAVED_MODEL_DIR), path):
         if os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
-            return saved_model, os.path.join(os.path.dirname(os.path.abspath(saved_model)), EXPORT_FILE)
+            return saved_model, EXPORT.path(os.path.dirname(os.path.abspath(saved_model)))
     return None
+
+
+def export_folder(uri: str) -> str:
+    """The export folder of an export or of its ``saved_model/`` folder (local or ``gs://``)."""
+    uri = uri.rstrip("/")
+    return uri.removesuffix("/" + SAVED_MODEL_DIR)
+
+
+def read_export(uri: str) -> dict | None:
+    """The ``export.json`` of the export at ``uri`` or of its ``saved_model/`` folder; None for a SavedModel on its
+    own; a one-line error for one an older version of the pipeline made."""
+    return EXPORT.read_if_any(export_folder(uri))
 
 
 def write_export_record(output_dir: str, report: dict) -> dict:
     """Writes ``export.json`` into the (local) ``output_dir``, last, with the size and sha256 of each file there;
     returns what it wrote."""
-    from components.storage import write_json
-
     files = {}
     for folder, _, names in os.walk(output_dir):
         for name in names:
             path = os.path.join(folder, name)
             relative = os.path.relpath(path, output_dir).replace(os.sep, "/")
-            if relative != EXPORT_FILE:
+            if relative != EXPORT.name:
                 files[relative] = {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
-    record = {**report, "files": dict(sorted(files.items()))}
-    write_json(os.path.join(output_dir, EXPORT_FILE), record)
-    return record
+    return EXPORT.write(output_dir, {**report, "files": dict(sorted(files.items()))})
 
 
 def check_export(uri: str) -> dict:
     """The ``export.json`` of the export folder ``uri`` (local or ``gs://``), once every file it lists is there with
-    its size and sha256; a one-line error for an unfinished export (no ``export.json``) or a damaged one. (An
-    export made before the record listed its files is taken as it is.)"""
-    from components.storage import exists, match, read_json
+    its size and sha256; a one-line error for an unfinished export (no ``export.json``), a damaged one, or one an
+    older version of the pipeline made."""
+    from components.storage import match
 
     uri = uri.rstrip("/") if "://" in uri else os.path.abspath(uri)
     again = "export it again (python -m components.export, or the same run-local command)"
-    if not exists(f"{uri}/{EXPORT_FILE}"):
+    if not EXPORT.exists(uri):
         raise UsageError(
-            f"export {uri} is unfinished: it has no {EXPORT_FILE}, which the export step writes last; {again}"
+            f"export {uri} is unfinished: it has no {EXPORT.name}, which the export step writes last; {again}"
         )
-    try:
-        record = read_json(f"{uri}/{EXPORT_FILE}")
-        listed = dict(record.get("files") or {})
-    except (ValueError, AttributeError, TypeError):
-        raise UsageError(f"export {uri} is damaged: its {EXPORT_FILE} is not the export step's JSON; {again}") from None
+    record = EXPORT.read(uri)
+    listed = record["files"]
     sizes = {info.path[len(uri) + 1 :]: info.size_in_bytes for info in match(f"{uri}/**")}
     for relative, expected in listed.items():
         if relative not in sizes:

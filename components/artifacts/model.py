@@ -14,20 +14,15 @@ import os
 
 MODEL_FILE = "model.keras"
 WEIGHTS_FILE = "model.weights.h5"
-MODEL_CONFIG_FILE = "model_config.json"
-HISTORY_FILE = "history.json"
 REFERENCE_FILE = "reference_predictions.npz"  # arrays: probabilities [N, classes], from the validation split in order
 
 
 def load_model_config(model_dir: str) -> dict:
-    """Reads ``model_config.json``; raises ``UsageError`` when ``model_dir`` is not a trained model."""
-    from components.cli import UsageError
-    from components.storage import exists, read_json
+    """Reads ``model_config.json``; raises ``UsageError`` when ``model_dir`` is not a trained model, or one an older
+    version of the pipeline trained."""
+    from components.artifacts.records import MODEL_CONFIG
 
-    path = os.path.join(model_dir, MODEL_CONFIG_FILE)
-    if not exists(path):
-        raise UsageError(f"model dir {model_dir} has no {MODEL_CONFIG_FILE}: pass the train step's output")
-    return read_json(path)
+    return MODEL_CONFIG.read(model_dir)
 
 
 def model_digest(model_dir: str) -> str:
@@ -42,6 +37,3 @@ def model_digest(model_dir: str) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-TUNING_FILE = "tuning.json"  # in the model folder: the search's trials and the one kept

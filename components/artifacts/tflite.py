@@ -32,21 +32,21 @@ def tflite_run(content: bytes, rows, prepare):
 
 
 def tflite_predict(content: bytes, images):
-    """Class probabilities for uint8 pixels ``[N, size, size, 3]`` from a TFLite model, one image at a time: raw
-    pixels where it takes them (uint8, no quantization), else the pixels in [0, 1], quantized by its input's
-    parameters when it is integer (the int8 file: p itself; a float model exported before the scaling moved inside);
-    the output dequantized when it is integer."""
+    """Class probabilities for uint8 pixels ``[N, size, size, 3]`` from an image TFLite file of this pipeline, one
+    image at a time, the pixels as they are (the float file scales them itself; the int8 file's input quantization,
+    scale 1/255, is that scaling); the output dequantized when it is integer. A one-line error for a file that takes
+    something else (an export of an older version of the pipeline took [0, 1] floats)."""
     import numpy as np
 
+    from components.cli import UsageError
+
     def prepare(image, source):
-        value = image[np.newaxis]
-        scale, zero_point = source["quantization"]
-        if source["dtype"] == np.float32:  # an older export: [0, 1]
-            value = value.astype(np.float32) / 255.0
-        elif scale:  # a quantized input: [0, 1], quantized
-            info = np.iinfo(source["dtype"])
-            value = np.clip(np.round(value / 255.0 / scale + zero_point), info.min, info.max).astype(source["dtype"])
-        return value
+        if source["dtype"] != np.uint8:
+            raise UsageError(
+                f"this TFLite file takes {np.dtype(source['dtype']).name} pixels, not uint8 ones: it was not exported "
+                "by this version of the pipeline: export it again"
+            )
+        return image[np.newaxis]
 
     return tflite_run(content, np.asarray(images, dtype=np.uint8), prepare)
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.check_data.core import CHECKS_FILE, CheckDataConfig, run
+from components.artifacts.records import CHECKS
+from components.check_data.config import CheckDataConfig
+from components.check_data.core import run
 from components.check_data.thresholds import THRESHOLDS, parse_thresholds
 from components.cli import ArgumentParser, configure_logging, console_script
 
@@ -17,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m components.check_data",
         description="Compare a converted data version with the one the model in service learned from (label set, "
         "class mix, counts, quarantine rate, leakage, image or text distributions); writes <output>/"
-        f"{CHECKS_FILE} and the version's statistics. Exit code 1 when a blocking check fails.",
+        f"{CHECKS.name} and the version's statistics. Exit code 1 when a blocking check fails.",
     )
     parser.add_argument("--examples", dest="examples_dir", required=True, help="the convert step's output dir")
     parser.add_argument(
@@ -27,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         "output or registered model holding data_stats.json, or that version's convert output; "
         "none: the first version (it passes, and says so)",
     )
-    parser.add_argument("--output", dest="output_dir", required=True, help=f"where {CHECKS_FILE} goes")
+    parser.add_argument("--output", dest="output_dir", required=True, help=f"where {CHECKS.name} goes")
     parser.add_argument(
         "--accept-data-change",
         action="store_true",
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 "blocked": result["blocked"],
                 "blocking": result["blocking"],
                 "warnings": result["warnings"],
-                "data_checks": f"{args.output_dir.rstrip('/')}/{CHECKS_FILE}",
+                "data_checks": CHECKS.path(args.output_dir),
             }
         )
     )

@@ -20,7 +20,8 @@ def check_data(
     step, so that nothing trains, with every reason on a line of its own; returns the outcome as a JSON line."""
     import json
 
-    from components.check_data.core import CheckDataConfig, run
+    from components.check_data.config import CheckDataConfig
+    from components.check_data.core import run
     from components.check_data.thresholds import parse_thresholds
     from components.cli import start_step
     from components.storage import write_json

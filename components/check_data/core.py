@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
 
-from components.artifacts.data_statistics import CHECKS_NAME
+from components.artifacts.records import CHECKS, DATA_STATS
 from components.check_data import statistics as data_statistics
+from components.check_data.config import CheckDataConfig
 from components.check_data.distributions import (
     check_class_mix,
     check_counts,
@@ -30,45 +30,11 @@ from components.check_data.distributions import (
     check_texts,
 )
 from components.check_data.leakage import check_leakage
-from components.check_data.thresholds import THRESHOLDS, row, threshold_values, verdict_of
+from components.check_data.thresholds import row, threshold_values, verdict_of
 from components.cli import StepFailedError, UsageError
 from components.modalities import modality_of
-from components.params import CHECK_DATA, EVALUATE
 
 log = logging.getLogger(__name__)
-
-
-CHECKS_FILE = CHECKS_NAME
-
-
-@dataclass(frozen=True)
-class CheckDataConfig:
-    """What to check, against what, and how strictly.
-
-    Args:
-        examples_dir: the new version (a convert step's output).
-        baseline: the statistics of the version the model in service learned from: a folder holding
-            ``data_stats.json`` (a check-data output, or a registered model), or that version's convert output;
-            empty: none (the first version: it passes, and says so).
-        output_dir: where ``data_checks.json``, and the new version's ``data_stats.json`` and
-            ``near_duplicates.npz``, go.
-        accept_data_change: go on past blocking checks (recorded in ``data_checks.json``).
-        thresholds: overrides of ``THRESHOLDS`` by name.
-    """
-
-    examples_dir: str
-    output_dir: str
-    baseline: str = EVALUATE["baseline"].default
-    accept_data_change: bool = CHECK_DATA["accept_data_change"].default
-    thresholds: dict = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.thresholds) - set(THRESHOLDS))
-        if unknown:
-            raise UsageError(f"data threshold {unknown[0]} is not one of {', '.join(THRESHOLDS)}")
-        for name, value in self.thresholds.items():
-            if not isinstance(value, int | float) or value < 0:
-                raise UsageError(f"data threshold {name}={value} must be a number of 0 or more")
 
 
 def compare(new: dict, new_keys: dict, base: dict | None, base_keys: dict | None, limits: dict) -> list[dict]:
@@ -114,28 +80,32 @@ def load_baseline(baseline: str) -> tuple[tuple[dict, dict] | None, str, str]:
     """(statistics and near-duplicate keys or None, the folder they came from, a note when None) of ``baseline``:
     a folder with ``data_stats.json`` (a check-data output; a registered version, whose SavedModel folder the
     Vertex AI Model Registry names: its parent is looked at too), or a convert output whose statistics are computed
-    here. A model without statistics (registered before the data checks) is no baseline, with a note; a path that
-    does not exist is a one-line error."""
+    here. A model without statistics (registered before the data checks), or statistics an older version of the
+    pipeline made, are no baseline, with a note (and a warning); a path that does not exist is a one-line error."""
     from components.artifacts.exported import version_folders
-    from components.schema import STATS_FILE
-    from components.storage import exists
+    from components.artifacts.records import STATS
 
     if not baseline:
         return None, "", FIRST_VERSION
-    folder = baseline.rstrip("/")
+    folder, made_by = baseline.rstrip("/"), ""
     for place in version_folders(folder):
-        found = data_statistics.read(place)
-        if found is not None:
-            return found, place, ""
-    if exists(f"{folder}/{STATS_FILE}"):
+        if DATA_STATS.exists(place) and not (made_by := DATA_STATS.other_version(DATA_STATS.read_any(place))):
+            return data_statistics.read(place), place, ""
+    if STATS.exists(folder) and not (made_by := STATS.other_version(STATS.read_any(folder))):
         return data_statistics.compute(folder), folder, ""
+    if made_by:
+        note = (
+            f"the baseline {baseline}'s statistics were made by {made_by}: nothing to compare with; the new data's "
+            "own leakage is reported, never blocking"
+        )
+        return None, "", note
     if "://" not in folder and not os.path.exists(folder):
         raise UsageError(
             f"--baseline {baseline} does not exist: pass the check-data output, the examples or the "
             "registered model of the model in service"
         )
     note = (
-        f"the baseline {baseline} holds no {data_statistics.STATS_NAME} (an export step's output, or a model "
+        f"the baseline {baseline} holds no {DATA_STATS.name} (an export step's output, or a model "
         "registered before the data checks: a registered version keeps them): nothing to compare with; the new "
         "data's own leakage is reported, never blocking"
     )
@@ -145,7 +115,7 @@ def load_baseline(baseline: str) -> tuple[tuple[dict, dict] | None, str, str]:
 def run(config: CheckDataConfig) -> dict:
     """Computes the new version's statistics, compares them with the baseline's, writes ``data_checks.json`` and the
     statistics; returns the checks. Raises ``DataBlockedError`` (after writing) when a blocking check fails."""
-    from components.storage import check_writable, write_json
+    from components.storage import check_writable
 
     check_writable(config.output_dir, "--output")
     limits = threshold_values(config.thresholds)
@@ -172,7 +142,7 @@ def run(config: CheckDataConfig) -> dict:
         "thresholds": limits,
         "checks": rows,
     }
-    write_json(f"{config.output_dir.rstrip('/')}/{CHECKS_FILE}", result)
+    result = CHECKS.write(config.output_dir, result)
     report(result)
     if result["blocked"]:
         raise DataBlockedError(
@@ -185,8 +155,9 @@ def run(config: CheckDataConfig) -> dict:
 
 def report(result: dict) -> None:
     """A line per check that did not pass, and the outcome, to the log (the terminal, Cloud Logging)."""
-    if result["baseline_note"]:
-        log.info("check data: %s", result["baseline_note"])
+    if result["baseline_note"]:  # (a first version is as expected; a baseline without statistics to compare is not)
+        level = logging.INFO if result["baseline_note"] == FIRST_VERSION else logging.WARNING
+        log.log(level, "check data: %s", result["baseline_note"])
     # a blocking row stops the run with its reasons (DataBlockedError); one that did not (accepted) is logged here
     for found in result["checks"]:
         if found["verdict"] in ("warn", "skipped") or (found["verdict"] == "block" and not result["blocked"]):

@@ -20,12 +20,13 @@ from collections import Counter
 
 import numpy as np
 
-from components.artifacts.data_statistics import NEAR_DUPLICATES_NAME, STATS_NAME
+from components.artifacts.data_statistics import NEAR_DUPLICATES_NAME
+from components.artifacts.records import DATA_STATS
+from components.modalities import modality_of
 from components.modalities.text import TEXT
 from components.schema import SPLITS, read_stats, split_files
 from components.tokenizing import STANDARDIZATION, standardization_of
 
-FORMAT = 1  # the layout of data_stats.json; a baseline of another layout is statistics to compute again
 THUMBNAIL_SIDE = 16
 BRIGHTNESS_BINS = 256  # the mean grey level of an image, 0 to 255, rounded
 CONTRAST_BINS = 128  # the standard deviation of its grey levels, rounded, 127 and above in the last bin
@@ -45,10 +46,9 @@ def compute(
     the version's, and ``served_standardization`` (the served model's).
     """
     stats = read_stats(examples_dir)
-    text = stats.get("modality") == "text"
+    modality = modality_of(stats).name
     result = {
-        "format": FORMAT,
-        "modality": "text" if text else "image",
+        "modality": modality,
         "class_names": list(stats["class_names"]),
         "counts": stats["counts"],
         "per_class": stats["per_class"],
@@ -60,27 +60,30 @@ def compute(
         "source": stats.get("source", ""),
         "split_method": stats.get("split_method", 1),  # (a conversion that does not say was split by file bytes)
     }
-    keys = {}
-    if text:
-        own = {token: i for i, token in enumerate(TEXT.read_vocabulary(examples_dir))}
-        served = {token: i for i, token in enumerate(vocabulary)} if vocabulary else None
-        result["standardization"] = standardization_of(stats)
-        result["text"] = {}
-        for split in SPLITS:
-            result["text"][split], keys[split] = text_statistics(
-                examples_dir,
-                split,
-                own,
-                stats["sequence_length"],
-                served,
-                result["standardization"],
-                served_standardization,
-            )
-    else:
-        result["image"] = {}
-        for split in SPLITS:
-            result["image"][split], keys[split] = image_statistics(examples_dir, split)
+    of_split = SPLIT_STATISTICS[modality](examples_dir, stats, result, vocabulary, served_standardization)
+    keys, result[modality] = {}, {}
+    for split in SPLITS:
+        result[modality][split], keys[split] = of_split(split)
     return result, keys
+
+
+def image_splits(examples_dir: str, stats: dict, result: dict, vocabulary, served_standardization):
+    return lambda split: image_statistics(examples_dir, split)
+
+
+def text_splits(examples_dir: str, stats: dict, result: dict, vocabulary, served_standardization):
+    """A text split's statistics, under the version's standardisation (recorded in ``result``) and the served
+    model's."""
+    own = {token: i for i, token in enumerate(TEXT.read_vocabulary(examples_dir))}
+    served = {token: i for i, token in enumerate(vocabulary)} if vocabulary else None
+    result["standardization"] = standardization_of(stats)
+    length = stats["sequence_length"]
+    return lambda split: text_statistics(
+        examples_dir, split, own, length, served, result["standardization"], served_standardization
+    )
+
+
+SPLIT_STATISTICS = {"image": image_splits, "text": text_splits}
 
 
 def quarantine_reasons(examples_dir: str) -> dict[str, int]:
@@ -219,23 +222,21 @@ def text_statistics(
 
 def write(folder: str, statistics: dict, keys: dict[str, np.ndarray]) -> None:
     """``data_stats.json`` and ``near_duplicates.npz`` into ``folder`` (each written whole, then renamed)."""
-    from components.storage import write_atomically, write_json
+    from components.storage import write_atomically
 
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **keys)
     write_atomically(f"{folder.rstrip('/')}/{NEAR_DUPLICATES_NAME}", buffer.getvalue())
-    write_json(f"{folder.rstrip('/')}/{STATS_NAME}", statistics)
+    DATA_STATS.write(folder, statistics)
 
 
 def read(folder: str) -> tuple[dict, dict[str, np.ndarray]] | None:
-    """The statistics written by ``write`` in ``folder``; None when it holds none (or of another layout)."""
-    from components.storage import exists, open_read, read_json
+    """The statistics written by ``write`` in ``folder``; None when it holds none; a one-line error for those of
+    another version of the pipeline."""
+    from components.storage import open_read
 
-    path = f"{folder.rstrip('/')}/{STATS_NAME}"
-    if not exists(path):
-        return None
-    statistics = read_json(path)
-    if statistics.get("format") != FORMAT:
+    statistics = DATA_STATS.read_if_any(folder)
+    if statistics is None:
         return None
     with open_read(f"{folder.rstrip('/')}/{NEAR_DUPLICATES_NAME}") as handle:
         payload = handle.read()

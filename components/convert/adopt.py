@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 
 from apache_beam.io.filesystems import FileSystems
 
+from components.artifacts.records import STATS
 from components.cli import UsageError, one_line
 from components.convert.listing import fingerprint_of, match_tfrecords
-from components.schema import SPLITS, STATS_FILE, RecordError, check_class_count, read_records, small_classes
-from components.storage import write_atomically, write_json
+from components.schema import SPLITS, RecordError, check_class_count, read_records, small_classes
+from components.storage import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +246,7 @@ def adopt(config, threads: int) -> dict:
     write_atomically(f"{output_dir}/quarantine.jsonl", b"")
     lines = "".join(json.dumps(record, sort_keys=True) + "\n" for record in duplicates)
     write_atomically(f"{output_dir}/duplicates.jsonl", lines.encode())
-    write_json(f"{output_dir}/{STATS_FILE}", stats)
+    stats = STATS.write(output_dir, stats)
     log.info(
         "adopted %d records in %d files in %.1fs: %s",
         stats["num_examples"],

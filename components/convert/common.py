@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from components.cli import UsageError
 from components.modalities import modality_of
@@ -34,45 +33,6 @@ log = logging.getLogger(__name__)
 DUPLICATES_FILE = "duplicates.jsonl"
 QUARANTINE_TAG = "quarantine"
 DUPLICATE_TAG = "duplicate"
-
-
-def check_split_options(config, items: str) -> None:
-    """The fractions and the shard count a conversion config shares (images or texts): one-line errors."""
-    for name in ("validation_fraction", "test_fraction", "max_bad_fraction"):
-        value = getattr(config, name)
-        if not 0.0 <= value < 1.0:
-            raise UsageError(f"--{name.replace('_', '-')} {value} is out of range: use a fraction in [0, 1)")
-    if config.validation_fraction + config.test_fraction >= 1.0:
-        raise UsageError(f"--validation-fraction plus --test-fraction must leave some {items} for training (< 1)")
-    if config.num_shards < 0:
-        raise UsageError(f"--num-shards {config.num_shards} is negative: use 0 (automatic) or a positive count")
-
-
-def check_beam_args(args: Sequence[str], own_flags: Sequence[str] = ()) -> None:
-    """Options are passed to Beam only when some Beam pipeline option (of any runner) takes them: Beam itself would
-    only log "Unparseable argument" and go on with its defaults, so a mistyped flag of ours would be silently lost.
-    A one-line error names the first unknown one and the closest known option, ours (``own_flags``) or Beam's."""
-    import difflib
-
-    from apache_beam.options.pipeline_options import _BeamArgumentParser
-
-    parser = _BeamArgumentParser(allow_abbrev=False)
-    for option_class in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
-        option_class._add_argparse_args(parser)
-    _, unknown = parser.parse_known_args(list(args))
-    for arg in unknown:
-        if not arg.startswith("-"):
-            continue
-        name = arg.split("=", 1)[0]
-        if name in own_flags:
-            raise UsageError(f"{name} is not a Beam pipeline option: pass it as an option of its own, not to Beam")
-        known = [*own_flags, *(option for action in parser._actions for option in action.option_strings)]
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f", did you mean {close[0]}?" if close else ": see --help, and Beam's pipeline options"
-        raise UsageError(f"unknown option {name}{hint}")
-    from components.convert.staging import check_worker_code
-
-    check_worker_code(args)
 
 
 class ConversionError(RuntimeError):

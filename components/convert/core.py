@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from components.artifacts.records import STATS
 from components.cli import UsageError
 from components.convert.adopt import adopt
 from components.convert.common import (
@@ -34,9 +35,7 @@ from components.convert.common import (
     WriteShards,
     WriteUniqueShard,
     bound_beam_storage_retries,
-    check_beam_args,
     check_output_is_empty,
-    check_split_options,
     content_shard_key,
     finish_shards,
     marked_if_it_fails,
@@ -45,6 +44,7 @@ from components.convert.common import (
     warn_small_classes,
     write_records,
 )
+from components.convert.config import check_beam_args, check_split_options
 from components.convert.items import Converter, ItemSettings, worker_processes
 from components.convert.listing import FINGERPRINT_BASIS, ImageListing, is_tfrecord_source, list_source
 from components.convert.sizing import auto_image_size, auto_num_shards, typical_shorter_side
@@ -53,8 +53,8 @@ from components.convert.staging import ReadRows, default_pipeline_args, one_loca
 from components.decoding import DEFAULT_MAX_PIXELS
 from components.imaging import AUTO_IMAGE_SIZE, image_size_mistake
 from components.params import CONVERT
-from components.schema import SPLIT_METHOD, SPLITS, STATS_FILE, check_class_count, read_stats
-from components.storage import check_writable, write_json
+from components.schema import SPLIT_METHOD, SPLITS, check_class_count, read_stats
+from components.storage import check_writable
 
 log = logging.getLogger(__name__)
 
@@ -418,5 +418,5 @@ def write_stats(
         split_method=SPLIT_METHOD,
     )
     write_records(output_dir, quarantine, duplicates)
-    write_json(f"{output_dir}/{STATS_FILE}", stats)
+    stats = STATS.write(output_dir, stats)
     return stats

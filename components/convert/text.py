@@ -25,7 +25,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from components.cli import UsageError, one_line
+from components.artifacts.records import STATS
+from components.cli import one_line
 from components.convert.common import (
     DUPLICATE_TAG,
     QUARANTINE_FILE,
@@ -34,15 +35,14 @@ from components.convert.common import (
     Gather,
     KeepFirstCopy,
     WriteShards,
-    check_beam_args,
     check_output_is_empty,
-    check_split_options,
     finish_shards,
     marked_if_it_fails,
     summarize_counts,
     warn_small_classes,
     write_records,
 )
+from components.convert.config import check_beam_args, check_split_options, check_text_options
 from components.convert.split_keys import split_digest
 from components.convert.staging import ReadRows, default_pipeline_args, one_local_worker, sample_often, staged_rows
 from components.convert.text_listing import TextListing, list_text_source
@@ -50,13 +50,12 @@ from components.params import CONVERT, TEXT
 from components.schema import (
     SPLIT_METHOD,
     SPLITS,
-    STATS_FILE,
     _bytes_feature,
     _delimited,
     _int64_feature,
     check_class_count,
 )
-from components.storage import check_writable, write_atomically, write_json
+from components.storage import check_writable, write_atomically
 from components.tokenizing import (
     OUT_OF_VOCABULARY,
     PADDING,
@@ -73,17 +72,6 @@ log = logging.getLogger(__name__)
 MODALITY = "text"
 # one shard per this many texts of a split (aclImdb's 25,000 reviews: about 33 MB of TFRecords at 250 tokens)
 TEXTS_PER_SHARD = 25_000
-
-
-def check_text_options(config) -> None:
-    """The vocabulary and sequence length of a text conversion config: one-line errors."""
-    if config.vocabulary_size < 3:
-        raise UsageError(
-            f"--vocabulary-size {config.vocabulary_size} is too small: use 3 or more (the article "
-            "uses 15000; 2 ids are padding and out-of-vocabulary)"
-        )
-    if config.sequence_length < 1:
-        raise UsageError(f"--sequence-length {config.sequence_length} must be positive (the article uses 250)")
 
 
 @dataclass(frozen=True)
@@ -260,7 +248,7 @@ def write_text_stats(
     )
     write_atomically(f"{output_dir}/{VOCABULARY_FILE}", vocabulary_bytes(vocabulary))
     write_records(output_dir, quarantine, duplicates)
-    write_json(f"{output_dir}/{STATS_FILE}", stats)
+    stats = STATS.write(output_dir, stats)
     return stats
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.artifacts.evaluation import metrics_path
+from components.artifacts.records import METRICS
 from components.cli import ArgumentParser, add_param, config_from_args, configure_logging, console_script
-from components.evaluate.core import EvaluateConfig, run
+from components.evaluate.config import EvaluateConfig
+from components.evaluate.core import run
 from components.params import EVALUATE
 
 
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                 "num_examples": metrics["num_examples"],
                 "blessed": metrics["blessing"]["blessed"],
                 "reasons": metrics["blessing"]["reasons"],
-                "metrics_json": metrics_path(args.output_dir),
+                "metrics_json": METRICS.path(args.output_dir),
                 **({"report_png": (metrics.get("report_screenshot") or {}).get("path")} if args.screenshot else {}),
             }
         )

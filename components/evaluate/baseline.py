@@ -3,18 +3,20 @@ it can be compared with the candidate, loaded, and judged on the candidate's exa
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from components.artifacts.evaluation import answered_counts
 from components.artifacts.examples import Reading
-from components.artifacts.model import load_model_config
 from components.cli import UsageError
 from components.evaluate.metrics import classification_metrics, top_k_accuracy
 from components.evaluate.predictions import predict_split
 from components.modalities import Modality, modality_of
 from components.storage import gcs_fuse_path
+
+log = logging.getLogger(__name__)
 
 
 def baseline_path(baseline: str) -> str:
@@ -36,6 +38,7 @@ class Baseline:
     kind: str  # "trained" (a train step output) or "export" (an exported SavedModel)
     path: str  # the model.keras folder or the SavedModel folder, local or under /gcs/
     facts: dict  # its model_config.json (trained) or export.json (export): its modality, classes and input
+    older: str = ""  # which other version of the pipeline made it, where one did: it is not compared
 
     @property
     def modality(self) -> Modality:
@@ -56,6 +59,8 @@ def comparability(baseline: Baseline, candidate: Mapping) -> str:
     comparable: classes differ" (a scheduled retraining over a grown dataset then still blesses, exports and
     registers a good model).
     """
+    if baseline.older:
+        return f"it was made by {baseline.older}"
     ours, class_names = modality_of(candidate), list(candidate["class_names"])
     if baseline.modality is not ours:
         return f"the baseline is {baseline.modality.a_model}, the candidate {ours.a_model}"
@@ -68,28 +73,34 @@ def comparability(baseline: Baseline, candidate: Mapping) -> str:
 
 
 def check_baseline(baseline: str) -> Baseline:
-    """Finds the baseline model without loading it; one-line errors when it is missing or not a model."""
-    from components.artifacts.exported import EXPORT_FILE, find_saved_model
-    from components.storage import read_json
+    """Finds the baseline model without loading it; one-line errors when it is missing or not a model. One an older
+    version of the pipeline made is found with a warning, and not compared (``comparability``)."""
+    from components.artifacts.exported import find_saved_model
+    from components.artifacts.records import EXPORT, MODEL_CONFIG
 
     path = baseline_path(baseline)
     found_export = find_saved_model(path)
     if found_export is None:
-        try:
-            config = load_model_config(path)
-        except UsageError:
+        if not MODEL_CONFIG.exists(path):
             raise UsageError(
                 f"baseline {baseline} is not a trained or exported model: expected a train or export step output"
-            ) from None
-        found = Baseline("trained", path, config)
+            )
+        found = Baseline("trained", path, MODEL_CONFIG.read_any(path))
+        older = MODEL_CONFIG.other_version(found.facts)
     else:
         saved_model, report = found_export
-        if not os.path.isfile(report):
+        folder = os.path.dirname(report)
+        if not EXPORT.exists(folder):
             raise UsageError(
-                f"baseline {baseline} has no {EXPORT_FILE} beside its SavedModel: pass a model this pipeline exported"
+                f"baseline {baseline} has no {EXPORT.name} beside its SavedModel: pass a model this pipeline exported"
             )
-        # (what an export takes is read from its serving_images signature when it is loaded)
-        found = Baseline("export", saved_model, read_json(report))
+        found = Baseline("export", saved_model, EXPORT.read_any(folder))
+        older = EXPORT.other_version(found.facts)
+    if older:
+        log.warning(
+            "baseline %s was made by %s: it is not compared; the value threshold alone decides", baseline, older
+        )
+        found = Baseline(found.kind, found.path, found.facts, older)
     return found
 
 

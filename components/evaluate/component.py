@@ -29,7 +29,8 @@ def evaluate(
 
     from components.artifacts.evaluation import sliced_metrics
     from components.cli import start_step
-    from components.evaluate.core import EvaluateConfig, run
+    from components.evaluate.config import EvaluateConfig
+    from components.evaluate.core import run
     from components.storage import write_json
 
     start_step()
@@ -85,12 +86,9 @@ def evaluate(
 def not_blessed(evaluation: Input[Artifact]) -> str:
     """The branch of a run whose model is not blessed: says why; nothing is exported or registered, and the run
     still succeeds. Returns "" (no exported model)."""
-    import json
+    from components.artifacts.records import METRICS
 
-    from components.artifacts.evaluation import metrics_path
-
-    with open(metrics_path(evaluation.path), encoding="utf-8") as handle:
-        metrics = json.load(handle)
+    metrics = METRICS.read(evaluation.path)
     import logging
     import os
 

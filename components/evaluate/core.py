@@ -14,21 +14,20 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 
-from components.artifacts.evaluation import METRICS_FILE
-from components.artifacts.model import HISTORY_FILE, load_model_config
+from components.artifacts.model import load_model_config
+from components.artifacts.records import HISTORY, METRICS
 from components.browser import draw_report
 from components.cli import UsageError
 from components.evaluate.baseline import baseline_figures, check_baseline, comparability
-from components.evaluate.blessing import bless, check_fraction, prediction_mix
+from components.evaluate.blessing import bless, prediction_mix
+from components.evaluate.config import EvaluateConfig
 from components.evaluate.metrics import classification_metrics, ranking_metrics, top_k_accuracy
 from components.evaluate.predictions import client_file_accuracy, predict_split
 from components.modalities import check_examples_match, input_size, modality_of
 from components.models import load_trained_model
-from components.params import EVALUATE
 from components.schema import read_stats
-from components.storage import check_writable, write_json
+from components.storage import check_writable
 
 log = logging.getLogger(__name__)
 
@@ -54,30 +53,6 @@ TRAINING_FACTS = (
 
 
 TOP_K = 3
-
-
-@dataclass(frozen=True)
-class EvaluateConfig:
-    """Args: examples_dir (the convert output), model_dir (the train output), output_dir (gets ``metrics.json``);
-    min_accuracy, baseline and max_accuracy_drop decide the blessing. The baseline (empty: none) is the last blessed
-    model: a train step output, an export step output, or its ``saved_model/`` folder as the Vertex AI Model
-    Registry holds it (``gs://`` is read through Vertex AI's ``/gcs/`` mount). ``screenshot``: also draw the report
-    in a headless browser into ``report.png`` beside it (``components.browser``). ``data_checks``: the
-    check-data step's output, whose checks the report shows ("": none)."""
-
-    examples_dir: str
-    model_dir: str
-    output_dir: str
-    split: str = "test"
-    min_accuracy: float = EVALUATE["min_accuracy"].default
-    baseline: str = EVALUATE["baseline"].default
-    max_accuracy_drop: float = EVALUATE["max_accuracy_drop"].default
-    screenshot: bool = False  # also save report.png, as a headless browser draws the report (a few seconds)
-    data_checks: str = ""
-
-    def __post_init__(self) -> None:
-        check_fraction("--min-accuracy", self.min_accuracy)
-        check_fraction("--max-accuracy-drop", self.max_accuracy_drop)
 
 
 def run(config: EvaluateConfig) -> dict:
@@ -177,7 +152,7 @@ def _evaluate(config: EvaluateConfig) -> dict:
     metrics["report_html"] = write_report(config, metrics, wrong, history)
     if config.screenshot:
         metrics["report_screenshot"] = draw_report(metrics["report_html"])
-    write_json(os.path.join(config.output_dir, METRICS_FILE), metrics)
+    metrics = METRICS.write(config.output_dir, metrics)
     log.info("%s accuracy %.4f on %d examples", config.split, metrics["accuracy"], metrics["num_examples"])
     blessing = metrics["blessing"]
     log.info("%s: %s", "blessed" if blessing["blessed"] else "NOT blessed", "; ".join(blessing["reasons"]))
@@ -187,10 +162,7 @@ def _evaluate(config: EvaluateConfig) -> dict:
 def read_history(model_dir: str) -> dict | None:
     """The model artifact's ``history.json`` (curves, and ``not_learning``: train's word that its run did not
     learn), or None for a model without one."""
-    from components.storage import exists, read_json
-
-    path = os.path.join(model_dir, HISTORY_FILE)
-    return read_json(path) if exists(path) else None
+    return HISTORY.read_if_any(model_dir)
 
 
 def write_report(config: EvaluateConfig, metrics: dict, wrong, history: dict | None) -> str:

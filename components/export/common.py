@@ -39,14 +39,14 @@ class ExportConfig:
 
 def check_evaluation(evaluation_dir: str) -> None:
     """A one-line error when ``evaluation_dir`` is not an evaluate step's output (before the slow work)."""
-    from components.artifacts.evaluation import METRICS_FILE, REPORT_FILE, metrics_path
+    from components.artifacts.evaluation import REPORT_FILE
+    from components.artifacts.records import METRICS
     from components.cli import UsageError
-    from components.storage import exists, read_json
+    from components.storage import exists
 
-    for name in (METRICS_FILE, REPORT_FILE):
-        if not exists(f"{evaluation_dir.rstrip('/')}/{name}"):
-            raise UsageError(f"--evaluation {evaluation_dir} has no {name}: pass the evaluate step's output folder")
-    split = read_json(metrics_path(evaluation_dir)).get("split", "test")
+    split = METRICS.read(evaluation_dir)["split"]
+    if not exists(f"{evaluation_dir.rstrip('/')}/{REPORT_FILE}"):
+        raise UsageError(f"evaluation {evaluation_dir} has no {REPORT_FILE}: pass the evaluate step's output")
     if split != "test":  # the served figure is the test split's, and the report's figures must be of the same
         raise UsageError(
             f"--evaluation {evaluation_dir} evaluated the {split} split: pass an evaluation of the test "
@@ -61,11 +61,12 @@ def served_report(config: ExportConfig, record: dict) -> dict:
     if not config.evaluation_dir:
         return {}
     from components.artifacts.data_statistics import test_copies
-    from components.artifacts.evaluation import REPORT_FILE, metrics_path
+    from components.artifacts.evaluation import REPORT_FILE
+    from components.artifacts.records import METRICS
     from components.artifacts.served import with_served
-    from components.storage import read_bytes, read_json, write_atomically
+    from components.storage import read_bytes, write_atomically
 
-    metrics = read_json(metrics_path(config.evaluation_dir))
+    metrics = METRICS.read(config.evaluation_dir)
     facts = {
         "counts": {"test": metrics["num_examples"]},
         "test_accuracy": metrics["accuracy"],

@@ -35,7 +35,7 @@ from components.export.common import (
 from components.export.tflite_metadata import classifier_files
 from components.imaging import DECODING, TFLITE_INPUT
 from components.modalities.image import IMAGE
-from components.models import INPUT_PIXELS, load_trained_model
+from components.models import load_trained_model
 from components.schema import parse_example, split_files
 from components.storage import write_atomically
 
@@ -304,7 +304,6 @@ def export_image(config: ExportConfig) -> dict:
         "decoding": DECODING,
         "class_names": model_config["class_names"],
         "image_size": model_config["image_size"],
-        "input_pixels": INPUT_PIXELS,  # serving_images and the TFLite files take uint8 pixels
         "trained_precision": model_config["precision"],
         "trained_backend": crossed["trained_backend"],
         "model_digest": digest,  # the trained weights' sha256: the model's identity

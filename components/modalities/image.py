@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from components.artifacts.examples import Reading
 from components.cli import UsageError
 from components.modalities.base import Modality
-from components.models.spec import IMAGE_DTYPE, ModelSpec
+from components.models.spec import ModelSpec
 
 
 class Image(Modality):
@@ -51,35 +51,26 @@ class Image(Modality):
             )
 
     def model_input_facts(self, stats: Mapping, vocabulary: list | None) -> dict:
-        # uint8 pixels, scaled inside the model (components.models.INPUT_PIXELS)
-        return {"image_size": stats["image_size"], "input_pixels": IMAGE_DTYPE}
+        return {"image_size": stats["image_size"]}  # (uint8 pixels: the model scales them itself)
 
     def baseline_differs(self, baseline: Mapping, candidate: Mapping, baseline_kind: str) -> str:
         ours, theirs = int(candidate["image_size"]), int(baseline["image_size"])
         return "" if ours == theirs else f"image size differs (baseline {theirs} px, candidate {ours} px)"
 
     def load_baseline(self, kind: str, path: str, facts: Mapping):
-        """Fed uint8 pixels. A trained baseline made before the models scaled their pixels themselves (its config
-        without ``input_pixels: uint8``) is fed them in [0, 1], as it was trained; an export, through its
-        ``serving_images`` signature, in the type it takes."""
+        """Fed uint8 pixels: a trained model scales them itself, an export takes them through its ``serving_images``
+        signature."""
         import tensorflow as tf
 
         from components.models import load_trained_model
 
         if kind == "trained":
-            model = load_trained_model(path)
-            if facts.get("input_pixels", "") == IMAGE_DTYPE:
-                return model
-            return lambda images, training=False: model(tf.cast(images, tf.float32) / 255.0, training=training)
+            return load_trained_model(path)
         signatures = tf.saved_model.load(path).signatures
         if "serving_images" not in signatures:
             raise UsageError(f"baseline {path} has no serving_images signature: pass a model this pipeline exported")
         serving = signatures["serving_images"]
-        wanted = serving.structured_input_signature[1]["images"].dtype
-        scale = 1.0 if wanted == tf.uint8 else 1.0 / 255.0
-        return lambda images, training=False: serving(images=tf.cast(tf.cast(images, tf.float32) * scale, wanted))[
-            "probabilities"
-        ]
+        return lambda images, training=False: serving(images=tf.cast(images, tf.uint8))["probabilities"]
 
     def check_model_takes(self, loaded, facts: Mapping, where: str) -> None:
         from components.models import check_image_size

@@ -29,7 +29,7 @@ from components.models.source import (
     parse_ref,
     resolve_hparams,
 )
-from components.models.spec import IMAGE_DTYPE, ModelSpec
+from components.models.spec import ModelSpec
 
 __all__ = [
     "AUTO_MODEL",
@@ -37,7 +37,6 @@ __all__ = [
     "BATCH_NORM_MODELS",
     "BUILTINS",
     "DEFAULT_MODELS",
-    "INPUT_PIXELS",
     "SOURCE_DIR",
     "Backbone",
     "LoadedModel",
@@ -55,9 +54,6 @@ __all__ = [
     "resolve_auto",
     "resolve_hparams",
 ]
-
-# what an image model takes, recorded with the model and its export
-INPUT_PIXELS = IMAGE_DTYPE
 
 
 def resolve_auto(ref: ModelRef, modality: str) -> ModelRef:
@@ -126,12 +122,11 @@ def load_trained_model(model_dir: str, model_config: dict | None = None):
     registered first by importing the file it was built from."""
     import keras
 
-    from components.artifacts.model import MODEL_CONFIG_FILE, MODEL_FILE
-    from components.storage import exists, read_json
+    from components.artifacts.model import MODEL_FILE
+    from components.artifacts.records import MODEL_CONFIG
 
     if model_config is None:  # (a baseline saved by hand may have none: a model of Keras's own layers)
-        path = os.path.join(model_dir, MODEL_CONFIG_FILE)
-        model_config = read_json(path) if exists(path) else {}
+        model_config = MODEL_CONFIG.read_if_any(model_dir) or {}
     if (model_config.get("model") or {}).get("kind", "builtin") != "builtin":
         load_trained(model_config, model_dir)  # (its import registers the model's custom layers)
     import components.models.text_layers  # noqa: F401 (registers the built-in models' own layers)

@@ -96,7 +96,7 @@ IN_PROGRESS_SECONDS = 3600  # a copy written to more recently may be a registrat
 def unfinished_versions(root: str, remove: bool) -> int:
     """Prints each unfinished copy of the registry ``root`` (a line each), and with ``remove`` deletes those not
     written to for ``IN_PROGRESS_SECONDS``, taking the registry's turn first (locally)."""
-    from components.register.core import FolderRegistry
+    from components.artifacts.registry import FolderRegistry
     from components.storage import remove_tree
 
     registry = FolderRegistry(root)

@@ -162,7 +162,7 @@ def find_baseline(display_name: str, baseline: str, model_root: str, settings: V
     """The DAG's baseline: ``baseline`` when given; else the model in service: the default version of the Vertex AI
     Model Registry's ``display_name`` (``settings``), or of the folder registry ``model_root`` (``settings`` None);
     else "" (the first run is judged on its value thresholds alone)."""
-    from components.register.core import FolderRegistry
+    from components.artifacts.registry import FolderRegistry
 
     if baseline or not display_name:
         log.info(f"baseline: {baseline or 'none'} (as given)")
@@ -202,17 +202,15 @@ def register_version(
 
     ``judged``: ``baseline`` is the model evaluate judged the candidate against ("": none), so the registry's default
     must still be it (``FolderRegistry.check_default_is``); False for a registration by hand with no baseline."""
-    from components.artifacts.evaluation import metrics_path
     from components.artifacts.exported import check_export
+    from components.artifacts.records import METRICS
+    from components.artifacts.registry import FolderRegistry, check_still_default
     from components.register.core import (
-        FolderRegistry,
-        check_still_default,
         decision,
         default_model_root,
         model_code_record,
         same_as_baseline,
     )
-    from components.storage import read_json
 
     if not display_name:
         log.info("model_display_name is empty: the blessed export is not registered")
@@ -244,7 +242,7 @@ def register_version(
             log.info(f"registered {export_uri} as version {version.number} of {root}")
             return decision("registered", version=version.number, uri=version.uri)
         # (in its turn too: the next registration checks the Model Registry's default after this one set it)
-        metrics = read_json(metrics_path(evaluation)) if evaluation else None
+        metrics = METRICS.read(evaluation) if evaluation else None
         result = register_blessed(settings, version.uri, display_name, pipeline_run, metrics)
         registry.set_default(version.number)  # once the Model Registry serves it: the two agree on the default
     return decision(

@@ -8,11 +8,12 @@ import os
 import shutil
 
 from components.artifacts.checkpoints import BACKUP_DIR, FINE_TUNE_BACKUP_DIR
-from components.artifacts.model import HISTORY_FILE, MODEL_CONFIG_FILE, MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE
+from components.artifacts.model import MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE
+from components.artifacts.records import HISTORY, MODEL_CONFIG
 from components.learning import not_learning
 from components.modalities import named
 from components.models import SOURCE_DIR, LoadedModel
-from components.storage import read_json, write_atomically, write_json
+from components.storage import write_atomically
 from components.tokenizing import VOCABULARY_FILE, vocabulary_bytes
 from components.train import writer_lock
 from components.train.callbacks import EPOCH_LOG_FILE, read_epoch_log
@@ -113,9 +114,8 @@ def save_results(
         if os.path.isdir(dirs.checkpoint_dir) and not os.listdir(dirs.checkpoint_dir):
             os.rmdir(dirs.checkpoint_dir)
     placement.barrier("model saved")
-    history_path = os.path.join(dirs.model_dir, HISTORY_FILE)
-    if not placement.is_chief and os.path.exists(history_path):  # every host reports what process 0 wrote
-        history = read_json(history_path)
+    if not placement.is_chief and HISTORY.exists(dirs.model_dir):  # every host reports what process 0 wrote
+        history = HISTORY.read(dirs.model_dir)
         curves, not_learned = history["history"], history.get("not_learning")
         kept = {name: history.get(name) for name in ("kept_epoch", "kept_index", "stopped_after_epoch")}
     return curves, not_learned, kept
@@ -142,7 +142,7 @@ def save_model_artifact(
     # on TPUs under JAX load into export's TensorFlow model on a CPU
     model.save(os.path.join(model_dir, MODEL_FILE))
     model.save_weights(os.path.join(model_dir, WEIGHTS_FILE))
-    write_json(os.path.join(model_dir, MODEL_CONFIG_FILE), model_config)
+    MODEL_CONFIG.write(model_dir, model_config)
     history = {
         "epochs": len(next(iter(curves.values()), [])),
         "resumed_after_epoch": resumed_after,
@@ -151,6 +151,6 @@ def save_model_artifact(
         "history": curves,
         **{name: (kept or {}).get(name) for name in ("kept_epoch", "kept_index", "stopped_after_epoch", "patience")},
     }
-    write_json(os.path.join(model_dir, HISTORY_FILE), history)
+    HISTORY.write(model_dir, history)
     if reference is not None:
         np.savez(os.path.join(model_dir, REFERENCE_FILE), probabilities=reference)

@@ -28,7 +28,6 @@ import os
 import shutil
 from collections.abc import Mapping
 
-from components.artifacts.model import TUNING_FILE
 from components.cli import UsageError
 from components.modalities import modality_of, named
 from components.models import BACKBONES
@@ -108,10 +107,10 @@ def space_for(model_name: str, weights: str, examples_dir: str) -> dict:
     train split (the examples' ``stats.json``, local or ``gs://``)."""
     from components.models import load, parse_ref, resolve_auto
     from components.models.source import declared_space
-    from components.storage import read_json
+    from components.schema import read_stats
     from components.train.transfer import resolve_weights_choice
 
-    stats = read_json(os.path.join(examples_dir, "stats.json"))
+    stats = read_stats(examples_dir)
     if not stats["counts"].get("validation"):  # before any trial trains: every one of them would end on this
         raise UsageError(NO_VALIDATION.format(examples=examples_dir))
     modality = modality_of(stats).name
@@ -119,18 +118,6 @@ def space_for(model_name: str, weights: str, examples_dir: str) -> dict:
     declared = declared_space(load(ref)) if ref.kind != "builtin" else {}  # (a model of one's own imports Keras)
     weights = resolve_weights_choice(weights, ref.text)
     return search_space(ref.text, weights, stats["counts"]["train"], declared, modality)
-
-
-def study_spec_metrics() -> list[dict]:
-    """The tuning job's ``study_spec_metrics``: ``val_accuracy``, maximised (GCPC's serialisation, its goal by name,
-    as ``study_spec_parameters`` says why)."""
-    from google.cloud.aiplatform_v1.types import study
-    from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import serialize_metrics
-
-    return [
-        {**metric, "goal": study.StudySpec.MetricSpec.GoalType(metric["goal"]).name}
-        for metric in serialize_metrics({METRIC: GOAL})
-    ]
 
 
 def sample(space: Mapping, count: int, seed: int) -> list[dict]:
@@ -231,6 +218,7 @@ def search(config, trials: int, env: Mapping[str, str] | None = None) -> dict:
     ``config.model_dir``, with ``tuning.json`` beside it. A finished trial is not run again when the search is
     started again (each trial's own checkpoints resume an interrupted one). Returns the best run's result, with
     ``tuning`` (what ``tuning.json`` holds)."""
+    from components.artifacts.records import TUNING
     from components.schema import read_stats
     from components.storage import write_json
     from components.train.config import resolve_output_dirs
@@ -241,7 +229,7 @@ def search(config, trials: int, env: Mapping[str, str] | None = None) -> dict:
         raise UsageError(f"--tune-trials {trials}: give 1 or more trials (0: no search)")
     dirs = resolve_output_dirs(config, env)
     # the backend first: a model of one's own, imported for the ranges it declares, imports Keras
-    activated_backend(config, env, read_stats(config.examples_dir).get("modality", "image"))
+    activated_backend(config, env, modality_of(read_stats(config.examples_dir)).name)
     space = space_for(config.model_name, config.weights, config.examples_dir)
     drawn = sample(space, trials, config.seed)
     done = []
@@ -280,7 +268,7 @@ def search(config, trials: int, env: Mapping[str, str] | None = None) -> dict:
         "trials": [{key: entry[key] for key in ("trial", "parameters", METRIC)} for entry in done],
         "best": {key: best[key] for key in ("trial", "parameters", METRIC)},
     }
-    write_json(os.path.join(dirs.model_dir, TUNING_FILE), tuning)
+    TUNING.write(dirs.model_dir, tuning)
     log.info(
         "tuning: trial %d of %d kept (%s %.4f): %s",
         best["trial"],

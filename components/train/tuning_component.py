@@ -103,3 +103,17 @@ def make_components(base_image: str):
         dsl.component(tuning_spec, base_image=base_image, install_kfp_package=False),
         dsl.component(best_trial, base_image=base_image, install_kfp_package=False),
     )
+
+
+def study_spec_metrics() -> list[dict]:
+    """The tuning job's ``study_spec_metrics``: ``val_accuracy``, maximised (GCPC's serialisation, its goal by name,
+    as ``study_spec_parameters`` says why)."""
+    from google.cloud.aiplatform_v1.types import study
+    from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import serialize_metrics
+
+    from components.train.tuning import GOAL, METRIC
+
+    return [
+        {**metric, "goal": study.StudySpec.MetricSpec.GoalType(metric["goal"]).name}
+        for metric in serialize_metrics({METRIC: GOAL})
+    ]

@@ -9,8 +9,7 @@ import os
 from components.cli import UsageError, comma_separated, image_size_flag
 from components.params import CONVERT, EVALUATE, TRAIN, TUNE, flag_of
 from components.schema import MODALITIES
-from components.train.config import LR_SCHEDULES
-from components.train.placement import BACKENDS, PRECISIONS
+from components.train.config import BACKENDS, LR_SCHEDULES, PRECISIONS
 from pipeline.accelerators import ACCELERATORS, DEFAULT_ACCELERATOR
 from pipeline.images import DEFAULT_REGISTRY, DEFAULT_TAG, Images
 from pipeline.local import DEMO_EPOCHS
@@ -218,7 +217,7 @@ def check(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> None:
                 f"--{name.replace('_', '-')} {getattr(args, name)} is too small: use {least} or more, "
                 "or leave it out for the default"
             )
-    from components.convert.core import check_beam_args
+    from components.convert.config import check_beam_args
 
     check_beam_args(args.beam_args, list(chosen._option_string_actions))
     from components.models import DEFAULT_MODELS, check_image_size, load, parse_ref
@@ -226,15 +225,13 @@ def check(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> None:
     ref = parse_ref(args.model_name or "auto")
     if ref.kind == "builtin" and args.image_size:  # (auto takes what every model takes)
         check_image_size(load(DEFAULT_MODELS["image"] if ref.text == "auto" else ref.text), args.image_size)
-    from components.evaluate.baseline import baseline_path
     from pipeline.step_values import check_step_values
 
     check_step_values(vars(args))
     if args.baseline_model is not None:  # checked before anything is written, as evaluate will check it
-        from components.evaluate.baseline import check_baseline
+        from components.evaluate.config import check_baseline_model
 
-        args.baseline_model = os.path.abspath(baseline_path(args.baseline_model))
-        check_baseline(args.baseline_model)
+        args.baseline_model = check_baseline_model(args.baseline_model)
     if args.screenshot:  # before the run, not after it
         from components.browser import find_browser
 

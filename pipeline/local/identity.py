@@ -13,8 +13,8 @@ from pipeline.local.config import DEMO_EPOCHS, DEMO_IMAGE_SIZE, MODEL_CHECK_LOG,
 def check_registry(registry: str) -> str:
     """The folder registry as an absolute path, checked before anything runs (a one-line error for a file, a folder
     that is not a registry, or a cloud path: the local run's evaluate reads the baseline from this machine)."""
+    from components.artifacts.registry import FolderRegistry
     from components.cli import UsageError
-    from components.register.core import FolderRegistry
     from components.storage import check_writable
 
     if "://" in registry:
@@ -68,35 +68,27 @@ def provisional_spec(source: str, parameters: dict, demo: bool):
     """What the model will be given, as far as it is known before the conversion: the source's classes, the image
     size given (auto: the demo's 32, else the largest that auto takes) or the texts' length and vocabulary; None for
     TFRecords, whose classes only their conversion reads."""
-    from components.convert.listing import is_tfrecord_source, list_source, resolve_modality
-    from components.convert.text_listing import list_text_source
+    from components.convert.config import listed_classes
     from components.imaging import MAX_AUTO_IMAGE_SIZE
-    from components.modalities.text import TEXT as TEXTS
-    from components.models import ModelSpec
+    from components.modalities import named
     from components.params import CONVERT, TEXT
-    from components.schema import check_class_count
 
     given = {**{name: param.default for name, param in {**CONVERT, **TEXT}.items()}, **parameters}
     text = {name: given[name] for name in ("text_column", "label_column")}
-    classes = given["classes"] or ()
-    if resolve_modality(given["modality"], source, **text) == "text":
-        TEXTS.check_augment(bool(given.get("augment")))
-        names = list_text_source(source, classes, **text).class_names
-        check_class_count(names, source)
-        return ModelSpec.for_texts(int(given["sequence_length"]), int(given["vocabulary_size"]), len(names), names)
-    if is_tfrecord_source(source):
+    listed = listed_classes(source, given["classes"] or (), given["modality"], **text)
+    if listed is None:
         return None
-    names = list_source(source, classes).class_names
-    check_class_count(names, source)  # (before anything is written, as the conversion would check it)
+    modality, names = named(listed[0]), listed[1]
+    modality.check_augment(bool(given.get("augment")))
     size = given["image_size"] or (DEMO_IMAGE_SIZE if demo else MAX_AUTO_IMAGE_SIZE)
-    return ModelSpec.for_images(int(size), len(names), names)
+    return modality.spec({**given, "image_size": size, "num_classes": len(names), "class_names": names})
 
 
 def resolve_source(config: LocalRunConfig) -> tuple[str, str]:
     """The source the DAG reads, and its fingerprint: the user's (absolute), checked as the fingerprint step will
     check it, so that a wrong path fails in one line before anything is written; or the demo digits, written under
     the work dir."""
-    from components.convert.fingerprint import fingerprint_source
+    from components.convert.config import fingerprint_source
     from components.demo_data import write_digits
 
     if not config.source:

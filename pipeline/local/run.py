@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from components.artifacts.evaluation import REPORT_FILE, metrics_path
-from components.artifacts.exported import EXPORT_FILE
+from components.artifacts.evaluation import REPORT_FILE
+from components.artifacts.records import EXPORT, METRICS
 from components.artifacts.served import served_figure
 from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
 from pipeline.local.config import SUMMARY_FILE, LocalRunConfig
@@ -270,18 +270,17 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
     """The summary of a run that finished: what each step made, the verdict, the formats, the registry."""
     from components.artifacts.model import load_model_config
     from components.schema import read_stats
-    from components.storage import read_json
     from pipeline.dag import PIPELINE_NAME
 
     this_run = sorted(set(os.listdir(run.pipeline_root)) - run.earlier_runs)
     run_dir = os.path.join(run.pipeline_root, this_run[-1]) if this_run else ""
     examples_dir = outputs["examples"].path
     stats = read_stats(examples_dir)
-    metrics_json = metrics_path(outputs["evaluation"].path)
-    metrics = read_json(metrics_json)
+    metrics_json = METRICS.path(outputs["evaluation"].path)
+    metrics = METRICS.read(outputs["evaluation"].path)
     exported_dir = outputs["exported_model_uri"]  # empty: not blessed, so not exported
-    export_json = os.path.join(exported_dir, EXPORT_FILE) if exported_dir else None
-    export_report = read_json(export_json) if export_json else {}
+    export_json = EXPORT.path(exported_dir) if exported_dir else None
+    export_report = EXPORT.read(exported_dir) if exported_dir else {}
     model_config = load_model_config(outputs["model"].path)
     checks_dir = outputs["data_checks"].path
     produced = {
@@ -344,7 +343,8 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
 def data_checks_outcome(checks_dir: str) -> dict:
     """The check-data step's outcome, from its ``data_checks.json``: the warnings, the blocking reasons accepted
     (``--accept-data-change``), the baseline's note and where the file is."""
-    from components.artifacts.data_statistics import CHECKS_NAME, read_checks, test_copies
+    from components.artifacts.data_statistics import read_checks, test_copies
+    from components.artifacts.records import CHECKS
 
     found = read_checks(checks_dir)
     return {
@@ -353,7 +353,7 @@ def data_checks_outcome(checks_dir: str) -> dict:
         "warnings": found["warnings"],
         "accepted": found["blocking"] if found["accepted_data_change"] else [],
         "note": found["baseline_note"],
-        "path": os.path.join(checks_dir, CHECKS_NAME),
+        "path": CHECKS.path(checks_dir),
     }
 
 

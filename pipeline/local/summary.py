@@ -33,18 +33,15 @@ def training_run(model_dir: str, model_config: dict, spec: dict, parameters: dic
     """The epochs, learning rate and schedule the run used (as the train step recorded them in ``model_config``:
     given, or what auto resolved to), and where training ended: the final epoch's validation accuracy; after how many
     epochs it resumed from a checkpoint (0: it did not)."""
-    from components.artifacts.model import HISTORY_FILE, TUNING_FILE
-    from components.storage import exists, read_json
+    from components.artifacts.records import HISTORY, TUNING
 
     used = {name: parameter_used(name, spec, parameters) for name in ("epochs", "learning_rate", "lr_schedule")}
     used.update({name: model_config[name] for name in ("epochs", "learning_rate") if model_config.get(name)})
     used["epochs"] = int(used["epochs"])
-    path = os.path.join(model_dir, HISTORY_FILE)
-    recorded = read_json(path) if exists(path) else {}
+    recorded = HISTORY.read_if_any(model_dir) or {}
     accuracies = recorded.get("history", {}).get("val_accuracy") or [None]
     kept = recorded.get("kept_index")  # the epoch whose weights the model has (the best), else the last
-    tuning_path = os.path.join(model_dir, TUNING_FILE)
-    tuning = read_json(tuning_path) if exists(tuning_path) else None
+    tuning = TUNING.read_if_any(model_dir)
     if tuning:  # a search: the kept trial's values are the run's
         used.update({name: value for name, value in tuning["best"]["parameters"].items() if name in used})
     return {

@@ -13,8 +13,9 @@ import warnings
 import numpy as np
 import pytest
 
+from components.artifacts.records import CHECKS, DATA_STATS
 from components.check_data import statistics as data_statistics
-from components.check_data.core import CHECKS_FILE, CheckDataConfig, DataBlockedError, compare
+from components.check_data.core import CheckDataConfig, DataBlockedError, compare
 from components.check_data.distributions import jensen_shannon
 from components.check_data.leakage import check_leakage
 from components.check_data.thresholds import threshold_values, verdict_of
@@ -52,7 +53,7 @@ def version(
         sizes["aspect"][round(width / 480 / data_statistics.ASPECT_STEP)] = total
         image[split] = {"brightness": levels, "contrast": spread, "formats": {"jpg": total}, **sizes}
     statistics = {
-        "format": data_statistics.FORMAT,
+        "format_version": DATA_STATS.version,
         "modality": "image",
         "class_names": [name for name in CLASSES if any(counts[split].get(name) for split in counts)],
         "counts": {split: sum(found.values()) for split, found in counts.items()},
@@ -727,13 +728,13 @@ def test_the_same_source_converted_twice_passes_clean(digits, tmp_path):
     second = convert(digits, str(tmp_path / "second"))
     done = check("--examples", second, "--baseline", first, "--output", str(tmp_path / "checks"))
     assert done.returncode == 0, done.stderr
-    result = json.loads((tmp_path / "checks" / CHECKS_FILE).read_text())
+    result = json.loads((tmp_path / "checks" / CHECKS.name).read_text())
     assert not result["blocked"] and result["warnings"] == []
     assert {found["verdict"] for found in result["checks"]} == {"pass"}
     # its statistics, written beside, are a baseline as they are: the next run compares with them alone
     third = check("--examples", second, "--baseline", str(tmp_path / "checks"), "--output", str(tmp_path / "again"))
     assert third.returncode == 0, third.stderr
-    again = json.loads((tmp_path / "again" / CHECKS_FILE).read_text())
+    again = json.loads((tmp_path / "again" / CHECKS.name).read_text())
     assert [found["value"] for found in again["checks"]] == [found["value"] for found in result["checks"]]
 
 
@@ -763,7 +764,7 @@ def test_the_split_keeps_re_encoded_copies_together(digits, tmp_path):
     examples = convert(str(tmp_path / "copied"), str(tmp_path / "examples"))
     done = check("--examples", examples, "--output", str(tmp_path / "checks"))
     assert done.returncode == 0, done.stderr
-    result = json.loads((tmp_path / "checks" / CHECKS_FILE).read_text())
+    result = json.loads((tmp_path / "checks" / CHECKS.name).read_text())
     leak = next(found for found in result["checks"] if found["check"] == "leakage across splits")
     assert leak["value"] < 0.1, leak
 
@@ -790,7 +791,7 @@ def test_re_encoded_copies_spread_over_the_splits_block_the_run(digits, tmp_path
     assert lines[-1] == (
         "  (pass --accept-data-change, the DAG's accept_data_change, to train on it anyway; the run records it)"
     )
-    result = json.loads((tmp_path / "checks" / CHECKS_FILE).read_text())
+    result = json.loads((tmp_path / "checks" / CHECKS.name).read_text())
     assert result["blocked"] and len(result["blocking"]) == len(reasons)
     leak = next(found for found in result["checks"] if found["check"] == "leakage across splits")
     assert leak["value"] > 0.9  # every held-out example is a copy of one in train
@@ -798,7 +799,7 @@ def test_re_encoded_copies_spread_over_the_splits_block_the_run(digits, tmp_path
         "--examples", examples, "--baseline", baseline, "--output", str(tmp_path / "accepted"), "--accept-data-change"
     )
     assert accepted.returncode == 0 and json.loads(accepted.stdout)["blocking"] == result["blocking"]
-    assert json.loads((tmp_path / "accepted" / CHECKS_FILE).read_text())["accepted_data_change"] is True
+    assert json.loads((tmp_path / "accepted" / CHECKS.name).read_text())["accepted_data_change"] is True
 
 
 def test_a_blocked_run_says_each_reason_on_a_line_records_it_and_goes_on_when_accepted(converted, tmp_path):
@@ -819,9 +820,10 @@ def test_a_blocked_run_says_each_reason_on_a_line_records_it_and_goes_on_when_ac
     )
     assert reasons[0].startswith("  label set: gone ant, bee, cow; new cat, fish: ")
     assert reasons[-1].startswith("  examples: ") and len(reasons) >= 3
-    with open(tmp_path / "checks" / CHECKS_FILE) as handle:
+    with open(tmp_path / "checks" / CHECKS.name) as handle:
         written = json.load(handle)
     assert set(written) == {
+        "format_version",
         "examples",
         "baseline",
         "baseline_statistics",
@@ -897,7 +899,7 @@ def test_usage_errors_are_one_line_with_exit_code_2(tmp_path):
     )
     done = check("--examples", str(tmp_path / "nothing"), "--output", str(tmp_path / "o"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "has no stats.json: run the convert step into it first" in done.stderr
+    assert "has no stats.json: pass the convert step's output" in done.stderr
     done = check("--examples", str(tmp_path), "--baseline", str(tmp_path / "gone"), "--output", str(tmp_path / "o"))
     assert done.returncode == 2 and f"--baseline {tmp_path / 'gone'} does not exist: pass" in done.stderr
 
@@ -918,6 +920,14 @@ def test_a_registered_version_is_found_from_its_saved_model_folder_and_an_older_
     (tmp_path / "2" / "saved_model").mkdir(parents=True)  # registered before the data checks
     found, folder, note = load_baseline(str(tmp_path / "2" / "saved_model"))
     assert found is None and "holds no data_stats.json (an export step's output, or a model registered before" in note
+    data_statistics.write(str(tmp_path / "1"), statistics, keys)
+    older = {key: value for key, value in statistics.items() if key != "format_version"}  # before the versions
+    (tmp_path / "1" / "data_stats.json").write_text(json.dumps(older))
+    with pytest.raises(UsageError, match=r"was made by an older version .*: check the data again$"):
+        data_statistics.read(str(tmp_path / "1"))
+    found, folder, note = load_baseline(str(tmp_path / "1"))
+    older_note = f"the baseline {tmp_path / '1'}'s statistics were made by an older version of this pipeline"
+    assert found is None and folder == "" and note.startswith(f"{older_note} (data_stats.json format 0, this one reads")
 
 
 def test_a_baseline_is_read_where_it_is_typed_and_one_that_is_not_there_is_one_line(tmp_path, converted, gcs):

@@ -128,7 +128,7 @@ def test_a_bucket_on_a_fractions_edge_goes_to_the_next_split():
     ],
 )
 def test_split_options_out_of_range_are_one_line(field, value, message):
-    from components.convert.common import check_split_options
+    from components.convert.config import check_split_options
 
     class Options:  # a conversion config's split options, one of them wrong
         validation_fraction, test_fraction, max_bad_fraction, num_shards = 0.0, 0.0, 0.0, 0

@@ -446,7 +446,8 @@ def test_a_baseline_with_the_same_classes_in_another_order_is_compared_class_by_
 
     import keras
 
-    from components.artifacts.model import MODEL_CONFIG_FILE, MODEL_FILE
+    from components.artifacts.model import MODEL_FILE
+    from components.artifacts.records import MODEL_CONFIG
 
     examples_dir, _ = converted
     model_dir, _ = trained
@@ -457,9 +458,9 @@ def test_a_baseline_with_the_same_classes_in_another_order_is_compared_class_by_
     kernel, bias = model.layers[-1].get_weights()
     model.layers[-1].set_weights([kernel[:, order], bias[order]])
     model.save(permuted / MODEL_FILE)
-    config = json.loads((permuted / MODEL_CONFIG_FILE).read_text())
+    config = json.loads((permuted / MODEL_CONFIG.name).read_text())
     config["class_names"] = [config["class_names"][i] for i in order]
-    (permuted / MODEL_CONFIG_FILE).write_text(json.dumps(config))
+    (permuted / MODEL_CONFIG.name).write_text(json.dumps(config))
     metrics = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "out"), baseline=str(permuted)))
     blessing = metrics["blessing"]
     assert blessing["baseline_comparable"] is True
@@ -619,7 +620,7 @@ def test_the_report_shows_the_data_checks_of_the_run(converted, trained, tmp_pat
     section = page[page.index("<h2>Data checks</h2>") : page.index("<h2>Training curves</h2>")]
     assert section.count("<tr><td>") == len(checked["checks"])
     assert "<tr><td>class mix</td><td>train</td><td>0</td><td>warn 0.1, block 0.3</td>" in section
-    with pytest.raises(UsageError, match=r"--data-checks .* has no data_checks.json: pass the check-data step"):
+    with pytest.raises(UsageError, match=r"data checks .* has no data_checks.json: pass the check-data step"):
         run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "again"), data_checks=str(tmp_path)))
 
 
@@ -687,25 +688,34 @@ def test_misclassified_images_name_the_file_they_came_from(converted, image_fold
         assert os.path.basename(os.path.dirname(source)) == CLASSES[truth]
 
 
-def test_a_baseline_trained_before_the_scaling_moved_inside_is_fed_floats(tmp_path):
-    """A trained baseline whose config does not say ``input_pixels: uint8`` took [0, 1] floats: it is fed those."""
-    import keras
-    import numpy as np
+def test_a_baseline_an_older_version_made_is_not_compared_and_the_value_threshold_decides(tmp_path, caplog):
+    """A baseline whose ``model_config.json`` or ``export.json`` an older version of the pipeline wrote (no
+    ``format_version``: before the formats were versioned) is found with a warning and not compared; one of this
+    version's format, the same classes and input, is."""
+    import logging
 
-    from components.evaluate.baseline import Baseline, load_baseline
+    from components.artifacts.records import EXPORT, MODEL_CONFIG
+    from components.evaluate.baseline import check_baseline, comparability
+    from components.evaluate.blessing import bless
 
-    keras.utils.set_random_seed(5)
-    old = keras.Sequential(
-        [keras.Input(shape=(4, 4, 3)), keras.layers.Flatten(), keras.layers.Dense(2, activation="softmax")]
-    )
-    old.save(tmp_path / "model.keras")
-    pixels = np.random.default_rng(1).integers(0, 256, size=(3, 4, 4, 3), dtype=np.uint8)
-    as_trained = old(pixels.astype(np.float32) / 255.0).numpy()
-    facts = {"modality": "image", "class_names": ["a", "b"], "image_size": 4}
-    older = load_baseline(Baseline("trained", str(tmp_path), facts))
-    np.testing.assert_allclose(np.asarray(older(pixels)), as_trained, atol=1e-6)
-    current = load_baseline(Baseline("trained", str(tmp_path), {**facts, "input_pixels": "uint8"}))
-    assert not np.allclose(np.asarray(current(pixels.astype(np.float32))), as_trained, atol=1e-3)
+    facts = {"modality": "image", "class_names": ["a", "b"], "image_size": 4, "num_classes": 2}
+    trained, exported = tmp_path / "trained", tmp_path / "export"
+    (exported / "saved_model").mkdir(parents=True)
+    trained.mkdir()
+    (exported / "saved_model" / "saved_model.pb").write_bytes(b"")
+    (trained / MODEL_CONFIG.name).write_text(json.dumps(facts))
+    (exported / EXPORT.name).write_text(json.dumps({**facts, "format_version": 0}))
+    for folder, record in ((trained, MODEL_CONFIG), (exported, EXPORT)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            found = check_baseline(str(folder))
+        reason = comparability(found, facts)
+        assert f"older version of this pipeline ({record.name} format 0, this one reads" in reason
+        assert f"baseline {folder} was made by an older version" in caplog.text and "not compared" in caplog.text
+        blessing = bless(0.9, 0.5, None, 0.0, reason)
+        assert blessing["blessed"] and "judged on the value threshold alone" in blessing["reasons"][-1]
+    (trained / MODEL_CONFIG.name).write_text(json.dumps({**facts, "format_version": MODEL_CONFIG.version}))
+    assert comparability(check_baseline(str(trained)), facts) == ""
 
 
 # a kept evaluation of a 3-class model on 30 test examples: rows true, columns its answers (a 8, b 12, c 10)

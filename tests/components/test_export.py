@@ -155,7 +155,6 @@ def test_every_format_takes_uint8_pixels_and_answers_as_the_saved_model(exported
 
     output, report = exported
     examples_dir, stats = converted
-    assert report["input_pixels"] == "uint8"
     serving = tf.saved_model.load(os.path.join(output, "saved_model")).signatures["serving_images"]
     assert serving.structured_input_signature[1]["images"].dtype == tf.uint8
     pixels = first_images(examples_dir, "test", reading_of(stats), 8)
@@ -172,12 +171,14 @@ def test_every_format_takes_uint8_pixels_and_answers_as_the_saved_model(exported
             np.testing.assert_allclose(answers, expected, atol=1e-4)
 
 
-def test_an_older_tflite_file_that_takes_floats_is_fed_pixels_in_the_unit_range():
-    """Exports made before the scaling moved inside take [0, 1] floats: predict still answers for them right."""
+def test_an_older_tflite_file_that_takes_floats_is_refused_in_one_line():
+    """Exports made before the scaling moved inside took [0, 1] floats: fed pixels they would answer wrong, so they
+    are refused, with what to do."""
     import keras
     import tensorflow as tf
 
     from components.artifacts.tflite import tflite_predict
+    from components.cli import UsageError
 
     keras.utils.set_random_seed(3)
     old = keras.Sequential(
@@ -185,8 +186,8 @@ def test_an_older_tflite_file_that_takes_floats_is_fed_pixels_in_the_unit_range(
     )
     content = tf.lite.TFLiteConverter.from_keras_model(old).convert()
     pixels = np.random.default_rng(0).integers(0, 256, size=(2, 4, 4, 3), dtype=np.uint8)
-    expected = old(pixels.astype(np.float32) / 255.0).numpy()
-    np.testing.assert_allclose(tflite_predict(content, pixels), expected, atol=1e-5)
+    with pytest.raises(UsageError, match=r"takes float32 pixels, not uint8 ones: .* export it again"):
+        tflite_predict(content, pixels)
 
 
 def _metadata(content: bytes):
@@ -308,3 +309,49 @@ def test_metadata_replaces_the_metadata_a_file_already_has():
     interpreter.set_tensor(interpreter.get_input_details()[0]["index"], np.zeros((1, 4, 4, 3), np.float32))
     interpreter.invoke()
     assert interpreter.get_tensor(interpreter.get_output_details()[0]["index"]).shape == (1, 2)
+
+
+def test_a_step_refuses_an_input_an_older_version_made_in_one_line(converted, trained, exported, tmp_path, capsys):
+    """Each artifact carries its format version: one without it (made before the formats were versioned) is refused,
+    with what makes it again; this version's are taken."""
+    import shutil
+
+    from components.artifacts.records import EXPORT, MODEL_CONFIG, STATS
+    from components.cli import UsageError, run_main
+    from components.evaluate.__main__ import main as evaluate
+    from components.export.__main__ import main as export
+    from pipeline.predict import predict
+
+    def older(folder, record) -> str:
+        copy = tmp_path / f"older-{record.name}"
+        shutil.copytree(folder, copy)
+        written = json.loads((copy / record.name).read_text())
+        assert written.pop("format_version") == record.version
+        (copy / record.name).write_text(json.dumps(written))
+        return str(copy)
+
+    def refused(main, argv) -> str:
+        with pytest.raises(SystemExit) as ended:
+            run_main(main, argv)
+        assert ended.value.code == 2
+        return capsys.readouterr().err.strip()
+
+    (examples_dir, _), (model_dir, _), (export_dir, _) = converted, trained, exported
+    old_examples = older(examples_dir, STATS)
+    said = refused(evaluate, ["--examples", old_examples, "--model-dir", model_dir, "--output", str(tmp_path / "e")])
+    assert said == (
+        f"error: examples dir {old_examples} was made by an older version of this pipeline (stats.json format 0, "
+        f"this one reads {STATS.version}): convert the data again"
+    )
+    old_model = older(model_dir, MODEL_CONFIG)
+    said = refused(export, ["--model-dir", old_model, "--examples", examples_dir, "--output", str(tmp_path / "x")])
+    assert said.startswith(f"error: model dir {old_model} was made by an older version") and said.endswith(": retrain")
+    assert not os.path.exists(tmp_path / "x")
+    old_export = older(export_dir, EXPORT)
+    with pytest.raises(UsageError, match=r"was made by an older version .*\(export.json format 0.*: export it again$"):
+        predict(old_export, [])
+    newer = json.loads((tmp_path / "older-export.json" / EXPORT.name).read_text())
+    (tmp_path / "older-export.json" / EXPORT.name).write_text(json.dumps({**newer, "format_version": 99}))
+    with pytest.raises(UsageError, match=r"made by a newer version .*: upgrade the pipeline$"):
+        predict(old_export, [])
+    assert predict(export_dir, []) == ([], [])

@@ -196,12 +196,12 @@ def test_a_gap_fails_the_export_only_past_2_files_and_past_what_chance_flips_giv
     check_raw_file_accuracy({"num_files": 0})  # nothing to score: an array source
 
 
-def test_an_export_made_before_the_decoding_contract_is_sent_the_conversions_squares(tmp_path):
-    """Its serving graph decodes with plain decode_image (no EXIF, alpha dropped): predict sends it lossless PNGs of
-    what the conversion made of each file, never the file itself."""
+def test_a_savedmodel_without_its_export_record_is_sent_the_conversions_squares(tmp_path):
+    """Nothing says how a SavedModel on its own decodes (plain decode_image drops EXIF and alpha): predict sends it
+    lossless PNGs of what the conversion made of each file, never the file itself."""
     from PIL import Image
 
-    from pipeline.predict import decodes_as_conversion, sent_bytes
+    from pipeline.predict import sent_bytes
 
     write_bars(tmp_path / "bars", per_class=2)
     for path in sorted((tmp_path / "bars").rglob("*.*")):
@@ -209,7 +209,6 @@ def test_an_export_made_before_the_decoding_contract_is_sent_the_conversions_squ
         assert sent_bytes(content, 16) == content
         old = Image.open(io.BytesIO(sent_bytes(content, 16, raw_files=False)))
         assert old.format == "PNG" and old.size == (16, 16)
-    assert decodes_as_conversion({"decoding": {}}) and not decodes_as_conversion({"class_names": ["a", "b"]})
 
 
 def test_the_evaluation_report_shows_the_files_as_clients_send_them(bars_exported, tmp_path):

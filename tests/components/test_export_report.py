@@ -3,10 +3,10 @@ exported SavedModel, measured by the export, above the evaluation's own verdict 
 
 from __future__ import annotations
 
-import json
 import os
 
-from components.artifacts.evaluation import METRICS_FILE, REPORT_FILE
+from components.artifacts.evaluation import REPORT_FILE
+from components.artifacts.records import METRICS
 from components.artifacts.served import SERVED_MARKER
 from components.export.common import ExportConfig, served_report
 from tests.conftest import run_cli
@@ -17,8 +17,7 @@ EVALUATED = f"<html><body><h1>Evaluation of m on the test split</h1>{SERVED_MARK
 def evaluation(folder, accuracy: float, copies: dict | None = None, split: str = "test") -> str:
     os.makedirs(folder)
     checks = {"checks": [{"check": "leakage across splits", "test_copies": copies}]} if copies else None
-    with open(os.path.join(folder, METRICS_FILE), "w") as handle:
-        json.dump({"accuracy": accuracy, "num_examples": 200, "data_checks": checks, "split": split}, handle)
+    METRICS.write(str(folder), {"accuracy": accuracy, "num_examples": 200, "data_checks": checks, "split": split})
     with open(os.path.join(folder, REPORT_FILE), "w") as handle:
         handle.write(EVALUATED)
     return str(folder)
@@ -70,7 +69,7 @@ def test_an_evaluation_folder_without_its_files_is_a_one_line_error(tmp_path, co
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        f"error: --evaluation {tmp_path} has no {METRICS_FILE}: pass the evaluate step's output folder"
+        f"error: evaluation {tmp_path} has no {METRICS.name}: pass the evaluate step's output"
     ]
     assert not os.path.exists(tmp_path / "o" / "export.json")
     validation = evaluation(tmp_path / "validation", 0.9, split="validation")

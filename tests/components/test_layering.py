@@ -173,7 +173,7 @@ def test_local_files_are_read_written_and_copied_without_beam(tmp_path):
     script = f"""
 import json, os, sys
 from components import storage
-from components.register.core import copy_tree
+from components.artifacts.registry import copy_tree
 folder = {str(tmp_path)!r}
 storage.write_json(os.path.join(folder, "export", "saved_model", "export.json"), {{"accuracy": 0.5}})
 storage.write_atomically(os.path.join(folder, "export", "saved_model", "variables", "v.data"), b"\\x00weights")

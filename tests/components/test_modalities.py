@@ -3,7 +3,6 @@ modality keeps through convert, train, export and predict."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -90,18 +89,17 @@ def test_each_modality_keeps_one_contract_from_conversion_to_prediction(
     """Each modality through convert, train, export and predict (the session's steps, in-process): every artifact
     names it, the model records the input its modality describes, the model was built for the conversion's spec,
     what travels with the examples travels with the model and the export, and what a client sends gets an answer."""
-    from components.artifacts.exported import EXPORT_FILE
-    from components.artifacts.model import MODEL_CONFIG_FILE, load_model_config
+    from components.artifacts.model import load_model_config
+    from components.artifacts.records import EXPORT, MODEL_CONFIG
     from pipeline.predict import predict, predict_texts
 
     (examples_dir, stats), (model_dir, _), (export_dir, _) = (request.getfixturevalue(name) for name in fixtures)
-    with open(os.path.join(export_dir, EXPORT_FILE)) as handle:
-        export = json.load(handle)
+    export = EXPORT.read(export_dir)
     model_config = load_model_config(model_dir)
     expected = named(modality)
     assert modality_of(stats) is modality_of(model_config) is modality_of(export) is expected
     recorded = expected.model_input_facts(stats, expected.read_vocabulary(examples_dir))
-    assert {key: model_config[key] for key in recorded} == recorded, MODEL_CONFIG_FILE
+    assert {key: model_config[key] for key in recorded} == recorded, MODEL_CONFIG.name
     assert spec_of(model_config) == expected.spec(stats)
     for name in expected.companion_files:  # (a text's vocabulary: the ids mean its tokens everywhere)
         with open(os.path.join(examples_dir, name), "rb") as handle:

@@ -10,8 +10,11 @@ import threading
 
 import pytest
 
+from components.artifacts.exported import write_export_record
+from components.artifacts.records import DATA_STATS, METRICS
+from components.artifacts.registry import FolderRegistry
 from components.cli import UsageError
-from components.register.core import FolderRegistry, same_as_baseline
+from components.register.core import same_as_baseline
 from tests.conftest import at_once
 
 
@@ -19,7 +22,7 @@ def fake_export(folder, digest: str) -> str:
     (folder / "saved_model" / "variables").mkdir(parents=True)
     (folder / "saved_model" / "saved_model.pb").write_bytes(b"graph")
     (folder / "saved_model" / "variables" / "variables.index").write_bytes(b"index")
-    (folder / "export.json").write_text(json.dumps({"model_digest": digest}))
+    write_export_record(str(folder), {"model_digest": digest})
     return str(folder)
 
 
@@ -174,8 +177,8 @@ def test_a_version_keeps_the_statistics_of_the_data_it_learned_from(tmp_path):
     export, checks = tmp_path / "export", tmp_path / "checks"
     export.mkdir()
     checks.mkdir()
-    (export / "export.json").write_text("{}")
-    (checks / "data_stats.json").write_text('{"format": 1}')
+    write_export_record(str(export), {})
+    DATA_STATS.write(str(checks), {})
     (checks / "near_duplicates.npz").write_bytes(b"keys")
     (checks / "data_checks.json").write_text("{}")  # this run's verdicts: not the data's statistics
     version = FolderRegistry(str(tmp_path / "registry")).push(str(export), {}, data_statistics=str(checks))
@@ -204,8 +207,8 @@ def test_a_version_keeps_its_evaluation_and_the_command_line_passes_it(tmp_path,
     export, evaluation = tmp_path / "export", tmp_path / "evaluation"
     export.mkdir()
     evaluation.mkdir()
-    (export / "export.json").write_text("{}")
-    (evaluation / "metrics.json").write_text('{"accuracy": 0.5}')
+    write_export_record(str(export), {})
+    METRICS.write(str(evaluation), {"accuracy": 0.5})
     (evaluation / "report.html").write_text("<html></html>")
     assert (
         main(
@@ -216,11 +219,11 @@ def test_a_version_keeps_its_evaluation_and_the_command_line_passes_it(tmp_path,
     assert json.loads(capsys.readouterr().out)["action"] == "registered"
     kept = tmp_path / "registry" / "1"
     assert sorted(p.name for p in kept.iterdir()) == ["export.json", "metrics.json", "version.json"]
-    assert (kept / "metrics.json").read_text() == '{"accuracy": 0.5}'
+    assert METRICS.read(str(kept)) == METRICS.read(str(evaluation))
     assert json.loads((kept / "version.json").read_text())["files"] == 2
     (evaluation / "metrics.json").unlink()
     other = FolderRegistry(str(tmp_path / "other"))
-    with pytest.raises(UsageError, match=f"^--evaluation {evaluation} has no metrics.json: pass the evaluate step"):
+    with pytest.raises(UsageError, match=f"^evaluation {evaluation} has no metrics.json: pass the evaluate step"):
         other.push(str(export), {}, evaluation=str(evaluation))
     assert other.versions() == [] and other.default() is None
 
@@ -311,7 +314,7 @@ def test_a_cloud_storage_registrys_lock_waits_for_its_holder_and_takes_over_a_de
     over once its holder's lease is over (a holder that died), and ends in one line if it waited too long."""
     import time
 
-    import components.register.core as core
+    import components.artifacts.registry as core
     from components.cli import StepFailedError
     from components.storage import create_only, delete_generation, read_generation
     from tests.conftest import BUCKET

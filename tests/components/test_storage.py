@@ -99,7 +99,7 @@ def test_cloud_storage_files_are_written_read_listed_and_copied_without_beam(gcs
     script = f"""
 import json, sys
 from components import storage
-from components.register.core import copy_tree
+from components.artifacts.registry import copy_tree
 root = "gs://{BUCKET}/light"
 storage.write_json(root + "/export/export.json", {{"accuracy": 0.5}})
 storage.copy({str(local)!r}, root + "/export/saved_model/variables/v.data")

@@ -16,6 +16,7 @@ import pytest
 
 from components.artifacts.checkpoints import BACKUP_DIR, epochs_kept
 from components.artifacts.examples import make_dataset
+from components.artifacts.records import STATS
 from components.cli import UsageError
 from components.modalities import reading_of
 from components.models import DEFAULT_MODELS, ModelSpec, build_model
@@ -555,7 +556,7 @@ def test_records_that_miss_a_feature_name_the_file_and_the_feature(tmp_path):
         "class_names": ["a", "b"],
         "counts": {"train": 64, "validation": 0, "test": 0},
     }
-    (tmp_path / "stats.json").write_text(json.dumps(stats))
+    STATS.write(str(tmp_path), stats)
     result = run_cli("components.train", "--examples", str(tmp_path), "--model-dir", str(tmp_path / "m"))
     assert result.returncode == 2
     (line,) = [line for line in result.stderr.strip().splitlines() if line.startswith("error:")]

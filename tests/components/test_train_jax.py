@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from components.artifacts.checkpoints import epochs_kept
+from components.artifacts.records import STATS
 from components.cli import UsageError
 from components.train.placement import choose_backend, detect_hardware
 from tests.conftest import REPO_ROOT, run_cli
@@ -287,7 +288,7 @@ def write_two_file_examples(root) -> str:
                     writer.write(serialize_example(buffer.getvalue(), i % 2, names[i % 2], (16, 16), 2))
         counts[split] = 16 * files
     stats = {"image_size": 16, "num_classes": 2, "class_names": names, "counts": counts}
-    (root / "stats.json").write_text(json.dumps(stats))
+    STATS.write(str(root), stats)
     return str(root)
 
 

@@ -13,10 +13,10 @@ from tests.conftest import CLASSES, IN_MEMORY, run_cli, write_image_folder
 
 
 def test_a_blocked_run_stops_before_training_and_registers_nothing(tmp_path):
+    from components.artifacts.registry import FolderRegistry
     from components.check_data.core import CheckDataConfig, run
     from components.convert.core import ConvertConfig
     from components.convert.core import run as convert
-    from components.register.core import FolderRegistry
 
     source = write_image_folder(tmp_path / "photos", per_class=20)
     examples_dir = str(tmp_path / "served-examples")  # the data the model in service learned from: every class

@@ -12,6 +12,7 @@ import os
 
 import pytest
 
+from components.artifacts.records import EXPORT, FORMAT_KEY
 from components.cli import UsageError
 from pipeline.__main__ import main
 from tests.conftest import BUCKET
@@ -242,7 +243,8 @@ def test_online_requests_for_a_256_pixel_model_stay_under_vertex_ais_limit(in_pi
     import numpy as np
     from PIL import Image
 
-    report = {"model_digest": "c" * 64, "class_names": ["daisy", "rose"], "image_size": 256, "decoding": {}}
+    report = {FORMAT_KEY: EXPORT.version, "model_digest": "c" * 64, "class_names": ["daisy", "rose"], "image_size": 256}
+    report["files"] = {}
     gcs.blob("root/big/export/export.json").upload_from_string(json.dumps(report))
     gcs.blob("root/big/export/saved_model/saved_model.pb").upload_from_string(b"graph")
     decided, _ = register_step(gcs, f"gs://{BUCKET}/root/big/export", "big", pipeline_run="r1")

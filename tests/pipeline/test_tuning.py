@@ -9,6 +9,7 @@ import re
 import pytest
 import yaml
 
+from components.artifacts.records import STATS
 from components.cli import UsageError
 from components.train import tuning as tune
 from tests.conftest import TINY_SIZE
@@ -283,7 +284,7 @@ def test_a_trial_metric_is_written_as_vertex_ai_reads_it(tmp_path, monkeypatch):
 
 
 def test_examples_without_a_validation_split_are_refused_before_any_trial(tmp_path):
-    (tmp_path / "stats.json").write_text(json.dumps({"counts": {"train": 90, "validation": 0, "test": 10}}))
+    STATS.write(str(tmp_path), {"counts": {"train": 90, "validation": 0, "test": 10}})
     with pytest.raises(
         UsageError,
         match=rf"^tuning compares trials on val_accuracy, and {tmp_path} have no "

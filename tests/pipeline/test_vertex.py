@@ -11,6 +11,7 @@ import os
 import pytest
 import yaml
 
+from components.artifacts.records import EXPORT, FORMAT_KEY, METRICS
 from components.cli import UsageError
 from components.vertex_client import load_settings
 from pipeline.__main__ import main
@@ -722,7 +723,8 @@ def test_register_needs_a_cloud_storage_model(vertex):
 
 def upload_export(bucket, prefix: str, digest: str) -> str:
     """A stand-in export folder in the emulator's bucket: what the register step copies and reads."""
-    report = {"model_digest": digest, "class_names": ["daisy", "rose"], "image_size": 192}
+    report = {FORMAT_KEY: EXPORT.version, "model_digest": digest, "class_names": ["daisy", "rose"], "image_size": 192}
+    report["files"] = {}
     bucket.blob(f"{prefix}/export.json").upload_from_string(json.dumps(report))
     bucket.blob(f"{prefix}/saved_model/saved_model.pb").upload_from_string(b"graph")
     bucket.blob(f"{prefix}/saved_model/variables/variables.index").upload_from_string(b"index")
@@ -736,7 +738,7 @@ def upload_evaluation(bucket, prefix: str) -> str:
     truth, probabilities = [0, 0, 1, 1], [[0.9, 0.1], [0.4, 0.6], [0.2, 0.8], [0.3, 0.7]]
     metrics = classification_metrics(truth, [0, 1, 1, 1], ["daisy", "rose"])
     metrics["ranking"] = ranking_metrics(truth, probabilities, ["daisy", "rose"])
-    bucket.blob(f"{prefix}/metrics.json").upload_from_string(json.dumps(metrics))
+    bucket.blob(f"{prefix}/metrics.json").upload_from_string(json.dumps({FORMAT_KEY: METRICS.version, **metrics}))
     return f"gs://{BUCKET}/{prefix}"
 
 
@@ -767,8 +769,8 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     """find-baseline and register, as the cloud DAG runs them (Vertex AI fills in project and location): each
     blessed export is copied whole to a numbered folder outside the pipeline root, and that copy is registered."""
     caplog.set_level("INFO", logger="components.register.vertex")
+    from components.artifacts.registry import FolderRegistry
     from components.register import component
-    from components.register.core import FolderRegistry
 
     where = {"project": "demo-project", "location": "europe-west4"}
 

@@ -1,0 +1,118 @@
+"""The JSON files the steps hand each other, read and written only here, each with its ``format_version``.
+
+A file without this code's version (an artifact made before the versions were written, or by a newer release) is
+refused in one line that says what makes it again: ``convert again``, ``retrain``, ``export again``. A baseline of an
+older format is the one exception: evaluate and check-data skip it with a warning (``read_current``, ``other_version``),
+so that a registry kept from an older release does not stop a run."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from components.cli import UsageError
+
+log = logging.getLogger(__name__)
+
+FORMAT_KEY = "format_version"
+
+
+class OlderFormatError(UsageError):
+    """An artifact this code does not read: made by an older (or a newer) version of the pipeline."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One kind of JSON artifact: its file name, the format this code writes and reads, what its folder is called in
+    an error, which step writes it and what makes it again."""
+
+    name: str
+    version: int
+    folder: str  # "examples dir", "model dir", ...
+    step: str  # the step whose output holds it
+    remake: str  # what to do with one of another format
+
+    def path(self, folder: str) -> str:
+        return folder if folder.endswith("/" + self.name) else f"{folder.rstrip('/')}/{self.name}"
+
+    def exists(self, folder: str) -> bool:
+        from components.storage import exists
+
+        return exists(self.path(folder))
+
+    def write(self, folder: str, value: Mapping) -> dict:
+        """Writes ``value`` (whole or not at all) with this code's format version; returns what it wrote."""
+        from components.storage import write_json
+
+        record = {FORMAT_KEY: self.version, **{key: item for key, item in value.items() if key != FORMAT_KEY}}
+        write_json(self.path(folder), record)
+        return record
+
+    def read(self, folder: str) -> dict:
+        """The record in ``folder`` (a local path or a ``gs://`` URI); a one-line error when there is none, when it
+        is no JSON object, or when another version of the pipeline made it."""
+        found = self.read_any(folder)
+        self.check(found, f"{self.folder} {folder}")
+        return found
+
+    def read_any(self, folder: str) -> dict:
+        """The record in ``folder`` whatever its format (a baseline's, judged by ``older``; the registry's own
+        pointers); a one-line error when there is none or it is no JSON object."""
+        from components.storage import read_json
+
+        if not self.exists(folder):
+            raise UsageError(f"{self.folder} {folder} has no {self.name}: pass the {self.step} step's output")
+        try:
+            found = read_json(self.path(folder))
+        except ValueError:
+            found = None
+        if not isinstance(found, dict):
+            raise UsageError(
+                f"{self.folder} {folder}: its {self.name} is not the {self.step} step's JSON; {self.remake}"
+            )
+        return found
+
+    def read_if_any(self, folder: str) -> dict | None:
+        """``read``, or None where ``folder`` holds no such file."""
+        return self.read(folder) if self.exists(folder) else None
+
+    def read_current(self, folder: str) -> dict | None:
+        """The record in ``folder`` where this code reads its format; None where there is none, and, with a
+        warning, where another version made it (a baseline's, which a run goes on without)."""
+        try:
+            return self.read_if_any(folder)
+        except UsageError as err:
+            log.warning("%s: skipped", err)
+            return None
+
+    def other_version(self, value: Mapping) -> str:
+        """Which version of the pipeline made ``value`` where it is not this one's format ("" where it is): "an
+        older version of this pipeline (stats.json format 0, this one reads 1)"."""
+        found = value.get(FORMAT_KEY)
+        if found == self.version:
+            return ""
+        newer = isinstance(found, int) and found > self.version
+        return (
+            f"{'a newer' if newer else 'an older'} version of this pipeline ({self.name} format "
+            f"{found if isinstance(found, int) else 0}, this one reads {self.version})"
+        )
+
+    def check(self, value: Mapping, where: str) -> None:
+        """A one-line error where ``value`` is not of this code's format: what to do about it with it."""
+        if other := self.other_version(value):
+            newer = other.startswith("a newer")
+            raise OlderFormatError(f"{where} was made by {other}: {'upgrade the pipeline' if newer else self.remake}")
+
+
+STATS = Record("stats.json", 1, "examples dir", "convert", "convert the data again")
+MODEL_CONFIG = Record("model_config.json", 1, "model dir", "train", "retrain")
+HISTORY = Record("history.json", 1, "model dir", "train", "retrain")
+TUNING = Record("tuning.json", 1, "model dir", "train", "retrain")
+EXPORT = Record("export.json", 1, "export", "export", "export it again")
+METRICS = Record("metrics.json", 1, "evaluation", "evaluate", "evaluate again")
+CHECKS = Record("data_checks.json", 1, "data checks", "check-data", "check the data again")
+DATA_STATS = Record("data_stats.json", 1, "data statistics", "check-data", "check the data again")
+VERSION = Record("version.json", 1, "registered version", "register", "register the model again")
+DEFAULT = Record("default", 1, "model registry", "register", "register a model again")
+RECORDS = (STATS, MODEL_CONFIG, HISTORY, TUNING, EXPORT, METRICS, CHECKS, DATA_STATS, VERSION, DEFAULT)
