@@ -53,7 +53,8 @@ GROUPS = {
     )
     + functions("components.convert.core", "assign_split")
     + functions("components.convert.items", "content_digest")
-    + functions("components.convert.common", "split_for_digest", "check_split_options"),
+    + functions("components.convert.common", "split_for_digest")
+    + functions("components.convert.config", "check_split_options"),
     "tokenizing": ["components.tokenizing.*"],
     "blessing and metrics": functions("components.evaluate.blessing", "check_fraction", "bless")
     + functions(

@@ -80,11 +80,11 @@ class Record:
     def read_current(self, folder: str) -> dict | None:
         """The record in ``folder`` where this code reads its format; None where there is none, and, with a
         warning, where another version made it (a baseline's, which a run goes on without)."""
-        try:
-            return self.read_if_any(folder)
-        except UsageError as err:
-            log.warning("%s: skipped", err)
+        found = self.read_any(folder) if self.exists(folder) else None
+        if found is not None and (other := self.other_version(found)):
+            log.warning("%s %s was made by %s: left aside", self.folder, folder, other)
             return None
+        return found
 
     def other_version(self, value: Mapping) -> str:
         """Which version of the pipeline made ``value`` where it is not this one's format ("" where it is): "an
