@@ -234,7 +234,8 @@ def adopt(config, threads: int) -> dict:
         "duplicates": len(duplicates),
         "duplicates_in_two_splits": leaks,
         "fingerprint": fingerprint_of(metadata),
-        "fingerprint_basis": "sha256 over the TFRecord files' paths, sizes and modification times",
+        "fingerprint_basis": "sha256 over the TFRecord files' paths, sizes and modification times, and the artifacts' "
+        "format versions",
         "image_size": image_size,
         "source": config.source,
         "adopted": True,  # the files below are used as they are: nothing was converted or copied

@@ -21,8 +21,13 @@ from components.storage import match, open_read, read_bytes
 
 def fingerprint_of(metadata, extra: bytes = b"") -> str:
     """A digest of the files found (``components.storage.match``: path, size, mtime): new, removed or changed files
-    change it."""
-    digest = hashlib.sha256(extra)
+    change it, and so does a new format of any artifact (``components.artifacts.records``): the fingerprint is the
+    conversion's cache key in the DAG, so that after such an upgrade the run converts and trains again instead of
+    handing a cached artifact of the older format to a step that refuses it."""
+    from components.artifacts.records import RECORDS
+
+    formats = "".join(f"{record.name} format {record.version}\n" for record in RECORDS)
+    digest = hashlib.sha256(formats.encode() + extra)
     for meta in sorted(metadata, key=lambda m: m.path):
         digest.update(f"{meta.path}\0{meta.size_in_bytes}\0{meta.last_updated_in_seconds}\n".encode())
     return digest.hexdigest()
@@ -60,7 +65,10 @@ class ImageListing:
     shorter_side: int | None = None  # every image's shorter side, where the source says it (a NumPy array)
 
 
-FINGERPRINT_BASIS = "sha256 over the source's file paths, sizes and modification times (and a manifest's bytes)"
+FINGERPRINT_BASIS = (
+    "sha256 over the source's file paths, sizes and modification times (and a manifest's bytes), and the artifacts' "
+    "format versions"
+)
 
 
 def list_image_folder(root: str) -> ImageListing:

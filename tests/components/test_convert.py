@@ -1020,3 +1020,20 @@ def test_image_size_auto_converts_at_the_median_shorter_side_and_says_so(image_f
     assert given["image_size"] == 24 and given["image_size_auto"] is None
     # the source's size, for the train step's advice: the median of every image converted, not of a sample
     assert given["source_image_size"] == int(statistics.median(sides))
+
+
+def test_a_new_artifact_format_changes_the_sources_fingerprint(tmp_path, monkeypatch):
+    """The fingerprint is the conversion's cache key in the DAG: after an upgrade that changes what an artifact holds
+    (here the model's config), the same files are converted and trained again instead of a cached artifact being
+    handed to a step that refuses it."""
+    import dataclasses
+
+    from components.artifacts import records
+    from components.convert.fingerprint import fingerprint_source
+
+    source = write_image_folder(tmp_path / "photos", per_class=2)
+    before = fingerprint_source(source)
+    assert fingerprint_source(source) == before  # the same files, the same format: the same key
+    newer = dataclasses.replace(records.MODEL_CONFIG, version=records.MODEL_CONFIG.version + 1)
+    monkeypatch.setattr(records, "RECORDS", tuple(newer if r is records.MODEL_CONFIG else r for r in records.RECORDS))
+    assert fingerprint_source(source) != before
