@@ -236,6 +236,7 @@ def adopt(config, threads: int) -> dict:
         "fingerprint": fingerprint_of(metadata),
         "fingerprint_basis": "sha256 over the TFRecord files' paths, sizes and modification times, and the artifacts' "
         "format versions",
+        "modality": "image",
         "image_size": image_size,
         "source": config.source,
         "adopted": True,  # the files below are used as they are: nothing was converted or copied

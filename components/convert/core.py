@@ -409,6 +409,7 @@ def write_stats(
         duplicates=len(duplicates),
         fingerprint=fingerprint,
         fingerprint_basis=FINGERPRINT_BASIS,
+        modality="image",
         image_size=config.image_size,
         image_size_auto=image_size_auto,
         source_image_size=median_of_counts(outcome["sizes"]),

@@ -303,6 +303,7 @@ def export_image(config: ExportConfig) -> dict:
         # for itself (the TFLite files, serving_images) must do the same way
         "decoding": DECODING,
         "class_names": model_config["class_names"],
+        "modality": "image",
         "image_size": model_config["image_size"],
         "trained_precision": model_config["precision"],
         "trained_backend": crossed["trained_backend"],

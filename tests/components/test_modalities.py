@@ -98,6 +98,7 @@ def test_each_modality_keeps_one_contract_from_conversion_to_prediction(
     model_config = load_model_config(model_dir)
     expected = named(modality)
     assert modality_of(stats) is modality_of(model_config) is modality_of(export) is expected
+    assert stats["modality"] == model_config["modality"] == export["modality"] == modality  # each says it, no default
     recorded = expected.model_input_facts(stats, expected.read_vocabulary(examples_dir))
     assert {key: model_config[key] for key in recorded} == recorded, MODEL_CONFIG.name
     assert spec_of(model_config) == expected.spec(stats)
