@@ -57,7 +57,7 @@ class Record:
         return found
 
     def read_any(self, folder: str) -> dict:
-        """The record in ``folder`` whatever its format (a baseline's, judged by ``older``; the registry's own
+        """The record in ``folder`` whatever its format (a baseline's, judged by ``other_version``; the registry's own
         pointers); a one-line error when there is none or it is no JSON object."""
         from components.storage import read_json
 
