@@ -38,7 +38,7 @@ def locate_export(model: str) -> tuple[str, list[str]]:
 
         with open(model, "rb") as handle:  # the labels packed in the file (its metadata), else its export's
             packed = packed_labels(handle.read())
-        return model, packed or export_report(os.path.dirname(os.path.abspath(model))).get("class_names", [])
+        return model, packed or (read_export(os.path.dirname(os.path.abspath(model))) or {}).get("class_names", [])
     if not os.path.exists(model):
         raise UsageError(f"model {model} does not exist: pass the export step's output (or its saved_model/)")
     found = find_saved_model(model)
@@ -46,16 +46,11 @@ def locate_export(model: str) -> tuple[str, list[str]]:
         saved_model, report = found
         if os.path.isfile(report) or os.path.isdir(os.path.join(model, SAVED_MODEL_DIR)):
             check_export(os.path.dirname(report))  # an export: finished and intact, as its export.json records
-        return saved_model, export_report(saved_model).get("class_names", [])
+        return saved_model, (read_export(saved_model) or {}).get("class_names", [])
     raise UsageError(
         f"model {model} is not an export: expected the export step's output (saved_model/ and export.json), "
         "a SavedModel folder or a .tflite file"
     )
-
-
-def export_report(model: str) -> dict:
-    """The ``export.json`` of the export a SavedModel or TFLite file belongs to ({} for one on its own)."""
-    return read_export(model) or {}
 
 
 def check_top(top: int) -> None:
@@ -144,7 +139,7 @@ def _serving_answerer(saved_model: str):
     signatures = load_saved_model(saved_model).signatures
     # the model's size, from the pixels serving_images takes: [None, size, size, 3]
     size = int(signatures["serving_images"].structured_input_signature[1]["images"].shape[1])
-    raw_files = bool(export_report(saved_model))  # (a SavedModel on its own: the conversion's squares)
+    raw_files = bool(read_export(saved_model))  # (a SavedModel on its own: the conversion's squares)
 
     def answer(contents: list[bytes]):
         batch = tf.constant([sent_bytes(content, size, raw_files=raw_files) for content in contents])

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 FORMAT_KEY = "format_version"
 
 
-class OlderFormatError(UsageError):
+class FormatVersionError(UsageError):
     """An artifact this code does not read: made by an older (or a newer) version of the pipeline."""
 
 
@@ -102,7 +102,7 @@ class Record:
         """A one-line error where ``value`` is not of this code's format: what to do about it with it."""
         if other := self.other_version(value):
             newer = other.startswith("a newer")
-            raise OlderFormatError(f"{where} was made by {other}: {'upgrade the pipeline' if newer else self.remake}")
+            raise FormatVersionError(f"{where} was made by {other}: {'upgrade the pipeline' if newer else self.remake}")
 
 
 STATS = Record("stats.json", 1, "examples dir", "convert", "convert the data again")

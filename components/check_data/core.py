@@ -89,8 +89,9 @@ def load_baseline(baseline: str) -> tuple[tuple[dict, dict] | None, str, str]:
         return None, "", FIRST_VERSION
     folder, made_by = baseline.rstrip("/"), ""
     for place in version_folders(folder):
-        if DATA_STATS.exists(place) and not (made_by := DATA_STATS.other_version(DATA_STATS.read_any(place))):
-            return data_statistics.read(place), place, ""
+        statistics = DATA_STATS.read_any(place) if DATA_STATS.exists(place) else None
+        if statistics is not None and not (made_by := DATA_STATS.other_version(statistics)):
+            return (statistics, data_statistics.read_keys(place)), place, ""
     if STATS.exists(folder) and not (made_by := STATS.other_version(STATS.read_any(folder))):
         return data_statistics.compute(folder), folder, ""
     if made_by:

@@ -233,13 +233,15 @@ def write(folder: str, statistics: dict, keys: dict[str, np.ndarray]) -> None:
 def read(folder: str) -> tuple[dict, dict[str, np.ndarray]] | None:
     """The statistics written by ``write`` in ``folder``; None when it holds none; a one-line error for those of
     another version of the pipeline."""
+    statistics = DATA_STATS.read_if_any(folder)
+    return None if statistics is None else (statistics, read_keys(folder))
+
+
+def read_keys(folder: str) -> dict[str, np.ndarray]:
+    """The near-duplicate keys ``write`` put beside the statistics in ``folder``."""
     from components.storage import open_read
 
-    statistics = DATA_STATS.read_if_any(folder)
-    if statistics is None:
-        return None
     with open_read(f"{folder.rstrip('/')}/{NEAR_DUPLICATES_NAME}") as handle:
         payload = handle.read()
     with np.load(io.BytesIO(payload), allow_pickle=False) as arrays:
-        keys = {split: arrays[split] for split in arrays.files}
-    return statistics, keys
+        return {split: arrays[split] for split in arrays.files}

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from components.artifacts.records import FORMAT_KEY, METRICS, RECORDS, STATS, OlderFormatError
+from components.artifacts.records import FORMAT_KEY, METRICS, RECORDS, STATS, FormatVersionError
 from components.cli import UsageError
 
 
@@ -24,14 +24,14 @@ def test_a_record_is_written_with_its_format_version_and_read_back(tmp_path):
 
 def test_one_of_another_version_is_refused_with_what_to_do(tmp_path):
     (tmp_path / STATS.name).write_text(json.dumps({"counts": {}}))
-    with pytest.raises(OlderFormatError) as older:
+    with pytest.raises(FormatVersionError) as older:
         STATS.read(str(tmp_path))
     assert str(older.value) == (
         f"examples dir {tmp_path} was made by an older version of this pipeline (stats.json format 0, this one reads "
         f"{STATS.version}): convert the data again"
     )
     (tmp_path / STATS.name).write_text(json.dumps({FORMAT_KEY: STATS.version + 1}))
-    with pytest.raises(OlderFormatError, match=r"made by a newer version .*: upgrade the pipeline$"):
+    with pytest.raises(FormatVersionError, match=r"made by a newer version .*: upgrade the pipeline$"):
         STATS.read(str(tmp_path))
 
 
