@@ -70,11 +70,12 @@ def write_image_folder(root, per_class: int = 12) -> str:
 
 def session_fixture(name: str, tmp_path_factory, make, after: tuple[str, ...] = ()):
     """The session fixture ``name`` (one that converts or trains, made after the fixtures ``after``): ``make(folder)``
-    in a new temporary folder, or under ``make mutants`` once for the whole run, unless the mutant is in code it runs
-    (tests/fixture_cache.py)."""
+    in a new temporary folder; under ``make test``'s workers once for all of them, and under ``make mutants`` once for
+    the whole run, unless the mutant is in code it runs (tests/fixture_cache.py)."""
     from tests.fixture_cache import made_once
 
-    return made_once(name, make, lambda: str(tmp_path_factory.mktemp(name)), after)
+    shared = tmp_path_factory.getbasetemp().parent / "session-fixtures" if os.environ.get("PYTEST_XDIST_WORKER") else ""
+    return made_once(name, make, lambda: str(tmp_path_factory.mktemp(name)), after, shared=str(shared))
 
 
 @pytest.fixture(scope="session")

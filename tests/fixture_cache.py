@@ -1,4 +1,5 @@
-"""Under ``make mutants``: the session fixtures that convert or train, made once for the whole run and reused by each
+"""The session fixtures that convert or train, made once for a run of several processes: under ``make test``'s
+pytest-xdist workers, once for all of them; under ``make mutants``, once for the whole run and reused by each
 mutant's tests, unless the mutant is in code that making them ran.
 
 mutmut runs every mutant's tests in a fresh process, so without this each mutant of the data checks converts the
@@ -108,10 +109,13 @@ def made_once(
     fresh_folder: Callable[[], str],
     after: tuple[str, ...] = (),
     reach: Callable[[], contextlib.AbstractContextManager[set[str]]] = mutmut_reach,
+    shared: str = "",
 ) -> Any:
     """The session fixture ``name``: ``make(folder)`` builds it in an empty ``folder`` and returns its value (paths in
     it name ``folder``). Under ``make mutants``, made once in the run's cache and reused, unless the mutant under test
-    is in a function that making it (or a fixture in ``after``, made before it) reached; otherwise made in
+    is in a function that making it (or a fixture in ``after``, made before it) reached. Under ``make test``'s
+    workers (pytest-xdist), made once in the run's ``shared`` folder by the first worker to need it, and read there by
+    the others (each would otherwise convert and train it again: a minute of 2 cores each). Otherwise made in
     ``fresh_folder()``, as pytest makes any fixture."""
     cache, mutant = os.environ.get(CACHE_ENV), os.environ.get("MUTANT_UNDER_TEST", "")
     if mutant == "stats":  # mutmut's stats run: made as always, what it reaches kept for the tests that use it
@@ -119,29 +123,44 @@ def made_once(
             value = make(fresh_folder())
         _reached[name] = with_earlier(reached, after)
         return value
-    if not cache or "__mutmut_" not in mutant or _made_fresh & set(after):
+    mutating = bool(cache) and "__mutmut_" in mutant
+    store = cache if mutating else ("" if mutant else shared)
+    if not store or _made_fresh & set(after):
         _made_fresh.add(name)
         return make(fresh_folder())
-    entry = os.path.join(cache, name)
+    kept = kept_or_made(store, name, make, after, reach() if mutating else contextlib.nullcontext(set()), mutating)
+    if kept is not None:
+        _reached[name] = kept["reached"]
+    if kept is None or mangled(mutant) in kept["reached"]:
+        _made_fresh.add(name)
+        return make(fresh_folder())
+    return kept["value"]
+
+
+def kept_or_made(
+    store: str, name: str, make, after: tuple[str, ...], reach: contextlib.AbstractContextManager, remake: bool
+) -> dict | None:
+    """The fixture ``name`` as kept in ``store`` ({value, reached, files}), made there first if it is not; where a test
+    changed its files since, made there again (``remake``: one process at a time uses it) or None (workers side by
+    side read it: the worker makes its own)."""
+    entry = os.path.join(store, name)
     folder, record = os.path.join(entry, "files"), os.path.join(entry, "record.pickle")
-    os.makedirs(cache, exist_ok=True)
-    with open(os.path.join(cache, f"{name}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # mutmut's workers run mutants side by side: one makes it, the other waits
+    os.makedirs(store, exist_ok=True)
+    with open(os.path.join(store, f"{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # (workers side by side: one makes it, the others wait)
         kept = None
         if os.path.exists(record):
             with open(record, "rb") as handle:
                 kept = pickle.load(handle)
+        if kept is not None and kept["files"] != listing(folder) and not remake:
+            return None
         if kept is None or kept["files"] != listing(folder):
             shutil.rmtree(entry, ignore_errors=True)
             os.makedirs(folder)
-            with reach() as reached:
+            with reach as reached:
                 value = make(folder)
             kept = {"value": value, "reached": with_earlier(reached, after), "files": listing(folder)}
             with open(record + ".part", "wb") as handle:
                 pickle.dump(kept, handle)
             os.replace(record + ".part", record)
-    _reached[name] = kept["reached"]
-    if mangled(mutant) in kept["reached"]:
-        _made_fresh.add(name)
-        return make(fresh_folder())
-    return kept["value"]
+    return kept

@@ -308,6 +308,36 @@ def test_make_mutants_makes_a_slow_fixture_once_and_again_for_a_mutant_of_code_i
     assert made[5:] == ["model in cache/model/files"]
 
 
+def test_make_tests_workers_make_a_slow_fixture_once_and_a_changed_one_each_their_own(tmp_path, monkeypatch):
+    # pytest-xdist's workers are processes side by side: the first to need a fixture that trains makes it in the
+    # run's shared folder, the others read it there; one whose files a test changed is not made again under the
+    # others' feet: the worker that finds it changed makes its own
+    from tests import fixture_cache
+
+    made: list[str] = []
+    monkeypatch.delenv("MUTANT_UNDER_TEST", raising=False)
+    monkeypatch.delenv(fixture_cache.CACHE_ENV, raising=False)
+
+    def make(folder: str) -> str:
+        made.append(os.path.relpath(folder, tmp_path))
+        (tmp_path / made[-1] / "data").write_text("model")
+        return folder
+
+    def worker(number: int) -> str:
+        """A worker's session fixture: a new process, so nothing made in this one yet."""
+        monkeypatch.setattr(fixture_cache, "_made_fresh", set())
+        fresh = tmp_path / f"gw{number}"
+        return fixture_cache.made_once("model", make, lambda: (fresh.mkdir(), str(fresh))[1], shared=str(tmp_path))
+
+    first = worker(0)
+    assert worker(1) == worker(2) == first and made == ["model/files"]
+    (tmp_path / "model" / "files" / "data").write_text("changed by a test")
+    assert worker(3) == str(tmp_path / "gw3") and made[1:] == ["gw3"]
+    assert (tmp_path / "model" / "files" / "data").read_text() == "changed by a test"  # (the others' left alone)
+    monkeypatch.setattr(fixture_cache, "_made_fresh", set())
+    assert fixture_cache.made_once("model", make, lambda: str(tmp_path), shared="") == str(tmp_path)  # alone: its own
+
+
 def test_make_mutants_clears_what_a_mutant_wrote_into_mutmuts_folder(tmp_path):
     # a mutant that exported to a relative path left a SavedModel there, which a later mutant reading that path
     # found and passed with
