@@ -231,3 +231,23 @@ def test_only_the_conversion_imports_beam():
         "components.deploy.core",
     ]
     assert {module: sorted(reached(module) & beam) for module in free} == {module: [] for module in free}
+
+
+def test_keras_starts_without_the_plotting_and_scikit_learn_modules_no_step_uses_through_it():
+    """Keras imports scikit-learn, matplotlib and OpenCV at its own import when they are installed (1 to 3 s of every
+    TensorFlow step's start): a step's process, which imports ``components`` first, loads none of them with Keras or
+    TensorFlow, and imports scikit-learn as ever when it asks for it."""
+    import json
+    import subprocess
+    import sys
+
+    script = """
+import json, sys
+import components.train.core, tensorflow, keras
+loaded = sorted({name.split(".")[0] for name in sys.modules} & {"sklearn", "matplotlib", "cv2"})
+from sklearn.metrics import confusion_matrix
+print(json.dumps([loaded, confusion_matrix([0, 1], [0, 1]).tolist()]))
+"""
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [[], [[1, 0], [0, 1]]]
