@@ -152,9 +152,10 @@ def kept_or_made(
         if os.path.exists(record):
             with open(record, "rb") as handle:
                 kept = pickle.load(handle)
-        if kept is not None and kept["files"] != listing(folder) and not remake:
+        changed = kept is not None and kept["files"] != listing(folder)
+        if changed and not remake:
             return None
-        if kept is None or kept["files"] != listing(folder):
+        if kept is None or changed:
             shutil.rmtree(entry, ignore_errors=True)
             os.makedirs(folder)
             with reach as reached:
