@@ -100,15 +100,72 @@ def match(pattern: str, limit: int | None = None) -> list[FileInfo]:
     finds them (the same files, so the same fingerprints): ``*`` and ``?`` within a folder, ``**`` across folders,
     ``[...]`` a character class; a pattern ending in ``/`` lists the folder; a pattern without them, that one file.
     At most ``limit`` files when given."""
+    found = iter_match(pattern)
+    return [info for _, info in zip(range(limit), found, strict=False)] if limit is not None else list(found)
+
+
+def iter_match(pattern: str):
+    """``match``'s files one at a time, as the listing finds them (in no particular order): memory does not grow
+    with their number."""
     if pattern.endswith("/"):
         pattern += "*"
     prefix = re.match(r"^[^[*?]*", pattern).group(0)
     if prefix == pattern:
-        found = [info] if (info := _info(pattern)) else []
-    else:
-        wanted = re.compile(translate_pattern(pattern)).match
-        found = (info for info in _listed(prefix) if wanted(info.path))
-    return [info for _, info in zip(range(limit), found, strict=False)] if limit is not None else list(found)
+        if info := _info(pattern):
+            yield info
+        return
+    wanted = re.compile(translate_pattern(pattern)).match
+    yield from (info for info in _listed(prefix) if wanted(info.path))
+
+
+# a listing call returns up to 1,000 objects (the service's largest page); a folder whose wanted objects would take a
+# page of listing for fewer than LISTED_PER_PAGE of them is asked object by object instead, PARALLEL_LOOKUPS at once
+LIST_PAGE, LISTED_PER_PAGE, PARALLEL_LOOKUPS = 1000, 10, 16
+
+
+def find(paths) -> dict[str, FileInfo]:
+    """{path: its file} of the ``paths`` that exist (files, not patterns). Local files are looked up one by one; on
+    ``gs://`` each folder is listed, a call for 1,000 objects, from its first wanted name on, for as many pages as
+    its wanted objects would fill at ``LISTED_PER_PAGE`` a page: a million files in one folder take a thousand
+    calls, not a million. Objects the listing did not reach are asked one by one, ``PARALLEL_LOOKUPS`` at once."""
+    found, folders = {}, {}
+    for path in paths:
+        if "://" not in path:
+            if info := _info(path):
+                found[path] = info
+        else:
+            folders.setdefault(path.rpartition("/")[0], set()).add(path)
+    lookups = []
+    for folder, wanted in folders.items():
+        lookups += sorted(_listed_among(folder, wanted, found) if len(wanted) > LISTED_PER_PAGE else wanted)
+    if lookups:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(PARALLEL_LOOKUPS, len(lookups))) as pool:
+            found.update((info.path, info) for info in pool.map(_info, lookups) if info is not None)
+    return found
+
+
+def _listed_among(folder: str, wanted: set[str], found: dict) -> set[str]:
+    """Lists ``folder`` (its own objects, not its subfolders') into ``found``, the ``wanted`` ones, for at most one
+    page per ``LISTED_PER_PAGE`` of them; -> the wanted ones it did not reach (none where it listed the folder to
+    its end: those are missing)."""
+    bucket, name = _bucket_and_name(folder + "/")
+    left, pages = set(wanted), 1 + len(wanted) // LISTED_PER_PAGE
+    with naming(folder + "/"):
+        listing = _client().list_blobs(
+            bucket, prefix=name, delimiter="/", start_offset=min(wanted)[len(f"gs://{bucket}/") :], page_size=LIST_PAGE
+        )
+        for page in listing.pages:
+            for blob in page:
+                path = f"gs://{bucket}/{blob.name}"
+                if path in left:
+                    found[path] = FileInfo(path, blob.size, blob.updated.timestamp())
+                    left.discard(path)
+            pages -= 1
+            if not left or not pages:
+                return left
+    return set()  # (the whole folder listed: what it did not hold does not exist)
 
 
 def copy(source: str, target: str) -> None:
@@ -170,17 +227,39 @@ def translate_pattern(pattern: str) -> str:
 
 def _listed(prefix: str):
     """Every file under ``prefix``: a local folder walked (the prefix's folder), or the objects whose names start
-    with it, but a folder's placeholder (a name ending in ``/``, as the Cloud Console's "Create folder" writes)."""
+    with it, but a folder's placeholder (a name ending in ``/``, as the Cloud Console's "Create folder" writes).
+    One at a time: a folder of a million files is never held whole (on ``gs://``, pages of 1,000 objects)."""
     if "://" not in prefix:
         folder = os.path.dirname(prefix)  # (as Beam: "data/x*" walks data, and "x*" alone finds nothing)
-        for where, _, names in os.walk(folder) if folder else ():
-            yield from filter(None, (_info(os.path.join(where, name)) for name in names))  # (gone while listing)
+        yield from _walked(folder) if folder else ()
         return
     bucket, name = _bucket_and_name(prefix)
     with naming(prefix):
-        for blob in _client().list_blobs(bucket, prefix=name):
+        for blob in _client().list_blobs(bucket, prefix=name, page_size=LIST_PAGE):
             if not blob.name.endswith("/"):
                 yield FileInfo(f"gs://{bucket}/{blob.name}", blob.size, blob.updated.timestamp())
+
+
+def _walked(folder: str):
+    """The files under a local folder, as ``os.walk`` finds them (a link to a folder is not followed, a link to a
+    file is a file), each with one ``stat``, read as the folder is (``os.scandir``), not its names first."""
+    folders = [folder]
+    while folders:
+        try:
+            entries = os.scandir(folders.pop())
+        except OSError:  # (gone, or not readable, as os.walk skips it)
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir():
+                        if not entry.is_symlink():
+                            folders.append(entry.path)
+                        continue
+                    stat = entry.stat()
+                except OSError:  # (gone while listing; a broken link)
+                    continue
+                yield FileInfo(entry.path, stat.st_size, stat.st_mtime)
 
 
 def _info(path: str) -> FileInfo | None:

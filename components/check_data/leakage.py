@@ -85,6 +85,10 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
     def sampled(compared: int) -> str:
         return f" (an even sample of their {held_out})" if compared < held_out else ""
 
+    def train_sampled(version: dict, keys: dict) -> str:  # (a large version's keys: MAX_READ of a split, in shards)
+        read, of = len(keys["train"]), version["counts"].get("train", 0)
+        return f" (a sample of {read} of its {of} examples, whole shards)" if read < of else ""
+
     rows = []
     share, found, total, by_split = leakage_share(new_keys, new_keys["train"], limits, text)
     across = row(
@@ -93,7 +97,8 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
         "block",
         value=round(share, 4),
         thresholds=thresholds,
-        detail=f"{found} of {total} validation and test examples{sampled(total)} have a near-copy in train",
+        detail=f"{found} of {total} validation and test examples{sampled(total)} have a near-copy in train"
+        + train_sampled(new, new_keys),
     )
     # the test split's own count, which the summary shows beside the test accuracy
     found_in_test, compared_in_test = by_split.get("test", (0, 0))
@@ -101,7 +106,7 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
     if base is not None:
         share, found, total, _ = leakage_share(new_keys, base_keys["train"], limits, text)
         detail = f"{found} of {total} validation and test examples{sampled(total)} have a near-copy in the baseline's"
-        detail += " train split"
+        detail += " train split" + train_sampled(base, base_keys)
         verdict = graded(share, warn, block)
         # a baseline split by another method: the same examples sit in other splits, so this version's held-out
         # examples meet the baseline's train by design; that warns, and never blocks the first run after an upgrade

@@ -64,6 +64,8 @@ def compute(
     keys, result[modality] = {}, {}
     for split in SPLITS:
         result[modality][split], keys[split] = of_split(split)
+        if len(keys[split]) < stats["counts"].get(split, 0):  # (a large version: whole shards up to MAX_READ)
+            result.setdefault("sampled", {})[split] = len(keys[split])
     return result, keys
 
 
@@ -101,14 +103,27 @@ def quarantine_reasons(examples_dir: str) -> dict[str, int]:
     return dict(sorted(Counter(reasons).items()))
 
 
-def read_examples(examples_dir: str, split: str):
-    """Each serialized example of the split, read without TensorFlow."""
+# the most examples of a split read for its statistics and near-copy keys: whole shards in order, until this many
+# are read. The conversion spreads a split's examples over its shards by their checksum, so the first shards are a
+# sample of the whole; it bounds the step's time (about a minute for this many small images on one core) and its
+# memory (256 bytes of keys an image), however large the version. Counts come from stats.json, not from this read.
+MAX_READ = 100_000
+
+
+def read_examples(examples_dir: str, split: str, limit: int | None = None):
+    """Each serialized example of the split, read without TensorFlow; with ``limit``, no further shard is opened
+    once that many are read."""
     from components.schema import read_records
     from components.storage import open_read
 
+    read = 0
     for path in split_files(examples_dir, split):
+        if limit is not None and read >= limit:
+            return
         with open_read(path) as handle:
-            yield from read_records(handle)
+            for record in read_records(handle):
+                read += 1
+                yield record
 
 
 def image_statistics(examples_dir: str, split: str) -> tuple[dict, np.ndarray]:
@@ -122,7 +137,7 @@ def image_statistics(examples_dir: str, split: str) -> tuple[dict, np.ndarray]:
     sizes = {name: np.zeros(bins, np.int64) for name, bins in SIZE_BINS.items()}
     formats: Counter = Counter()
     thumbnails = []
-    for record in read_examples(examples_dir, split):
+    for record in read_examples(examples_dir, split, MAX_READ):
         found = bytes_features(record, ("image", SOURCE_FEATURE))
         encoded, source = found["image"], found.get(SOURCE_FEATURE, b"")
         source_size = int64_features(record, (SOURCE_SIZE_FEATURE,)).get(SOURCE_SIZE_FEATURE)
@@ -196,7 +211,7 @@ def text_statistics(
     hashes = []
     from components.schema import bytes_features
 
-    for record in read_examples(examples_dir, split):
+    for record in read_examples(examples_dir, split, MAX_READ):
         text = bytes_features(record, ("text",)).get("text", b"").decode("utf-8")
         tokens = standardize(text, standardization)
         lengths[min(len(tokens), TOKEN_BINS - 1)] += 1

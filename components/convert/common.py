@@ -192,30 +192,34 @@ class WriteUniqueShard(WriteShard):
     holding each content once, its first path's example (``KeepFirstCopy``'s rule, here within the shard all copies
     meet in), written as ``WriteShard`` writes; the other copies as duplicates records -> (split, shard, {class
     index: count}).
-    Two passes over the shard's examples: the first keeps paths alone, so that no more than one example at a time
-    is held in memory."""
+    The shard's examples are read once (on Dataflow, a second pass would read the shuffle again): each goes to a
+    local spill file as it comes, and memory holds their paths alone; the kept ones are then copied from it."""
 
     def process(self, element):
+        import tempfile
+
         import google_crc32c
 
         (split, shard), pairs = element
-        copies: dict[bytes, list[tuple[str, int]]] = {}
-        for digest, (path, class_index, *_) in pairs:
-            copies.setdefault(digest, []).append((path, class_index))
-        kept = {}
-        for digest, paths in copies.items():
-            paths.sort()
-            kept[digest] = paths[0][0]
-            for record in duplicates_of(paths):
-                yield beam.pvalue.TaggedOutput(DUPLICATE_TAG, record)
-
-        def first_copies():
+        copies: dict[bytes, list[tuple[str, int, int, int]]] = {}
+        with tempfile.TemporaryFile() as spill:
             for digest, (path, class_index, _, example, _) in pairs:
-                if kept.get(digest) == path:
-                    del kept[digest]  # (the same path twice is one image)
+                copies.setdefault(digest, []).append((path, class_index, spill.tell(), len(example)))
+                spill.write(example)
+            kept = []
+            for found in copies.values():
+                found.sort()
+                kept.append(found[0])  # (the same path twice is one image)
+                for record in duplicates_of([(path, class_index) for path, class_index, _, _ in found]):
+                    yield beam.pvalue.TaggedOutput(DUPLICATE_TAG, record)
+
+            def first_copies():
+                for _, class_index, offset, size in sorted(kept, key=lambda copy: copy[2]):  # (as they came)
+                    spill.seek(offset)
+                    example = spill.read(size)
                     yield google_crc32c.value(example), class_index, example
 
-        yield split, shard, self._write(split, shard, first_copies())
+            yield split, shard, self._write(split, shard, first_copies())
 
 
 @contextlib.contextmanager

@@ -16,20 +16,27 @@ from dataclasses import dataclass
 from components.cli import UsageError, one_line
 from components.params import CONVERT, TEXT
 from components.schema import MODALITIES
-from components.storage import match, open_read, read_bytes
+from components.storage import find, iter_match, match, open_read, read_bytes
 
 
 def fingerprint_of(metadata, extra: bytes = b"") -> str:
     """A digest of the files found (``components.storage.match``: path, size, mtime): new, removed or changed files
     change it, and so does a new format of any artifact (``components.artifacts.records``): the fingerprint is the
     conversion's cache key in the DAG, so that after such an upgrade the run converts and trains again instead of
-    handing a cached artifact of the older format to a step that refuses it."""
+    handing a cached artifact of the older format to a step that refuses it.
+
+    The files' own digests are summed (modulo 2**256): the same whatever order a listing gives them in, so that
+    ``metadata`` streams through, however many files there are, without being held or sorted."""
     from components.artifacts.records import RECORDS
 
     formats = "".join(f"{record.name} format {record.version}\n" for record in RECORDS)
     digest = hashlib.sha256(formats.encode() + extra)
-    for meta in sorted(metadata, key=lambda m: m.path):
-        digest.update(f"{meta.path}\0{meta.size_in_bytes}\0{meta.last_updated_in_seconds}\n".encode())
+    total = files = 0
+    for meta in metadata:
+        entry = f"{meta.path}\0{meta.size_in_bytes}\0{meta.last_updated_in_seconds}\n".encode()
+        total += int.from_bytes(hashlib.sha256(entry).digest(), "big")
+        files += 1
+    digest.update(f"{files} files\0".encode() + (total % (1 << 256)).to_bytes(32, "big"))
     return digest.hexdigest()
 
 
@@ -50,7 +57,12 @@ def is_hidden(path: str) -> bool:
 
 def visible_files(pattern: str) -> list:
     """The files ``pattern`` matches, but hidden ones (``.DS_Store``, ``._photo.jpg``)."""
-    return [meta for meta in match(pattern) if not is_hidden(meta.path)]
+    return list(iter_visible(pattern))
+
+
+def iter_visible(pattern: str):
+    """``visible_files``, one at a time as the listing finds them."""
+    return (meta for meta in iter_match(pattern) if not is_hidden(meta.path))
 
 
 @dataclass(frozen=True)
@@ -71,22 +83,20 @@ FINGERPRINT_BASIS = (
 )
 
 
+def check_folder(root: str) -> str:
+    """``root`` without its trailing ``/``; a one-line error where a local one is missing or no folder."""
+    root = root.rstrip("/")
+    if "://" not in root and not os.path.exists(root):
+        raise UsageError(f"data path {root} does not exist: pass a folder of class subfolders of images")
+    if "://" not in root and not os.path.isdir(root):
+        raise UsageError(f"data path {root} is not a folder: expected <root>/<class_name>/*.jpg")
+    return root
+
+
 def list_image_folder(root: str) -> ImageListing:
     """Lists ``<root>/<class_name>/<image>``; raises ``UsageError`` naming the path when the layout is wrong."""
-    root = root.rstrip("/")
-    is_local = "://" not in root
-    if is_local and not os.path.exists(root):
-        raise UsageError(f"data path {root} does not exist: pass a folder of class subfolders of images")
-    if is_local and not os.path.isdir(root):
-        raise UsageError(f"data path {root} is not a folder: expected <root>/<class_name>/*.jpg")
-
-    # every file in a class folder is an item: what is not an image is quarantined with its reason, never skipped;
-    # a hidden folder (.thumbnails, .ipynb_checkpoints) is no class
-    found = [m for m in visible_files(f"{root}/*/*") if not is_hidden(m.path.rsplit("/", 1)[0])]
-    if not found:
-        if visible_files(f"{root}/*"):
-            raise UsageError(f"data path {root} has images but no class subfolders: expected <root>/<class_name>/*.jpg")
-        raise UsageError(f"data path {root} holds no images: expected <root>/<class_name>/*.jpg")
+    root = check_folder(root)
+    found = list(class_files(root))
     by_class: dict[str, list] = {}
     for meta in found:
         class_name = meta.path.split("/")[-2]
@@ -98,6 +108,35 @@ def list_image_folder(root: str) -> ImageListing:
         for meta in sorted(by_class[name], key=lambda m: m.path)
     )
     return ImageListing(class_names, items, sum(m.size_in_bytes for m in found), fingerprint=fingerprint_of(found))
+
+
+def class_files(root: str, class_names: set | None = None):
+    """The files of ``<root>/<class_name>/``, one at a time, as the listing finds them, each class's name added to
+    ``class_names``; a one-line error, once the listing is done, where there are none."""
+    # every file in a class folder is an item: what is not an image is quarantined with its reason, never skipped;
+    # a hidden folder (.thumbnails, .ipynb_checkpoints) is no class
+    class_names = set() if class_names is None else class_names
+    for meta in iter_visible(f"{root}/*/*"):
+        folder = meta.path.rsplit("/", 1)[0]
+        if not is_hidden(folder):
+            class_names.add(folder.rsplit("/", 1)[-1])
+            yield meta
+    if not class_names:
+        if next(iter_visible(f"{root}/*"), None):
+            raise UsageError(f"data path {root} has images but no class subfolders: expected <root>/<class_name>/*.jpg")
+        raise UsageError(f"data path {root} holds no images: expected <root>/<class_name>/*.jpg")
+
+
+def image_folder_fingerprint(root: str, classes: Sequence[str] = ()) -> str:
+    """``list_image_folder(root).fingerprint``, with its checks (and ``--classes``'), from the listing as it
+    streams: memory stays the same for a million files (and on ``gs://`` a call lists 1,000)."""
+    root = check_folder(root)
+    names: set[str] = set()
+    fingerprint = fingerprint_of(class_files(root, names))
+    unknown = sorted(names - set(classes)) if classes else []
+    if unknown:
+        raise UsageError(f"data path {root} has class folders not in --classes: {', '.join(unknown)}")
+    return fingerprint
 
 
 ML_USE_SPLITS = {"training": "train", "train": "train", "validation": "validation", "test": "test"}
@@ -149,7 +188,7 @@ def list_manifest(manifest: str, classes: Sequence[str] = CONVERT["classes"].def
     class_names = tuple(classes) or tuple(sorted({label for _, label, _ in rows}))
     index = {name: i for i, name in enumerate(class_names)}
     items = tuple((path, index[label], split) for path, label, split in rows)
-    found = [m for path, _, _ in items for m in match(path)]
+    found = list(find(path for path, _, _ in items).values())  # (by listing their folders, not a call a row)
     fingerprint = fingerprint_of(found, extra=text.encode())
     return ImageListing(class_names, items, sum(m.size_in_bytes for m in found), tuple(rejected), fingerprint)
 
@@ -231,7 +270,9 @@ def source_fingerprint(source: str, classes: Sequence[str] = CONVERT["classes"].
         return fingerprint_of(match_tfrecords(source))
     if source.lower().endswith(".npz"):
         return fingerprint_of(npz_file(source))
-    return list_source(source, classes).fingerprint
+    if source.lower().endswith(".csv"):
+        return list_manifest(source, classes).fingerprint
+    return image_folder_fingerprint(source, classes)
 
 
 TFRECORD_SUFFIXES = (".tfrec", ".tfrecord", ".tfrecords")
@@ -255,8 +296,8 @@ def is_text_source(
 ) -> bool:
     """Whether ``source`` is a text source: a .jsonl; a .csv whose header names the text and label columns (an
     image manifest, ``[ML_USE,]IMAGE_URI,LABEL`` rows, has no header); or a folder whose class folders (directly or
-    under aclImdb's split folders) hold more .txt files than images, among the first ``SAMPLED_FILES`` of each
-    level (an image folder with a notes or LICENSE.txt per class stays an image folder)."""
+    under aclImdb's split folders) hold more .txt files than images, among the first ``SAMPLED_FILES`` files the
+    listing finds (an image folder with a notes or LICENSE.txt per class stays an image folder)."""
     lowered = source.lower()
     if lowered.endswith(".jsonl"):
         return True
@@ -264,15 +305,15 @@ def is_text_source(
         return {text_column, label_column} <= set(csv_header(source))
     root = source.rstrip("/")
     texts = images = 0
-    for pattern in (f"{root}/*/*", f"{root}/*/*/*"):
-        try:
-            found = match(pattern, limit=SAMPLED_FILES)
-        except Exception:
-            continue
-        for meta in found:
-            name = meta.path.lower()
-            texts += name.endswith(".txt")
-            images += name.endswith(IMAGE_SUFFIXES)
+    depth = root.count("/")
+    try:
+        for meta in match(f"{root}/**", limit=SAMPLED_FILES):  # (one listing call on gs://)
+            if meta.path.count("/") - depth in (2, 3):  # <root>/<class>/<file>, <root>/<split>/<class>/<file>
+                name = meta.path.lower()
+                texts += name.endswith(".txt")
+                images += name.endswith(IMAGE_SUFFIXES)
+    except Exception:  # (the conversion says why it cannot be listed)
+        pass
     return texts > images
 
 

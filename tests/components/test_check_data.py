@@ -1223,6 +1223,42 @@ def test_many_held_out_examples_are_compared_through_an_even_sample(monkeypatch)
     assert leakage.leakage_share({"validation": empty, "test": empty}, keys["train"], limits, False)[:3] == (0.0, 0, 0)
 
 
+def test_a_large_split_is_read_in_whole_shards_up_to_a_bound_and_the_leakage_rows_say_so(tmp_path, monkeypatch):
+    """The statistics and near-copy keys of a split read at most ``MAX_READ`` examples, in whole shards (a random
+    sample: the conversion shards by checksum), whatever the version's size; the leakage rows name the sample."""
+    import tensorflow as tf
+    from PIL import Image
+
+    from components.schema import SHARD_SUFFIX, serialize_example
+
+    os.makedirs(tmp_path / "train")
+    for shard in range(3):  # 3 shards of 4 images, each of one grey level
+        buffer = io.BytesIO()
+        Image.fromarray(np.full((16, 16), 10 * shard, np.uint8)).save(buffer, format="PNG")
+        name = f"train-{shard:05d}-of-00003{SHARD_SUFFIX}"
+        with tf.io.TFRecordWriter(str(tmp_path / "train" / name)) as writer:
+            for _ in range(4):
+                writer.write(serialize_example(buffer.getvalue(), 0, "ant", (16, 16), 2))
+    read = {}
+    for bound in (4, 5, 100):
+        monkeypatch.setattr(data_statistics, "MAX_READ", bound)
+        found, keys = data_statistics.image_statistics(str(tmp_path), "train")
+        read[bound] = (len(keys), sum(found["brightness"]))
+    assert read == {4: (4, 4), 5: (8, 8), 100: (12, 12)}  # whole shards: 1, 2, all 3
+
+    new, keys = version(BALANCED)
+    base, base_keys = version(BALANCED, first_id=1000)
+    keys["train"], base_keys["train"] = keys["train"][:250], base_keys["train"][:300]  # 250 of 400 read
+    rows, _ = outcome((new, keys), (base, base_keys))
+    details = {found["check"]: found["detail"] for found in rows if found["check"].startswith("leakage")}
+    assert details == {
+        "leakage across splits": "0 of 200 validation and test examples have a near-copy in train (a sample of 250 "
+        "of its 400 examples, whole shards)",
+        "leakage across versions": "0 of 200 validation and test examples have a near-copy in the baseline's train "
+        "split (a sample of 300 of its 400 examples, whole shards)",
+    }
+
+
 def test_texts_are_checked_under_the_served_models_vocabulary(text_examples, tmp_path):
     from components.check_data.core import run
     from components.tokenizing import OUT_OF_VOCABULARY, PADDING, VOCABULARY_FILE, vocabulary_bytes

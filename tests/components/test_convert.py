@@ -571,7 +571,20 @@ def test_a_shard_whose_writing_fails_leaves_nothing_behind(tmp_path):
     assert os.listdir(tmp_path / "train") == []  # neither the shard nor its temporary file
 
 
-def test_copies_meeting_in_a_shard_keep_the_first_path_whatever_order_they_come_in(tmp_path):
+class ReadOnce:
+    """A grouping's values that can be read once: on Dataflow a second pass over a large group reads the shuffle
+    again."""
+
+    def __init__(self, values):
+        self.values, self.reads = values, 0
+
+    def __iter__(self):
+        self.reads += 1
+        assert self.reads == 1, "the shard's examples were read twice"
+        return iter(self.values)
+
+
+def test_copies_meeting_in_a_shard_keep_the_first_path_whatever_order_they_come_in_read_once(tmp_path):
     from components.convert.common import DUPLICATE_TAG, WriteUniqueShard
     from components.schema import read_records
 
@@ -582,7 +595,7 @@ def test_copies_meeting_in_a_shard_keep_the_first_path_whatever_order_they_come_
         (one, ("a/1.jpg", 0, None, b"example of a/1", b"k" * 32)),
         (one, ("a/3.jpg", 0, None, b"example of a/3", b"k" * 32)),
     ]
-    out = list(WriteUniqueShard(str(tmp_path), {"test": 1}).process((("test", 0), pairs)))
+    out = list(WriteUniqueShard(str(tmp_path), {"test": 1}).process((("test", 0), ReadOnce(pairs))))
     duplicates = sorted((o.value for o in out if getattr(o, "tag", None) == DUPLICATE_TAG), key=lambda r: r["path"])
     assert duplicates == [
         {"path": "a/3.jpg", "duplicate_of": "a/1.jpg"},
