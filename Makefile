@@ -20,7 +20,7 @@ SKIP_IMAGES ?=
 export UV_PYTHON_DOWNLOADS := never
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-profiles profile-env test-heavy test-browser lint format house compile lock mutants images test-images clean
+.PHONY: help setup run test test-profiles profile-env test-heavy test-browser bench lint format house compile lock mutants images test-images clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}' \
@@ -75,6 +75,10 @@ profile-env: ## print the environment of PROFILE=... (bench/spread.py reads it)
 
 test-heavy: setup ## the heavy tests: the simulated year of scheduled retraining (seven whole-DAG runs, ~7 min)
 	$(VENV)/bin/python -m pytest -m heavy
+
+bench: setup ## how each step grows from 10^3 to 3x10^5 files (bench/scale.py), make run's steps against bare Keras (bench/loop.py)
+	$(VENV)/bin/python bench/scale.py
+	$(VENV)/bin/python bench/loop.py
 
 # mutation testing, outside make test and CI (tests/mutation.py; mutmut from the lock's `mutants` group): GROUPS=a,b
 # runs only those groups; ONLY=untried goes on with what a stopped run left and tries the code changed since,

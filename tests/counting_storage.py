@@ -38,8 +38,8 @@ class CountingStorage:
         return Bucket(self, name)
 
     def list_blobs(self, bucket_or_name, prefix=None, delimiter=None, start_offset=None, page_size=None, **_):
-        return Listing(self, getattr(bucket_or_name, "name", bucket_or_name), prefix or "", delimiter, start_offset,
-                       min(page_size or PAGE, PAGE))  # fmt: skip
+        bucket = getattr(bucket_or_name, "name", bucket_or_name)
+        return Listing(self, bucket, prefix or "", delimiter, start_offset, min(page_size or PAGE, PAGE))
 
     def names(self, bucket: str) -> list[str]:
         if bucket not in self._names:

@@ -22,22 +22,28 @@ def near_copies(held_out: np.ndarray, train: np.ndarray, similarity: float, text
     their standardised text."""
     if text:
         return int(np.isin(held_out, train).sum())
-    unit = data_statistics.unit_thumbnails
-    train_units, found = unit(train), 0
-    train_grey = train.astype(np.float32)
-    train_squares = (train_grey**2).sum(axis=1)
+    unit, found = data_statistics.unit_thumbnails, np.zeros(len(held_out), bool)
     most_squared = levels**2 * train.shape[1]  # the largest sum of squared differences of two copies
-    for start in range(0, len(held_out), 256):  # 256 held-out examples against all of train at a time (1 GB of
-        # similarities for a million train images)
-        block = held_out[start : start + 256]
-        correlated = unit(block) @ train_units.T
-        copies = correlated >= similarity
-        if levels > 0:
-            grey = block.astype(np.float32)
-            squared = (grey**2).sum(axis=1, keepdims=True) + train_squares - 2 * (grey @ train_grey.T)
-            copies |= (correlated >= FLAT_SIMILARITY) & (squared <= most_squared)
-        found += int(copies.any(axis=1).sum())
-    return found
+    held_units, held_grey = unit(held_out), held_out.astype(np.float32)
+    held_squares = (held_grey**2).sum(axis=1, keepdims=True)
+    # train in chunks, against 256 held-out examples at a time: memory holds a chunk's thumbnails as floats and
+    # 256 x TRAIN_CHUNK similarities (16 MB each), however large train is
+    for first in range(0, len(train), TRAIN_CHUNK):
+        chunk = train[first : first + TRAIN_CHUNK]
+        chunk_units, chunk_grey = unit(chunk).T, chunk.astype(np.float32).T
+        chunk_squares = (chunk_grey**2).sum(axis=0)
+        for start in range(0, len(held_out), 256):
+            block = slice(start, start + 256)
+            correlated = held_units[block] @ chunk_units
+            copies = correlated >= similarity
+            if levels > 0:
+                squared = held_squares[block] + chunk_squares - 2 * (held_grey[block] @ chunk_grey)
+                copies |= (correlated >= FLAT_SIMILARITY) & (squared <= most_squared)
+            found[block] |= copies.any(axis=1)
+    return int(found.sum())
+
+
+TRAIN_CHUNK = 16_384
 
 
 # held-out examples compared with every train example (an even sample beyond): 5,000 against a million train images
@@ -85,9 +91,9 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
     def sampled(compared: int) -> str:
         return f" (an even sample of their {held_out})" if compared < held_out else ""
 
-    def train_sampled(version: dict, keys: dict) -> str:  # (a large version's keys: MAX_READ of a split, in shards)
+    def train_sampled(version: dict, keys: dict) -> str:  # (a large version's keys: about MAX_READ of a split)
         read, of = len(keys["train"]), version["counts"].get("train", 0)
-        return f" (a sample of {read} of its {of} examples, whole shards)" if read < of else ""
+        return f" (a sample of {read} of its {of} examples)" if read < of else ""
 
     rows = []
     share, found, total, by_split = leakage_share(new_keys, new_keys["train"], limits, text)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import os
 from collections import Counter
 
@@ -64,13 +65,13 @@ def compute(
     keys, result[modality] = {}, {}
     for split in SPLITS:
         result[modality][split], keys[split] = of_split(split)
-        if len(keys[split]) < stats["counts"].get(split, 0):  # (a large version: whole shards up to MAX_READ)
+        if len(keys[split]) < stats["counts"].get(split, 0):  # (a large version: a sample of about MAX_READ)
             result.setdefault("sampled", {})[split] = len(keys[split])
     return result, keys
 
 
 def image_splits(examples_dir: str, stats: dict, result: dict, vocabulary, served_standardization):
-    return lambda split: image_statistics(examples_dir, split)
+    return lambda split: image_statistics(examples_dir, split, stats["counts"].get(split))
 
 
 def text_splits(examples_dir: str, stats: dict, result: dict, vocabulary, served_standardization):
@@ -81,7 +82,14 @@ def text_splits(examples_dir: str, stats: dict, result: dict, vocabulary, served
     result["standardization"] = standardization_of(stats)
     length = stats["sequence_length"]
     return lambda split: text_statistics(
-        examples_dir, split, own, length, served, result["standardization"], served_standardization
+        examples_dir,
+        split,
+        own,
+        length,
+        served,
+        result["standardization"],
+        served_standardization,
+        total=stats["counts"].get(split),
     )
 
 
@@ -103,32 +111,38 @@ def quarantine_reasons(examples_dir: str) -> dict[str, int]:
     return dict(sorted(Counter(reasons).items()))
 
 
-# the most examples of a split read for its statistics and near-copy keys: whole shards in order, until this many
-# are read. The conversion spreads a split's examples over its shards by their checksum, so the first shards are a
-# sample of the whole; it bounds the step's time (about a minute for this many small images on one core) and its
-# memory (256 bytes of keys an image), however large the version. Counts come from stats.json, not from this read.
+# the most examples of a split whose statistics and near-copy keys are computed. A larger split is sampled: of its
+# shards, as many as hold about this many examples (the conversion spreads examples over shards by their checksum,
+# so any shards are a random sample), and of their records every k-th, so that about this many are decoded. It bounds
+# the step's time (about a minute for this many small images on one core) and memory (256 bytes of keys an image),
+# however large the version. The counts come from stats.json, not from this read.
 MAX_READ = 100_000
 
 
-def read_examples(examples_dir: str, split: str, limit: int | None = None):
-    """Each serialized example of the split, read without TensorFlow; with ``limit``, no further shard is opened
-    once that many are read."""
+def read_examples(examples_dir: str, split: str, total: int | None = None):
+    """Each serialized example of the split, read without TensorFlow; of a split of ``total`` examples (stats.json's
+    count) over ``MAX_READ``, a sample of about ``MAX_READ``: the first shards that hold them, every k-th record."""
     from components.schema import read_records
     from components.storage import open_read
 
-    read = 0
-    for path in split_files(examples_dir, split):
-        if limit is not None and read >= limit:
-            return
+    files, step = split_files(examples_dir, split), 1
+    if total and total > MAX_READ and files:
+        per_file = total / len(files)
+        files = files[: math.ceil(MAX_READ / per_file)]
+        step = math.ceil(per_file * len(files) / MAX_READ)
+    at = 0
+    for path in files:
         with open_read(path) as handle:
             for record in read_records(handle):
-                read += 1
-                yield record
+                if at % step == 0:
+                    yield record
+                at += 1
 
 
-def image_statistics(examples_dir: str, split: str) -> tuple[dict, np.ndarray]:
+def image_statistics(examples_dir: str, split: str, total: int | None = None) -> tuple[dict, np.ndarray]:
     """A split's brightness and contrast histograms, its sources' formats and sizes (width, height and aspect
-    histograms; the records of adopted TFRecords do not say), and its thumbnails (N, 256) uint8."""
+    histograms; the records of adopted TFRecords do not say), and its thumbnails (N, 256) uint8; of a sample where
+    ``total`` is over ``MAX_READ`` (``read_examples``)."""
     from PIL import Image
 
     from components.schema import SOURCE_FEATURE, SOURCE_SIZE_FEATURE, bytes_features, int64_features
@@ -137,7 +151,7 @@ def image_statistics(examples_dir: str, split: str) -> tuple[dict, np.ndarray]:
     sizes = {name: np.zeros(bins, np.int64) for name, bins in SIZE_BINS.items()}
     formats: Counter = Counter()
     thumbnails = []
-    for record in read_examples(examples_dir, split, MAX_READ):
+    for record in read_examples(examples_dir, split, total):
         found = bytes_features(record, ("image", SOURCE_FEATURE))
         encoded, source = found["image"], found.get(SOURCE_FEATURE, b"")
         source_size = int64_features(record, (SOURCE_SIZE_FEATURE,)).get(SOURCE_SIZE_FEATURE)
@@ -198,6 +212,7 @@ def text_statistics(
     served: dict[str, int] | None = None,
     standardization: str = STANDARDIZATION,
     served_standardization: str | None = None,
+    total: int | None = None,
 ) -> tuple[dict, np.ndarray]:
     """A split's token counts (a histogram, one bin per count up to ``TOKEN_BINS - 1``, the longer in the last,
     whatever the sequence length), truncated and out-of-vocabulary shares under ``index`` (and under ``served``, the
@@ -211,7 +226,7 @@ def text_statistics(
     hashes = []
     from components.schema import bytes_features
 
-    for record in read_examples(examples_dir, split, MAX_READ):
+    for record in read_examples(examples_dir, split, total):
         text = bytes_features(record, ("text",)).get("text", b"").decode("utf-8")
         tokens = standardize(text, standardization)
         lengths[min(len(tokens), TOKEN_BINS - 1)] += 1

@@ -19,18 +19,21 @@ from components.schema import MODALITIES
 from components.storage import find, iter_match, match, open_read, read_bytes
 
 
-def fingerprint_of(metadata, extra: bytes = b"") -> str:
+def fingerprint_of(metadata, extra: bytes = b"", chunks=()) -> str:
     """A digest of the files found (``components.storage.match``: path, size, mtime): new, removed or changed files
     change it, and so does a new format of any artifact (``components.artifacts.records``): the fingerprint is the
     conversion's cache key in the DAG, so that after such an upgrade the run converts and trains again instead of
     handing a cached artifact of the older format to a step that refuses it.
 
     The files' own digests are summed (modulo 2**256): the same whatever order a listing gives them in, so that
-    ``metadata`` streams through, however many files there are, without being held or sorted."""
+    ``metadata`` streams through, however many files there are, without being held or sorted. ``chunks``: bytes
+    hashed after ``extra`` as if they were part of it (a table read a piece at a time)."""
     from components.artifacts.records import RECORDS
 
     formats = "".join(f"{record.name} format {record.version}\n" for record in RECORDS)
     digest = hashlib.sha256(formats.encode() + extra)
+    for chunk in chunks:
+        digest.update(chunk)
     total = files = 0
     for meta in metadata:
         entry = f"{meta.path}\0{meta.size_in_bytes}\0{meta.last_updated_in_seconds}\n".encode()
@@ -156,7 +159,7 @@ def list_manifest(manifest: str, classes: Sequence[str] = CONVERT["classes"].def
     text = read_bytes(manifest).decode("utf-8-sig")
     base = manifest.rsplit("/", 1)[0] if "/" in manifest else "."
     rows, rejected, first_row = [], [], {}
-    for number, row in enumerate(csv.reader(text.splitlines()), start=1):
+    for number, row in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):
         row = [cell.strip() for cell in row]
         where = f"{manifest}:{number}"
         if not any(row):
@@ -185,10 +188,12 @@ def list_manifest(manifest: str, classes: Sequence[str] = CONVERT["classes"].def
             rows.append((path, label, split))
     if not rows:
         raise UsageError(f"manifest {manifest} has no usable rows: expected [ML_USE,]IMAGE_URI,LABEL lines")
+    del first_row
     class_names = tuple(classes) or tuple(sorted({label for _, label, _ in rows}))
     index = {name: i for i, name in enumerate(class_names)}
     items = tuple((path, index[label], split) for path, label, split in rows)
-    found = list(find(path for path, _, _ in items).values())  # (by listing their folders, not a call a row)
+    del rows
+    found = find(path for path, _, _ in items).values()  # (by listing their folders, not a call a row)
     fingerprint = fingerprint_of(found, extra=text.encode())
     return ImageListing(class_names, items, sum(m.size_in_bytes for m in found), tuple(rejected), fingerprint)
 

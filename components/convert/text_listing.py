@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from components.cli import UsageError
-from components.convert.listing import fingerprint_of, in_class_order, visible_files
+from components.convert.listing import csv_header, fingerprint_of, in_class_order, visible_files
 from components.params import CONVERT, TEXT
-from components.storage import read_bytes
+from components.storage import open_read, read_bytes
 
 TABLE_SUFFIXES = (".csv", ".jsonl")
 
@@ -41,7 +41,38 @@ def text_source_fingerprint(
     label_column: str = TEXT["label_column"].default,
 ) -> str:
     """The fingerprint of a text source (the same as its conversion's ``stats.json`` records)."""
+    if source.lower().endswith(TABLE_SUFFIXES):
+        return table_fingerprint(source, text_column, label_column)
     return list_text_source(source, classes, text_column, label_column).fingerprint
+
+
+def table_fingerprint(path: str, text_column: str, label_column: str) -> str:
+    """``list_text_table``'s fingerprint, from the table read 4 MiB at a time (memory flat however large it is), with
+    its checks of the file and (a CSV's header) of its columns; its rows are the conversion's to check."""
+    check_table(path, text_column, label_column)
+    if path.lower().endswith(".csv"):
+        check_columns(path, set(csv_header(path)), text_column, label_column)
+    (meta,) = visible_files(path) or [None]
+    with open_read(path, chunk_bytes=TABLE_CHUNK) as handle:
+        return fingerprint_of([meta] if meta else [], chunks=iter(lambda: handle.read(TABLE_CHUNK), b""))
+
+
+TABLE_CHUNK = 1 << 22
+
+
+def check_table(path: str, text_column: str, label_column: str) -> None:
+    if "://" not in path and not os.path.isfile(path):
+        raise UsageError(f"data path {path} does not exist: pass a .csv or .jsonl of {text_column} and {label_column}")
+
+
+def check_columns(path: str, columns: set, text_column: str, label_column: str) -> None:
+    """A one-line error naming the column missing from ``columns`` and the flag that names the right one."""
+    for column, flag in ((text_column, "--text-column"), (label_column, "--label-column")):
+        if column not in columns:
+            have = ", ".join(sorted(columns)) or "none"
+            raise UsageError(
+                f"data path {path} has no column {column!r} (its columns: {have}): name the right one with {flag}"
+            )
 
 
 def list_text_folder(root: str) -> TextListing:
@@ -85,8 +116,7 @@ def list_text_folder(root: str) -> TextListing:
 def list_text_table(path: str, text_column: str, label_column: str) -> TextListing:
     """A CSV (with a header) or JSONL file: a row per text. Rows without a text or a label are quarantined; a column
     missing from the file is a one-line error."""
-    if "://" not in path and not os.path.isfile(path):
-        raise UsageError(f"data path {path} does not exist: pass a .csv or .jsonl of {text_column} and {label_column}")
+    check_table(path, text_column, label_column)
     content = read_bytes(path)
     try:
         decoded = content.decode("utf-8-sig")
@@ -114,12 +144,7 @@ def list_text_table(path: str, text_column: str, label_column: str) -> TextListi
         reader = csv.DictReader(io.StringIO(decoded))
         columns = set(reader.fieldnames or ())
         rows = [(number, row) for number, row in enumerate(reader, start=2)]
-    for column, flag in ((text_column, "--text-column"), (label_column, "--label-column")):
-        if column not in columns:
-            have = ", ".join(sorted(columns)) or "none"
-            raise UsageError(
-                f"data path {path} has no column {column!r} (its columns: {have}): name the right one with {flag}"
-            )
+    check_columns(path, columns, text_column, label_column)
     labelled = []
     for number, row in rows:
         text, label = row.get(text_column), row.get(label_column)

@@ -1223,28 +1223,62 @@ def test_many_held_out_examples_are_compared_through_an_even_sample(monkeypatch)
     assert leakage.leakage_share({"validation": empty, "test": empty}, keys["train"], limits, False)[:3] == (0.0, 0, 0)
 
 
-def test_a_large_split_is_read_in_whole_shards_up_to_a_bound_and_the_leakage_rows_say_so(tmp_path, monkeypatch):
-    """The statistics and near-copy keys of a split read at most ``MAX_READ`` examples, in whole shards (a random
-    sample: the conversion shards by checksum), whatever the version's size; the leakage rows name the sample."""
+def test_near_copies_are_found_through_train_in_chunks_as_through_all_of_it_at_once(monkeypatch):
+    from components.check_data import leakage
+
+    train = thumbnails(range(100))
+    held_out = thumbnails([3, 6, 7, 50, 99, 500, 501])  # copies of 5 train examples, at the edges of chunks of 7
+    held_out[5] = train[20] // 8  # and one of little contrast within a grey level of train's 20th
+    flat = train[20] // 8
+    train[20] = flat + (np.arange(SIDE) % 2).astype(np.uint8)
+    limits = threshold_values({})
+    counts = {}
+    for chunk in (7, 1000):
+        monkeypatch.setattr(leakage, "TRAIN_CHUNK", chunk)
+        counts[chunk] = leakage.near_copies(
+            held_out, train, limits["near_duplicate_similarity"], False, limits["near_duplicate_levels"]
+        )
+    assert counts == {7: 6, 1000: 6}
+
+
+def test_a_large_split_is_sampled_over_shards_and_records_up_to_a_bound_and_the_leakage_rows_say_so(
+    tmp_path, monkeypatch
+):
+    """The statistics and near-copy keys of a split of more than ``MAX_READ`` examples come from about ``MAX_READ``
+    of them: the first shards that hold that many (the conversion shards by checksum: a random sample), every k-th
+    record of those; the leakage rows name the sample."""
     import tensorflow as tf
     from PIL import Image
 
     from components.schema import SHARD_SUFFIX, serialize_example
 
-    os.makedirs(tmp_path / "train")
-    for shard in range(3):  # 3 shards of 4 images, each of one grey level
-        buffer = io.BytesIO()
-        Image.fromarray(np.full((16, 16), 10 * shard, np.uint8)).save(buffer, format="PNG")
-        name = f"train-{shard:05d}-of-00003{SHARD_SUFFIX}"
-        with tf.io.TFRecordWriter(str(tmp_path / "train" / name)) as writer:
-            for _ in range(4):
-                writer.write(serialize_example(buffer.getvalue(), 0, "ant", (16, 16), 2))
+    def write(split: str, shards: int, per_shard: int) -> None:  # image i of grey level i
+        os.makedirs(tmp_path / split)
+        for shard in range(shards):
+            name = f"{split}-{shard:05d}-of-{shards:05d}{SHARD_SUFFIX}"
+            with tf.io.TFRecordWriter(str(tmp_path / split / name)) as writer:
+                for level in range(shard * per_shard, (shard + 1) * per_shard):
+                    buffer = io.BytesIO()
+                    Image.fromarray(np.full((16, 16), level, np.uint8)).save(buffer, format="PNG")
+                    writer.write(serialize_example(buffer.getvalue(), 0, "ant", (16, 16), 2))
+
+    write("train", 3, 4)  # levels 0-3, 4-7, 8-11
+    write("test", 1, 12)  # levels 0-11 in one shard
     read = {}
-    for bound in (4, 5, 100):
-        monkeypatch.setattr(data_statistics, "MAX_READ", bound)
-        found, keys = data_statistics.image_statistics(str(tmp_path), "train")
-        read[bound] = (len(keys), sum(found["brightness"]))
-    assert read == {4: (4, 4), 5: (8, 8), 100: (12, 12)}  # whole shards: 1, 2, all 3
+    for split in ("train", "test"):
+        for bound in (4, 5, 100):
+            monkeypatch.setattr(data_statistics, "MAX_READ", bound)
+            found, keys = data_statistics.image_statistics(str(tmp_path), split, total=12)
+            read[split, bound] = [level for level, n in enumerate(found["brightness"]) for _ in range(n)]
+            assert [int(key[0]) for key in keys] == read[split, bound]
+    assert read == {
+        ("train", 4): [0, 1, 2, 3],  # the first shard
+        ("train", 5): [0, 2, 4, 6],  # two shards, every other record
+        ("train", 100): list(range(12)),
+        ("test", 4): [0, 3, 6, 9],  # the one shard, every third record
+        ("test", 5): [0, 3, 6, 9],
+        ("test", 100): list(range(12)),
+    }
 
     new, keys = version(BALANCED)
     base, base_keys = version(BALANCED, first_id=1000)
@@ -1253,9 +1287,9 @@ def test_a_large_split_is_read_in_whole_shards_up_to_a_bound_and_the_leakage_row
     details = {found["check"]: found["detail"] for found in rows if found["check"].startswith("leakage")}
     assert details == {
         "leakage across splits": "0 of 200 validation and test examples have a near-copy in train (a sample of 250 "
-        "of its 400 examples, whole shards)",
+        "of its 400 examples)",
         "leakage across versions": "0 of 200 validation and test examples have a near-copy in the baseline's train "
-        "split (a sample of 300 of its 400 examples, whole shards)",
+        "split (a sample of 300 of its 400 examples)",
     }
 
 
@@ -1370,7 +1404,7 @@ def test_text_statistics_put_long_texts_in_the_last_bin_and_an_empty_split_at_ze
         return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
     records = {"train": [example(text=" ".join(["word"] * 2000).encode()), example(label=b"pos")], "test": []}
-    monkeypatch.setattr(statistics, "read_examples", lambda examples_dir, split: iter(records[split]))
+    monkeypatch.setattr(statistics, "read_examples", lambda examples_dir, split, limit=None: iter(records[split]))
     found, hashes = statistics.text_statistics("examples", "train", {"word": 2}, 250, served={})
     assert len(found["token_counts"]) == statistics.TOKEN_BINS
     assert (found["token_counts"][-1], found["token_counts"][0], sum(found["token_counts"])) == (1, 1, 2)
@@ -1593,9 +1627,21 @@ def test_the_served_share_tokenises_as_the_served_model_does(monkeypatch):
 
     text = tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"E-mail"]))
     record = tf.train.Example(features=tf.train.Features(feature={"text": text})).SerializeToString()
-    monkeypatch.setattr(statistics, "read_examples", lambda examples_dir, split: iter([record]))
+    monkeypatch.setattr(statistics, "read_examples", lambda examples_dir, split, limit=None: iter([record]))
     own, served = {"e": 2, "mail": 3}, {"email": 2}
     found, _ = statistics.text_statistics("examples", "train", own, 250, served, SPLIT_PUNCTUATION, STRIP_PUNCTUATION)
     assert (found["out_of_vocabulary_share"], found["served_out_of_vocabulary_share"]) == (0.0, 0.0)
     found, _ = statistics.text_statistics("examples", "train", own, 250, served, SPLIT_PUNCTUATION)
     assert found["served_out_of_vocabulary_share"] == 1.0  # (the same standardisation for both)
+
+
+def test_the_statistics_of_a_sampled_version_say_how_many_examples_of_each_split_they_read(converted, monkeypatch):
+    examples_dir, stats = converted
+    monkeypatch.setattr(data_statistics, "MAX_READ", 10)
+    result, keys = data_statistics.compute(examples_dir)
+    larger = {split for split, count in stats["counts"].items() if count > 10}
+    assert larger and set(result["sampled"]) == larger
+    for split in larger:
+        assert 5 <= result["sampled"][split] <= 10  # (every k-th of one shard: about MAX_READ, never more)
+        assert sum(result["image"][split]["brightness"]) == len(keys[split]) == result["sampled"][split]
+    assert result["counts"] == stats["counts"]  # (the counts stay the conversion's)

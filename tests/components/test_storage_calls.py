@@ -106,3 +106,28 @@ def test_a_folders_streamed_fingerprint_refuses_what_its_listing_refuses(store):
     add_folders(store, 2, 3, root="gs://b/two")
     with pytest.raises(UsageError, match="class folders not in --classes: class1"):
         image_folder_fingerprint("gs://b/two", ("class0",))
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_text_tables_fingerprint_is_its_listings_read_a_piece_at_a_time(tmp_path, suffix):
+    import json
+
+    from components.cli import UsageError
+    from components.convert.text_listing import list_text_table, text_source_fingerprint
+
+    table = tmp_path / f"texts{suffix}"
+    rows = [{"text": f"review {i} " + "words " * 60, "label": ("neg", "pos")[i % 2]} for i in range(40_000)]
+    if suffix == ".csv":
+        table.write_text("text,label\n" + "".join(f"{row['text']},{row['label']}\n" for row in rows))
+    else:
+        table.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert table.stat().st_size > 15_000_000
+    tracemalloc.start()
+    fingerprint = text_source_fingerprint(str(table))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert fingerprint == list_text_table(str(table), "text", "label").fingerprint
+    assert peak < 10_000_000  # (a 4 MiB piece at a time, not the 15 MB table and its rows)
+    if suffix == ".csv":
+        with pytest.raises(UsageError, match=r"has no column 'body' \(its columns: label, text\): .* --text-column"):
+            text_source_fingerprint(str(table), text_column="body")
