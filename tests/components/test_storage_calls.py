@@ -131,3 +131,27 @@ def test_a_text_tables_fingerprint_is_its_listings_read_a_piece_at_a_time(tmp_pa
     if suffix == ".csv":
         with pytest.raises(UsageError, match=r"has no column 'body' \(its columns: label, text\): .* --text-column"):
             text_source_fingerprint(str(table), text_column="body")
+
+
+def test_a_conversion_of_a_100000_row_manifest_makes_a_hundred_listing_calls_before_its_job_starts(
+    store, monkeypatch, tmp_path
+):
+    from components.convert import core
+
+    paths = add_folders(store, 10, 10_000)
+    store.add("gs://b/big.csv", payload="".join(f"{path},{path.split('/')[-2]}\n" for path in paths).encode())
+    store.calls.clear()
+
+    class JobStarts(Exception):
+        pass
+
+    def job_starts(rows, pipeline_args):
+        assert len(rows["items"]) == 100_000
+        raise JobStarts
+
+    monkeypatch.setattr(core, "staged_rows", job_starts)
+    config = core.ConvertConfig(source="gs://b/big.csv", output_dir=str(tmp_path / "out"), image_size=32)
+    with pytest.raises(JobStarts):
+        core.run(config)
+    # the manifest read once, each of its 10 folders listed in 10 pages of 1,000: not 100,000 calls
+    assert store.calls == {"read": 1, "list": 100}
