@@ -13,10 +13,11 @@ Two kinds of step, each on generated sources (tiny PNGs of noise, in 10 class fo
   step, the conversion (Beam's local engine, every core) and the data checks. Peak memory: the largest process's
   resident set (GNU ``time``'s maximum RSS).
 
-The growth exponent is the slope of log(cost) against log(files) between the two largest sizes (1: linear; a
-constant cost, 0). Times below 0.05 s are too short to fit and print no exponent.
+The steps before a conversion also run at 10^6 files (``--listing-sizes``). The growth exponent is the slope of
+log(cost) against log(files) between a step's two largest sizes (1: linear; a constant cost, 0). Times below 0.05 s
+are too short to fit and print no exponent.
 
-    .venv/bin/python bench/scale.py [--sizes 1000,10000,100000,300000] [--work-dir DIR]
+    .venv/bin/python bench/scale.py [--sizes 1000,10000,100000,300000] [--listing-sizes 1000000] [--work-dir DIR]
 """
 
 from __future__ import annotations
@@ -182,16 +183,17 @@ def analysed(sizes: list[int], runs: dict[int, dict]) -> dict[str, dict]:
     """Each step's figures at each size, their growth exponents and what they make of ``EXTRAPOLATED``."""
     steps = {}
     for name in runs[sizes[0]]:
-        figures = {size: runs[size][name] for size in sizes}
-        last = figures[sizes[-1]]
+        figures = {size: runs[size][name] for size in sizes if name in runs[size]}
+        measured = sorted(figures)
+        last = figures[measured[-1]]
         found = {"at": figures, "exponent": {}, "extrapolated": {}}
         for metric, floor in (("calls", 0), ("seconds", 0.05), ("peak_bytes", 0)):
             if metric not in last:
                 continue
-            slope = exponent(sizes, [figures[size][metric] for size in sizes], floor)
+            slope = exponent(measured, [figures[size][metric] for size in measured], floor)
             found["exponent"][metric] = slope
             found["extrapolated"][metric] = {
-                target: extrapolate(sizes[-1], last[metric], slope, target) for target in EXTRAPOLATED
+                target: extrapolate(measured[-1], last[metric], slope, target) for target in EXTRAPOLATED
             }
         steps[name] = found
     return steps
@@ -217,7 +219,10 @@ def table(sizes: list[int], steps: dict[str, dict]) -> str:
     for name, found in steps.items():
         cells = [name]
         for size in sizes:
-            at = found["at"][size]
+            at = found["at"].get(size)
+            if at is None:
+                cells.append("-")
+                continue
             calls = f"{at['calls']:,} calls, " if "calls" in at else ""
             cells.append(f"{calls}{human_seconds(at['seconds'])}, {human_bytes(at['peak_bytes'])}")
         slopes = [found["exponent"].get(metric) for metric in ("calls", "seconds", "peak_bytes")]
@@ -237,6 +242,11 @@ def table(sizes: list[int], steps: dict[str, dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000,300000", help="the sources' file counts, comma-separated")
+    parser.add_argument(
+        "--listing-sizes",
+        default="1000000",
+        help="larger sizes for the steps before a conversion alone (in this process, in seconds), comma-separated",
+    )
     parser.add_argument("--work-dir", default=None, help="where the local sources go (default: a temporary folder)")
     args = parser.parse_args(argv)
     sizes = sorted(int(size) for size in args.sizes.split(","))
@@ -247,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     for size in sizes:
         print(f"{size:,} files ...", file=sys.stderr, flush=True)
         runs[size] = {**before_conversion(size), **whole_data(size, work_dir)}
+    for size in sorted(int(size) for size in args.listing_sizes.split(",") if size and int(size) not in runs):
+        print(f"{size:,} files, the steps before a conversion ...", file=sys.stderr, flush=True)
+        runs[size] = before_conversion(size)
+    sizes = sorted(runs)
     steps = analysed(sizes, runs)
     print(f"CPU: {cpu_name()}, {os.cpu_count()} cores")
     print(table(sizes, steps))

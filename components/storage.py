@@ -120,7 +120,8 @@ def iter_match(pattern: str):
 
 # a listing call returns up to 1,000 objects (the service's largest page); a folder whose wanted objects would take a
 # page of listing for fewer than LISTED_PER_PAGE of them is asked object by object instead, PARALLEL_LOOKUPS at once
-LIST_PAGE, LISTED_PER_PAGE, PARALLEL_LOOKUPS = 1000, 10, 16
+# (the connections the storage client's session keeps: requests' default pool of 10)
+LIST_PAGE, LISTED_PER_PAGE, PARALLEL_LOOKUPS = 1000, 10, 10
 
 
 def find(paths) -> dict[str, FileInfo]:

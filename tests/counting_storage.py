@@ -60,16 +60,24 @@ class Listing:
 
     @property
     def pages(self):
+        """Pages of up to ``page_size`` entries: objects and, with a delimiter, each subfolder once (a prefix
+        counts in a page as an object does; its objects are not returned)."""
         names = self.store.names(self.bucket)
-        at = bisect.bisect_left(names, self.start)
+        at, prefixes = bisect.bisect_left(names, self.start), set()
         while True:
             self.store.calls["list"] += 1
-            page = []
-            while at < len(names) and names[at].startswith(self.prefix) and len(page) < self.page_size:
+            page, entries = [], 0
+            while at < len(names) and names[at].startswith(self.prefix) and entries < self.page_size:
                 name = names[at]
                 at += 1
-                if not (self.delimiter and self.delimiter in name[len(self.prefix) :]):  # (a subfolder's)
+                rest = name[len(self.prefix) :]
+                if self.delimiter and self.delimiter in rest:  # (a subfolder's: its prefix, once)
+                    folder = rest.split(self.delimiter, 1)[0]
+                    entries += folder not in prefixes
+                    prefixes.add(folder)
+                else:
                     page.append(Blob(self.store, self.bucket, name))
+                    entries += 1
             yield page
             if at >= len(names) or not names[at].startswith(self.prefix):
                 return

@@ -69,12 +69,17 @@ def leakage_counts(
 
 
 def leakage_share(
-    held_out: dict[str, np.ndarray], train: np.ndarray, limits: dict, text: bool
+    held_out: dict[str, np.ndarray], train: np.ndarray, limits: dict, text: bool, train_count: int = 0
 ) -> tuple[float, int, int, dict]:
-    """(share, count, of, ``leakage_counts``) of the validation and test examples with a near-copy in ``train``."""
+    """(share, count, of, ``leakage_counts``) of the validation and test examples with a near-copy in ``train``.
+    Where ``train`` is a sample of a split of ``train_count`` examples (a large version's keys), a copy is found with
+    the sample's odds: the share is scaled by them (at most 1)."""
     counts = leakage_counts(held_out, train, limits, text)
     found, total = sum(found for found, _ in counts.values()), sum(of for _, of in counts.values())
-    return (found / total if total else 0.0), found, total, counts
+    share = found / total if total else 0.0
+    if len(train) < train_count:
+        share = min(1.0, share * train_count / max(1, len(train)))
+    return share, found, total, counts
 
 
 def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict | None, limits: dict) -> list[dict]:
@@ -83,7 +88,8 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
     text = new["modality"] == "text"
     floor = 0.0
     if base is not None:  # (capped: a leaky baseline raises the warning up to the block level, never the block)
-        floor = min(2 * leakage_share(base_keys, base_keys["train"], limits, text)[0], limits["leakage_block"])
+        own = leakage_share(base_keys, base_keys["train"], limits, text, base["counts"].get("train", 0))[0]
+        floor = min(2 * own, limits["leakage_block"])
     warn, block = max(limits["leakage_warn"], floor), limits["leakage_block"]
     thresholds = {"warn": round(warn, 4), "block": round(block, 4)}
     held_out = new["counts"]["validation"] + new["counts"]["test"]
@@ -93,10 +99,10 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
 
     def train_sampled(version: dict, keys: dict) -> str:  # (a large version's keys: about MAX_READ of a split)
         read, of = len(keys["train"]), version["counts"].get("train", 0)
-        return f" (a sample of {read} of its {of} examples)" if read < of else ""
+        return f" (a sample of {read} of its {of} examples: the share is scaled to all of them)" if read < of else ""
 
     rows = []
-    share, found, total, by_split = leakage_share(new_keys, new_keys["train"], limits, text)
+    share, found, total, by_split = leakage_share(new_keys, new_keys["train"], limits, text, new["counts"]["train"])
     across = row(
         "leakage across splits",
         graded(share, warn, block),
@@ -110,7 +116,7 @@ def check_leakage(new: dict, new_keys: dict, base: dict | None, base_keys: dict 
     found_in_test, compared_in_test = by_split.get("test", (0, 0))
     rows.append({**across, "test_copies": {"found": found_in_test, "compared": compared_in_test}})
     if base is not None:
-        share, found, total, _ = leakage_share(new_keys, base_keys["train"], limits, text)
+        share, found, total, _ = leakage_share(new_keys, base_keys["train"], limits, text, base["counts"]["train"])
         detail = f"{found} of {total} validation and test examples{sampled(total)} have a near-copy in the baseline's"
         detail += " train split" + train_sampled(base, base_keys)
         verdict = graded(share, warn, block)

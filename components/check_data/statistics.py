@@ -111,31 +111,40 @@ def quarantine_reasons(examples_dir: str) -> dict[str, int]:
     return dict(sorted(Counter(reasons).items()))
 
 
-# the most examples of a split whose statistics and near-copy keys are computed. A larger split is sampled: of its
-# shards, as many as hold about this many examples (the conversion spreads examples over shards by their checksum,
-# so any shards are a random sample), and of their records every k-th, so that about this many are decoded. It bounds
-# the step's time (about a minute for this many small images on one core) and memory (256 bytes of keys an image),
-# however large the version. The counts come from stats.json, not from this read.
+# the most examples of a split whose statistics and near-copy keys are computed. A larger split is sampled: of the
+# conversion's shards, as many as hold about this many examples (it spreads examples over shards by their checksum,
+# so any shards are a random sample; adopted TFRecords are read whole, as their files may be by class), and of their
+# records this many, evenly spaced. It bounds the step's memory (256 bytes of keys an image) and its decoding (about a
+# minute for this many small images on one core), however large the version. Counts come from stats.json.
 MAX_READ = 100_000
 
 
 def read_examples(examples_dir: str, split: str, total: int | None = None):
     """Each serialized example of the split, read without TensorFlow; of a split of ``total`` examples (stats.json's
-    count) over ``MAX_READ``, a sample of about ``MAX_READ``: the first shards that hold them, every k-th record."""
+    count) over ``MAX_READ``, ``MAX_READ`` of them (fewer where the files hold fewer than ``total`` says): the first
+    shards that hold that many (all files, if adopted), their records evenly spaced."""
+    from components.artifacts.records import STATS
     from components.schema import read_records
     from components.storage import open_read
 
-    files, step = split_files(examples_dir, split), 1
+    files = every = split_files(examples_dir, split)
+    held = 0  # (the records the files read are expected to hold; 0: read every record)
     if total and total > MAX_READ and files:
-        per_file = total / len(files)
-        files = files[: math.ceil(MAX_READ / per_file)]
-        step = math.ceil(per_file * len(files) / MAX_READ)
-    at = 0
+        held = total
+        if "files" not in (STATS.read_if_any(examples_dir) or {}):  # (the conversion's shards, not adopted files)
+            files = every[: math.ceil(MAX_READ * len(every) / total)]
+            held = max(MAX_READ, total * len(files) // len(every))
+    at = taken = 0
     for path in files:
         with open_read(path) as handle:
             for record in read_records(handle):
-                if at % step == 0:
+                if not held:
                     yield record
+                elif at == taken * held // MAX_READ:  # (the next of MAX_READ picks spaced evenly over held)
+                    yield record
+                    taken += 1
+                    if taken == MAX_READ:
+                        return
                 at += 1
 
 

@@ -19,21 +19,16 @@ from components.schema import MODALITIES
 from components.storage import find, iter_match, match, open_read, read_bytes
 
 
-def fingerprint_of(metadata, extra: bytes = b"", chunks=()) -> str:
+def fingerprint_of(metadata, extra: bytes = b"", digest=None) -> str:
     """A digest of the files found (``components.storage.match``: path, size, mtime): new, removed or changed files
     change it, and so does a new format of any artifact (``components.artifacts.records``): the fingerprint is the
     conversion's cache key in the DAG, so that after such an upgrade the run converts and trains again instead of
     handing a cached artifact of the older format to a step that refuses it.
 
     The files' own digests are summed (modulo 2**256): the same whatever order a listing gives them in, so that
-    ``metadata`` streams through, however many files there are, without being held or sorted. ``chunks``: bytes
-    hashed after ``extra`` as if they were part of it (a table read a piece at a time)."""
-    from components.artifacts.records import RECORDS
-
-    formats = "".join(f"{record.name} format {record.version}\n" for record in RECORDS)
-    digest = hashlib.sha256(formats.encode() + extra)
-    for chunk in chunks:
-        digest.update(chunk)
+    ``metadata`` streams through, however many files there are, without being held or sorted. ``extra``: bytes of
+    the source's own (a manifest's), or ``digest``, a ``fingerprint_digest`` fed with them as they were read."""
+    digest = digest or fingerprint_digest(extra)
     total = files = 0
     for meta in metadata:
         entry = f"{meta.path}\0{meta.size_in_bytes}\0{meta.last_updated_in_seconds}\n".encode()
@@ -41,6 +36,14 @@ def fingerprint_of(metadata, extra: bytes = b"", chunks=()) -> str:
         files += 1
     digest.update(f"{files} files\0".encode() + (total % (1 << 256)).to_bytes(32, "big"))
     return digest.hexdigest()
+
+
+def fingerprint_digest(extra: bytes = b""):
+    """The digest a fingerprint starts from: the artifacts' format versions, then ``extra`` (more may follow)."""
+    from components.artifacts.records import RECORDS
+
+    formats = "".join(f"{record.name} format {record.version}\n" for record in RECORDS)
+    return hashlib.sha256(formats.encode() + extra)
 
 
 def in_class_order(listing, classes: Sequence[str], source: str, found: str):
@@ -301,22 +304,25 @@ def is_text_source(
 ) -> bool:
     """Whether ``source`` is a text source: a .jsonl; a .csv whose header names the text and label columns (an
     image manifest, ``[ML_USE,]IMAGE_URI,LABEL`` rows, has no header); or a folder whose class folders (directly or
-    under aclImdb's split folders) hold more .txt files than images, among the first ``SAMPLED_FILES`` files the
-    listing finds (an image folder with a notes or LICENSE.txt per class stays an image folder)."""
+    under aclImdb's split folders) hold more .txt files than images, among the first ``SAMPLED_FILES`` of them the
+    listing finds, within its first ``LISTED_AT_MOST`` files (an image folder with a notes or LICENSE.txt per class
+    stays an image folder)."""
     lowered = source.lower()
     if lowered.endswith(".jsonl"):
         return True
     if lowered.endswith(".csv"):
         return {text_column, label_column} <= set(csv_header(source))
     root = source.rstrip("/")
-    texts = images = 0
+    texts = images = listed = 0
     depth = root.count("/")
     try:
-        for meta in match(f"{root}/**", limit=SAMPLED_FILES):  # (one listing call on gs://)
+        for listed, meta in enumerate(iter_match(f"{root}/**"), start=1):  # (a page of 1,000 a call on gs://)
             if meta.path.count("/") - depth in (2, 3):  # <root>/<class>/<file>, <root>/<split>/<class>/<file>
                 name = meta.path.lower()
                 texts += name.endswith(".txt")
                 images += name.endswith(IMAGE_SUFFIXES)
+            if texts + images >= SAMPLED_FILES or listed >= LISTED_AT_MOST:
+                break
     except Exception:  # (the conversion says why it cannot be listed)
         pass
     return texts > images
@@ -332,7 +338,7 @@ def csv_header(path: str) -> list[str]:
     return [cell.strip() for row in csv.reader(first) for cell in row]
 
 
-SAMPLED_FILES = 1000
+SAMPLED_FILES, LISTED_AT_MOST = 1000, 10_000
 
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from components.cli import UsageError
-from components.convert.listing import csv_header, fingerprint_of, in_class_order, visible_files
+from components.convert.listing import fingerprint_digest, fingerprint_of, in_class_order, visible_files
 from components.params import CONVERT, TEXT
-from components.storage import open_read, read_bytes
+from components.storage import open_read
 
 TABLE_SUFFIXES = (".csv", ".jsonl")
 
@@ -40,29 +40,18 @@ def text_source_fingerprint(
     text_column: str = TEXT["text_column"].default,
     label_column: str = TEXT["label_column"].default,
 ) -> str:
-    """The fingerprint of a text source (the same as its conversion's ``stats.json`` records)."""
+    """The fingerprint of a text source (the same as its conversion's ``stats.json`` records), with its checks; a
+    table is read a piece at a time, its texts not kept."""
     if source.lower().endswith(TABLE_SUFFIXES):
-        return table_fingerprint(source, text_column, label_column)
+        listing, texts = scan_table(source, text_column, label_column, keep_texts=False)
+        if not texts:
+            raise UsageError(no_texts(source))
+        return (in_class_order(listing, classes, source, "classes") if classes else listing).fingerprint
     return list_text_source(source, classes, text_column, label_column).fingerprint
 
 
-def table_fingerprint(path: str, text_column: str, label_column: str) -> str:
-    """``list_text_table``'s fingerprint, from the table read 4 MiB at a time (memory flat however large it is), with
-    its checks of the file and (a CSV's header) of its columns; its rows are the conversion's to check."""
-    check_table(path, text_column, label_column)
-    if path.lower().endswith(".csv"):
-        check_columns(path, set(csv_header(path)), text_column, label_column)
-    (meta,) = visible_files(path) or [None]
-    with open_read(path, chunk_bytes=TABLE_CHUNK) as handle:
-        return fingerprint_of([meta] if meta else [], chunks=iter(lambda: handle.read(TABLE_CHUNK), b""))
-
-
-TABLE_CHUNK = 1 << 22
-
-
-def check_table(path: str, text_column: str, label_column: str) -> None:
-    if "://" not in path and not os.path.isfile(path):
-        raise UsageError(f"data path {path} does not exist: pass a .csv or .jsonl of {text_column} and {label_column}")
+def no_texts(source: str) -> str:
+    return f"data path {source} holds no texts: every row or file was rejected (see the log)"
 
 
 def check_columns(path: str, columns: set, text_column: str, label_column: str) -> None:
@@ -116,18 +105,88 @@ def list_text_folder(root: str) -> TextListing:
 def list_text_table(path: str, text_column: str, label_column: str) -> TextListing:
     """A CSV (with a header) or JSONL file: a row per text. Rows without a text or a label are quarantined; a column
     missing from the file is a one-line error."""
-    check_table(path, text_column, label_column)
-    content = read_bytes(path)
-    try:
-        decoded = content.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise UsageError(
-            f"data path {path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8"
-        ) from None
-    rows, rejected = [], []
-    if path.lower().endswith(".jsonl"):
-        # (lines end at "\n" only: JSON strings may hold U+2028 and the like, which splitlines() would cut at)
-        for number, line in enumerate(decoded.split("\n"), start=1):
+    return scan_table(path, text_column, label_column)[0]
+
+
+TABLE_CHUNK = 1 << 22  # a table is read 4 MiB at a time
+
+
+class HashedReader(io.RawIOBase):
+    """A binary file read through: each byte counted (``size``) and fed to ``digest`` as it goes."""
+
+    def __init__(self, raw, digest):
+        self.raw, self.digest, self.size = raw, digest, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.raw.read(len(buffer))
+        self.digest.update(data)
+        self.size += len(data)
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def scan_table(path: str, text_column: str, label_column: str, keep_texts: bool = True) -> tuple[TextListing, int]:
+    """(the listing of a CSV or JSONL table, its texts' count), read a piece at a time; its texts and quarantine
+    records kept only with ``keep_texts`` (the fingerprint step needs the classes and the fingerprint alone)."""
+    if "://" not in path and not os.path.isfile(path):
+        raise UsageError(f"data path {path} does not exist: pass a .csv or .jsonl of {text_column} and {label_column}")
+    jsonl = path.lower().endswith(".jsonl")
+    digest, rejected, labelled, labels, texts = fingerprint_digest(), [], [], set(), 0
+    with open_read(path, chunk_bytes=TABLE_CHUNK) as handle:
+        read = HashedReader(handle, digest)
+        # (JSON lines end at "\n" only: JSON strings may hold U+2028 and the like, which splitlines() would cut at)
+        text = io.TextIOWrapper(io.BufferedReader(read, TABLE_CHUNK), "utf-8-sig", newline="\n" if jsonl else "")
+        try:
+            rows, columns = (
+                json_rows(text, path, rejected) if jsonl else csv_rows(text, path, text_column, label_column)
+            )
+            for number, row in rows:
+                body, label = row.get(text_column), row.get(label_column)
+                label = "" if label is None else str(label).strip()
+                reason = (
+                    f"no {label_column}"
+                    if not label
+                    else ""
+                    if isinstance(body, str)
+                    else f"{text_column} is not a string"
+                )
+                if reason:
+                    rejected.append({"path": f"{path}:{number}", "reason": reason})
+                    continue
+                texts += 1
+                labels.add(label)
+                if keep_texts:
+                    labelled.append((f"{path}:{number}", label, body))
+        except UnicodeDecodeError as err:
+            raise UsageError(f"data path {path} is not UTF-8 text ({err.reason}): save it as UTF-8") from None
+        check_columns(path, columns, text_column, label_column)
+    class_names = tuple(sorted(labels))
+    index = {name: i for i, name in enumerate(class_names)}
+    items = tuple((where, index[label], "", body) for where, label, body in labelled)
+    (meta,) = visible_files(path) or [None]
+    fingerprint = fingerprint_of([meta] if meta else [], digest=digest)
+    return TextListing(class_names, items, read.size, tuple(rejected) if keep_texts else (), fingerprint), texts
+
+
+def csv_rows(text, path: str, text_column: str, label_column: str):
+    """(rows of a CSV table, numbered as lines from 2, and its columns): a one-line error at once where its header
+    lacks a column."""
+    reader = csv.DictReader(text)
+    columns = set(reader.fieldnames or ())
+    check_columns(path, columns, text_column, label_column)
+    return enumerate(reader, start=2), columns
+
+
+def json_rows(text, path: str, rejected: list):
+    """(the JSON objects of a JSONL table, numbered by line, and their keys, filled in as they are read): a line
+    that is not an object becomes a quarantine record in ``rejected``."""
+    columns: set = set()
+
+    def rows():
+        for number, line in enumerate(text, start=1):
             if not line.strip():
                 continue
             try:
@@ -138,34 +197,10 @@ def list_text_table(path: str, text_column: str, label_column: str) -> TextListi
             if not isinstance(row, dict):
                 rejected.append({"path": f"{path}:{number}", "reason": "not a JSON object"})
                 continue
-            rows.append((number, row))
-        columns = set().union(*(row.keys() for _, row in rows)) if rows else set()
-    else:
-        reader = csv.DictReader(io.StringIO(decoded))
-        columns = set(reader.fieldnames or ())
-        rows = [(number, row) for number, row in enumerate(reader, start=2)]
-    check_columns(path, columns, text_column, label_column)
-    labelled = []
-    for number, row in rows:
-        text, label = row.get(text_column), row.get(label_column)
-        label = "" if label is None else str(label).strip()
-        if not label:
-            rejected.append({"path": f"{path}:{number}", "reason": f"no {label_column}"})
-        elif not isinstance(text, str):
-            rejected.append({"path": f"{path}:{number}", "reason": f"{text_column} is not a string"})
-        else:
-            labelled.append((f"{path}:{number}", label, text))
-    class_names = tuple(sorted({label for _, label, _ in labelled}))
-    index = {name: i for i, name in enumerate(class_names)}
-    items = tuple((where, index[label], "", text) for where, label, text in labelled)
-    (meta,) = visible_files(path) or [None]
-    return TextListing(
-        class_names,
-        items,
-        len(content),
-        tuple(rejected),
-        fingerprint=fingerprint_of([meta] if meta else [], extra=content),
-    )
+            columns.update(row)
+            yield number, row
+
+    return rows(), columns
 
 
 def list_text_source(
@@ -179,5 +214,5 @@ def list_text_source(
     else:
         listing = list_text_folder(source)
     if not listing.items:
-        raise UsageError(f"data path {source} holds no texts: every row or file was rejected (see the log)")
+        raise UsageError(no_texts(source))
     return in_class_order(listing, classes, source, "classes") if classes else listing

@@ -1244,9 +1244,9 @@ def test_near_copies_are_found_through_train_in_chunks_as_through_all_of_it_at_o
 def test_a_large_split_is_sampled_over_shards_and_records_up_to_a_bound_and_the_leakage_rows_say_so(
     tmp_path, monkeypatch
 ):
-    """The statistics and near-copy keys of a split of more than ``MAX_READ`` examples come from about ``MAX_READ``
-    of them: the first shards that hold that many (the conversion shards by checksum: a random sample), every k-th
-    record of those; the leakage rows name the sample."""
+    """The statistics and near-copy keys of a split of more than ``MAX_READ`` examples come from ``MAX_READ`` of
+    them: the first shards that hold that many (the conversion shards by checksum: a random sample), their records
+    evenly spaced; the leakage rows name the sample, and scale the share found in it to the whole split."""
     import tensorflow as tf
     from PIL import Image
 
@@ -1273,23 +1273,30 @@ def test_a_large_split_is_sampled_over_shards_and_records_up_to_a_bound_and_the_
             assert [int(key[0]) for key in keys] == read[split, bound]
     assert read == {
         ("train", 4): [0, 1, 2, 3],  # the first shard
-        ("train", 5): [0, 2, 4, 6],  # two shards, every other record
+        ("train", 5): [0, 1, 3, 4, 6],  # two shards, 5 of their 8 records evenly spaced
         ("train", 100): list(range(12)),
         ("test", 4): [0, 3, 6, 9],  # the one shard, every third record
-        ("test", 5): [0, 3, 6, 9],
+        ("test", 5): [0, 2, 4, 7, 9],
         ("test", 100): list(range(12)),
     }
 
     new, keys = version(BALANCED)
     base, base_keys = version(BALANCED, first_id=1000)
     keys["train"], base_keys["train"] = keys["train"][:250], base_keys["train"][:300]  # 250 of 400 read
+    keys["train"][:20] = keys["validation"][:20]  # 20 copies found in the sample: 0.1 of 200, scaled by 400 / 250
     rows, _ = outcome((new, keys), (base, base_keys))
-    details = {found["check"]: found["detail"] for found in rows if found["check"].startswith("leakage")}
-    assert details == {
-        "leakage across splits": "0 of 200 validation and test examples have a near-copy in train (a sample of 250 "
-        "of its 400 examples)",
-        "leakage across versions": "0 of 200 validation and test examples have a near-copy in the baseline's train "
-        "split (a sample of 300 of its 400 examples)",
+    found = {row["check"]: (row["value"], row["detail"]) for row in rows if row["check"].startswith("leakage")}
+    assert found == {
+        "leakage across splits": (
+            0.16,
+            "20 of 200 validation and test examples have a near-copy in train (a sample of 250 of its 400 examples: "
+            "the share is scaled to all of them)",
+        ),
+        "leakage across versions": (
+            0.0,
+            "0 of 200 validation and test examples have a near-copy in the baseline's train split (a sample of 300 "
+            "of its 400 examples: the share is scaled to all of them)",
+        ),
     }
 
 
@@ -1642,6 +1649,6 @@ def test_the_statistics_of_a_sampled_version_say_how_many_examples_of_each_split
     larger = {split for split, count in stats["counts"].items() if count > 10}
     assert larger and set(result["sampled"]) == larger
     for split in larger:
-        assert 5 <= result["sampled"][split] <= 10  # (every k-th of one shard: about MAX_READ, never more)
+        assert result["sampled"][split] == 10  # (MAX_READ of the split's one shard)
         assert sum(result["image"][split]["brightness"]) == len(keys[split]) == result["sampled"][split]
     assert result["counts"] == stats["counts"]  # (the counts stay the conversion's)

@@ -109,7 +109,7 @@ def test_a_folders_streamed_fingerprint_refuses_what_its_listing_refuses(store):
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
-def test_a_text_tables_fingerprint_is_its_listings_read_a_piece_at_a_time(tmp_path, suffix):
+def test_a_text_tables_fingerprint_is_its_bytes_read_a_piece_at_a_time_with_the_conversions_checks(tmp_path, suffix):
     import json
 
     from components.cli import UsageError
@@ -126,11 +126,20 @@ def test_a_text_tables_fingerprint_is_its_listings_read_a_piece_at_a_time(tmp_pa
     fingerprint = text_source_fingerprint(str(table))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert fingerprint == list_text_table(str(table), "text", "label").fingerprint
+    # the fingerprint of the file and its bytes, read whole; the conversion's listing records the same
+    assert fingerprint == fingerprint_of(storage.match(str(table)), extra=table.read_bytes())
+    assert list_text_table(str(table), "text", "label").fingerprint == fingerprint
     assert peak < 10_000_000  # (a 4 MiB piece at a time, not the 15 MB table and its rows)
-    if suffix == ".csv":
-        with pytest.raises(UsageError, match=r"has no column 'body' \(its columns: label, text\): .* --text-column"):
-            text_source_fingerprint(str(table), text_column="body")
+    # it refuses what the conversion refuses, in the same line
+    with pytest.raises(UsageError, match=r"has classes not in --classes: pos"):
+        text_source_fingerprint(str(table), classes=("neg",))
+    with pytest.raises(UsageError, match=r"has no column 'body' \(its columns: label, text\): .* --text-column"):
+        text_source_fingerprint(str(table), text_column="body")
+    broken = tmp_path / f"latin{suffix}"
+    broken.write_bytes(table.read_bytes()[:100_000] + "é".encode("latin-1") + b"\n")
+    for listed in (text_source_fingerprint, lambda path: list_text_table(path, "text", "label")):
+        with pytest.raises(UsageError, match=r"is not UTF-8 text \(invalid continuation byte\): save it as UTF-8"):
+            listed(str(broken))
 
 
 def test_a_conversion_of_a_100000_row_manifest_makes_a_hundred_listing_calls_before_its_job_starts(
@@ -142,16 +151,31 @@ def test_a_conversion_of_a_100000_row_manifest_makes_a_hundred_listing_calls_bef
     store.add("gs://b/big.csv", payload="".join(f"{path},{path.split('/')[-2]}\n" for path in paths).encode())
     store.calls.clear()
 
-    class JobStarts(Exception):
+    class JobStartedError(Exception):
         pass
 
     def job_starts(rows, pipeline_args):
         assert len(rows["items"]) == 100_000
-        raise JobStarts
+        raise JobStartedError
 
     monkeypatch.setattr(core, "staged_rows", job_starts)
     config = core.ConvertConfig(source="gs://b/big.csv", output_dir=str(tmp_path / "out"), image_size=32)
-    with pytest.raises(JobStarts):
+    with pytest.raises(JobStartedError):
         core.run(config)
     # the manifest read once, each of its 10 folders listed in 10 pages of 1,000: not 100,000 calls
     assert store.calls == {"read": 1, "list": 100}
+
+
+def test_texts_are_told_from_images_by_the_class_folders_files_past_a_deep_folder_within_ten_listing_calls(store):
+    from components.convert.listing import is_text_source
+
+    for i in range(1200):  # (listed first: "_" sorts before the class folders' letters)
+        store.add(f"gs://b/t/_cache/a/b/{i:05d}.png", size=1)
+    for label in ("neg", "pos"):
+        for i in range(50):
+            store.add(f"gs://b/t/{label}/{i:03d}.txt", size=1)
+    add_folders(store, 2, 3000, root="gs://b/images")
+    store.calls.clear()
+    assert is_text_source("gs://b/t") and store.calls["list"] == 2  # (1,300 objects: two pages)
+    store.calls.clear()
+    assert not is_text_source("gs://b/images") and store.calls["list"] == 1  # (1,000 images in the first page)
