@@ -38,7 +38,7 @@ import tracemalloc
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from loop import cpu_name  # noqa: E402 (bench/ is the script's folder)
+from bench.loop import cpu_name  # noqa: E402 (after the repository joins the path)
 
 CLASSES = 10
 REPEATS = 3  # the steps in this process: the fastest of 3 runs (one machine's noise is all slower)
