@@ -133,7 +133,7 @@ def class_files(root: str, class_names: set | None = None):
         raise UsageError(f"data path {root} holds no images: expected <root>/<class_name>/*.jpg")
 
 
-def image_folder_fingerprint(root: str, classes: Sequence[str] = ()) -> str:
+def image_folder_fingerprint(root: str, classes: Sequence[str] = CONVERT["classes"].default) -> str:
     """``list_image_folder(root).fingerprint``, with its checks (and ``--classes``'), from the listing as it
     streams: memory stays the same for a million files (and on ``gs://`` a call lists 1,000)."""
     root = check_folder(root)
