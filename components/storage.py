@@ -151,21 +151,25 @@ def _listed_among(folder: str, wanted: set[str], found: dict) -> set[str]:
     """Lists ``folder`` (its own objects, not its subfolders') into ``found``, the ``wanted`` ones, for at most one
     page per ``LISTED_PER_PAGE`` of them; -> the wanted ones it did not reach (none where it listed the folder to
     its end: those are missing)."""
+    from google.api_core.exceptions import Forbidden
+
     bucket, name = _bucket_and_name(folder + "/")
     left, pages = set(wanted), 1 + len(wanted) // LISTED_PER_PAGE
-    with naming(folder + "/"):
-        listing = _client().list_blobs(
-            bucket, prefix=name, delimiter="/", start_offset=min(wanted)[len(f"gs://{bucket}/") :], page_size=LIST_PAGE
-        )
-        for page in listing.pages:
-            for blob in page:
-                path = f"gs://{bucket}/{blob.name}"
-                if path in left:
-                    found[path] = FileInfo(path, blob.size, blob.updated.timestamp())
-                    left.discard(path)
-            pages -= 1
-            if not left or not pages:
-                return left
+    start = min(wanted)[len(f"gs://{bucket}/") :]
+    try:
+        with naming(folder + "/"):
+            listing = _client().list_blobs(bucket, prefix=name, delimiter="/", start_offset=start, page_size=LIST_PAGE)
+            for page in listing.pages:
+                for blob in page:
+                    path = f"gs://{bucket}/{blob.name}"
+                    if path in left:
+                        found[path] = FileInfo(path, blob.size, blob.updated.timestamp())
+                        left.discard(path)
+                pages -= 1
+                if not left or not pages:
+                    return left
+    except Forbidden:  # (allowed to read the objects, not to list their folder: asked one by one)
+        return left
     return set()  # (the whole folder listed: what it did not hold does not exist)
 
 

@@ -179,3 +179,23 @@ def test_texts_are_told_from_images_by_the_class_folders_files_past_a_deep_folde
     assert is_text_source("gs://b/t") and store.calls["list"] == 2  # (1,300 objects: two pages)
     store.calls.clear()
     assert not is_text_source("gs://b/images") and store.calls["list"] == 1  # (1,000 images in the first page)
+
+
+def test_a_manifests_files_are_asked_one_by_one_where_their_folder_may_not_be_listed(store, monkeypatch):
+    from google.api_core.exceptions import Forbidden
+
+    from tests.counting_storage import Listing
+
+    paths = add_folders(store, 1, 30)
+    store.add("gs://b/m.csv", payload="".join(f"{path},a\n" for path in paths).encode())
+
+    def refused(self):
+        self.store.calls["list"] += 1
+        raise Forbidden("storage.objects.list denied")
+        yield
+
+    monkeypatch.setattr(Listing, "pages", property(refused))
+    store.calls.clear()
+    listing = list_manifest("gs://b/m.csv")
+    assert store.calls == {"read": 1, "list": 1, "get": 30}
+    assert listing.total_bytes == sum(info.size_in_bytes for info in one_by_one(paths))
