@@ -146,15 +146,11 @@ def scan_table(path: str, text_column: str, label_column: str, keep_texts: bool 
             for number, row in rows:
                 body, label = row.get(text_column), row.get(label_column)
                 label = "" if label is None else str(label).strip()
-                reason = (
-                    f"no {label_column}"
-                    if not label
-                    else ""
-                    if isinstance(body, str)
-                    else f"{text_column} is not a string"
-                )
-                if reason:
-                    rejected.append({"path": f"{path}:{number}", "reason": reason})
+                if not label:
+                    rejected.append({"path": f"{path}:{number}", "reason": f"no {label_column}"})
+                    continue
+                if not isinstance(body, str):
+                    rejected.append({"path": f"{path}:{number}", "reason": f"{text_column} is not a string"})
                     continue
                 texts += 1
                 labels.add(label)
