@@ -82,6 +82,21 @@ def read_json(path: str):
     return json.loads(read_bytes(path))
 
 
+def read_bytes_if_any(path: str) -> bytes | None:
+    """``read_bytes``, or None where there is no such file: one request on ``gs://``, where asking whether it exists
+    first makes two."""
+    try:
+        return read_bytes(path)
+    except FileNotFoundError:
+        return None
+    except Exception as err:
+        from google.api_core.exceptions import NotFound
+
+        if isinstance(err, NotFound):
+            return None
+        raise
+
+
 def exists(path: str) -> bool:
     """Whether the file (on ``gs://``, the object) exists."""
     if "://" not in path:

@@ -14,7 +14,13 @@ import io
 import os
 from dataclasses import dataclass
 
-from components.artifacts.exported import SAVED_MODEL_DIR, check_export, find_saved_model, read_export
+from components.artifacts.exported import (
+    SAVED_MODEL_DIR,
+    check_export,
+    export_class_names,
+    find_saved_model,
+    read_export,
+)
 from components.cli import UsageError, one_line
 from components.modalities import modality_of, named
 
@@ -38,7 +44,7 @@ def locate_export(model: str) -> tuple[str, list[str]]:
 
         with open(model, "rb") as handle:  # the labels packed in the file (its metadata), else its export's
             packed = packed_labels(handle.read())
-        return model, packed or (read_export(os.path.dirname(os.path.abspath(model))) or {}).get("class_names", [])
+        return model, packed or export_class_names(os.path.dirname(os.path.abspath(model)))
     if not os.path.exists(model):
         raise UsageError(f"model {model} does not exist: pass the export step's output (or its saved_model/)")
     found = find_saved_model(model)
@@ -46,7 +52,7 @@ def locate_export(model: str) -> tuple[str, list[str]]:
         saved_model, report = found
         if os.path.isfile(report) or os.path.isdir(os.path.join(model, SAVED_MODEL_DIR)):
             check_export(os.path.dirname(report))  # an export: finished and intact, as its export.json records
-        return saved_model, (read_export(saved_model) or {}).get("class_names", [])
+        return saved_model, export_class_names(saved_model)
     raise UsageError(
         f"model {model} is not an export: expected the export step's output (saved_model/ and export.json), "
         "a SavedModel folder or a .tflite file"

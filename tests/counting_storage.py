@@ -109,7 +109,11 @@ class Blob:
         return self.name in self.store.objects.get(self.bucket, {})
 
     def download_as_bytes(self, **_) -> bytes:
+        from google.api_core.exceptions import NotFound
+
         self.store.calls["read"] += 1
+        if self.name not in self.store.objects.get(self.bucket, {}):
+            raise NotFound(f"GET https://storage.googleapis.com/download/storage/v1/b/{self.bucket}/o/{self.name}")
         return self.store.objects[self.bucket][self.name][1] or b""
 
     def open(self, mode="rb", **_):

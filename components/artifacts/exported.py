@@ -48,6 +48,11 @@ def read_export(uri: str) -> dict | None:
     return EXPORT.read_if_any(export_folder(uri))
 
 
+def export_class_names(uri: str) -> list[str]:
+    """The class names the export at ``uri`` records; none for a SavedModel on its own."""
+    return (read_export(uri) or {}).get("class_names", [])
+
+
 def write_export_record(output_dir: str, report: dict) -> dict:
     """Writes ``export.json`` into the (local) ``output_dir``, last, with the size and sha256 of each file there;
     returns what it wrote."""

@@ -56,15 +56,21 @@ class Record:
         self.check(found, f"{self.folder} {folder}")
         return found
 
-    def read_any(self, folder: str) -> dict:
+    def read_any(self, folder: str, missing_ok: bool = False) -> dict | None:
         """The record in ``folder`` whatever its format (a baseline's, judged by ``other_version``; the registry's own
-        pointers); a one-line error when there is none or it is no JSON object."""
-        from components.storage import read_json
+        pointers); a one-line error when it is no JSON object, and when there is none (None with ``missing_ok``).
+        One request on ``gs://``."""
+        import json
 
-        if not self.exists(folder):
+        from components.storage import read_bytes_if_any
+
+        content = read_bytes_if_any(self.path(folder))
+        if content is None:
+            if missing_ok:
+                return None
             raise UsageError(f"{self.folder} {folder} has no {self.name}: pass the {self.step} step's output")
         try:
-            found = read_json(self.path(folder))
+            found = json.loads(content)
         except ValueError:
             found = None
         if not isinstance(found, dict):
@@ -75,12 +81,15 @@ class Record:
 
     def read_if_any(self, folder: str) -> dict | None:
         """``read``, or None where ``folder`` holds no such file."""
-        return self.read(folder) if self.exists(folder) else None
+        found = self.read_any(folder, missing_ok=True)
+        if found is not None:
+            self.check(found, f"{self.folder} {folder}")
+        return found
 
     def read_current(self, folder: str) -> dict | None:
         """The record in ``folder`` where this code reads its format; None where there is none, and, with a
         warning, where another version made it (a baseline's, which a run goes on without)."""
-        found = self.read_any(folder) if self.exists(folder) else None
+        found = self.read_any(folder, missing_ok=True)
         if found is not None and (other := self.other_version(found)):
             log.warning("%s %s was made by %s: left aside", self.folder, folder, other)
             return None

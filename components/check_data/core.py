@@ -89,10 +89,11 @@ def load_baseline(baseline: str) -> tuple[tuple[dict, dict] | None, str, str]:
         return None, "", FIRST_VERSION
     folder, made_by = baseline.rstrip("/"), ""
     for place in version_folders(folder):
-        statistics = DATA_STATS.read_any(place) if DATA_STATS.exists(place) else None
+        statistics = DATA_STATS.read_any(place, missing_ok=True)
         if statistics is not None and not (made_by := DATA_STATS.other_version(statistics)):
             return (statistics, data_statistics.read_keys(place)), place, ""
-    if STATS.exists(folder) and not (made_by := STATS.other_version(STATS.read_any(folder))):
+    examples = STATS.read_any(folder, missing_ok=True)
+    if examples is not None and not (made_by := STATS.other_version(examples)):
         return data_statistics.compute(folder), folder, ""
     if made_by:
         note = (

@@ -9,6 +9,7 @@ import tracemalloc
 import pytest
 
 from components import storage
+from components.cli import UsageError
 from components.convert.fingerprint import fingerprint_source
 from components.convert.listing import fingerprint_of, image_folder_fingerprint, list_image_folder, list_manifest
 from tests.counting_storage import CountingStorage
@@ -199,3 +200,20 @@ def test_a_manifests_files_are_asked_one_by_one_where_their_folder_may_not_be_li
     listing = list_manifest("gs://b/m.csv")
     assert store.calls == {"read": 1, "list": 1, "get": 30}
     assert listing.total_bytes == sum(info.size_in_bytes for info in one_by_one(paths))
+
+
+def test_a_record_is_read_in_one_request_and_a_missing_one_in_one_too(store):
+    import json
+
+    from components.artifacts.records import DATA_STATS, STATS
+
+    store.add("gs://b/v/data_stats.json", payload=json.dumps({"format_version": DATA_STATS.version}).encode())
+    store.add("gs://b/old/data_stats.json", payload=json.dumps({"format_version": 0}).encode())
+    store.calls.clear()
+    assert DATA_STATS.read_current("gs://b/v") == {"format_version": DATA_STATS.version}
+    assert DATA_STATS.read_if_any("gs://b/v") is not None
+    assert DATA_STATS.read_current("gs://b/old") is None  # (made by an older version: left aside)
+    assert DATA_STATS.read_any("gs://b/none", missing_ok=True) is None and STATS.read_if_any("gs://b/none") is None
+    assert store.calls == {"read": 5}
+    with pytest.raises(UsageError, match=r"^data statistics gs://b/none has no data_stats\.json: pass the check-data"):
+        DATA_STATS.read("gs://b/none")
