@@ -3,8 +3,9 @@ class), in one process: a small set's single test split moves a figure by a poin
 two training settings apart. Each split holds out 30% for test and 10% for validation, and keeps the images that share
 the conversion's perceptual split key (near-copies) in one part, as the conversion does. The images are decoded and
 resized as the conversion does (``--image-size``, the source's median shorter side by default, as ``auto``). The
-built-in model (``--model``, ``auto``'s by default) is trained as ``run-local`` trains it: Adam, batch 32, stopped and
-the weights of the best validation loss kept as training does, the batch-norm statistics re-estimated; once with
+built-in model (``--model``, ``auto``'s by default) is trained as ``run-local`` trains it: Adam keeping the weights'
+moving average, batch 32, stopped and the weights of the best validation loss kept, the batch-norm statistics
+re-estimated; once with
 ``auto``'s epochs and learning rate (``components.params.AUTO_TRAINING``), and once with each ``--also
 EPOCHS:RATE``. Beside it, scikit-learn's HOG + colour histogram into an RBF SVC and PCA into a logistic regression
 (``bench/quality.py``), trained on the same train part. Prints each split's figures (and the epochs each setting
@@ -73,6 +74,34 @@ def grouped_parts(pixels: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray
     return tuple(np.array(part) for part in parts)
 
 
+def fit_as_training_does(model, rate: float, epochs: int, train: tuple, validation: tuple) -> int:
+    """Trains ``model`` as the train step does: Adam keeping the weights' moving average, validation on the average,
+    stopped and the best epoch's weights kept (``components.train.averaging``, ``keep_best``), batch 32; returns the
+    epochs it trained."""
+    import tempfile
+
+    import keras
+
+    from components.train.averaging import AveragedAdam, validation_on_average
+    from components.train.keep_best import auto_patience, keep_best_callback
+    from components.train.placement import Placement
+
+    model.compile(AveragedAdam(rate), "categorical_crossentropy")
+    with tempfile.TemporaryDirectory() as folder:
+        placement = Placement(keras.backend.backend(), "cpu", 1, "OneDevice")
+        keep = keep_best_callback(folder, placement, auto_patience(epochs), 0)
+        history = model.fit(
+            *train,
+            batch_size=32,
+            epochs=epochs,
+            verbose=0,
+            shuffle=True,
+            validation_data=validation,
+            callbacks=[validation_on_average(), keep],
+        )
+    return len(history.history["loss"])
+
+
 def model_accuracy(name: str, epochs: int, rate: float, data, parts, seed: int) -> tuple[float, int]:
     """(the test accuracy, the epochs trained before the early stop)."""
     import keras
@@ -81,28 +110,18 @@ def model_accuracy(name: str, epochs: int, rate: float, data, parts, seed: int) 
     from components.models import load
     from components.models.spec import ModelSpec
     from components.train.batch_norm import reestimate
-    from components.train.keep_best import auto_patience
 
     (pixels, labels), (train, validation, test) = data, parts
     keras.utils.set_random_seed(seed)
     classes = int(labels.max()) + 1
     model = load(name).build(ModelSpec.for_images(pixels.shape[1], classes))
-    model.compile(keras.optimizers.Adam(rate), "categorical_crossentropy")
     one_hot = keras.utils.to_categorical(labels, classes)
-    keep = keras.callbacks.EarlyStopping(patience=auto_patience(epochs), restore_best_weights=True)
-    history = model.fit(
-        pixels[train],
-        one_hot[train],
-        batch_size=32,
-        epochs=epochs,
-        verbose=0,
-        shuffle=True,
-        validation_data=(pixels[validation], one_hot[validation]),
-        callbacks=[keep],
+    trained = fit_as_training_does(
+        model, rate, epochs, (pixels[train], one_hot[train]), (pixels[validation], one_hot[validation])
     )
     reestimate(model, tf.data.Dataset.from_tensor_slices((pixels[train], one_hot[train])).batch(32), "tensorflow")
     accuracy = float((model.predict(pixels[test], verbose=0).argmax(-1) == labels[test]).mean())
-    return accuracy, len(history.history["loss"])
+    return accuracy, trained
 
 
 def main() -> None:

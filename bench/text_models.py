@@ -2,9 +2,9 @@
 in one process: a single split's test set of 150 texts moves a figure by 0.7 points a text, too coarse to tell two
 text models apart. Each split holds out 30% for test and 10% for validation; the vocabulary comes from its train
 part. For each standardisation (punctuation to spaces, the default; removed, the IMDB article's), the built-in model
-(``--model``, ``ngrams`` by default: adapted to the train part, trained as ``run-local`` trains it: Adam at
-``auto``'s learning rate and epochs, batch 32, stopped and the weights of the best validation loss kept as
-training does) is scored beside scikit-learn's TF-IDF of words and word pairs into a logistic regression (C=10),
+(``--model``, ``ngrams`` by default: adapted to the train part, trained as ``run-local`` trains it: Adam keeping the
+weights' moving average, at ``auto``'s learning rate and epochs, batch 32, stopped and the weights of the best
+validation loss kept) is scored beside scikit-learn's TF-IDF of words and word pairs into a logistic regression (C=10),
 trained on the same train part. Prints each split's figures and their means; the last line is a JSON object.
 
     .venv/bin/python bench/text_models.py --source CSV [--splits 3] [--model ngrams]
@@ -47,11 +47,11 @@ def token_matrix(texts, train, standardization: str, vocabulary_size: int, lengt
 def model_accuracy(name: str, ids, vocabulary_size: int, labels, parts, seed: int) -> float:
     import keras
 
+    from bench.image_models import fit_as_training_does
     from components.modalities import auto_training
     from components.models import load
     from components.models.spec import ModelSpec
     from components.models.text_layers import adapt
-    from components.train.keep_best import auto_patience
 
     train, validation, test = parts
     keras.utils.set_random_seed(seed)
@@ -59,19 +59,9 @@ def model_accuracy(name: str, ids, vocabulary_size: int, labels, parts, seed: in
     model = load(name).build(ModelSpec.for_texts(ids.shape[1], vocabulary_size, classes))
     adapt(model, [ids[train]])
     _, auto = auto_training("text", pretrained=False)
-    model.compile(keras.optimizers.Adam(auto["learning_rate"]), "categorical_crossentropy")
     one_hot = keras.utils.to_categorical(labels, classes)
-    epochs = auto["epochs"]
-    keep = keras.callbacks.EarlyStopping(patience=auto_patience(epochs), restore_best_weights=True)
-    model.fit(
-        ids[train],
-        one_hot[train],
-        batch_size=32,
-        epochs=epochs,
-        verbose=0,
-        validation_data=(ids[validation], one_hot[validation]),
-        callbacks=[keep],
-    )
+    rate, epochs = auto["learning_rate"], auto["epochs"]
+    fit_as_training_does(model, rate, epochs, (ids[train], one_hot[train]), (ids[validation], one_hot[validation]))
     return float((model.predict(ids[test], verbose=0).argmax(-1) == labels[test]).mean())
 
 

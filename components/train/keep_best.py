@@ -50,6 +50,8 @@ def keep_best_callback(folder: str, placement, patience: int, finished_before: i
     import keras
     import numpy as np
 
+    from components.train.averaging import averaged_weights
+
     class KeepBest(keras.callbacks.Callback):
         async_safe = True  # epoch hooks only
         best = stopped = None  # the best epoch ({"epoch", "val_loss"}, process 0's), where training stopped early
@@ -71,7 +73,7 @@ def keep_best_callback(folder: str, placement, patience: int, finished_before: i
                 loss = (logs or {}).get("val_loss")
                 if loss is not None and math.isfinite(loss) and (self.best is None or loss < self.best["val_loss"]):
                     self.best = {"epoch": epoch + 1, "val_loss": float(loss)}
-                    self.weights = [np.array(w) for w in self.model.get_weights()]
+                    self.weights = averaged_weights(self.model)
                     self._keep()
                 since = epoch + 1 - (self.best["epoch"] if self.best else finished_before)
                 stop = int(bool(patience) and since >= patience)

@@ -124,6 +124,7 @@ def compiled_model(
     import keras
 
     from components.models.checks import call_builder, check_model
+    from components.train.averaging import AveragedAdam
 
     rate = fine_tune_rate(config) if phase.name == "fine_tune" else learning_rate(config, steps_per_epoch)
     keras.mixed_precision.set_global_policy(precision)
@@ -149,7 +150,7 @@ def compiled_model(
                     freeze_backbone(model)
             named(examples.modality).adapt(model, config.examples_dir, examples.stats)
             model.compile(
-                optimizer=keras.optimizers.Adam(rate),
+                optimizer=AveragedAdam(rate),
                 loss="categorical_crossentropy",
                 metrics=["accuracy"],
                 jit_compile=jit_compile,
@@ -195,6 +196,9 @@ def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, p
     callbacks.append(
         keep_best_callback(best_folder(dirs.checkpoint_dir, phase.backup), placement, patience, finished_before)
     )
+    from components.train.averaging import validation_on_average
+
+    callbacks.append(validation_on_average())
     if kept > phase.first:
         log.info("resuming from the checkpoint in %s after epoch %d", backup_dir, finished_before)
     return finished_before, callbacks, advice
