@@ -82,11 +82,11 @@ def fit_as_training_does(model, rate: float, epochs: int, train: tuple, validati
 
     import keras
 
-    from components.train.averaging import AveragedAdam, validation_on_average
+    from components.train.averaging import averaging_adam, validation_on_average
     from components.train.keep_best import auto_patience, keep_best_callback
     from components.train.placement import Placement
 
-    model.compile(AveragedAdam(rate), "categorical_crossentropy")
+    model.compile(averaging_adam(rate, epochs * -(-len(train[0]) // 32)), "categorical_crossentropy")
     with tempfile.TemporaryDirectory() as folder:
         placement = Placement(keras.backend.backend(), "cpu", 1, "OneDevice")
         keep = keep_best_callback(folder, placement, auto_patience(epochs), 0)

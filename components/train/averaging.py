@@ -1,7 +1,8 @@
 """Training keeps a moving average of the weights (an exponential moving average, EMA), and validation, the kept best
 epoch and the trained model are the average's: on a small training set the weights after each step wander around
-a minimum, and their recent average is nearer to it (measured: bench/RESULTS.md, the image default over several
-splits). The average lives in the optimizer (Keras's ``use_ema``), so backups and resumes carry it.
+a minimum, their recent average is nearer to it, and the best epoch is judged on weights that swing less from epoch
+to epoch (measured: bench/RESULTS.md, the image default over several splits). The average lives in the optimizer
+(Keras's ``use_ema``), so backups and resumes carry it.
 
 Imports Keras at module level: import it only where training happens.
 """
@@ -12,29 +13,21 @@ import keras
 import numpy as np
 from keras import ops
 
-MOMENTUM = 0.99  # once warmed up, the average weighs about the last 100 steps
-WARM_UP = 10.0  # the momentum at step k is at most (1 + k) / (WARM_UP + k)
+HORIZON_SHARE = 10  # the average's horizon is a tenth of the phase's steps
+MAX_HORIZON = 1000  # and at most this many (momentum 0.999)
 
 
-@keras.saving.register_keras_serializable(package="tpu_pipeline")
-class AveragedAdam(keras.optimizers.Adam):
-    """Adam, keeping the moving average of the trainable weights. Its momentum warms up as TensorFlow's
-    ``ExponentialMovingAverage(num_updates=step)`` does, ``min(ema_momentum, (1 + step) / (10 + step))`` (after the
-    first step, which sets the average): a run of a few steps averages its last weights, not its first (Keras's own
-    average runs at full momentum from the second step)."""
+def averaging_momentum(steps: int) -> float:
+    """The momentum of the weights' moving average for a phase of ``steps`` training steps: 1 - 1/horizon, the
+    horizon a tenth of the steps (at least 1: a run of a few steps keeps its last weights, at most ``MAX_HORIZON``).
+    Its first step sets the average (Keras's ``use_ema``); the first weights then weigh ``momentum ** k`` after
+    ``k`` steps, e^-3 after three tenths of the phase."""
+    return 1.0 - 1.0 / min(float(MAX_HORIZON), max(1.0, steps / HORIZON_SHARE))
 
-    def __init__(self, learning_rate=0.001, ema_momentum: float = MOMENTUM, **kwargs):
-        kwargs.pop("use_ema", None)
-        super().__init__(learning_rate, use_ema=True, ema_momentum=ema_momentum, **kwargs)
 
-    def _update_model_variables_moving_average(self, trainable_variables):
-        step = ops.cast(self.iterations, "float32")
-        # (0 at the first step: the average starts as the weights that step left, not as its variable's zeros)
-        momentum = ops.where(step > 0, ops.minimum(self.ema_momentum, (1.0 + step) / (WARM_UP + step)), 0.0)
-        for variable, average in zip(trainable_variables, self._model_variables_moving_average, strict=True):
-            if average is not None:
-                kept = ops.cast(momentum, variable.dtype)
-                average.assign(kept * average + (1.0 - kept) * variable)
+def averaging_adam(learning_rate, steps: int):
+    """Adam keeping the moving average of the trainable weights, for a phase of ``steps`` steps."""
+    return keras.optimizers.Adam(learning_rate, use_ema=True, ema_momentum=averaging_momentum(steps))
 
 
 def averaged_weights(model) -> list[np.ndarray]:

@@ -124,7 +124,7 @@ def compiled_model(
     import keras
 
     from components.models.checks import call_builder, check_model
-    from components.train.averaging import AveragedAdam
+    from components.train.averaging import averaging_adam
 
     rate = fine_tune_rate(config) if phase.name == "fine_tune" else learning_rate(config, steps_per_epoch)
     keras.mixed_precision.set_global_policy(precision)
@@ -150,7 +150,7 @@ def compiled_model(
                     freeze_backbone(model)
             named(examples.modality).adapt(model, config.examples_dir, examples.stats)
             model.compile(
-                optimizer=AveragedAdam(rate),
+                optimizer=averaging_adam(rate, steps_per_epoch * (phase.last - phase.first)),
                 loss="categorical_crossentropy",
                 metrics=["accuracy"],
                 jit_compile=jit_compile,

@@ -1,6 +1,6 @@
 """Training keeps a moving average of the weights (``components.train.averaging``): the average is numpy's, step by
-step, with the warmed-up momentum; validation judges the average, and the best epoch kept is the average's; on
-TensorFlow and on JAX over two virtual devices (DataParallel)."""
+step, at the momentum of the phase's length; validation judges the average, and the best epoch kept is the
+average's; on TensorFlow and on JAX over two virtual devices (DataParallel)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ CHECK = """
 import json, tempfile
 import numpy as np
 import keras
-from components.train.averaging import AveragedAdam, averaged_weights, validation_on_average
+from components.train.averaging import averaged_weights, averaging_adam, validation_on_average
 from components.train.keep_best import keep_best_callback
 from components.train.placement import Placement
 
@@ -27,9 +27,10 @@ if backend == "jax" and len(keras.distribution.list_devices()) > 1:  # the train
     keras.distribution.set_distribution(keras.distribution.DataParallel(devices=keras.distribution.list_devices()))
 keras.utils.set_random_seed(3)
 model = keras.Sequential([
-    keras.Input((4,)), keras.layers.Dense(5), keras.layers.BatchNormalization(), keras.layers.ReLU(), keras.layers.Dense(3),
+    keras.Input((4,)), keras.layers.Dense(5), keras.layers.BatchNormalization(), keras.layers.ReLU(),
+    keras.layers.Dense(3),
 ])
-model.compile(AveragedAdam(0.05), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.compile(averaging_adam(0.05, 30), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 rng = np.random.default_rng(0)
 x, y = rng.normal(size=(32, 4)).astype("float32"), rng.integers(0, 3, 32)
 xv, yv = rng.normal(size=(16, 4)).astype("float32"), rng.integers(0, 3, 16)
@@ -43,8 +44,8 @@ keep = keep_best_callback(tempfile.mkdtemp(), Placement(backend, "cpu", 1, "OneD
 history = model.fit(x, y, batch_size=32, epochs=8, verbose=0, validation_data=(xv, yv),
                     callbacks=[validation_on_average(), Record(), keep])
 average = [np.zeros_like(w) for w in trajectory[0]]
-for step, weights in enumerate(trajectory[1:]):  # TensorFlow's ExponentialMovingAverage(num_updates=step)
-    momentum = min(0.99, (1 + step) / (10 + step)) if step else 0.0
+for step, weights in enumerate(trajectory[1:]):  # the first step sets the average
+    momentum = 1 - 1 / 3 if step else 0.0  # (the horizon of 30 steps: 3)
     average = [momentum * a + (1 - momentum) * w for a, w in zip(average, weights)]
 kept_epoch = keep.best["epoch"]
 model.set_weights(keep.weights)
@@ -56,7 +57,8 @@ print(json.dumps({
     "average_error": float(max(np.abs(np.asarray(a) - b).max()
                                for a, b in zip(model.optimizer._model_variables_moving_average, average))),
     "validated_average": abs(float(model.evaluate(xv, yv, verbose=0)) - history.history["val_loss"][kept_epoch - 1]),
-    "statistics_kept": all(np.array_equal(a, b) for a, b in zip(averaged_weights(model)[4:6], model.get_weights()[4:6])),
+    "statistics_kept": all(np.array_equal(a, b)
+                           for a, b in zip(averaged_weights(model)[4:6], model.get_weights()[4:6])),
 }))
 """
 
@@ -95,3 +97,11 @@ def test_without_an_average_the_kept_weights_are_the_models():
     model.compile(keras.optimizers.Adam(0.1), "mse")
     model.fit(np.ones((4, 2)), np.zeros((4, 2)), verbose=0)
     assert all(np.array_equal(a, b) for a, b in zip(averaged_weights(model), model.get_weights(), strict=True))
+
+
+def test_the_averages_horizon_is_a_tenth_of_the_phase_from_1_to_1000_steps():
+    from components.train.averaging import averaging_momentum
+
+    assert averaging_momentum(5) == 0.0  # a run of a few steps: its last weights
+    assert abs(averaging_momentum(540) - (1 - 1 / 54)) < 1e-12  # 30 epochs of 18 steps: about the last 3 epochs
+    assert abs(averaging_momentum(10**7) - 0.999) < 1e-12
