@@ -198,7 +198,7 @@ def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, p
     )
     from components.train.averaging import validation_on_average
 
-    callbacks.append(validation_on_average())
+    callbacks.insert(0, validation_on_average())  # (keep-best stays last: train reads what it kept)
     if kept > phase.first:
         log.info("resuming from the checkpoint in %s after epoch %d", backup_dir, finished_before)
     return finished_before, callbacks, advice
