@@ -4,15 +4,12 @@ average's; on TensorFlow and on JAX over two virtual devices (DataParallel)."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 
+from tests.components.test_batch_norm import check
 from tests.components.test_train_jax import jax_env
-from tests.conftest import REPO_ROOT
 
 CHECK = """
 import json, tempfile
@@ -63,14 +60,6 @@ print(json.dumps({
 """
 
 
-def check(env: dict) -> dict:
-    ran = subprocess.run(
-        [sys.executable, "-c", CHECK], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env
-    )
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    return json.loads(ran.stdout.strip().splitlines()[-1])
-
-
 def expect_averaged(found: dict) -> None:
     assert found["steps"] == 8 and found["best_is_lowest"], found
     # the average is numpy's, step by step, and not the last weights (the test would pass with no average at all)
@@ -81,11 +70,12 @@ def expect_averaged(found: dict) -> None:
 
 
 def test_tensorflow_keeps_and_validates_the_moving_average_of_the_weights():
-    expect_averaged(check({**os.environ, "KERAS_BACKEND": "tensorflow"}))
+    expect_averaged(check({**os.environ, "KERAS_BACKEND": "tensorflow"}, CHECK))
 
 
 def test_jax_over_two_devices_keeps_and_validates_the_moving_average_of_the_weights():
-    expect_averaged(check({**jax_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"), "KERAS_BACKEND": "jax"}))
+    env = jax_env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    expect_averaged(check({**env, "KERAS_BACKEND": "jax"}, CHECK))
 
 
 def test_without_an_average_the_kept_weights_are_the_models():

@@ -48,9 +48,10 @@ print(json.dumps({
 """
 
 
-def check(env: dict) -> dict:
+def check(env: dict, script: str = CHECK) -> dict:
+    """What ``script`` prints last (a JSON object), run in a fresh Python with ``env``."""
     ran = subprocess.run(
-        [sys.executable, "-c", CHECK], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env
+        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
     return json.loads(ran.stdout.strip().splitlines()[-1])
