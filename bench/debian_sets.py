@@ -79,11 +79,12 @@ def write_icons(root: str, per: int = 90) -> int:
     rng, written = random.Random(7), 0
     with tempfile.TemporaryDirectory() as work:
         subprocess.run(["apt-get", "download", *THEMES], cwd=work, check=True, capture_output=True)
-        for package, folder in THEMES.items():
+        for package in THEMES:
             (deb,) = glob.glob(os.path.join(work, f"{package}_*.deb"))
             subprocess.run(["dpkg-deb", "-x", deb, os.path.join(work, package)], check=True)
-            for context in CONTEXTS:
-                os.makedirs(os.path.join(root, context), exist_ok=True)
+        for context in CONTEXTS:
+            os.makedirs(os.path.join(root, context), exist_ok=True)
+            for package, folder in THEMES.items():
                 pattern = os.path.join(work, package, folder, context, "*.png")
                 files = sorted(path for path in glob.glob(pattern) if not os.path.islink(path))
                 rng.shuffle(files)
