@@ -71,7 +71,7 @@ def compute(
 
 
 def image_splits(examples_dir: str, stats: dict, result: dict, vocabulary, served_standardization):
-    return lambda split: image_statistics(examples_dir, split, stats["counts"].get(split))
+    return lambda split: image_statistics(examples_dir, split, stats["counts"].get(split), is_adopted(stats))
 
 
 def text_splits(examples_dir: str, stats: dict, result: dict, vocabulary, served_standardization):
@@ -90,10 +90,16 @@ def text_splits(examples_dir: str, stats: dict, result: dict, vocabulary, served
         result["standardization"],
         served_standardization,
         total=stats["counts"].get(split),
+        adopted=is_adopted(stats),
     )
 
 
 SPLIT_STATISTICS = {"image": image_splits, "text": text_splits}
+
+
+def is_adopted(stats: dict) -> bool:
+    """Whether a version's examples are adopted TFRecords (their files listed in ``stats.json``), not shards."""
+    return "files" in stats
 
 
 def quarantine_reasons(examples_dir: str) -> dict[str, int]:
@@ -119,11 +125,10 @@ def quarantine_reasons(examples_dir: str) -> dict[str, int]:
 MAX_READ = 100_000
 
 
-def read_examples(examples_dir: str, split: str, total: int | None = None):
+def read_examples(examples_dir: str, split: str, total: int | None = None, adopted: bool = False):
     """Each serialized example of the split, read without TensorFlow; of a split of ``total`` examples (stats.json's
     count) over ``MAX_READ``, ``MAX_READ`` of them (fewer where the files hold fewer than ``total`` says): the first
-    shards that hold that many (all files, if adopted), their records evenly spaced."""
-    from components.artifacts.records import STATS
+    shards that hold that many (all files where they are ``adopted`` TFRecords), their records evenly spaced."""
     from components.schema import read_records
     from components.storage import open_read
 
@@ -131,7 +136,7 @@ def read_examples(examples_dir: str, split: str, total: int | None = None):
     held = 0  # (the records the files read are expected to hold; 0: read every record)
     if total and total > MAX_READ and files:
         held = total
-        if "files" not in (STATS.read_if_any(examples_dir) or {}):  # (the conversion's shards, not adopted files)
+        if not adopted:  # (the conversion's shards)
             files = every[: math.ceil(MAX_READ * len(every) / total)]
             held = max(MAX_READ, total * len(files) // len(every))
     at = taken = 0
@@ -148,10 +153,12 @@ def read_examples(examples_dir: str, split: str, total: int | None = None):
                 at += 1
 
 
-def image_statistics(examples_dir: str, split: str, total: int | None = None) -> tuple[dict, np.ndarray]:
+def image_statistics(
+    examples_dir: str, split: str, total: int | None = None, adopted: bool = False
+) -> tuple[dict, np.ndarray]:
     """A split's brightness and contrast histograms, its sources' formats and sizes (width, height and aspect
     histograms; the records of adopted TFRecords do not say), and its thumbnails (N, 256) uint8; of a sample where
-    ``total`` is over ``MAX_READ`` (``read_examples``)."""
+    ``total`` is over ``MAX_READ`` (``read_examples``, as are ``adopted`` TFRecords)."""
     from PIL import Image
 
     from components.schema import SOURCE_FEATURE, SOURCE_SIZE_FEATURE, bytes_features, int64_features
@@ -160,7 +167,7 @@ def image_statistics(examples_dir: str, split: str, total: int | None = None) ->
     sizes = {name: np.zeros(bins, np.int64) for name, bins in SIZE_BINS.items()}
     formats: Counter = Counter()
     thumbnails = []
-    for record in read_examples(examples_dir, split, total):
+    for record in read_examples(examples_dir, split, total, adopted):
         found = bytes_features(record, ("image", SOURCE_FEATURE))
         encoded, source = found["image"], found.get(SOURCE_FEATURE, b"")
         source_size = int64_features(record, (SOURCE_SIZE_FEATURE,)).get(SOURCE_SIZE_FEATURE)
@@ -222,6 +229,7 @@ def text_statistics(
     standardization: str = STANDARDIZATION,
     served_standardization: str | None = None,
     total: int | None = None,
+    adopted: bool = False,
 ) -> tuple[dict, np.ndarray]:
     """A split's token counts (a histogram, one bin per count up to ``TOKEN_BINS - 1``, the longer in the last,
     whatever the sequence length), truncated and out-of-vocabulary shares under ``index`` (and under ``served``, the
@@ -235,7 +243,7 @@ def text_statistics(
     hashes = []
     from components.schema import bytes_features
 
-    for record in read_examples(examples_dir, split, total):
+    for record in read_examples(examples_dir, split, total, adopted):
         text = bytes_features(record, ("text",)).get("text", b"").decode("utf-8")
         tokens = standardize(text, standardization)
         lengths[min(len(tokens), TOKEN_BINS - 1)] += 1

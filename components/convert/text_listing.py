@@ -158,7 +158,8 @@ def scan_table(path: str, text_column: str, label_column: str, keep_texts: bool 
                     labelled.append((f"{path}:{number}", label, body))
         except UnicodeDecodeError as err:
             raise UsageError(f"data path {path} is not UTF-8 text ({err.reason}): save it as UTF-8") from None
-        check_columns(path, columns, text_column, label_column)
+        if jsonl:  # (a CSV's header was checked before its rows)
+            check_columns(path, columns, text_column, label_column)
     class_names = tuple(sorted(labels))
     index = {name: i for i, name in enumerate(class_names)}
     items = tuple((where, index[label], "", body) for where, label, body in labelled)

@@ -1271,6 +1271,9 @@ def test_a_large_split_is_sampled_over_shards_and_records_up_to_a_bound_and_the_
             found, keys = data_statistics.image_statistics(str(tmp_path), split, total=12)
             read[split, bound] = [level for level, n in enumerate(found["brightness"]) for _ in range(n)]
             assert [int(key[0]) for key in keys] == read[split, bound]
+    monkeypatch.setattr(data_statistics, "MAX_READ", 4)  # adopted TFRecords (maybe a class a file): every file read
+    found, _ = data_statistics.image_statistics(str(tmp_path), "train", total=12, adopted=True)
+    assert [level for level, n in enumerate(found["brightness"]) for _ in range(n)] == [0, 3, 6, 9]
     assert read == {
         ("train", 4): [0, 1, 2, 3],  # the first shard
         ("train", 5): [0, 1, 3, 4, 6],  # two shards, 5 of their 8 records evenly spaced
@@ -1411,7 +1414,9 @@ def test_text_statistics_put_long_texts_in_the_last_bin_and_an_empty_split_at_ze
         return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
     records = {"train": [example(text=" ".join(["word"] * 2000).encode()), example(label=b"pos")], "test": []}
-    monkeypatch.setattr(statistics, "read_examples", lambda examples_dir, split, limit=None: iter(records[split]))
+    monkeypatch.setattr(
+        statistics, "read_examples", lambda examples_dir, split, limit=None, adopted=False: iter(records[split])
+    )
     found, hashes = statistics.text_statistics("examples", "train", {"word": 2}, 250, served={})
     assert len(found["token_counts"]) == statistics.TOKEN_BINS
     assert (found["token_counts"][-1], found["token_counts"][0], sum(found["token_counts"])) == (1, 1, 2)
@@ -1634,7 +1639,9 @@ def test_the_served_share_tokenises_as_the_served_model_does(monkeypatch):
 
     text = tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"E-mail"]))
     record = tf.train.Example(features=tf.train.Features(feature={"text": text})).SerializeToString()
-    monkeypatch.setattr(statistics, "read_examples", lambda examples_dir, split, limit=None: iter([record]))
+    monkeypatch.setattr(
+        statistics, "read_examples", lambda examples_dir, split, limit=None, adopted=False: iter([record])
+    )
     own, served = {"e": 2, "mail": 3}, {"email": 2}
     found, _ = statistics.text_statistics("examples", "train", own, 250, served, SPLIT_PUNCTUATION, STRIP_PUNCTUATION)
     assert (found["out_of_vocabulary_share"], found["served_out_of_vocabulary_share"]) == (0.0, 0.0)
