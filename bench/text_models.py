@@ -34,17 +34,18 @@ def read_csv(path: str) -> tuple[list[str], np.ndarray]:
 
 
 def token_matrix(texts, train, standardization: str, vocabulary_size: int, length: int):
-    """(ids [N, length] under a vocabulary of the train part's most frequent tokens, the vocabulary's size)."""
-    from components.tokenizing import standardize, token_ids
+    """(ids [N, length] under a vocabulary of the train part's most frequent tokens, the vocabulary: its tokens in id
+    order)."""
+    from components.tokenizing import OUT_OF_VOCABULARY, PADDING, standardize, token_ids
 
     counts = Counter(token for i in train for token in standardize(texts[i], standardization))
     ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[: vocabulary_size - 2]
     index = {token: i + 2 for i, (token, _) in enumerate(ranked)}
     ids = np.array([token_ids(text, index, length, standardization)[0] for text in texts], np.int32)
-    return ids, len(index) + 2
+    return ids, [PADDING, OUT_OF_VOCABULARY, *index]
 
 
-def model_accuracy(name: str, ids, vocabulary_size: int, labels, parts, seed: int) -> float:
+def model_accuracy(name: str, ids, vocabulary: list[str], labels, parts, seed: int) -> float:
     import keras
 
     from bench.image_models import fit_as_training_does
@@ -56,8 +57,8 @@ def model_accuracy(name: str, ids, vocabulary_size: int, labels, parts, seed: in
     train, validation, test = parts
     keras.utils.set_random_seed(seed)
     classes = int(labels.max()) + 1
-    model = load(name).build(ModelSpec.for_texts(ids.shape[1], vocabulary_size, classes))
-    adapt(model, [ids[train]])
+    model = load(name).build(ModelSpec.for_texts(ids.shape[1], len(vocabulary), classes))
+    adapt(model, [ids[train]], vocabulary)
     _, auto = auto_training("text", pretrained=False)
     one_hot = keras.utils.to_categorical(labels, classes)
     rate, epochs = auto["learning_rate"], auto["epochs"]
@@ -94,8 +95,8 @@ def main() -> None:
         predicted = baseline.predict([texts[i] for i in test])
         figures.setdefault("TF-IDF 1-2 grams + LogReg", []).append(float((predicted == labels[test]).mean()))
         for standardization in (SPLIT_PUNCTUATION, STRIP_PUNCTUATION):
-            ids, size = token_matrix(texts, train, standardization, vocabulary_size, length)
-            accuracy = model_accuracy(args.model, ids, size, labels, (train, validation, test), seed)
+            ids, vocabulary = token_matrix(texts, train, standardization, vocabulary_size, length)
+            accuracy = model_accuracy(args.model, ids, vocabulary, labels, (train, validation, test), seed)
             figures.setdefault(f"{args.model}, {standardization}", []).append(accuracy)
         print(
             f"split {seed} ({len(train)} train, {len(test)} test):",

@@ -76,7 +76,7 @@ TRAIN = {
         "auto",
         "the model: a built-in one (python -m pipeline models), your own as FILE.py[:FUNCTION] (local or gs://) or "
         "MODULE:FUNCTION, a builder build(spec, **hparams) that returns a Keras model (docs/your-model.md); auto: the "
-        "codelab convnet with batch norm for images, the bag of words and word pairs (ngrams) for texts",
+        "codelab convnet with batch norm for images, the bag of words, word pairs and subwords (ngrams) for texts",
         flag="--model",
     ),
     "hparams": Param(

@@ -35,7 +35,7 @@ WHITESPACE = "".join(chr(code) for code in range(0x110000) if chr(code).isspace(
 _LINE_BREAK, _PUNCTUATION = re.compile(LINE_BREAK), re.compile(PUNCTUATION)
 
 # what punctuation becomes: a space (the default: on short technical texts, such as package descriptions, it scores
-# 1 to 2 points above removing it, bench/RESULTS.md), or nothing (the article's)
+# 0.6 to 1.2 points above removing it, bench/RESULTS.md), or nothing (the article's)
 SPLIT_PUNCTUATION, STRIP_PUNCTUATION = "lower_split_punctuation", "lower_strip_punctuation"
 PUNCTUATION_TO = {SPLIT_PUNCTUATION: " ", STRIP_PUNCTUATION: ""}
 STANDARDIZATION = SPLIT_PUNCTUATION  # what a conversion uses and records now

@@ -120,15 +120,17 @@ class Text(Modality):
         return TextExport(tf.saved_model.load(path).signatures["serving_default"])
 
     def adapt(self, model, examples_dir: str, facts: Mapping) -> None:
-        """The ``ngrams`` bag's inverse document frequencies (``text_layers.adapt``), counted over the whole train
-        split, the same on every process (nothing for a model without that bag)."""
+        """The ``ngrams`` bags' inverse document frequencies and the vocabulary words' character n-grams
+        (``text_layers.adapt``), counted over the whole train split, the same on every process (nothing for a model
+        without those bags)."""
         import logging
 
         from components.artifacts.examples import make_dataset
         from components.models.text_layers import adapt
 
         batches = make_dataset(examples_dir, "train", self.reading(facts), ADAPT_BATCH, training=False)
-        texts = adapt(model, (tokens for tokens, _ in batches.as_numpy_iterator()))
+        tokens = (tokens for tokens, _ in batches.as_numpy_iterator())
+        texts = adapt(model, tokens, self.read_vocabulary(examples_dir))
         if texts:
             logging.getLogger(__name__).info(
                 "inverse document frequencies of the grams counted over the %d training texts", texts

@@ -307,18 +307,28 @@ def cnn1d(spec, filters: int = 64, kernel_size: int = 5, embedding_dim: int = TE
 # a prime below 46,341, so that a bucket times a bucket stays within int32
 NGRAM_BUCKETS = 40_009
 NGRAM_DIM = 64
+CHAR_BUCKETS = 40_009  # the words' character n-grams: each its own id up to 40,008 of them, then shared by hash
 
 
-def ngrams(spec, embedding_dim: int = NGRAM_DIM, buckets: int = NGRAM_BUCKETS, dropout: float = 0.0):
+def ngrams(
+    spec,
+    embedding_dim: int = NGRAM_DIM,
+    buckets: int = NGRAM_BUCKETS,
+    dropout: float = 0.0,
+    char_buckets: int = CHAR_BUCKETS,
+):
     """fastText's classifier on TF-IDF's weights: the words and hashed word pairs of a text, embedded, each weighted by
-    its inverse document frequency over the training texts (``NGramBag``; training sets it before the first epoch)
-    and the sum L2-normalised -> softmax."""
+    its inverse document frequency over the training texts (``NGramBag``) and the sum L2-normalised (``dropout``
+    after it) -> the classes' scores; plus the same of the words' character 3- to 5-grams (``CharGrams``; none with
+    ``char_buckets=0``) -> softmax. Training sets the idfs and the words' grams first (``text_layers.adapt``)."""
     import keras
     from keras import layers
 
     if not 2 <= buckets <= 46_340:
         raise ValueError(f"buckets must be from 2 to 46340 (a bucket times a bucket fits int32), not {buckets}")
-    from components.models.text_layers import NGramBag, WordPairs
+    if char_buckets == 1 or char_buckets < 0:
+        raise ValueError(f"char_buckets must be 0 (no character n-grams) or 2 or more, not {char_buckets}")
+    from components.models.text_layers import CharGrams, NGramBag, WordPairs
 
     ids = spec.inputs()
     grams = WordPairs(spec.vocabulary_size, buckets)(ids)
@@ -326,7 +336,15 @@ def ngrams(spec, embedding_dim: int = NGRAM_DIM, buckets: int = NGRAM_BUCKETS, d
     bag = NGramBag(spec.vocabulary_size + buckets)([grams, vectors])
     if dropout:
         bag = layers.Dropout(dropout)(bag)
-    return keras.Model(ids, softmax(spec.num_classes)(bag), name="ngrams")
+    if not char_buckets:
+        return keras.Model(ids, softmax(spec.num_classes)(bag), name="ngrams")
+    scores = layers.Dense(spec.num_classes, dtype="float32", name="word_scores")(bag)
+    # float32 under mixed precision too: its sums run over every gram of a text
+    characters = CharGrams(
+        spec.vocabulary_size, char_buckets, embedding_dim, spec.num_classes, dtype="float32", name="char_grams"
+    )(ids)
+    summed = layers.Add(dtype="float32")([scores, characters])
+    return keras.Model(ids, layers.Activation("softmax", dtype="float32")(summed), name="ngrams")
 
 
 @dataclass(frozen=True)
@@ -356,7 +374,7 @@ BUILTINS: dict[str, Builtin] = {
     "lstm": Builtin(lstm, "the IMDB-on-TPU article's LSTM", "text"),
     "bilstm": Builtin(bilstm, "the LSTM read both ways", "text"),
     "cnn1d": Builtin(cnn1d, "a fast baseline: a convolution over the embeddings", "text"),
-    "ngrams": Builtin(ngrams, "fastText's classifier: a bag of words and word pairs", "text"),
+    "ngrams": Builtin(ngrams, "fastText's classifier: a bag of words, word pairs and subwords", "text"),
 }
 DEFAULT_MODELS = {"image": "codelab_convnet_bn", "text": "ngrams"}
 # the image models that normalise their activations with batch norm (what to try when a run does not learn)

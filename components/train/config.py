@@ -35,7 +35,7 @@ class TrainConfig:
         model_dir: where the model, its weights, its config and the history go; empty: ``AIP_MODEL_DIR``.
         model_name: a built-in model (``components.models.BUILTINS``), a model of one's own (``FILE.py[:FUNCTION]``,
             local or ``gs://``, or ``MODULE:FUNCTION``: ``components.models.source``), or ``auto``: the codelab
-            convnet with batch norm for images, the bag of words and word pairs (``ngrams``) for texts
+            convnet with batch norm for images, the bag of words, word pairs and subwords (``ngrams``) for texts
             (``components.models.DEFAULT_MODELS``).
         hparams: the model's own hyperparameters, ``NAME=VALUE`` each: its builder's keyword arguments.
         epochs: passes over the training split (with a pretrained backbone: the head's, the backbone frozen); 0:

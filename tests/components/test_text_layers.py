@@ -69,7 +69,7 @@ def test_adapt_counts_the_models_grams_over_every_training_batch():
     from components.models.spec import ModelSpec
     from components.models.text_layers import NGramBag, adapt
 
-    model = ngrams(ModelSpec.for_texts(4, 10, 2), embedding_dim=4, buckets=7)
+    model = ngrams(ModelSpec.for_texts(4, 10, 2), embedding_dim=4, buckets=7, char_buckets=0)
     batches = [np.array([[2, 3, 0, 0]], np.int32), np.array([[2, 2, 5, 0], [9, 0, 0, 0]], np.int32)]
     assert adapt(model, iter(batches)) == 3
     idf = next(layer for layer in model.layers if isinstance(layer, NGramBag)).idf.numpy()
@@ -92,9 +92,11 @@ def test_an_ngrams_model_saved_whole_loads_back_in_a_fresh_process(tmp_path):
     from components.models.text_layers import adapt
     from tests.conftest import REPO_ROOT
 
-    model = ngrams(ModelSpec.for_texts(6, 50, 3), embedding_dim=8, buckets=101)
+    model = ngrams(ModelSpec.for_texts(6, 50, 3), embedding_dim=8, buckets=101, char_buckets=97)
     ids = np.array([[2, 3, 4, 0, 0, 0], [7, 7, 1, 9, 0, 0]], dtype=np.int32)
-    adapt(model, [ids[:1], np.array([[2, 7, 9, 0, 0, 0]], np.int32)])  # (the idf is saved and loaded with it)
+    vocabulary = ["", "[UNK]", *(f"word{index}" for index in range(48))]
+    # (the idfs and the words' grams are saved and loaded with it)
+    adapt(model, [ids[:1], np.array([[2, 7, 9, 0, 0, 0]], np.int32)], vocabulary)
     model.save(tmp_path / "model.keras")
     np.save(tmp_path / "ids.npy", ids)
     script = (
@@ -107,3 +109,86 @@ def test_an_ngrams_model_saved_whole_loads_back_in_a_fresh_process(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     np.testing.assert_allclose(np.load(tmp_path / "answers.npy"), np.asarray(model(ids)), rtol=1e-6)
+
+
+def test_a_words_character_grams_are_3_to_5_characters_of_the_marked_word():
+    from components.models.text_layers import char_grams
+
+    assert char_grams("net") == ["<ne", "net", "et>", "<net", "net>", "<net>"]
+    assert char_grams("a") == ["<a>"]
+
+
+def test_the_gram_table_gives_each_gram_one_id_shared_by_the_words_that_hold_it():
+    from components.models.text_layers import char_gram_table, char_grams
+
+    vocabulary = ["", "[UNK]", "net", "nets", "cat"]
+    table = char_gram_table(vocabulary, buckets=100, per_word=12)
+    assert not table[:2].any()  # padding and out-of-vocabulary hold no grams
+    assert (table[2, :6] > 0).all() and not table[2, 6:].any()  # "net": 6 grams, then zeros
+    # "nets" begins with "<ne", "net" as "net" does; "cat" shares none of "net"'s grams
+    assert table[3, 0] == table[2, 0] and table[3, 1] == table[2, 1]
+    assert not set(table[4][table[4] > 0]) & set(table[2][table[2] > 0])
+    assert len(set(table.ravel()) - {0}) == len({gram for word in vocabulary[2:] for gram in char_grams(word)})
+    short = char_gram_table(vocabulary, buckets=100, per_word=4)  # a long word keeps its first grams
+    assert short.shape == (5, 4) and (short[2:] > 0).all() and (short[3, :2] == short[2, :2]).all()
+    full = char_gram_table(vocabulary, buckets=5)  # 4 own ids, then shared: every id within the buckets
+    assert sorted(set(full.ravel())) == [0, 1, 2, 3, 4]
+
+
+def test_the_adapted_character_grams_score_scikit_learns_char_wb_tfidf_of_the_words_in_the_vocabulary():
+    """With one-hot embeddings the scores are the grams' TF-IDF row times the kernel: scikit-learn's
+    ``TfidfVectorizer(analyzer="char_wb")`` (words padded with spaces where ours are marked ``<word>``; smooth idf, L2
+    norm) fitted on the same training texts, on texts that hold no gram twice (``NGramBag`` says how the two weigh a
+    repeated one); an out-of-vocabulary word and a gram no training text holds add nothing. Both ways to the sum: a
+    batch of 2 texts (gathered and embedded) and one of 24 (projected first)."""
+    import re
+
+    import keras
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from components.models.text_layers import CharGrams, adapt, char_grams
+
+    words = ["net", "nets", "network", "cat", "cats", "dog", "server", "serve", "tree", "three", "street", "rest"]
+    vocabulary = ["", "[UNK]", *words]
+    length, buckets, classes = 3, 400, 5
+    ids = keras.Input((length,), dtype="int32")
+    model = keras.Model(ids, CharGrams(len(vocabulary), buckets, buckets, classes)(ids))
+    train = np.array([[2, 3, 0], [4, 2, 7], [5, 6, 9], [8, 8, 10], [11, 12, 0], [13, 2, 0]], np.int32)
+    assert adapt(model, [train[:2], train[2:]], vocabulary) == len(train)
+    layer = model.layers[1]
+    layer.embeddings.assign(np.eye(buckets, dtype=np.float32))  # one-hot: a gram's vector is its id
+    kernel = np.random.default_rng(0).normal(size=(buckets, classes)).astype(np.float32)
+    layer.kernel.assign(kernel)
+    gram_ids = {}  # each gram of the vocabulary: its id, as the table holds it
+    for word, row in zip(words, layer.table.numpy()[2:], strict=True):
+        gram_ids.update(zip(char_grams(word), row[: len(char_grams(word))], strict=True))
+
+    def text(row):
+        return " ".join(vocabulary[i] for i in row if i > 1)
+
+    vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5)).fit([text(row) for row in train])
+    # scikit-learn's " net" and "et " are our "<net" and "et>"
+    marked = [re.sub(" $", ">", re.sub("^ ", "<", gram)) for gram in vectorizer.get_feature_names_out()]
+    columns = [gram_ids[gram] for gram in marked]
+    for texts in (
+        np.array([[3, 12, 1], [13, 4, 0]], np.int32),
+        np.tile(np.array([[2, 9, 0], [11, 1, 1], [10, 0, 0]], np.int32), (8, 1)),
+    ):
+        tfidf = np.zeros((len(texts), buckets))
+        tfidf[:, columns] = vectorizer.transform([text(row) for row in texts]).toarray()
+        np.testing.assert_allclose(np.asarray(model(texts)), tfidf @ kernel, rtol=1e-5, atol=1e-6)
+
+
+def test_a_character_bag_needs_the_vocabulary_of_its_ids():
+    import pytest
+
+    from components.models.builtin import ngrams
+    from components.models.spec import ModelSpec
+    from components.models.text_layers import adapt
+
+    model = ngrams(ModelSpec.for_texts(4, 10, 2), embedding_dim=4, buckets=7, char_buckets=11)
+    batches = [np.array([[2, 3, 0, 0]], np.int32)]
+    with pytest.raises(ValueError, match="needs the vocabulary"):
+        adapt(model, batches)
+    with pytest.raises(ValueError, match="takes 10 token ids, and the vocabulary has 3"):
+        adapt(model, batches, ["", "[UNK]", "net"])
