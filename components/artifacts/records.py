@@ -115,7 +115,9 @@ class Record:
 
 
 STATS = Record("stats.json", 1, "examples dir", "convert", "convert the data again")
-MODEL_CONFIG = Record("model_config.json", 1, "model dir", "train", "retrain")
+# model config 2: the built-in ngrams gained the words' character grams (hyperparameter char_buckets), which a
+# model of format 1 does not have: rebuilt by its recorded hyperparameters, it would not take its own weights
+MODEL_CONFIG = Record("model_config.json", 2, "model dir", "train", "retrain")
 HISTORY = Record("history.json", 1, "model dir", "train", "retrain")
 TUNING = Record("tuning.json", 1, "model dir", "train", "retrain")
 EXPORT = Record("export.json", 1, "export", "export", "export it again")
