@@ -81,9 +81,10 @@ def smooth_idf(document_frequencies: np.ndarray, documents: int) -> np.ndarray:
 # than 14 characters keeps its first GRAMS_PER_WORD (the shortest first)
 CHAR_GRAM_SIZES = range(3, 6)
 GRAMS_PER_WORD = 40
-# up to this many texts a call, CharGrams embeds each position's grams; above, it projects every gram to the classes
-# first (JAX on a CPU, 250 ids a text: the first is 3x faster for 1 text, level at 4, 5x slower at 8, 20x at 32)
-FEW_TEXTS = 2
+# CharGrams embeds each position's grams where that tensor is the smaller, else projects every gram to the classes
+# first (JAX on a CPU, 250 ids a text, 4,500 words, 8 classes: the first is 3x faster for 1 text, level at 4, 5x
+# slower at 8, 20x at 32); a batch of unknown size counts as this many texts (a SavedModel's serving signature)
+UNKNOWN_BATCH = 32
 
 
 def char_grams(word: str) -> list[str]:
@@ -122,9 +123,9 @@ class CharGrams(keras.layers.Layer):
     then a dense layer to the classes (``kernel``, no bias). Which grams each vocabulary word holds is ``table`` (set
     by ``set_vocabulary``), the idfs are set by ``adapt_to``; before both, every text scores zeros.
 
-    Two ways to the same sum: for a text or two (a TFLite call's one), each position's grams are gathered and embedded;
-    for more (training's batches), every gram is projected to the classes first and each vocabulary word summed once.
-    """
+    Two ways to the same sum, by the size of what each holds: each position's grams gathered and embedded (a TFLite
+    call's one text; batches where the classes are many), or every gram projected to the classes first and each
+    vocabulary word summed once (batches of a few classes)."""
 
     def __init__(
         self,
@@ -169,8 +170,10 @@ class CharGrams(keras.layers.Layer):
     def call(self, ids):
         ids = ops.cast(ids, "int32")
         weights = ops.cast(ops.take(self.idf, self.table), self.compute_dtype)  # [V, K]
-        texts = ids.shape[0]  # None, or symbolic, when traced without a batch size
-        if isinstance(texts, int) and texts <= FEW_TEXTS:
+        texts, length = ids.shape[0], ids.shape[1]
+        texts = texts if isinstance(texts, int) else UNKNOWN_BATCH  # (None, or symbolic, when traced without one)
+        # the larger intermediate decides: [N, L, K, embedding_dim] embedded, or [V, K, classes] projected
+        if texts * length * self.embedding_dim < self.vocabulary_size * self.classes:
             at = ops.take(weights, ids, axis=0)  # [N, L, K]
             vectors = ops.take(self.embeddings, ops.take(self.table, ids, axis=0), axis=0)  # [N, L, K, D]
             scores = ops.matmul(ops.sum(vectors * ops.expand_dims(at, -1), axis=(1, 2)), self.kernel)

@@ -71,13 +71,16 @@ def list_builtins() -> int:
     from components.models import BUILTINS, DEFAULT_MODELS, load
     from components.models.source import hparam_defaults
 
-    print(f"{'model':<20} {'takes':<28} {'hyperparameters':<44} what it is")
+    rows = []
     for name, builtin in BUILTINS.items():
         hparams, _ = hparam_defaults(load(name))
         takes = named(builtin.modality).takes(builtin.min_image_size)
         shown = ", ".join(f"{key}={value}" for key, value in hparams.items()) or "-"
         default = " (default)" if DEFAULT_MODELS[builtin.modality] == name else ""
-        print(f"{name:<20} {takes + default:<28} {shown:<44} {builtin.about}")
+        rows.append((name, takes + default, shown, builtin.about))
+    width = max(len(row[2]) for row in rows)
+    for name, takes, shown, about in [("model", "takes", "hyperparameters", "what it is"), *rows]:
+        print(f"{name:<20} {takes:<28} {shown:<{width}} {about}")
     print(
         "Your own: --model FILE.py[:FUNCTION] or MODULE:FUNCTION, a builder build(spec, **hparams) "
         "(docs/your-model.md)."

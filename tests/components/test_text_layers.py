@@ -150,7 +150,7 @@ def test_the_adapted_character_grams_score_scikit_learns_char_wb_tfidf_of_the_wo
 
     words = ["net", "nets", "network", "cat", "cats", "dog", "server", "serve", "tree", "three", "street", "rest"]
     vocabulary = ["", "[UNK]", *words]
-    length, buckets, classes = 3, 400, 5
+    length, buckets, classes = 3, 400, 200  # 2 texts embedded hold less than 14 words projected, 24 more
     ids = keras.Input((length,), dtype="int32")
     model = keras.Model(ids, CharGrams(len(vocabulary), buckets, buckets, classes)(ids))
     train = np.array([[2, 3, 0], [4, 2, 7], [5, 6, 9], [8, 8, 10], [11, 12, 0], [13, 2, 0]], np.int32)
@@ -192,3 +192,41 @@ def test_a_character_bag_needs_the_vocabulary_of_its_ids():
         adapt(model, batches)
     with pytest.raises(ValueError, match="takes 10 token ids, and the vocabulary has 3"):
         adapt(model, batches, ["", "[UNK]", "net"])
+
+
+def test_training_sets_the_default_models_grams_from_the_examples_vocabulary_and_idfs_from_their_train_split(
+    text_examples,
+):
+    """``Text.adapt``, as training calls it: the table holds each word of the examples' ``vocabulary.txt`` as
+    ``char_gram_table`` makes it, and a gram weighs its idf over the train split's texts (the split's own count)."""
+    from components.artifacts.examples import make_dataset
+    from components.modalities import spec_of
+    from components.modalities.text import TEXT
+    from components.models.builtin import ngrams
+    from components.models.text_layers import CharGrams, char_gram_table, document_frequencies, smooth_idf
+    from components.tokenizing import read_vocabulary
+
+    examples_dir, stats = text_examples
+    model = ngrams(spec_of(stats))
+    TEXT.adapt(model, examples_dir, stats)
+    layer = next(layer for layer in model.layers if isinstance(layer, CharGrams))
+    vocabulary = read_vocabulary(f"{examples_dir}/vocabulary.txt")
+    table = char_gram_table(vocabulary, layer.buckets)
+    np.testing.assert_array_equal(layer.table.numpy(), table)
+    batches = make_dataset(examples_dir, "train", TEXT.reading(stats), 64, training=False)
+    ids = np.concatenate([tokens for tokens, _ in batches.as_numpy_iterator()])
+    assert len(ids) == stats["counts"]["train"]
+    texts_holding = document_frequencies(table[ids].reshape(len(ids), -1), layer.buckets)
+    np.testing.assert_allclose(layer.idf.numpy(), smooth_idf(texts_holding, len(ids)), rtol=1e-6)
+    assert (layer.idf.numpy()[np.unique(table[ids])[1:]] > 1).all()  # every gram the texts hold weighs
+
+
+def test_the_character_buckets_are_none_or_two_or_more():
+    import pytest
+
+    from components.models.builtin import ngrams
+    from components.models.spec import ModelSpec
+
+    for wrong in (1, -3):
+        with pytest.raises(ValueError, match=f"char_buckets must be 0 .* not {wrong}"):
+            ngrams(ModelSpec.for_texts(4, 10, 2), char_buckets=wrong)
