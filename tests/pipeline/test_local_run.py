@@ -554,7 +554,7 @@ def test_the_whole_dag_trains_a_model_of_ones_own_on_jax_over_two_devices_and_ex
 
 def test_the_same_dag_classifies_texts_from_a_csv_into_the_registry(side_runs):
     """A text source through the whole DAG (issue 15): ``--modality text`` reads the CSV's columns, the default
-    model is the article's LSTM, evaluate quotes misclassified texts, export serves raw strings, and the blessed
+    model is ngrams, evaluate quotes misclassified texts, export serves raw strings, and the blessed
     export is the registry's first version."""
     import tensorflow as tf
 
