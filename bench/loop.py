@@ -11,8 +11,13 @@ Three figures a step, in one run on this machine:
    one SavedModel (``model.export``) and one float TFLite conversion of it. The fingerprint, the conversion and the data
    checks have no bare counterpart.
 
-It prints a table and the ratios (the DAG to the steps in one process, and to bare Keras), then the cost of a fresh
-Python that imports TensorFlow and Keras. The last line is a JSON object.
+The DAG run has ``--cache`` on (its cache starts empty: the same work as ``make run``). Then comes the iteration
+loop: a second run-local in the same work dir with another seed (a hyperparameter changed) and ``--formats
+saved_model``, whose conversion and data checks are cache hits.
+
+It prints a table and the ratios (the DAG to the steps in one process, and to bare Keras), the export of the
+SavedModel alone, the iteration's time, then the cost of a fresh Python that imports TensorFlow and Keras. The last
+line is a JSON object.
 
     .venv/bin/python bench/loop.py [--work-dir DIR]
 """
@@ -45,11 +50,11 @@ def cpu_name() -> str:
     return "unknown"
 
 
-def dag_run(work_dir: str) -> tuple[dict, dict, float]:
-    """(each step's seconds, the summary, the whole run's seconds) of run-local on the demo digits."""
+def dag_run(work_dir: str, *flags: str) -> tuple[dict, dict, float]:
+    """(each step's seconds, the summary, the whole run's seconds) of run-local on the demo digits, with ``flags``."""
     started = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline", "run-local", "--work-dir", work_dir],
+        [sys.executable, "-m", "pipeline", "run-local", "--work-dir", work_dir, "--cache", *flags],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -82,6 +87,8 @@ def steps_in_process(summary: dict, scratch: str) -> dict:
 
     examples, model = os.path.join(scratch, "examples"), os.path.join(scratch, "model")
     size = str(summary["image_size"])
+    saved_model_alone = ["--model-dir", model, "--examples", examples, "--output", os.path.join(scratch, "xs")]
+    saved_model_alone += ["--formats", "saved_model"]
     return {
         "fingerprint": timed(lambda: fingerprint(["--source", summary["source"]])),
         "convert": timed(lambda: convert(["--source", summary["source"], "--output", examples, "--image-size", size])),
@@ -93,6 +100,7 @@ def steps_in_process(summary: dict, scratch: str) -> dict:
         "export": timed(
             lambda: export(["--model-dir", model, "--examples", examples, "--output", os.path.join(scratch, "x")])
         ),
+        "export-saved-model": timed(lambda: export(saved_model_alone)),
     }
 
 
@@ -158,7 +166,12 @@ def main() -> None:
     parser.add_argument("--work-dir", default="", help="run-local's work dir (default: a temporary one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-loop-") as scratch:
-        dag, summary, whole = dag_run(args.work_dir or os.path.join(scratch, "run"))
+        work_dir = args.work_dir or os.path.join(scratch, "run")
+        dag, summary, whole = dag_run(work_dir)
+        from components.params import TRAIN
+
+        seed = str(summary["parameters"].get("seed", TRAIN["seed"].default) + 1)
+        again, iterated, iteration = dag_run(work_dir, "--seed", seed, "--formats", "saved_model")
         importing = fresh_python_import()
         import tensorflow  # noqa: F401  (once, before the steps in this process: what a long-lived worker pays once)
 
@@ -169,7 +182,7 @@ def main() -> None:
     for step in STEPS:
         bare_text = f"{bare[step]:10.1f}s" if step in bare else f"{'-':>11}"
         print(f"{step:<11} {dag.get(step, 0.0):10.1f}s {steps[step]:11.1f}s {bare_text}")
-    totals = {"dag": sum(dag.get(step, 0.0) for step in STEPS), "steps": sum(steps.values())}
+    totals = {"dag": sum(dag.get(step, 0.0) for step in STEPS), "steps": sum(steps[step] for step in STEPS)}
     totals["bare"] = sum(bare.values())
     print(f"{'total':<11} {totals['dag']:10.1f}s {totals['steps']:11.1f}s {totals['bare']:10.1f}s")
     print(f"the whole run-local: {whole:.1f}s; a fresh Python importing TensorFlow and Keras: {importing:.1f}s")
@@ -177,6 +190,10 @@ def main() -> None:
     trained = ("train", "evaluate", "export")
     ratio = sum(dag[step] for step in trained) / totals["bare"]
     print(f"DAG / bare Keras (train, evaluate, export): {ratio:.2f}x")
+    alone = steps["export-saved-model"]
+    print(f"export with --formats saved_model, one process: {alone:.1f}s ({alone / steps['export']:.2f}x the full one)")
+    reused = ", ".join(f"{step} {how}" for step, how in iterated["steps"].items())
+    print(f"the iteration (--seed {seed} --formats saved_model, --cache): {iteration:.1f}s ({reused})")
     print(
         json.dumps(
             {
@@ -185,6 +202,9 @@ def main() -> None:
                 "steps_in_one_process_seconds": {k: round(v, 2) for k, v in steps.items()},
                 "bare_keras_seconds": {k: round(v, 2) for k, v in bare.items()},
                 "run_local_seconds": round(whole, 1),
+                "iteration_seconds": round(iteration, 1),
+                "iteration_dag_seconds": again,
+                "iteration_steps": iterated["steps"],
                 "fresh_python_tensorflow_import_seconds": round(importing, 2),
                 "dag_to_steps": round(totals["dag"] / totals["steps"], 2),
                 "dag_to_bare_keras": round(ratio, 2),

@@ -165,6 +165,16 @@ EVALUATE = {
         "folder the Model Registry holds; gs:// read through /gcs/): bless only if not worse than it",
     ),
 }
+EXPORT = {
+    # every format of components.artifacts.exported.FORMATS (params is below the artifacts: the names are written out)
+    "export_formats": Param(
+        ("saved_model", "tflite_float", "tflite_int8"),
+        "the formats exported: saved_model (always: serving, the export's checks and registration read it), "
+        "tflite_float, tflite_int8; leaving out a TFLite file saves its conversion and scoring",
+        flag="--formats",
+        shown="saved_model,tflite_float,tflite_int8",
+    ),
+}
 # the data checks between versions (components.check_data; its thresholds' defaults are in its THRESHOLDS)
 CHECK_DATA = {
     "accept_data_change": Param(

@@ -17,7 +17,7 @@ from components.deploy.component import make_component as deploy_component
 from components.evaluate.component import make_component as evaluate_component
 from components.evaluate.component import make_not_blessed_component
 from components.export.component import make_component as export_component
-from components.params import CHECK_DATA, CONVERT, DEPLOY, EVALUATE, TEXT, TRAIN, TUNE, defaults
+from components.params import CHECK_DATA, CONVERT, DEPLOY, EVALUATE, EXPORT, TEXT, TRAIN, TUNE, defaults
 from components.register.component import make_components as registry_components
 from components.train.component import make_component as train_component
 from components.train.tuning_component import make_components as tuning_components
@@ -115,6 +115,7 @@ def build_pipeline(
         min_accuracy: float = EVALUATE["min_accuracy"].default,
         max_accuracy_drop: float = EVALUATE["max_accuracy_drop"].default,
         baseline_model: str = EVALUATE["baseline"].default,
+        export_formats: List[str] = list(EXPORT["export_formats"].default),  # noqa: B006 (KFP reads it)
         model_display_name: str = PIPELINE_NAME,
         model_root: str = "",
         tensorboard: str = "",
@@ -395,7 +396,10 @@ def evaluate_and_gate(
     ).set_display_name("evaluate and bless")
     with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712 (a KFP condition)
         exported = ops.export(
-            model=model, examples=converted.outputs["examples"], evaluation=evaluated.outputs["evaluation"]
+            model=model,
+            examples=converted.outputs["examples"],
+            evaluation=evaluated.outputs["evaluation"],
+            export_formats=p["export_formats"],
         ).set_display_name("export for CPU serving")
         if registry:
             registered = register_and_deploy(ops, p, evaluated, exported, checked, baseline, registry, accelerator)

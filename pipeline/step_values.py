@@ -31,5 +31,9 @@ def check_step_values(values: Mapping[str, Any]) -> None:
     check_text_options(argparse.Namespace(**{**defaults(TEXT), **given(TEXT)}))
     TrainConfig(examples_dir="", **given(TRAIN))
     EvaluateConfig(examples_dir="", model_dir="", output_dir="", **given(set(EVALUATE) - {"baseline"}))
+    if values.get("export_formats") is not None:
+        from components.artifacts.exported import check_formats
+
+        check_formats(values["export_formats"])
     if values.get("data_thresholds"):  # (each name and value, as the step will take them)
         CheckDataConfig(examples_dir="", output_dir="", thresholds=parse_thresholds(values["data_thresholds"]))

@@ -17,6 +17,22 @@ from components.cli import UsageError
 
 SAVED_MODEL_DIR = "saved_model"
 TFLITE_FILES = {"tflite_float": "model_float.tflite", "tflite_int8": "model_int8.tflite"}
+# what an export can hold: the SavedModel always (serving, the export's checks and registration read it), the TFLite
+# files where a run asks for them
+FORMATS = ("saved_model", *TFLITE_FILES)
+
+
+def check_formats(formats) -> None:
+    """A one-line error where ``formats`` (``--formats``) names a format there is not, or leaves out the
+    SavedModel."""
+    unknown = [name for name in formats if name not in FORMATS]
+    if unknown:
+        raise UsageError(f"--formats {','.join(formats)}: {unknown[0]} is no format: choose from {', '.join(FORMATS)}")
+    if "saved_model" not in formats:
+        raise UsageError(
+            f"--formats {','.join(formats) or '(none)'}: add saved_model: it is always exported (serving, the "
+            "export's checks and registration read it)"
+        )
 
 
 def version_folders(model: str) -> list[str]:

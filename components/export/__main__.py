@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import ArgumentParser, config_from_args, configure_logging, console_script
+from components.cli import ArgumentParser, comma_separated, config_from_args, configure_logging, console_script
 from components.export.core import ExportConfig, run
+from components.params import EXPORT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +29,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="the evaluate step's output dir: its report, led by the served model's test accuracy, goes beside the "
         "export as report.html (default none)",
+    )
+    parser.add_argument(
+        EXPORT["export_formats"].flag,
+        dest="formats",
+        type=comma_separated,
+        default=EXPORT["export_formats"].default,
+        metavar="A,B,...",
+        help=EXPORT["export_formats"].help_with_default() + ", comma-separated",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser

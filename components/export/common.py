@@ -9,13 +9,14 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from components.artifacts.exported import TFLITE_FILES
+from components.artifacts.exported import TFLITE_FILES, check_formats
 from components.artifacts.model import (
     REFERENCE_FILE,
     WEIGHTS_FILE,
     load_model_config,
 )
 from components.modalities import reading_of
+from components.params import EXPORT
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +29,23 @@ REPRESENTATIVE_IMAGES = 200  # training images that calibrate the int8 ranges
 class ExportConfig:
     """Args: model_dir (the train output), examples_dir (for the parity check), output_dir (gets ``saved_model/``
     and ``export.json``), evaluation_dir (the evaluate step's output: its report, led by the served model's figure,
-    goes beside the export; "": none)."""
+    goes beside the export; "": none), formats (``saved_model`` and the TFLite files to build: those left out are
+    neither converted nor scored)."""
 
     model_dir: str
     examples_dir: str
     output_dir: str
     parity_split: str = "test"
     evaluation_dir: str = ""
+    formats: tuple[str, ...] = EXPORT["export_formats"].default
+
+    def __post_init__(self) -> None:
+        check_formats(self.formats)
+        object.__setattr__(self, "formats", tuple(self.formats))
+
+    def tflite(self) -> tuple[str, ...]:
+        """The TFLite files this export builds."""
+        return tuple(name for name in TFLITE_FILES if name in self.formats)
 
 
 def check_evaluation(evaluation_dir: str) -> None:
@@ -182,10 +193,11 @@ def format_entries(
         "formats: %s",
         ", ".join(f"{name} {e['bytes'] / 1e6:.2f} MB, accuracy {e['test_accuracy']}" for name, e in formats.items()),
     )
+    int8 = "tflite_int8" in tflite  # (None where the run did not ask for it)
     return {
         "formats": formats,
-        "int8_size_vs_float_weights": len(tflite["tflite_int8"]) / weights_bytes if weights_bytes else None,
-        "int8_accuracy_drop": (correct["saved_model"] - correct["tflite_int8"]) / total if total else None,
+        "int8_size_vs_float_weights": len(tflite["tflite_int8"]) / weights_bytes if int8 and weights_bytes else None,
+        "int8_accuracy_drop": (correct["saved_model"] - correct["tflite_int8"]) / total if int8 and total else None,
         "saved_model": formats["saved_model"],
     }
 

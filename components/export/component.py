@@ -1,5 +1,7 @@
 """The export step as a lightweight KFP component: a thin wrapper over ``components.export.core``."""
 
+from typing import List
+
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, Dataset, Input, Model, Output
 
@@ -10,10 +12,12 @@ def export(
     evaluation: Input[Artifact],
     exported_model: Output[Model],
     report: Output[HTML],
+    export_formats: List[str],
 ) -> str:
-    """Exports a CPU SavedModel (and TFLite float and int8) from the trained weights; records the parity with the
-    trained model and each format's size and accuracy in the artifact's metadata; publishes the evaluation's report
-    (``evaluation``, the evaluate step's output) led by the served model's test accuracy; returns the export's URI."""
+    """Exports a CPU SavedModel and the TFLite files of ``export_formats`` (float, int8) from the trained weights;
+    records the parity with the trained model and each format's size and accuracy in the artifact's metadata;
+    publishes the evaluation's report (``evaluation``, the evaluate step's output) led by the served model's test
+    accuracy; returns the export's URI."""
     import shutil
 
     from components.cli import start_step
@@ -26,6 +30,7 @@ def export(
             examples_dir=examples.path,
             output_dir=exported_model.path,
             evaluation_dir=evaluation.path,
+            formats=tuple(export_formats),
         )
     )
     shutil.copyfile(exported["report_html"], report.path)

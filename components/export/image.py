@@ -192,8 +192,9 @@ def unit_range_network(model, image_size: int):
     return keras.Model(unit, model(keras.ops.round(unit * 255.0)))
 
 
-def tflite_models(model, image_size: int, examples_dir: str, num_classes: int) -> dict[str, bytes]:
-    """The network as TFLite flatbuffers: float32, taking uint8 pixels as the model does; and full-integer int8
+def tflite_models(model, image_size: int, examples_dir: str, num_classes: int, formats) -> dict[str, bytes]:
+    """The network as TFLite flatbuffers, those of ``formats`` (``ExportConfig.tflite``): float32, taking uint8
+    pixels as the model does; and full-integer int8
     (post-training quantization of weights and activations, the ranges calibrated on images from the training
     split), uint8 in and out, the types MediaPipe's and LiteRT's task libraries feed and read (they refuse int8
     inputs). The int8 file is converted from the network without its scaling, so that its input quantization
@@ -225,13 +226,17 @@ def tflite_models(model, image_size: int, examples_dir: str, num_classes: int) -
         for images, _ in train.take(REPRESENTATIVE_IMAGES):
             yield [tf.cast(images, tf.float32) / 255.0]
 
-    float_converter, int8_converter = converter(model), converter(unit_range_network(model, image_size))
-    int8_converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    int8_converter.representative_dataset = representative
-    int8_converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    int8_converter.inference_input_type = tf.uint8
-    int8_converter.inference_output_type = tf.uint8
-    return {"tflite_float": float_converter.convert(), "tflite_int8": int8_converter.convert()}
+    def int8_converter():
+        quantizing = converter(unit_range_network(model, image_size))
+        quantizing.optimizations = [tf.lite.Optimize.DEFAULT]
+        quantizing.representative_dataset = representative
+        quantizing.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        quantizing.inference_input_type = tf.uint8
+        quantizing.inference_output_type = tf.uint8
+        return quantizing
+
+    converters = {"tflite_float": lambda: converter(model), "tflite_int8": int8_converter}
+    return {name: converters[name]().convert() for name in formats}
 
 
 def describe(model_config: dict, fmt: str) -> str:
@@ -276,7 +281,9 @@ def export_image(config: ExportConfig) -> dict:
     raw = raw_file_accuracy(saved_model, config.examples_dir, model_config)
     check_raw_file_accuracy(raw)
     crossed = backend_parity(model, config.model_dir, model_config, config.examples_dir)
-    tflite = tflite_models(model, model_config["image_size"], config.examples_dir, model_config["num_classes"])
+    tflite = tflite_models(
+        model, model_config["image_size"], config.examples_dir, model_config["num_classes"], config.tflite()
+    )
     digest = model_digest(config.model_dir)
     for name, content in tflite.items():  # labels, normalisation, size: so that task libraries run them as they are
         tflite[name] = classifier_files(

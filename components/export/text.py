@@ -117,15 +117,18 @@ def is_recurrent(model) -> bool:
     return any(type(layer).__name__ in RECURRENT_LAYERS for layer in model.layers)
 
 
-def text_tflite_models(model, sequence_length: int, examples_dir: str, num_classes: int) -> tuple[dict, str]:
-    """The network as TFLite flatbuffers taking ``[1, sequence_length]`` int32 ids, float32 and int8; and how the
-    int8 file is quantized (``full_integer`` or ``dynamic_range``). Converted from a SavedModel with a batch of 1: the
-    converter lowers the LSTM's loop only with static shapes."""
+def text_tflite_models(model, sequence_length: int, examples_dir: str, num_classes: int, formats) -> tuple[dict, str]:
+    """The network as TFLite flatbuffers taking ``[1, sequence_length]`` int32 ids, those of ``formats``
+    (``ExportConfig.tflite``): float32 and int8; and how the int8 file is quantized (``full_integer`` or
+    ``dynamic_range``). Converted from a SavedModel with a batch of 1: the converter lowers the LSTM's loop only with
+    static shapes."""
     import tensorflow as tf
     from keras.export import ExportArchive
 
     from components.artifacts.examples import make_dataset
 
+    if not formats:
+        return {}, ""
     staging = tempfile.mkdtemp(prefix=".tflite-source-")
     archive = ExportArchive()
     archive.track(model)
@@ -152,7 +155,8 @@ def text_tflite_models(model, sequence_length: int, examples_dir: str, num_class
             int8_converter.representative_dataset = representative
             int8_converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
             int8_converter.inference_output_type = tf.uint8  # (the ids stay int32: they are not quantized)
-        return {"tflite_float": float_converter.convert(), "tflite_int8": int8_converter.convert()}, quantization
+        converters = {"tflite_float": float_converter, "tflite_int8": int8_converter}
+        return {name: converters[name].convert() for name in formats}, quantization
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -213,7 +217,9 @@ def export_text(config: ExportConfig) -> dict:
             "components/tokenizing.py: please report the text)"
         )
     crossed = backend_parity(model, config.model_dir, model_config, config.examples_dir)
-    tflite, quantization = text_tflite_models(model, length, config.examples_dir, model_config["num_classes"])
+    tflite, quantization = text_tflite_models(
+        model, length, config.examples_dir, model_config["num_classes"], config.tflite()
+    )
     digest = model_digest(config.model_dir)
     for name, content in tflite.items():
         tflite[name] = text_classifier_files(
@@ -232,7 +238,8 @@ def export_text(config: ExportConfig) -> dict:
     correct, total = text_format_accuracies(saved_model, tflite, config.examples_dir, model_config)
     served = correct["saved_model"] / total if total else None
     figures = format_entries(model, saved_model_path, tflite, config.output_dir, correct, total)
-    figures["formats"]["tflite_int8"]["quantization"] = quantization
+    if "tflite_int8" in figures["formats"]:
+        figures["formats"]["tflite_int8"]["quantization"] = quantization
     report = {
         "modality": "text",
         **figures,

@@ -170,14 +170,14 @@ def dag_parameters() -> dict[str, inspect.Parameter]:
 
 def add_dag_parameters(parser: argparse.ArgumentParser) -> None:
     """A flag for each pipeline parameter run-local has no flag for yet, typed and documented from the DAG."""
-    from components.params import CHECK_DATA, TEXT
+    from components.params import CHECK_DATA, EXPORT, TEXT
 
-    declared = {**CONVERT, **TEXT, **TRAIN, **EVALUATE, **CHECK_DATA}  # (the DAG's baseline is baseline_model)
+    declared = {**CONVERT, **TEXT, **TRAIN, **EVALUATE, **CHECK_DATA, **EXPORT}  # (the DAG's baseline: baseline_model)
     taken = {action.dest for action in parser._actions}
     for name, parameter in dag_parameters().items():
         if name in taken or name in LOCAL_OWN or name in CLOUD_ONLY:
             continue
-        flag, default = f"--{name.replace('_', '-')}", parameter.default
+        flag, default = flag_of(name, declared), parameter.default
         help_text = (
             declared[name].help_with_default()
             if name in declared

@@ -101,6 +101,46 @@ def test_tflite_float_and_int8_are_exported_with_sizes_and_test_accuracy(exporte
         assert json.load(handle)["formats"] == formats
 
 
+def test_formats_left_out_are_neither_written_nor_recorded(converted, trained, tmp_path):
+    """``--formats saved_model,tflite_float``: no int8 file and no int8 figures; the export is whole (register and
+    predict check it) and its SavedModel answers as the full export's does."""
+    from components.artifacts.exported import check_export
+    from components.export.core import ExportConfig, run
+
+    output = str(tmp_path / "export")
+    report = run(
+        ExportConfig(
+            model_dir=trained[0],
+            examples_dir=converted[0],
+            output_dir=output,
+            formats=("saved_model", "tflite_float"),
+        )
+    )
+    assert sorted(report["formats"]) == ["saved_model", "tflite_float"]
+    assert sorted(name for name in os.listdir(output) if name.endswith(".tflite")) == ["model_float.tflite"]
+    assert report["int8_size_vs_float_weights"] is None and report["int8_accuracy_drop"] is None
+    assert check_export(output)["formats"] == report["formats"]
+    assert report["parity"]["argmax_agreement"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "formats, message",
+    [
+        ("tflite_int8", "--formats tflite_int8: add saved_model: it is always exported"),
+        ("saved_model,onnx", "--formats saved_model,onnx: onnx is no format: choose from saved_model, tflite_float"),
+    ],
+)
+def test_formats_are_checked_before_anything_is_read(formats, message, tmp_path):
+    result = run_cli(
+        "components.export",
+        *("--model-dir", str(tmp_path), "--examples", str(tmp_path), "--output", str(tmp_path / "o")),
+        *("--formats", formats),
+    )
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
 def test_the_int8_input_is_the_pixels_whatever_range_the_training_images_cover(tmp_path, capfd):
     """The int8 file's input quantization is the pixel scaling, 1/255 with zero point 0, even when the training
     images (the calibration set) hold no black and no white pixel: a client's 0 and 255 go in as they are."""
@@ -131,7 +171,9 @@ def test_the_int8_input_is_the_pixels_whatever_range_the_training_images_cover(t
     )
     model = keras.Sequential([*pixels_in(ModelSpec.for_images(8, 2)), keras.layers.Flatten(), softmax(2)])
     capfd.readouterr()
-    int8 = tflite_models(model, 8, str(tmp_path / "examples"), 2)["tflite_int8"]
+    built = tflite_models(model, 8, str(tmp_path / "examples"), 2, ("tflite_int8",))
+    assert list(built) == ["tflite_int8"]  # (what --formats asked for, and only that)
+    int8 = built["tflite_int8"]
     assert capfd.readouterr().out == ""  # (the CLI's stdout is its JSON line: Keras's export lines stay out)
     scale, zero_point = Interpreter(model_content=int8).get_input_details()[0]["quantization"]
     assert (scale, zero_point) == (pytest.approx(1 / 255), 0)

@@ -114,7 +114,8 @@ def test_tflite_files_take_ids_and_their_accuracy_is_recorded(text_examples, exp
 
 
 def test_the_convolutions_int8_file_is_full_integer(text_examples, tmp_path):
-    """Without a loop, the int8 file is quantized throughout (uint8 out), and still classifies."""
+    """Without a loop, the int8 file is quantized throughout (uint8 out), and still classifies; exported with the
+    SavedModel alone, it has no TFLite file."""
     from ai_edge_litert.interpreter import Interpreter
 
     from components.export.core import ExportConfig
@@ -143,6 +144,18 @@ def test_the_convolutions_int8_file_is_full_integer(text_examples, tmp_path):
     interpreter = Interpreter(model_path=int8["path"])
     assert interpreter.get_output_details()[0]["dtype"] == np.uint8
     assert report["parity"]["token_agreement"] == 1.0
+    # the same model with --formats saved_model: no TFLite file converted, the served figure the same
+    alone = export(
+        ExportConfig(
+            model_dir=str(tmp_path / "model"),
+            examples_dir=examples,
+            output_dir=str(tmp_path / "alone"),
+            formats=("saved_model",),
+        )
+    )
+    assert list(alone["formats"]) == ["saved_model"]
+    assert not [name for name in os.listdir(tmp_path / "alone") if name.endswith(".tflite")]
+    assert alone["raw_texts"] == report["raw_texts"]
 
 
 def test_predict_prints_the_top_labels_of_texts(exported_text, tmp_path):

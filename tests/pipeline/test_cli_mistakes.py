@@ -233,6 +233,7 @@ def test_an_image_size_a_model_cannot_take_is_refused_naming_the_models_that_can
         (["--max-bad-fraction", "1"], r"--max-bad-fraction 1.0 is out of range: use a fraction in \[0, 1\)"),
         (["--test-fraction", "1"], r"--test-fraction 1.0 is out of range: use a fraction in \[0, 1\)"),
         (["--baseline", "{tmp}"], "baseline {tmp} is not a trained or exported model"),
+        (["--formats", "tflite_int8"], "--formats tflite_int8: add saved_model: it is always exported"),
     ],
 )
 def test_every_parameter_is_checked_before_the_dag_starts(tmp_path, args, message):

@@ -355,6 +355,8 @@ def side_runs(demo_run, tmp_path_factory):
                 "float32",  # the quality asserted is float32's, on every host
                 "--model",
                 os.path.join(REPO_ROOT, "examples", "models", "codelab_convnet.py:build"),
+                "--formats",
+                "saved_model",  # (the TFLite files: the demo run's)
             ],
             jax_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"),
         ),
@@ -519,8 +521,8 @@ def test_a_train_step_that_dies_is_resumed_by_the_same_command_from_its_last_epo
 def test_the_whole_dag_trains_a_model_of_ones_own_on_jax_over_two_devices_and_exports_through_tensorflow(side_runs):
     """The TPU path through the whole DAG under kfp.local, with a model of one's own (the example file, as a user
     writes it): the train step on Keras/JAX with DataParallel over two virtual CPU devices, then evaluate and export
-    on TensorFlow, with the cross-backend parity in the summary; the file pinned in the work dir under its digest,
-    and a copy of it beside the export."""
+    on TensorFlow (the SavedModel alone: ``--formats``), with the cross-backend parity in the summary; the file
+    pinned in the work dir under its digest, and a copy of it beside the export."""
     work_dir, summary, result = side_runs["jax"]
     training = summary["training"]
     assert (training["backend"], training["strategy"], training["replicas"]) == ("jax", "DataParallel", 2)
@@ -538,6 +540,9 @@ def test_the_whole_dag_trains_a_model_of_ones_own_on_jax_over_two_devices_and_ex
         assert copy.read() == original.read()
     exported = os.path.dirname(summary["export_json"])
     assert os.path.isfile(os.path.join(exported, "model_source", "codelab_convnet.py"))
+    # --formats saved_model: the DAG's export step built no TFLite file, and the summary lists none
+    assert not [name for name in os.listdir(exported) if name.endswith(".tflite")]
+    assert list(summary["formats"]) == ["saved_model"] and "tflite_float" not in result.stdout
     assert (
         f"model          codelab_convnet.py:build (sha256 {digest[:16]}), batch_norm=True, width=1.0" in result.stdout
     )
