@@ -230,3 +230,19 @@ def test_the_character_buckets_are_none_or_two_or_more():
     for wrong in (1, -3):
         with pytest.raises(ValueError, match=f"char_buckets must be 0 .* not {wrong}"):
             ngrams(ModelSpec.for_texts(4, 10, 2), char_buckets=wrong)
+
+
+def test_the_exports_float_weights_leave_out_the_gram_table(tmp_path):
+    """export.json's ``weights_bytes`` (what the int8 file's size is held against) counts the float32 weights: 4
+    bytes a parameter, less the character-gram table (int32 ids, [vocabulary, GRAMS_PER_WORD])."""
+    from components.export.common import format_entries
+    from components.models.builtin import ngrams
+    from components.models.spec import ModelSpec
+    from components.models.text_layers import GRAMS_PER_WORD
+
+    vocabulary = 50
+    model = ngrams(ModelSpec.for_texts(6, vocabulary, 3), embedding_dim=8, buckets=101, char_buckets=97)
+    figures = format_entries(model, str(tmp_path), {"tflite_int8": b"0" * 100}, str(tmp_path), {}, 0)
+    floats = model.count_params() - vocabulary * GRAMS_PER_WORD
+    assert figures["saved_model"]["weights_bytes"] == 4 * floats
+    assert figures["int8_size_vs_float_weights"] == 100 / (4 * floats)
