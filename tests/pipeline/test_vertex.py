@@ -615,6 +615,13 @@ def test_gcloud_s_project_is_the_last_fallback_and_each_command_says_where_its_s
             ],
             "--param: --vocabulary-size 2 is too small",
         ),
+        (
+            [
+                *("--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous"),
+                *("--param", "source=x", "--param", 'export_formats=["tflite_int8"]'),
+            ],
+            "--param: --formats tflite_int8: add saved_model: it is always exported",
+        ),
     ],
 )
 def test_missing_or_wrong_settings_are_one_line_errors(monkeypatch, tmp_path, args, message):
