@@ -7,9 +7,9 @@ Three figures a step, in one run on this machine:
    this one Python on the DAG run's inputs, TensorFlow imported once before: the step's work without a process and
    its imports.
 3. **Bare Keras**: the work itself, as a user would write it, in the same process: ``model.fit`` of the same model
-   on the same examples (epochs, batch and learning rate of the DAG run), one ``model.evaluate`` on the test split,
-   one SavedModel (``model.export``) and one float TFLite conversion of it. The fingerprint, the conversion and the data
-   checks have no bare counterpart.
+   on the same examples (epochs, batch, learning rate and the weights' moving average of the DAG run), one
+   ``model.evaluate`` on the test split, one SavedModel (``model.export``) and one float TFLite conversion of it. The
+   fingerprint, the conversion and the data checks have no bare counterpart.
 
 The DAG run has ``--cache`` on (its cache starts empty: the same work as ``make run``). Then comes the iteration
 loop: a second run-local in the same work dir with another seed (a hyperparameter changed) and ``--formats
@@ -125,19 +125,22 @@ def bare_keras(summary: dict, scratch: str) -> dict:
     from components.artifacts.records import MODEL_CONFIG
     from components.modalities import reading_of
     from components.models import ModelSpec, build_model
+    from components.train.averaging import averaging_momentum
 
     config = MODEL_CONFIG.read(summary["model_dir"])
     reading, batch = reading_of(config), config["per_replica_batch_size"]
     model = build_model(config["model_name"], ModelSpec.for_images(config["image_size"], config["num_classes"]))
-    model.compile(
-        optimizer=keras.optimizers.Adam(config["learning_rate"]), loss="categorical_crossentropy", metrics=["accuracy"]
+    steps = summary["counts"]["train"] // batch  # (the training split repeats: an epoch is one pass)
+    # the same settings as the train step's: Adam keeping the weights' moving average over the run's steps
+    adam = keras.optimizers.Adam(
+        config["learning_rate"], use_ema=True, ema_momentum=averaging_momentum(steps * config["epochs"])
     )
+    model.compile(optimizer=adam, loss="categorical_crossentropy", metrics=["accuracy"])
     train = make_dataset(summary["examples_dir"], "train", reading, batch, training=True)
     validation = make_dataset(summary["examples_dir"], "validation", reading, batch, training=False)
     test = make_dataset(summary["examples_dir"], "test", reading, batch, training=False)
     seconds = {}
     started = time.perf_counter()
-    steps = summary["counts"]["train"] // batch  # (the training split repeats: an epoch is one pass)
     model.fit(train, validation_data=validation, epochs=config["epochs"], steps_per_epoch=steps, verbose=0)
     seconds["train"] = time.perf_counter() - started
     started = time.perf_counter()

@@ -48,7 +48,9 @@ def write_saved_model(model, image_size: int, class_names, path: str) -> None:
     from components.imaging import serving_decoder
 
     predictions = predictions_of(model, class_names)
-    decode = serving_decoder(image_size)  # (traced once, a function of the SavedModel's that the endpoint calls)
+    # traced once, a function of the SavedModel's that the endpoint calls: its concrete function, as saving traces the
+    # endpoint again (in the save context, which a tf.function's cache tells apart) and would trace it again with it
+    decode = serving_decoder(image_size).get_concrete_function()
 
     def serve_bytes(image_bytes):
         return predictions(decode(image_bytes))

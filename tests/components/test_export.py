@@ -101,6 +101,22 @@ def test_tflite_float_and_int8_are_exported_with_sizes_and_test_accuracy(exporte
         assert json.load(handle)["formats"] == formats
 
 
+def test_the_serving_decoder_is_traced_once_for_the_saved_model(trained, tmp_path, monkeypatch):
+    """Its graph takes seconds to trace: saving the SavedModel traces the endpoint again (in the save context), and
+    the decoder goes into it as traced, not traced a second time."""
+    import components.imaging as imaging
+    from components.export.common import build_cpu_model
+    from components.export.image import write_saved_model
+
+    traced, pixels = [], imaging.serving_pixels
+    monkeypatch.setattr(imaging, "serving_pixels", lambda *args: traced.append(args) or pixels(*args))
+    imaging.serving_decoder.cache_clear()  # (a decoder another test traced is not this one's)
+    model, config = build_cpu_model(trained[0])
+    write_saved_model(model, config["image_size"], config["class_names"], str(tmp_path / "saved_model"))
+    imaging.serving_decoder.cache_clear()
+    assert len(traced) == 1
+
+
 def test_formats_left_out_are_neither_written_nor_recorded(converted, trained, tmp_path):
     """``--formats saved_model,tflite_float``: no int8 file and no int8 figures; the export is whole (register and
     predict check it) and its SavedModel answers as the full export's does."""
