@@ -181,8 +181,10 @@ def format_entries(
     """``export.json``'s figures of the formats: each one's path, bytes and test accuracy (the SavedModel's float32
     weights too), and the int8 file against the float model (goals: at most 30% of the weights' bytes, at most 1
     point of accuracy lost); logged on one line."""
+    from keras.backend import is_float_dtype
+
     # the float32 weights (not a lookup table of ids, such as the character grams' of ngrams)
-    weights_bytes = sum(int(weight.numpy().nbytes) for weight in model.weights if "float" in str(weight.dtype))
+    weights_bytes = sum(int(weight.numpy().nbytes) for weight in model.weights if is_float_dtype(weight.dtype))
     formats = {
         "saved_model": {"path": saved_model_path, "bytes": tree_bytes(saved_model_path), "weights_bytes": weights_bytes}
     }
