@@ -25,14 +25,6 @@ def add_run_to_experiment(experiment, job) -> None:
     experiment._metadata_context.add_context_children([job._get_context()])
 
 
-def enable_caching(spec: dict) -> None:
-    """Turns every task's cache on in a compiled pipeline spec, as ``PipelineJob(enable_caching=True)`` rewrites it
-    before submitting: run-local hands the same spec to kfp.local. (``pipeline_jobs._set_enable_caching_value``)"""
-    from google.cloud.aiplatform.pipeline_jobs import _set_enable_caching_value
-
-    _set_enable_caching_value(spec, True)
-
-
 def model_client(region: str):
     """The Model Service client of ``aiplatform.init``'s settings (its credentials, API endpoint and transport) for
     ``region``: the import of a model evaluation has no method on the public ``Model``.

@@ -36,14 +36,13 @@ def local_pipeline_spec(
     train_image: str = PIPELINE_IMAGE,
 ) -> dict:
     """The DAG compiled as for Vertex AI, then prepared as the orchestrator would: with ``cache``, every task's cache
-    turned on by aiplatform's own ``PipelineJob(enable_caching=True)`` rewrite; the run's name and id put into the
-    constant inputs that name them (as KFP's driver does), so that they change every run's cache keys."""
+    turned on (``cache_every_task``); the run's name and id put into the constant inputs that name them (as KFP's
+    driver does), so that they change every run's cache keys."""
     import tempfile
 
     import yaml
     from kfp import compiler
 
-    from components.vertex_sdk import enable_caching
     from pipeline.dag import build_pipeline
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -53,7 +52,7 @@ def local_pipeline_spec(
         with open(path, encoding="utf-8") as handle:
             spec = yaml.safe_load(handle)
     if cache:
-        enable_caching(spec)
+        cache_every_task(spec)
     values = dict(zip(RUN_PLACEHOLDERS, (run_id, run_name, run_name), strict=True))
 
     def resolve(node):
@@ -69,6 +68,15 @@ def local_pipeline_spec(
 
     resolve(spec)
     return spec
+
+
+def cache_every_task(spec: dict) -> None:
+    """Every task's cache on, as Vertex AI's ``PipelineJob(enable_caching=True)`` rewrites a spec before it submits
+    it (aiplatform's ``pipeline_jobs._set_enable_caching_value``: ``tests/pipeline/test_compile.py`` holds the two
+    equal), without importing aiplatform, which takes seconds."""
+    for component in (spec["root"], *spec["components"].values()):
+        for task in component.get("dag", {}).get("tasks", {}).values():
+            task["cachingOptions"] = {"enableCache": True}
 
 
 @dataclass

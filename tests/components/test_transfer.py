@@ -52,28 +52,21 @@ def converted32(image_folder, tmp_path_factory) -> tuple[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def backbone_weights(converted32, tmp_path_factory) -> str:
-    """The weights of a MobileNetV3-Small backbone trained from scratch on these images, saved as a user saves
-    theirs (Keras's ``save_weights`` of the backbone)."""
+def backbone_weights(tmp_path_factory) -> str:
+    """The weights of a MobileNetV3-Small backbone, saved as a user saves theirs (Keras's ``save_weights`` of the
+    backbone): Keras's initial weights, each moved by seeded noise, so that no fresh build has them (the batch
+    norm statistics included)."""
     import keras
 
-    model_dir = str(tmp_path_factory.mktemp("scratch"))
-    run(
-        TrainConfig(
-            examples_dir=converted32[0],
-            model_dir=model_dir,
-            model_name=MODEL,
-            weights="none",
-            epochs=1,
-            per_replica_batch_size=8,
-            backend="tensorflow",
-            precision="float32",
-        ),
-        env={},
+    backbone = keras.applications.MobileNetV3Small(
+        include_top=False, weights=None, input_shape=(SIZE, SIZE, 3), pooling="avg"
     )
-    model = keras.models.load_model(os.path.join(model_dir, "model.keras"), compile=False)
-    path = os.path.join(model_dir, "backbone.weights.h5")
-    backbone_of(model).save_weights(path)
+    noise = np.random.default_rng(0)
+    for weight in backbone.weights:
+        value = np.array(weight)
+        weight.assign(value * noise.uniform(0.9, 1.1, value.shape) + noise.normal(0.0, 0.01, value.shape))
+    path = os.path.join(str(tmp_path_factory.mktemp("scratch")), "backbone.weights.h5")
+    backbone.save_weights(path)
     return path
 
 

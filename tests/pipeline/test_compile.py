@@ -223,12 +223,17 @@ def test_dag_is_fingerprint_convert_check_train_evaluate_then_gated_export_and_r
 
 
 def test_with_caching_forced_on_the_fingerprint_and_baseline_keep_their_per_run_input():
-    """Vertex AI's enable_caching=True rewrites every task's caching option (aiplatform's own function, run here):
-    the fingerprint and baseline lookups then rely on their run_id input alone, which the rewrite leaves."""
+    """Vertex AI's enable_caching=True rewrites every task's caching option (aiplatform's own function, run here),
+    and run-local's --cache rewrites it the same: the fingerprint and baseline lookups then rely on their run_id
+    input alone, which the rewrite leaves."""
     from google.cloud.aiplatform.pipeline_jobs import _set_enable_caching_value
 
-    spec = without_sdk_version(COMMITTED)
+    from pipeline.local.run import cache_every_task
+
+    spec, ours = without_sdk_version(COMMITTED), without_sdk_version(COMMITTED)
     _set_enable_caching_value(spec, True)
+    cache_every_task(ours)
+    assert ours == spec
     tasks = steps_of(spec)
     assert all(task["cachingOptions"] == {"enableCache": True} for task in tasks.values())
     for task in ("fingerprint", "find-baseline"):

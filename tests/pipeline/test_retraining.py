@@ -1,5 +1,5 @@
 """A simulated year of scheduled retraining: seven `run-local` runs in a row over one data folder that changes between
-them, with every task's cache forced on (`--cache`: aiplatform's own `enable_caching=True` rewrite) and a folder
+them, with every task's cache forced on (`--cache`, as Vertex AI's `enable_caching=True` rewrites it) and a folder
 model registry (`--registry`). Each run's decision is read from `summary.json` and the registry folder.
 
 The digits are scikit-learn's scans (the demo data), three classes, then four; everything real: Beam, Keras, KFP's

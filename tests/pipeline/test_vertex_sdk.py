@@ -15,7 +15,6 @@ PRIVATE = (
     "_gca_resource",
     "_metadata_context",
     "_get_context",
-    "_set_enable_caching_value",
     "create_client",
     "_to_parameter_spec",
 )
@@ -23,7 +22,7 @@ PRIVATE = (
 
 def test_each_internal_the_sdk_module_uses_is_still_there():
     from google.cloud import aiplatform
-    from google.cloud.aiplatform import base, initializer, pipeline_jobs
+    from google.cloud.aiplatform import base, initializer
 
     moved = []
     # what the public resource_name reads is what set_resource sets
@@ -33,9 +32,6 @@ def test_each_internal_the_sdk_module_uses_is_still_there():
         moved.append("Experiment._metadata_context (add_run_to_experiment)")
     if not callable(getattr(aiplatform.PipelineJob, "_get_context", None)):
         moved.append("PipelineJob._get_context (add_run_to_experiment)")
-    caching = getattr(pipeline_jobs, "_set_enable_caching_value", None)
-    if not callable(caching) or list(inspect.signature(caching).parameters)[:2] != ["pipeline_spec", "enable_caching"]:
-        moved.append("pipeline_jobs._set_enable_caching_value(pipeline_spec, enable_caching) (enable_caching)")
     create = getattr(initializer.global_config, "create_client", None)
     if not callable(create) or not {"client_class", "location_override"} <= set(inspect.signature(create).parameters):
         moved.append("initializer.global_config.create_client(client_class, location_override) (model_client)")
