@@ -395,17 +395,16 @@ def test_the_serving_graph_decodes_every_case_as_the_conversion_does(name, servi
             assert served.min() == converted.min() == 0 and served.max() == converted.max() == 255
 
 
-def test_the_decoders_agree_before_the_resize_too():
+def test_the_decoders_agree_before_the_resize_too(traced_decode):
     """Without the resize (which rounds), the decoders give the same pixels, bit for bit, for every case."""
     import tensorflow as tf
 
     from components.decoding import decode_rgb_array, decode_rgb_image
-    from components.imaging import decode_rgb
 
     for name, content in CORPUS.items():
         for at_least in (0, 64):
             converted = np.asarray(decode_rgb_image(content, at_least=at_least))
-            served = decode_rgb(tf.constant(content), at_least).numpy()
+            served = traced_decode(tf.constant(content), at_least).numpy()
             assert served.shape == converted.shape, f"{name}, at_least {at_least}"
             assert np.array_equal(served, converted), f"{name}, at_least {at_least}"
         assert decode_rgb_array(content).shape[2] == 3
@@ -679,14 +678,14 @@ def test_an_xmp_packet_that_begins_with_the_orientation_is_read_from_its_first_b
 
 @pytest.fixture(scope="module")
 def traced_decode():
-    """The serving graph's decode traced once, as the SavedModel runs it: a walk of thousands of steps takes seconds
-    eagerly."""
+    """The serving graph's decode traced once (once more for each ``at_least`` given), as the SavedModel runs it
+    (autograph off): a walk of thousands of steps takes seconds eagerly."""
     import tensorflow as tf
 
     from components.imaging import decode_rgb
 
-    traced = tf.function(decode_rgb)
-    traced.get_concrete_function(tf.TensorSpec([], tf.string))  # traced here, as serving_decode is
+    traced = tf.function(decode_rgb, autograph=False)
+    traced.get_concrete_function(tf.TensorSpec([], tf.string))  # traced here, as serving_decoder is
     return traced
 
 
