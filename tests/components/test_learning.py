@@ -9,7 +9,6 @@ import os
 
 from components.evaluate.blessing import bless
 from components.learning import not_learning
-from tests.conftest import run_cli
 
 LN_10 = 2.302585  # the loss of a uniform guess over 10 classes
 
@@ -37,51 +36,40 @@ def test_a_run_at_chance_is_not_blessed_and_says_why_first():
     assert bless(0.99, 0.75, None, 0.0)["blessed"] is True
 
 
-def test_training_that_never_learns_warns_in_its_log_and_evaluate_refuses_it(converted, tmp_path):
+def test_training_that_never_learns_warns_in_its_log_and_evaluate_refuses_it(converted, tmp_path, caplog):
     """A learning rate far too high wrecks the weights within the first steps: the loss sits at ln 3 (every unit
-    dark), above it, or is NaN."""
+    dark), above it, or is NaN. (The steps run in this process: their logs are what a user reads.)"""
+    from components.evaluate.core import EvaluateConfig
+    from components.evaluate.core import run as evaluate
+    from components.train.config import TrainConfig
+    from components.train.core import run as train
+
     examples, stats = converted
     model_dir, evaluation = tmp_path / "model", tmp_path / "eval"
-    trained = run_cli(
-        "components.train",
-        "--examples",
-        examples,
-        "--model-dir",
-        str(model_dir),
-        "--epochs",
-        "4",
-        "--learning-rate",
-        "50",
-        "--batch-size",
-        "8",
-        "--precision",
-        "float32",
-        "--backend",
-        "tensorflow",
+    caplog.set_level("INFO", logger="components")
+    train(
+        TrainConfig(
+            examples_dir=examples,
+            model_dir=str(model_dir),
+            epochs=4,
+            learning_rate=50.0,
+            per_replica_batch_size=8,
+            precision="float32",
+            backend="tensorflow",
+        ),
+        env={},
     )
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    warnings = [line for line in trained.stderr.splitlines() if "training is not learning:" in line]
-    assert len(warnings) == 1, trained.stderr[-3000:]  # once, at the epoch it showed
+    warnings = [record.getMessage() for record in caplog.records if "training is not learning:" in record.getMessage()]
+    assert len(warnings) == 1, caplog.text[-3000:]  # once, at the epoch it showed
     assert "try a smaller --learning-rate (this run: 50)" in warnings[0]
     with open(model_dir / "history.json") as handle:
         history = json.load(handle)
     losses = history["history"]["loss"]
     assert any(math.isnan(x) for x in losses) or losses[-1] >= 0.99 * math.log(stats["num_classes"])  # chance or worse
     assert history["not_learning"].startswith("the training loss is")
-    evaluated = run_cli(
-        "components.evaluate",
-        "--examples",
-        examples,
-        "--model-dir",
-        str(model_dir),
-        "--output",
-        str(evaluation),
-        "--min-accuracy",
-        "0",
-    )
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    blessing = evaluate(EvaluateConfig(examples, str(model_dir), str(evaluation), min_accuracy=0.0))["blessing"]
     with open(os.path.join(evaluation, "metrics.json")) as handle:
-        blessing = json.load(handle)["blessing"]
+        assert json.load(handle)["blessing"] == blessing
     assert blessing["blessed"] is False
     assert blessing["reasons"][0].startswith("training did not learn: the training loss is")
 
