@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -238,6 +241,20 @@ def test_with_caching_forced_on_the_fingerprint_and_baseline_keep_their_per_run_
     assert all(task["cachingOptions"] == {"enableCache": True} for task in tasks.values())
     for task in ("fingerprint", "find-baseline"):
         assert tasks[task]["inputs"]["parameters"]["run_id"]["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
+
+
+def test_a_cached_local_run_prepares_its_spec_without_importing_aiplatform():
+    """aiplatform's import takes seconds that run-local --cache has no use for: its spec is prepared without it."""
+    script = """
+import json, sys
+from pipeline.local.run import local_pipeline_spec
+spec = local_pipeline_spec(registry=False, cache=True, run_name="r", run_id="1")
+fingerprint = spec["root"]["dag"]["tasks"]["fingerprint"]
+print(json.dumps(["google.cloud.aiplatform" in sys.modules, fingerprint["cachingOptions"]]))
+"""
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [False, {"enableCache": True}]
 
 
 def test_registry_steps_take_project_and_location_from_vertex_ai():
