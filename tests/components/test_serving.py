@@ -77,19 +77,41 @@ def serve(serving_python: str, script: str, *args: str) -> dict:
     return theirs
 
 
-def test_the_serving_tensorflow_answers_as_the_exporting_one(exported, image_folder, serving_python):
+@pytest.fixture(scope="module")
+def served_images(exported, image_folder, serving_python, tmp_path_factory) -> dict:
+    """The image export's answers in the serving TensorFlow and in ours, one load in each: for every fifth image of
+    the tiny folder ("folder") and for the decoding corpus (every format, mode, EXIF orientation, alpha, 16-bit,
+    sizes: "corpus"). Returns {set: (theirs, our labels, our probabilities)}."""
     import tensorflow as tf
 
-    export_dir, _ = exported
-    saved_model = os.path.join(export_dir, "saved_model")
-    paths = [os.path.join(root, name) for root, _, names in os.walk(image_folder) for name in sorted(names)][::5]
-    theirs = serve(serving_python, SERVE, saved_model, *paths)
-    ours = tf.saved_model.load(saved_model).signatures["serving_default"](
-        image_bytes=tf.constant([open(path, "rb").read() for path in paths])  # noqa: SIM115
-    )
-    assert tf.__version__.startswith("2.21") and len(paths) >= 10
-    assert theirs["label"] == [label.decode() for label in ours["label"].numpy()]
-    np.testing.assert_allclose(theirs["probabilities"], ours["probabilities"].numpy(), atol=1e-5)
+    from tests.components.test_decoding_parity import CORPUS
+
+    folder = [os.path.join(root, name) for root, _, names in os.walk(image_folder) for name in sorted(names)][::5]
+    corpus, written = [], tmp_path_factory.mktemp("corpus")
+    for index, content in enumerate(CORPUS.values()):
+        corpus.append(str(written / f"{index:02d}"))
+        with open(corpus[-1], "wb") as handle:
+            handle.write(content)
+    saved_model = os.path.join(exported[0], "saved_model")
+    theirs = serve(serving_python, SERVE, saved_model, *folder, *corpus)
+    contents = []
+    for path in folder + corpus:
+        with open(path, "rb") as handle:
+            contents.append(handle.read())
+    ours = tf.saved_model.load(saved_model).signatures["serving_default"](image_bytes=tf.constant(contents))
+    labels, probabilities = [label.decode() for label in ours["label"].numpy()], ours["probabilities"].numpy()
+    assert tf.__version__.startswith("2.21") and len(folder) >= 10
+    cut = len(folder)
+    return {
+        name: (theirs["label"][part], np.asarray(theirs["probabilities"][part]), labels[part], probabilities[part])
+        for name, part in (("folder", slice(0, cut)), ("corpus", slice(cut, None)))
+    }
+
+
+def test_the_serving_tensorflow_answers_as_the_exporting_one(served_images):
+    their_labels, theirs, labels, ours = served_images["folder"]
+    assert their_labels == labels
+    np.testing.assert_allclose(theirs, ours, atol=1e-5)
 
 
 SERVE_TEXT = """
@@ -123,24 +145,11 @@ def test_the_serving_tensorflow_tokenises_and_answers_texts_as_the_exporting_one
     np.testing.assert_allclose(theirs["probabilities"], ours["probabilities"].numpy(), atol=1e-5)
 
 
-def test_the_serving_tensorflow_decodes_every_file_a_client_sends_as_the_exporting_one(
-    exported, serving_python, tmp_path
-):
+def test_the_serving_tensorflow_decodes_every_file_a_client_sends_as_the_exporting_one(served_images):
     """The decoding corpus (every format, mode, EXIF orientation, alpha, 16-bit, sizes) through the SavedModel in
     the serving TensorFlow: the decoding graph's ops exist there and give the same answers."""
-    import tensorflow as tf
-
     from tests.components.test_decoding_parity import CORPUS
 
-    paths = []
-    for index, content in enumerate(CORPUS.values()):
-        paths.append(str(tmp_path / f"{index:02d}"))
-        with open(paths[-1], "wb") as handle:
-            handle.write(content)
-    saved_model = os.path.join(exported[0], "saved_model")
-    theirs = serve(serving_python, SERVE, saved_model, *paths)
-    ours = tf.saved_model.load(saved_model).signatures["serving_default"](
-        image_bytes=tf.constant(list(CORPUS.values()))
-    )
-    assert theirs["label"] == [label.decode() for label in ours["label"].numpy()]
-    np.testing.assert_allclose(theirs["probabilities"], ours["probabilities"].numpy(), atol=1e-5)
+    their_labels, theirs, labels, ours = served_images["corpus"]
+    assert len(labels) == len(CORPUS) and their_labels == labels
+    np.testing.assert_allclose(theirs, ours, atol=1e-5)
