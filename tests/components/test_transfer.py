@@ -58,6 +58,7 @@ def backbone_weights(tmp_path_factory) -> str:
     norm statistics included)."""
     import keras
 
+    keras.utils.set_random_seed(0)  # the same initial weights every run
     backbone = keras.applications.MobileNetV3Small(
         include_top=False, weights=None, input_shape=(SIZE, SIZE, 3), pooling="avg"
     )
