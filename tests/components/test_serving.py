@@ -81,7 +81,7 @@ def serve(serving_python: str, script: str, *args: str) -> dict:
 def served_images(exported, image_folder, serving_python, tmp_path_factory) -> dict:
     """The image export's answers in the serving TensorFlow and in ours, one load in each: for every fifth image of
     the tiny folder ("folder") and for the decoding corpus (every format, mode, EXIF orientation, alpha, 16-bit,
-    sizes: "corpus"). Returns {set: (theirs, our labels, our probabilities)}."""
+    sizes: "corpus"). Returns {set: (their labels, their probabilities, our labels, our probabilities)}."""
     import tensorflow as tf
 
     from tests.components.test_decoding_parity import CORPUS
