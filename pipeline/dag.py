@@ -271,20 +271,8 @@ def outputs_type(registry: Optional[str]):
     return NamedTuple("Outputs", outputs)
 
 
-# the pipeline parameters each step takes under the same name
-TEXT_INPUTS = ("modality", "text_column", "label_column")
-
-
-CONVERT_INPUTS = (
-    "image_size",
-    "validation_fraction",
-    "test_fraction",
-    "num_shards",
-    "max_bad_fraction",
-    "beam_args",
-    "vocabulary_size",
-    "sequence_length",
-)
+# the pipeline parameters the fingerprint step takes (convert takes every one of CONVERT and TEXT)
+FINGERPRINT_INPUTS = ("source", "classes", "modality", "text_column", "label_column")
 
 
 def find_baseline(ops: StepOps, p: dict, registry: Optional[str]):
@@ -304,17 +292,15 @@ def convert_check_and_train(ops: StepOps, p: dict, baseline, accelerator: Option
     always recomputed (the run's id is an input); an unchanged one makes convert, and all after it, a cache hit on
     reruns. The data checks compare the new version with the statistics kept with the ``baseline``; a blocking one
     fails the run there, before training."""
-    text_options = {name: p[name] for name in TEXT_INPUTS}
-    fingerprinted = ops.fingerprint(source=p["source"], classes=p["classes"], run_id=RUN_ID, **text_options)
+    fingerprinted = ops.fingerprint(run_id=RUN_ID, **{name: p[name] for name in FINGERPRINT_INPUTS})
     fingerprinted.set_display_name("fingerprint the source").set_caching_options(enable_caching=False)
     converted = ops.convert(
         source=p["source"],
-        classes=p["classes"],
         source_fingerprint=fingerprinted.output,
         max_pixels=DEFAULT_MAX_PIXELS,
         worker_image=ops.worker_image,
-        **{name: p[name] for name in CONVERT_INPUTS},
-        **text_options,
+        beam_args=p["beam_args"],
+        **{name: p[name] for name in (*CONVERT, *TEXT)},
     ).set_display_name("convert to TFRecords")
     checked = ops.check_data(
         examples=converted.outputs["examples"],

@@ -61,3 +61,7 @@ def test_house_counts_what_it_says_and_leaves_out_the_modalities_and_quoted_opt_
 
 def test_the_tree_takes_ruff_formats_output_with_at_most_ten_opt_outs():
     assert figures()["format_skips"]["total"] <= 10
+
+
+def test_no_module_of_components_or_pipeline_is_over_450_lines():
+    assert figures()["long_files"] == {}
