@@ -65,3 +65,7 @@ def test_the_tree_takes_ruff_formats_output_with_at_most_ten_opt_outs():
 
 def test_no_module_of_components_or_pipeline_is_over_450_lines():
     assert figures()["long_files"] == {}
+
+
+def test_at_most_five_modality_branches_stand_outside_the_modalities():
+    assert figures()["modality_branches"]["total"] <= 5
