@@ -145,6 +145,21 @@ def test_tensorflows_native_start_up_lines_stay_off_the_terminal_and_the_rest_of
         assert shown, verbose.stderr  # there is something to hide on this host, and -v shows it
 
 
+def test_a_step_imports_tensorflow_without_jax_and_jax_still_imports_afterwards():
+    """TFLite imports JAX where it is installed, for a converter nothing here calls: a step's TensorFlow comes without
+    it, and a process that wants JAX (the JAX backend's) still gets it, whole."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from components.cli import configure_logging; configure_logging(); import tensorflow; "
+        "print('jax' in sys.modules); import jax.numpy as jnp; print(float(jnp.ones(2).sum()))"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "2.0"]
+
+
 @pytest.mark.parametrize("failing", [False, True])
 def test_a_command_that_exits_at_once_still_joins_its_threads_runs_its_exit_handlers_and_flushes(tmp_path, failing):
     """``exit_at_once`` (the convert command's) skips only the interpreter's teardown of its modules."""
