@@ -1,6 +1,7 @@
 """How far the data checks' near-copy measure separates copies from distinct pictures, on the demo's 1,797 digits:
-each digit written as the demo writes it, converted as the conversion converts it (``encode_image``), then reduced to
-the check's 16x16 grey thumbnail (``components.check_data.statistics``). Side by side:
+each digit written as the demo writes it (at ``--digit-size``, the demo's own by default), converted as the conversion
+converts it (``encode_image``), then reduced to the check's 16x16 grey thumbnail (``components.check_data.statistics``).
+Side by side:
 
 - the closest pair of distinct digits (the cosine similarity of their thumbnails), and how many digits have another
   digit at or above the check's threshold (a false copy);
@@ -17,7 +18,7 @@ nobody here made comes from (scikit-image's, scikit-learn's and matplotlib's sam
 
 The last line is a JSON object.
 
-    .venv/bin/python bench/near_copies.py
+    .venv/bin/python bench/near_copies.py [--digit-size 32]
     .venv/bin/python bench/near_copies.py --photos /tmp/photos --image-size 192
 """
 
@@ -33,6 +34,8 @@ import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
+from components.demo_data import DEFAULT_SIZE  # noqa: E402
+
 QUALITIES = (95, 75, 50, 30)
 
 
@@ -128,25 +131,24 @@ def measure(label: str, names: list[str], originals: np.ndarray, copies: dict[st
     return result
 
 
-def digits() -> None:
+def digits(size: int) -> None:
     from PIL import Image
     from sklearn.datasets import load_digits
 
     from components.convert.items import encode_image
-    from components.demo_data import DEFAULT_SIZE
 
     scans = (255 - np.round(load_digits().images * (255.0 / 16.0))).astype(np.uint8)
     names = [f"digit {index}" for index in range(len(scans))]
 
     def written(pixels: np.ndarray, quality: int) -> bytes:  # as components.demo_data writes a digit
         buffer = io.BytesIO()
-        Image.fromarray(pixels).resize((DEFAULT_SIZE, DEFAULT_SIZE), Image.Resampling.BICUBIC).save(
+        Image.fromarray(pixels).resize((size, size), Image.Resampling.BICUBIC).save(
             buffer, format="JPEG", quality=quality
         )
         return buffer.getvalue()
 
     def converted(source: bytes) -> np.ndarray:
-        return thumbnail(encode_image(source, DEFAULT_SIZE, 95))
+        return thumbnail(encode_image(source, size, 95))
 
     def re_encoded(source: bytes, quality: int) -> bytes:  # a copy: the file opened and saved again
         buffer = io.BytesIO()
@@ -157,8 +159,9 @@ def digits() -> None:
     originals = np.stack([converted(source) for source in sources])
     copied = {f"JPEG quality {quality}": [re_encoded(source, quality) for source in sources] for quality in QUALITIES}
     copies = {kind: np.stack([converted(copy) for copy in found]) for kind, found in copied.items()}
-    result = measure("digits", names, originals, copies)
-    result["split_key"] = split_keys(sources, copied, DEFAULT_SIZE)
+    result = measure(f"digits at {size} px", names, originals, copies)
+    result["split_key"] = split_keys(sources, copied, size)
+    result["image_size"] = size
     print(json.dumps(result))
 
 
@@ -200,11 +203,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--photos", default="", help="a folder of photographs to measure instead of the demo digits")
     parser.add_argument("--image-size", type=int, default=192, help="the conversion's size for --photos (192)")
+    parser.add_argument(
+        "--digit-size", type=int, default=DEFAULT_SIZE, help=f"the digits' side, written and converted ({DEFAULT_SIZE})"
+    )
     args = parser.parse_args()
     if args.photos:
         photos(args.photos, args.image_size)
     else:
-        digits()
+        digits(args.digit_size)
 
 
 if __name__ == "__main__":

@@ -131,7 +131,7 @@ def main() -> None:
         from components.demo_data import write_digits
 
         source, examples = os.path.join(root, "digits"), os.path.join(root, "examples")
-        write_digits(source)
+        write_digits(source, args.image_size)
         step("components.convert", "--source", source, "--output", examples, "--image-size", str(args.image_size))
         runs = []
         for seed in range(args.seeds):

@@ -42,7 +42,9 @@ def add_command(commands, with_dag_parameters: bool) -> None:
         ".jsonl, or a .csv with --modality text; local or gs:// (default: the demo digits)",
     )
     local_cmd.add_argument(
-        "--image-size", type=image_size_flag, help=CONVERT["image_size"].help + " (default auto; 32 for the demo)"
+        "--image-size",
+        type=image_size_flag,
+        help=CONVERT["image_size"].help + " (default auto; the demo: 16, or the least a built-in model takes)",
     )
     local_cmd.add_argument(
         "--epochs",

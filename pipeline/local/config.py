@@ -14,11 +14,7 @@ DEFAULT_WORK_DIR = os.path.join("runs", "local")
 SUMMARY_FILE = "summary.json"
 
 
-# the digits are 8x8 scans: 32 pixels keeps every stroke while training in seconds on a laptop
 DEMO_EPOCHS = 15
-
-
-DEMO_IMAGE_SIZE = 32  # what auto takes for the demo digits
 
 
 MODEL_CHECK_LOG = "model-check.log"  # the up-front check of a model of one's own: its traceback, where it raised
@@ -32,7 +28,8 @@ class LocalRunConfig:
         work_dir: holds ``data/`` (the demo images), ``artifacts/`` (every step's outputs) and ``summary.json``.
         source: an image folder, a CSV manifest, a NumPy .npz or a TFRecord glob; empty runs the demo
             (scikit-learn's digits written as JPEGs under ``work_dir``).
-        image_size: None: auto, the source images' typical size, at most 192 (32 for the demo digits).
+        image_size: None: auto, the source images' typical size, at most 192 (the demo digits: 16, or the least
+            a built-in model takes).
         epochs: None picks 15 for the demo and the pipeline's default otherwise.
         demo_per_class: write at most this many demo images per class (None: all 1,797); for quick checks.
         beam_args: Beam pipeline options for the convert step.

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from components.imaging import AUTO_IMAGE_SIZE
-from pipeline.local.config import DEMO_EPOCHS, DEMO_IMAGE_SIZE, MODEL_CHECK_LOG, LocalRunConfig
+from pipeline.local.config import DEMO_EPOCHS, MODEL_CHECK_LOG, LocalRunConfig
 
 
 def check_registry(registry: str) -> str:
@@ -46,7 +46,7 @@ def run_identity(config: LocalRunConfig) -> RunIdentity:
     registry = check_registry(config.registry) if config.registry else ""
     parameters = {
         "source": source,
-        "image_size": AUTO_IMAGE_SIZE if config.image_size is None else config.image_size,
+        "image_size": given_image_size(config),
         **({"epochs": config.epochs or DEMO_EPOCHS} if not config.source or config.epochs else {}),  # None: default
         **({"beam_args": list(config.beam_args)} if config.beam_args else {}),
         **({"model_root": registry} if registry else {}),
@@ -64,11 +64,26 @@ def run_identity(config: LocalRunConfig) -> RunIdentity:
     return RunIdentity(source, fingerprint, registry, parameters, key)
 
 
+def given_image_size(config: LocalRunConfig) -> int:
+    """The ``image_size`` parameter: the one given, else auto; for the demo, the least a built-in model takes where
+    that is more than the digits' own size (a pretrained backbone's 32 px), which auto would give it."""
+    from components.demo_data import DEFAULT_SIZE
+    from components.models import BUILTINS
+
+    if config.image_size is not None:
+        return config.image_size
+    builtin = BUILTINS.get(config.parameters.get("model_name", ""))
+    if config.source or builtin is None or builtin.min_image_size <= DEFAULT_SIZE:
+        return AUTO_IMAGE_SIZE
+    return builtin.min_image_size
+
+
 def provisional_spec(source: str, parameters: dict, demo: bool):
     """What the model will be given, as far as it is known before the conversion: the source's classes, the image
-    size given (auto: the demo's 32, else the largest that auto takes) or the texts' length and vocabulary; None for
+    size given (auto: the demo's, else the largest that auto takes) or the texts' length and vocabulary; None for
     TFRecords, whose classes only their conversion reads."""
     from components.convert.config import listed_classes
+    from components.demo_data import DEFAULT_SIZE
     from components.imaging import MAX_AUTO_IMAGE_SIZE
     from components.modalities import named
     from components.params import CONVERT, TEXT
@@ -80,7 +95,7 @@ def provisional_spec(source: str, parameters: dict, demo: bool):
         return None
     modality, names = named(listed[0]), listed[1]
     modality.check_augment(bool(given.get("augment")))
-    size = given["image_size"] or (DEMO_IMAGE_SIZE if demo else MAX_AUTO_IMAGE_SIZE)
+    size = given["image_size"] or (DEFAULT_SIZE if demo else MAX_AUTO_IMAGE_SIZE)
     return modality.spec({**given, "image_size": size, "num_classes": len(names), "class_names": names})
 
 

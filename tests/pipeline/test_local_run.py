@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from PIL import Image
 
 from components.artifacts.checkpoints import epochs_kept
 from tests.components.test_train_jax import jax_env
@@ -165,13 +166,15 @@ def test_the_same_command_resumes_the_interrupted_run(interrupted_demo_run):
 
 
 def test_demo_run_converts_all_digits_and_reaches_the_accuracy_bar(demo_run):
-    _, summary, _ = demo_run
+    work_dir, summary, _ = demo_run
     assert sum(summary["counts"].values()) == 1797
     assert summary["class_names"] == [str(d) for d in range(10)]
     assert summary["quarantined"] == 0
     assert summary["test_accuracy"] >= DEMO_ACCURACY_BAR
-    # --image-size auto (the default): the digits are written at 32x32, so the demo trains at 32
-    assert summary["image_size"] == 32 and "median shorter side is 32 px" in summary["image_size_auto"]
+    # --image-size auto (the default): the demo trains at the side its digits are written at
+    with Image.open(glob.glob(f"{work_dir}/data/digits/0/*.jpg")[0]) as digit:
+        side = digit.size[0]
+    assert summary["image_size"] == side and f"median shorter side is {side} px" in summary["image_size_auto"]
     # export scored the SavedModel on the digits' own files as well, as a client sends them
     raw = summary["raw_files"]
     # (the TFRecords hold the conversion's re-encoded JPEG of each: a borderline digit may go either way)

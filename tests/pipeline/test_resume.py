@@ -258,6 +258,28 @@ def test_the_run_identity_names_each_flag_that_makes_another_run(tmp_path):
     assert run_identity(LocalRunConfig(work_dir=work_dir, source=source)).key == plain.key
 
 
+def test_the_demo_trains_a_pretrained_backbone_at_the_least_it_takes_and_the_rest_at_the_digits_own_size(tmp_path):
+    """Auto (0) converts the digits at their own side, which a pretrained backbone refuses: with one, the demo is
+    converted at the 32 px MobileNet takes, as a user would have to ask for; a size given stays as given."""
+    import keras
+    from PIL import Image
+
+    from pipeline.local import LocalRunConfig, run_identity
+
+    work_dir = str(tmp_path / "local")
+
+    def size(**config) -> int:
+        return run_identity(LocalRunConfig(work_dir=work_dir, demo_per_class=1, **config)).parameters["image_size"]
+
+    backbone = {"parameters": {"model_name": "mobilenet_v3_small"}}
+    assert size() == size(parameters={"model_name": "squeezenet"}) == 0
+    with Image.open(os.path.join(work_dir, "data", "digits", "0", os.listdir(f"{work_dir}/data/digits/0")[0])) as digit:
+        assert digit.size[0] < 32  # the digits' own size is too small for the backbone
+    assert size(**backbone) == 32 and size(image_size=48, **backbone) == 48
+    with pytest.raises(ValueError):  # (what Keras says of a MobileNet input under 32 px)
+        keras.applications.MobileNetV3Small(input_shape=(digit.size[0], digit.size[0], 3), weights=None)
+
+
 @pytest.mark.parametrize("verbose", [False, True])
 def test_a_run_killed_outright_is_resumed_knowing_its_step_and_reusing_its_outputs(tmp_path, monkeypatch, verbose):
     """SIGKILL (or a lost machine) gives run-local no chance to say what it was doing: as each step starts and ends,
