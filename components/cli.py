@@ -235,19 +235,19 @@ class _QuietLoader:
         if without_jax:
             sys.modules["jax"] = None  # an import of it raises ImportError, which TFLite's util takes as no JAX
         try:
-            self._exec_module(module)
+            if self.hide_noise:
+                self._exec_quietly(module)
+            else:
+                self.loader.exec_module(module)
         finally:
+            module.__loader__ = module.__spec__.loader = self.loader  # the module as a plain import leaves it
             if without_jax and sys.modules.get("jax", False) is None:
                 del sys.modules["jax"]
 
-    def _exec_module(self, module):
+    def _exec_quietly(self, module):
         import os
         import tempfile
 
-        if not self.hide_noise:
-            self.loader.exec_module(module)
-            module.__loader__ = module.__spec__.loader = self.loader
-            return
         sys.stderr.flush()
         saved = os.dup(2)
         with tempfile.TemporaryFile() as held:
@@ -258,7 +258,6 @@ class _QuietLoader:
                 sys.stderr.flush()
                 os.dup2(saved, 2)
                 os.close(saved)
-                module.__loader__ = module.__spec__.loader = self.loader  # the module as a plain import leaves it
                 held.seek(0)
                 kept = b"".join(line for line in held if not any(noise in line for noise in STARTUP_NOISE))
                 if kept:
