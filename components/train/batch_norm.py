@@ -6,8 +6,7 @@ with the best epoch's weights restored, they lag the weights: ``bench/RESULTS.md
 0.46 at 192 px that statistics computed again lift to 0.98. So, before the model is saved, each trainable
 ``BatchNormalization`` layer's moving statistics are replaced by the average of the statistics of up to
 ``MAX_BATCHES`` training batches, computed with the final weights (the forward pass in training mode, as PyTorch's
-``update_bn`` does): batch ``k`` (from 1) takes the momentum ``(k - 1) / k``, so that after ``n`` batches each holds
-the plain mean of the ``n`` batches' means and variances. A frozen layer (a pretrained backbone's) keeps its own.
+``update_bn`` does): each holds the plain mean of the ``n`` batches' means and variances. A frozen layer (a pretrained backbone's) keeps its own.
 On several processes (JAX), each batch is the global batch, each process reading its share.
 """
 
@@ -40,7 +39,7 @@ def reestimate(model, batches, backend: str) -> int:
         return 0
     momenta = [layer.momentum for layer in layers]
     try:
-        used = (_reestimate_jax if backend == "jax" else _reestimate_eager)(model, layers, batches)
+        used = (_reestimate_jax if backend == "jax" else _reestimate_tensorflow)(model, layers, batches)
     finally:
         for layer, momentum in zip(layers, momenta, strict=True):
             layer.momentum = momentum
@@ -54,14 +53,25 @@ def reestimate(model, batches, backend: str) -> int:
     return used
 
 
-def _reestimate_eager(model, layers, batches) -> int:
-    """TensorFlow: the model called in training mode, batch ``k`` (from 1) at momentum ``(k - 1) / k``."""
-    used = 0
+def _reestimate_tensorflow(model, layers, batches) -> int:
+    """TensorFlow: one traced forward pass in training mode at momentum 0 (the moving statistics it leaves are the
+    batch's), the same graph for every batch, averaged here; eagerly, each of the model's operations is a call of
+    its own."""
+    import numpy as np
+    import tensorflow as tf
+
+    for layer in layers:
+        layer.momentum = 0.0
+    variables = [variable for layer in layers for variable in (layer.moving_mean, layer.moving_variance)]
+    forward = tf.function(lambda inputs: model(inputs, training=True))
+    sums, used = None, 0
     for inputs, _ in batches:
+        forward(inputs)
+        found = [np.asarray(variable.numpy(), dtype=np.float64) for variable in variables]
+        sums = found if sums is None else [total + value for total, value in zip(sums, found, strict=True)]
         used += 1
-        for layer in layers:
-            layer.momentum = (used - 1) / used  # the first batch's statistics replace the lagging ones
-        model(inputs, training=True)
+    for variable, total in zip(variables, sums or (), strict=False):
+        variable.assign((total / used).astype(np.float32))
     return used
 
 

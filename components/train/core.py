@@ -146,6 +146,7 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
                 epochs=phase.last,
                 initial_epoch=phase.first,
                 steps_per_epoch=steps_per_epoch,
+                shuffle=False,  # (the datasets shuffle themselves, by the seed)
                 callbacks=callbacks,
                 verbose=0,  # the epoch log's own line instead (on process 0), through logging
             )

@@ -152,10 +152,13 @@ def compiled_model(
             model.compile(
                 optimizer=averaging_adam(rate, steps_per_epoch * (phase.last - phase.first)),
                 loss="categorical_crossentropy",
-                metrics=["accuracy"],
+                metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
                 jit_compile=jit_compile,
                 steps_per_execution=config.steps_per_execution,
             )
+            # the optimizer's and the metric's variables made here: on one device Keras leaves them to the first
+            # trace of the training step, and TensorFlow traces a function again when its first trace made variables
+            model.optimizer.build(model.trainable_variables)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     if placement.is_chief:

@@ -105,6 +105,12 @@ def test_the_graph_gives_hand_counted_ids():
     assert ids.tolist() == [[2, 3, 4, 3], [4, 2, 3, 1], [0, 0, 0, 0], [3, 2, 0, 0]]
 
 
+def test_the_written_out_whitespace_is_every_character_python_splits_on():
+    from components.tokenizing import WHITESPACE
+
+    assert WHITESPACE == "".join(chr(code) for code in range(0x110000) if chr(code).isspace())
+
+
 def test_the_graph_and_python_tokenise_every_whitespace_and_punctuation_alike():
     """Beyond the test set: every character Python splits on, all of ASCII punctuation, markup in odd spellings, a
     final sigma, letters whose lowercase is longer, and truncation, through the graph and through Beam's Python."""

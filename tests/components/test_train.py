@@ -612,6 +612,29 @@ def test_the_same_seed_trains_the_same_model_on_the_cpu(converted, tmp_path):
     assert histories[0] == histories[1]
 
 
+def test_the_training_step_is_traced_once_on_one_device(converted, tmp_path, monkeypatch):
+    """TensorFlow traces a step function again when its first trace made variables: the optimizer's and the metric's
+    are made before fit, so that one device traces the training step once, as several do."""
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    from components.train.config import TrainConfig
+    from components.train.core import run
+
+    traced = []
+    train_step = TensorFlowTrainer.train_step
+
+    def counted(self, data):
+        traced.append(data)
+        return train_step(self, data)
+
+    monkeypatch.setattr(TensorFlowTrainer, "train_step", counted)
+    config = TrainConfig(
+        examples_dir=converted[0], model_dir=str(tmp_path), epochs=2, per_replica_batch_size=8, backend="tensorflow"
+    )
+    assert run(config)["replicas"] == 1
+    assert len(traced) == 1
+
+
 def test_an_epochs_progress_line_gives_its_figures_its_seconds_and_the_time_left():
     from components.train.callbacks import epoch_line
 
