@@ -6,8 +6,9 @@ with the best epoch's weights restored, they lag the weights: ``bench/RESULTS.md
 0.46 at 192 px that statistics computed again lift to 0.98. So, before the model is saved, each trainable
 ``BatchNormalization`` layer's moving statistics are replaced by the average of the statistics of up to
 ``MAX_BATCHES`` training batches, computed with the final weights (the forward pass in training mode, as PyTorch's
-``update_bn`` does): each holds the plain mean of the ``n`` batches' means and variances. A frozen layer (a pretrained backbone's) keeps its own.
-On several processes (JAX), each batch is the global batch, each process reading its share.
+``update_bn`` does): each holds the plain mean of the ``n`` batches' means and variances. A frozen layer (a
+pretrained backbone's) keeps its own. On several processes (JAX), each batch is the global batch, each process
+reading its share.
 """
 
 from __future__ import annotations

@@ -108,7 +108,8 @@ def test_the_graph_gives_hand_counted_ids():
 def test_the_written_out_whitespace_is_every_character_python_splits_on():
     from components.tokenizing import WHITESPACE
 
-    assert WHITESPACE == "".join(chr(code) for code in range(0x110000) if chr(code).isspace())
+    found = "".join(chr(code) for code in range(0x110000) if chr(code).isspace())
+    assert found == WHITESPACE
 
 
 def test_the_graph_and_python_tokenise_every_whitespace_and_punctuation_alike():
