@@ -40,9 +40,9 @@ def validation_batching(count: int, replicas: int, global_batch: int, static: bo
 
 
 def validation_dataset(examples_dir: str, stats: dict, placement, global_batch: int, cache: bool):
-    """(dataset, steps) for validation while training, or (None, None) when there are too few examples. On several
-    hosts, each reads its share of the same first examples, and all run the same number of steps (else None: one
-    pass)."""
+    """(dataset, steps) for validation while training, or (None, None) when there are too few examples: the steps
+    read each example once. On several hosts, each reads its share of the same first examples, and all run the same
+    number of steps."""
     count = stats["counts"]["validation"]
     static = placement.devices > 1 or placement.accelerator == "tpu"
     batch, used = validation_batching(count, placement.devices, global_batch, static)
@@ -62,10 +62,9 @@ def validation_dataset(examples_dir: str, stats: dict, placement, global_batch: 
         shard=(placement.processes, placement.process_index),
         take=used if placement.processes > 1 else None,
     )
-    if placement.processes == 1:
-        return dataset, None
-    # Keras keeps one validation iterator across epochs when it is given a number of steps: repeat the examples
-    return dataset.repeat(), used // batch
+    # Keras keeps one validation iterator across epochs when it is given a number of steps: repeat the examples (a
+    # pass of unknown length would end the first validation with Keras's "Your input ran out of data" warning)
+    return dataset.repeat(), math.ceil(used / batch)
 
 
 def datasets(config: TrainConfig, examples: Examples, placement, global_batch: int):

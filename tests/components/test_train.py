@@ -612,9 +612,14 @@ def test_the_same_seed_trains_the_same_model_on_the_cpu(converted, tmp_path):
     assert histories[0] == histories[1]
 
 
-def test_the_training_step_is_traced_once_on_one_device(converted, tmp_path, monkeypatch):
+def test_one_device_traces_the_training_step_once_and_validates_each_example_once_an_epoch(
+    converted, tmp_path, monkeypatch
+):
     """TensorFlow traces a step function again when its first trace made variables: the optimizer's and the metric's
-    are made before fit, so that one device traces the training step once, as several do."""
+    are made before fit, so that one device traces the training step once, as several do. Validation reads each
+    example once an epoch, by a count of steps, without Keras's "Your input ran out of data" in the log."""
+    import warnings
+
     from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 
     from components.train.config import TrainConfig
@@ -628,11 +633,19 @@ def test_the_training_step_is_traced_once_on_one_device(converted, tmp_path, mon
         return train_step(self, data)
 
     monkeypatch.setattr(TensorFlowTrainer, "train_step", counted)
+    examples_dir, stats = converted
     config = TrainConfig(
-        examples_dir=converted[0], model_dir=str(tmp_path), epochs=2, per_replica_batch_size=8, backend="tensorflow"
+        examples_dir=examples_dir, model_dir=str(tmp_path), epochs=3, per_replica_batch_size=8, backend="tensorflow"
     )
-    assert run(config)["replicas"] == 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert run(config)["replicas"] == 1
     assert len(traced) == 1
+    assert not [w for w in caught if "ran out of data" in str(w.message)]
+    count = stats["counts"]["validation"]
+    accuracies = json.loads((tmp_path / "history.json").read_text())["history"]["val_accuracy"]
+    assert count % 8 and len(accuracies) == 3  # (a last batch smaller than the others)
+    assert all(abs(a * count - round(a * count)) < 1e-4 for a in accuracies), (count, accuracies)
 
 
 def test_an_epochs_progress_line_gives_its_figures_its_seconds_and_the_time_left():
