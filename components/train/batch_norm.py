@@ -39,8 +39,12 @@ def reestimate(model, batches, backend: str) -> int:
     if not layers:
         return 0
     momenta = [layer.momentum for layer in layers]
+    variables = [variable for layer in layers for variable in (layer.moving_mean, layer.moving_variance)]
     try:
-        used = (_reestimate_jax if backend == "jax" else _reestimate_tensorflow)(model, layers, batches)
+        for layer in layers:  # momentum 0: the moving statistics a pass in training mode leaves are the batch's
+            layer.momentum = 0.0
+        statistics = (_statistics_jax if backend == "jax" else _statistics_tensorflow)(model, variables, batches)
+        used = _assign_means(variables, statistics)
     finally:
         for layer, momentum in zip(layers, momenta, strict=True):
             layer.momentum = momentum
@@ -54,42 +58,43 @@ def reestimate(model, batches, backend: str) -> int:
     return used
 
 
-def _reestimate_tensorflow(model, layers, batches) -> int:
-    """TensorFlow: one traced forward pass in training mode at momentum 0 (the moving statistics it leaves are the
-    batch's), the same graph for every batch, averaged here; eagerly, each of the model's operations is a call of
-    its own."""
+def _assign_means(variables, statistics) -> int:
+    """Assigns each of ``variables`` the mean of its values in ``statistics`` (a list of arrays a batch, in the
+    order of ``variables``); returns how many batches there were."""
     import numpy as np
-    import tensorflow as tf
 
-    for layer in layers:
-        layer.momentum = 0.0
-    variables = [variable for layer in layers for variable in (layer.moving_mean, layer.moving_variance)]
-    forward = tf.function(lambda inputs: model(inputs, training=True))
     sums, used = None, 0
-    for inputs, _ in batches:
-        forward(inputs)
-        found = [np.asarray(variable.numpy(), dtype=np.float64) for variable in variables]
+    for found in statistics:
+        found = [np.asarray(value, dtype=np.float64) for value in found]
         sums = found if sums is None else [total + value for total, value in zip(sums, found, strict=True)]
         used += 1
-    for variable, total in zip(variables, sums or (), strict=False):
-        variable.assign((total / used).astype(np.float32))
+    if used:
+        for variable, total in zip(variables, sums, strict=True):
+            variable.assign((total / used).astype(np.float32))
     return used
 
 
-def _reestimate_jax(model, layers, batches) -> int:
-    """JAX: one compiled forward pass in training mode (``stateless_call``, momentum 0: the statistics it returns
-    are the batch's), the same program for every batch, averaged here; JAX would compile each operation of an
-    eager call on its own. Under a distribution each batch is this process's share of a global batch, placed as the
-    train step places it: over several processes, every process runs each pass on its share and gets the global
-    batch's statistics."""
+def _statistics_tensorflow(model, variables, batches):
+    """TensorFlow: each batch's statistics (``variables``' values after one traced forward pass in training mode),
+    the same graph for every batch; eagerly, each of the model's operations is a call of its own."""
+    import tensorflow as tf
+
+    forward = tf.function(lambda inputs: model(inputs, training=True))
+    for inputs, _ in batches:
+        forward(inputs)
+        yield [variable.numpy() for variable in variables]
+
+
+def _statistics_jax(model, variables, batches):
+    """JAX: each batch's statistics from one compiled forward pass in training mode (``stateless_call``), the same
+    program for every batch; JAX would compile each operation of an eager call on its own. Under a distribution each
+    batch is this process's share of a global batch, placed as the train step places it: over several processes,
+    every process runs each pass on its share and gets the global batch's statistics."""
     import jax
     import keras
-    import numpy as np
 
-    for layer in layers:
-        layer.momentum = 0.0
     positions = {id(variable): n for n, variable in enumerate(model.non_trainable_variables)}
-    wanted = [positions[id(variable)] for layer in layers for variable in (layer.moving_mean, layer.moving_variance)]
+    wanted = [positions[id(variable)] for variable in variables]
     trainable = [variable.value for variable in model.trainable_variables]
     non_trainable = [variable.value for variable in model.non_trainable_variables]
 
@@ -99,7 +104,6 @@ def _reestimate_jax(model, layers, batches) -> int:
         return [updated[n] for n in wanted], updated
 
     distribution = keras.distribution.distribution()
-    sums, used = None, 0
     for inputs, _ in batches:
         batch = inputs.numpy() if hasattr(inputs, "numpy") else inputs
         if distribution is not None:  # this process's share of the global batch, as the train step places it
@@ -107,11 +111,4 @@ def _reestimate_jax(model, layers, batches) -> int:
             batch = jax.make_array_from_process_local_data(layout, batch)
         found, non_trainable = statistics(trainable, non_trainable, batch)
         # the global batch's statistics, the same on every process (a copy of each is on this process's devices)
-        found = [np.asarray(value.addressable_data(0), dtype=np.float64) for value in found]
-        sums = found if sums is None else [total + value for total, value in zip(sums, found, strict=True)]
-        used += 1
-    if used:
-        pairs = [(layer.moving_mean, layer.moving_variance) for layer in layers]
-        for variable, total in zip((v for pair in pairs for v in pair), sums, strict=True):
-            variable.assign((total / used).astype(np.float32))
-    return used
+        yield [value.addressable_data(0) for value in found]
