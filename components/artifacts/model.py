@@ -11,18 +11,106 @@ A text model's artifact also holds ``vocabulary.txt``, the vocabulary its token 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from components.artifacts.records import HISTORY, MODEL_CONFIG, Record, Typed
 
 MODEL_FILE = "model.keras"
 WEIGHTS_FILE = "model.weights.h5"
 REFERENCE_FILE = "reference_predictions.npz"  # arrays: probabilities [N, classes], from the validation split in order
 
 
-def load_model_config(model_dir: str) -> dict:
+@dataclass(frozen=True)
+class History(Typed):
+    """``history.json``: how the training went. ``history``: each metric's value per epoch (``loss``, ``accuracy``,
+    ``val_loss``, ``val_accuracy``; ``lr`` under a schedule), as Keras's ``History.history``; ``epochs``: how many
+    they are; ``train_seconds``: how long this run's epochs took; ``resumed_after_epoch``: the epochs an earlier
+    attempt had finished; ``not_learning``: why the curves show no learning, with what to try (None: they do);
+    ``kept_epoch`` (1-based) and ``kept_index`` (in the curves): the epoch whose weights the model has, where it keeps
+    the best; ``stopped_after_epoch`` and ``patience``: where early stopping ended the run, after how many epochs
+    without a better one."""
+
+    RECORD: ClassVar[Record] = HISTORY
+
+    history: dict[str, list[float]]
+    epochs: int
+    train_seconds: float
+    resumed_after_epoch: int = 0
+    not_learning: str | None = None
+    kept_epoch: int | None = None
+    kept_index: int | None = None
+    stopped_after_epoch: int | None = None
+    patience: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelConfig(Typed, Mapping):
+    """``model_config.json``: the model, what it takes and how it was trained.
+
+    - The model: ``model_name``; ``model``, where its code came from (``ref``, ``kind``: builtin, file or module,
+      ``sha256``, and ``file``: the copy kept beside it, "" for a built-in); ``hparams``, its builder's arguments.
+    - Its input (``components.modalities``): ``modality``, ``num_classes``, ``class_names``; an image model's
+      ``image_size``; a text model's ``sequence_length``, ``vocabulary_size``, ``vocabulary_sha256`` and
+      ``standardization``.
+    - Its training: ``backend`` (and ``backend_reason``), ``precision``, the batch sizes, ``epochs``,
+      ``learning_rate``, ``augment``, the devices (``replicas``, ``processes``, ``strategy``, ``accelerator``,
+      ``distribution``), ``jit_compile``, ``steps_per_execution``; a pretrained backbone's ``weights``,
+      ``head_epochs`` and ``fine_tune`` (its epochs, blocks, learning rate and trainable weights).
+
+    It also reads as the mapping of its fields that have a value, as a ``stats.json`` and an ``export.json`` do:
+    what ``components.modalities`` takes as an artifact's facts."""
+
+    RECORD: ClassVar[Record] = MODEL_CONFIG
+
+    model_name: str
+    model: dict
+    hparams: dict
+    modality: str
+    num_classes: int
+    class_names: list[str]
+    backend: str
+    precision: str
+    backend_reason: str = ""
+    image_size: int | None = None
+    sequence_length: int | None = None
+    vocabulary_size: int | None = None
+    vocabulary_sha256: str | None = None
+    standardization: str | None = None
+    per_replica_batch_size: int | None = None
+    global_batch_size: int | None = None
+    epochs: int | None = None
+    learning_rate: float | None = None
+    augment: bool = False
+    replicas: int = 1
+    processes: int = 1
+    strategy: str | None = None
+    accelerator: str | None = None
+    jit_compile: bool | None = None
+    steps_per_execution: int | None = None
+    distribution: dict | None = None
+    weights: str | None = None
+    head_epochs: int | None = None
+    fine_tune: dict | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        value = getattr(self, key) if key in self.__dataclass_fields__ else None
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in self.__dataclass_fields__ if getattr(self, name) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def load_model_config(model_dir: str) -> ModelConfig:
     """Reads ``model_config.json``; raises ``UsageError`` when ``model_dir`` is not a trained model, or one an older
     version of the pipeline trained."""
-    from components.artifacts.records import MODEL_CONFIG
-
-    return MODEL_CONFIG.read(model_dir)
+    return ModelConfig.read(model_dir)
 
 
 def model_digest(model_dir: str) -> str:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import ClassVar, TypeVar
 
 from components.cli import UsageError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T", bound="Typed")
 
 FORMAT_KEY = "format_version"
 
@@ -112,6 +115,38 @@ class Record:
         if other := self.other_version(value):
             newer = other.startswith("a newer")
             raise FormatVersionError(f"{where} was made by {other}: {'upgrade the pipeline' if newer else self.remake}")
+
+
+class Typed:
+    """A frozen dataclass of one record's fields (its ``RECORD``): the only way its file is read or written. Each
+    field is a key of the file; a field without a default must be there, or the file is not this format's."""
+
+    RECORD: ClassVar[Record]
+
+    @classmethod
+    def from_dict(cls: type[T], value: Mapping, where: str) -> T:
+        """The record from its file's ``value`` (its format checked); ``where``: the folder, for the error."""
+        cls.RECORD.check(value, where)
+        kinds = fields(cls)  # type: ignore[arg-type]
+        lacking = [f.name for f in kinds if f.name not in value and f.default is f.default_factory is MISSING]
+        if lacking:
+            raise UsageError(f"{where}: its {cls.RECORD.name} has no {', '.join(lacking)}; {cls.RECORD.remake}")
+        return cls(**{f.name: value[f.name] for f in kinds if f.name in value})
+
+    @classmethod
+    def read(cls: type[T], folder: str) -> T:
+        """The record in ``folder``; a one-line error when there is none or it is not this code's."""
+        return cls.from_dict(cls.RECORD.read_any(folder), f"{cls.RECORD.folder} {folder}")
+
+    @classmethod
+    def read_if_any(cls: type[T], folder: str) -> T | None:
+        """``read``, or None where ``folder`` holds no such file."""
+        found = cls.RECORD.read_any(folder, missing_ok=True)
+        return None if found is None else cls.from_dict(found, f"{cls.RECORD.folder} {folder}")
+
+    def write(self, folder: str) -> None:
+        """Writes the record into ``folder``, whole or not at all."""
+        self.RECORD.write(folder, asdict(self))  # type: ignore[call-overload]
 
 
 STATS = Record("stats.json", 1, "examples dir", "convert", "convert the data again")

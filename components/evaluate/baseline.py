@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from components.artifacts.evaluation import answered_counts
 from components.artifacts.examples import Reading
+from components.artifacts.model import ModelConfig
 from components.cli import UsageError
 from components.evaluate.metrics import classification_metrics, top_k_accuracy
 from components.evaluate.predictions import predict_split
@@ -111,16 +112,16 @@ def load_baseline(baseline: Baseline):
 
 
 def baseline_figures(
-    baseline: Baseline, examples_dir: str, split: str, model_config: dict, y_true, k: int, reading: Reading
+    baseline: Baseline, examples_dir: str, split: str, model_config: ModelConfig, y_true, k: int, reading: Reading
 ):
     """The baseline on the candidate's examples (``split`` of ``examples_dir``), its columns in this model's class
     order (the same classes, perhaps in another order): (its accuracy, for the blessing; its figures, for the report
     to set beside the candidate's; how often it gave each class)."""
     _, probabilities, _ = predict_split(load_baseline(baseline), examples_dir, split, reading)
-    order = [baseline.class_names.index(name) for name in model_config["class_names"]]
+    order = [baseline.class_names.index(name) for name in model_config.class_names]
     probabilities = probabilities[:, order]
     answers = probabilities.argmax(axis=-1)
-    judged = classification_metrics(y_true, answers, model_config["class_names"])
+    judged = classification_metrics(y_true, answers, model_config.class_names)
     return (
         float((answers == y_true).mean()),
         {

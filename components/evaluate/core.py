@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import os
 
-from components.artifacts.model import load_model_config
-from components.artifacts.records import HISTORY, METRICS
+from components.artifacts.model import History, load_model_config
+from components.artifacts.records import METRICS
 from components.browser import draw_report
 from components.cli import UsageError
 from components.evaluate.baseline import baseline_figures, check_baseline, comparability
@@ -85,25 +85,25 @@ def _evaluate(config: EvaluateConfig) -> dict:
         data_checks = read_checks(config.data_checks)
     not_comparable = baseline and comparability(baseline, model_config)
     model = load_trained_model(config.model_dir, model_config)
-    history = read_history(config.model_dir)  # the curves for the report, and train's word on whether it learned
+    history = History.read_if_any(config.model_dir)  # the curves for the report, and train's word on its learning
     from components.evaluate.report import MAX_MISCLASSIFIED
 
     y_true, probabilities, wrong = predict_split(
         model, config.examples_dir, config.split, reading, keep_wrong=MAX_MISCLASSIFIED
     )
-    metrics = classification_metrics(y_true, probabilities.argmax(axis=-1), model_config["class_names"])
-    k = min(TOP_K, model_config["num_classes"])
+    metrics = classification_metrics(y_true, probabilities.argmax(axis=-1), model_config.class_names)
+    k = min(TOP_K, model_config.num_classes)
     metrics["top_k_accuracy"] = {"k": k, "accuracy": top_k_accuracy(y_true, probabilities, k)}
-    metrics["ranking"] = ranking_metrics(y_true, probabilities, model_config["class_names"])
+    metrics["ranking"] = ranking_metrics(y_true, probabilities, model_config.class_names)
     metrics["split"] = config.split
     if reading.pictures:  # images: the figure clients will get, on the files themselves
         metrics["client_files"] = client_file_accuracy(
-            model, config.examples_dir, config.split, size, model_config["num_classes"]
+            model, config.examples_dir, config.split, size, model_config.num_classes
         )
-    metrics.update(model_name=model_config["model_name"], model_dir=config.model_dir, examples_dir=config.examples_dir)
+    metrics.update(model_name=model_config.model_name, model_dir=config.model_dir, examples_dir=config.examples_dir)
     # the run's facts, for the report to lead with: the data, and how and where the model was trained
     metrics["counts"] = dict(stats["counts"])
-    metrics["training"] = {key: model_config.get(key) for key in TRAINING_FACTS}
+    metrics["training"] = {key: getattr(model_config, key) for key in TRAINING_FACTS}
     baseline_accuracy = None
     if baseline is not None and not not_comparable:
         figures = baseline_figures(baseline, config.examples_dir, config.split, model_config, y_true, k, reading)
@@ -128,7 +128,7 @@ def _evaluate(config: EvaluateConfig) -> dict:
         config.max_accuracy_drop,
         not_comparable or None,
         metrics["per_class"],
-        (history or {}).get("not_learning"),
+        history and history.not_learning,
     )
     if baseline is not None and baseline.modality is not modality:  # never in place of the model in service
         metrics["blessing"]["blessed"] = False
@@ -159,13 +159,7 @@ def _evaluate(config: EvaluateConfig) -> dict:
     return metrics
 
 
-def read_history(model_dir: str) -> dict | None:
-    """The model artifact's ``history.json`` (curves, and ``not_learning``: train's word that its run did not
-    learn), or None for a model without one."""
-    return HISTORY.read_if_any(model_dir)
-
-
-def write_report(config: EvaluateConfig, metrics: dict, wrong, history: dict | None) -> str:
+def write_report(config: EvaluateConfig, metrics: dict, wrong, history: History | None) -> str:
     """Writes ``report.html`` beside ``metrics.json``, with the misclassified images ``predict_split`` kept (the
     pixels the model saw); returns its path."""
     import io

@@ -14,6 +14,7 @@ import html
 import io
 from collections.abc import Sequence
 
+from components.artifacts.model import History
 from components.artifacts.served import SERVED_MARKER
 from components.modalities import modality_of
 
@@ -107,7 +108,7 @@ def curve_svg(title: str, series: dict[str, Sequence[float]]) -> str:
 
 
 def render(
-    metrics: dict, history: dict | None, misclassified: Sequence[tuple[bytes | None, str, str, float, str]]
+    metrics: dict, history: History | None, misclassified: Sequence[tuple[bytes | None, str, str, float, str]]
 ) -> str:
     """The report's HTML. ``misclassified``: (JPEG bytes, true label, predicted label, its probability, the image's
     source file or "" when its records do not say); for a text, (None, ..., the text)."""
@@ -121,7 +122,7 @@ def render(
     small = f"<p><b>Classes with few examples</b> (under 5 in a split; their figures say little): {few}</p>" * bool(few)
     curves = ""
     if history:
-        per_epoch = history.get("history", history)
+        per_epoch = history.history
         curves = curve_svg("loss", {k: per_epoch[k] for k in ("loss", "val_loss") if k in per_epoch})
         curves += curve_svg("accuracy", {k: per_epoch[k] for k in ("accuracy", "val_accuracy") if k in per_epoch})
     items = modality_of(metrics.get("training") or {}).items
@@ -254,22 +255,21 @@ def shorten(text: str) -> str:
     return text if len(text) <= MAX_TEXT_CHARACTERS else text[: MAX_TEXT_CHARACTERS - 1].rstrip() + "…"
 
 
-def run_facts(metrics: dict, history: dict | None) -> str:
+def run_facts(metrics: dict, history: History | None) -> str:
     """The rows of the report's opening table: the model, the data, and how, where and how long it trained."""
     from components.models.source import described
 
     counts = metrics.get("counts", {})
     training = metrics.get("training", {})
-    history = history or {}
     data = ", ".join(f"{counts[split]} {split}" for split in ("train", "validation", "test") if split in counts)
-    epochs = history.get("epochs")
-    if epochs is not None and history.get("resumed_after_epoch"):
-        epochs = f"{epochs} (resumed after epoch {history['resumed_after_epoch']})"
+    epochs = history and history.epochs
+    if history and history.resumed_after_epoch:
+        epochs = f"{epochs} (resumed after epoch {history.resumed_after_epoch})"
     hardware = training.get("accelerator")
     if hardware:
         devices, processes = training.get("replicas") or 1, training.get("processes") or 1
         hardware = f"{hardware}, {devices} device(s), {processes} process(es)"
-    seconds = history.get("train_seconds")
+    seconds = history and history.train_seconds
     shape = modality_of(training).describe(training, len(metrics.get("class_names", [])))
     rows = [
         (
@@ -284,7 +284,7 @@ def run_facts(metrics: dict, history: dict | None) -> str:
         ("hardware", hardware),
         ("backend", training.get("backend")),
         ("global batch", training.get("global_batch_size")),
-        ("training time", f"{seconds:.1f} s" if isinstance(seconds, (int, float)) else None),
+        ("training time", f"{seconds:.1f} s" if history else None),
     ]
     return "".join(
         f"<tr><td>{name}</td><td>{html.escape(str(value))}</td></tr>" for name, value in rows if value not in (None, "")

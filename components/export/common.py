@@ -10,11 +10,7 @@ import tempfile
 from dataclasses import dataclass
 
 from components.artifacts.exported import TFLITE_FILES, check_formats
-from components.artifacts.model import (
-    REFERENCE_FILE,
-    WEIGHTS_FILE,
-    load_model_config,
-)
+from components.artifacts.model import REFERENCE_FILE, WEIGHTS_FILE, ModelConfig, load_model_config
 from components.modalities import reading_of
 from components.params import EXPORT
 
@@ -103,21 +99,21 @@ def build_cpu_model(model_dir: str):
     loaded = load_trained(config, model_dir)
     keras.mixed_precision.set_global_policy("float32")
     with tf.device("/CPU:0"):
-        model = build_model(loaded, spec_of(config), config.get("hparams") or {})
+        model = build_model(loaded, spec_of(config), config.hparams)
         model.load_weights(os.path.join(model_dir, WEIGHTS_FILE))
     return model, config
 
 
-def keep_model_code(model_dir: str, output_dir: str, model_config: dict) -> dict:
+def keep_model_code(model_dir: str, output_dir: str, model_config: ModelConfig) -> dict:
     """The export's record of the code that made the model (``export.json``'s ``model`` and ``hparams``), and a
     copy of a model file of one's own beside the export (it goes with it into the registry): a version can be traced
     to its code. The SavedModel and the TFLite files need none of it to serve."""
     from components.storage import read_bytes, write_atomically
 
-    record = model_config.get("model") or {}
-    if record.get("file"):
+    record = model_config.model
+    if record["file"]:
         write_atomically(os.path.join(output_dir, record["file"]), read_bytes(os.path.join(model_dir, record["file"])))
-    return {"model_name": model_config["model_name"], "model": record, "hparams": model_config.get("hparams") or {}}
+    return {"model_name": model_config.model_name, "model": record, "hparams": model_config.hparams}
 
 
 def loaded(saved_model):
@@ -205,7 +201,7 @@ def format_entries(
     }
 
 
-def backend_parity(model, model_dir: str, model_config: dict, examples_dir: str) -> dict:
+def backend_parity(model, model_dir: str, model_config: ModelConfig, examples_dir: str) -> dict:
     """The codelab's hand-off, across backends: the CPU model (TensorFlow, float32) against the probabilities the
     training backend itself computed on the same validation images, in its own precision (``reference_predictions``
     in the model artifact)."""
@@ -213,7 +209,7 @@ def backend_parity(model, model_dir: str, model_config: dict, examples_dir: str)
 
     from components.artifacts.examples import first_images
 
-    record = {"trained_backend": model_config.get("backend", "tensorflow"), "export_backend": "tensorflow"}
+    record = {"trained_backend": model_config.backend, "export_backend": "tensorflow"}
     path = os.path.join(model_dir, REFERENCE_FILE)
     if not os.path.exists(path):
         return {**record, "num_examples": 0, "skipped": "the train step recorded no reference predictions"}

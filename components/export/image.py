@@ -13,7 +13,7 @@ import logging
 import os
 
 from components.artifacts.exported import SAVED_MODEL_DIR, TFLITE_FILES, write_export_record
-from components.artifacts.model import model_digest
+from components.artifacts.model import ModelConfig, model_digest
 from components.artifacts.tflite import tflite_predict
 from components.export.common import (
     PARITY_BATCH_SIZE,
@@ -68,7 +68,7 @@ def write_saved_model(model, image_size: int, class_names, path: str) -> None:
     write_archive(archive, path)
 
 
-def check_parity(saved_model, trained_model, examples_dir: str, split: str, model_config: dict) -> dict:
+def check_parity(saved_model, trained_model, examples_dir: str, split: str, model_config: ModelConfig) -> dict:
     """Compares the SavedModel (its path or itself loaded; fed the split's JPEG bytes) with the trained model (fed
     the pixels it trained on)."""
     import numpy as np
@@ -80,8 +80,8 @@ def check_parity(saved_model, trained_model, examples_dir: str, split: str, mode
     files = split_files(examples_dir, split)
 
     def bytes_and_pixels(serialized):
-        image_bytes = parse_example(serialized, model_config["num_classes"])["image"]
-        return image_bytes, decode_image(image_bytes, model_config["image_size"])
+        image_bytes = parse_example(serialized, model_config.num_classes)["image"]
+        return image_bytes, decode_image(image_bytes, model_config.image_size)
 
     dataset = tf.data.TFRecordDataset(files).map(bytes_and_pixels, num_parallel_calls=tf.data.AUTOTUNE)
     agree, total, max_difference = 0, 0, 0.0
@@ -99,7 +99,7 @@ def check_parity(saved_model, trained_model, examples_dir: str, split: str, mode
     }
 
 
-def raw_file_accuracy(saved_model, examples_dir: str, model_config: dict) -> dict:
+def raw_file_accuracy(saved_model, examples_dir: str, model_config: ModelConfig) -> dict:
     """The SavedModel's ``serving_default`` on what clients send: each test example's source file, read as it is
     (local or ``gs://``), beside the same example's TFRecord JPEG; the accuracy of both, and the first file whose
     answer differs. What is left out is counted (``components.artifacts.examples.client_files``). Scored a chunk at
@@ -110,7 +110,7 @@ def raw_file_accuracy(saved_model, examples_dir: str, model_config: dict) -> dic
 
     serving = loaded(saved_model).signatures["serving_default"]
     counts, total, raw_correct, tfrecord_correct, differs, only_raw, only_tfrecord = {}, 0, 0, 0, [], 0, 0
-    for chunk in client_files(examples_dir, "test", model_config["num_classes"], counts, PARITY_BATCH_SIZE // 2):
+    for chunk in client_files(examples_dir, "test", model_config.num_classes, counts, PARITY_BATCH_SIZE // 2):
         sent = [content for _, content, _, _ in chunk] + [encoded for _, _, encoded, _ in chunk]
         answers = serving(image_bytes=tf.constant(sent))["class_id"].numpy()
         for (path, _, _, truth), raw, recorded in zip(chunk, answers[: len(chunk)], answers[len(chunk) :], strict=True):
@@ -241,18 +241,18 @@ def tflite_models(model, image_size: int, examples_dir: str, num_classes: int, f
     return {name: converters[name]().convert() for name in formats}
 
 
-def describe(model_config: dict, fmt: str) -> str:
+def describe(model_config: ModelConfig, fmt: str) -> str:
     """The TFLite file's description in its metadata: what it classifies, and how it was made."""
     kind = "float32" if fmt == "tflite_float" else "full-integer int8 (uint8 in and out)"
-    names = model_config["class_names"]
+    names = model_config.class_names
     return (
-        f"{model_config['model_name']}, {kind}: classifies an RGB image into {len(names)} classes "
-        f"({shown_classes(names)}); trained with {model_config['backend']} in "
-        f"{model_config['precision']}. Input: {TFLITE_INPUT}."
+        f"{model_config.model_name}, {kind}: classifies an RGB image into {len(names)} classes "
+        f"({shown_classes(names)}); trained with {model_config.backend} in "
+        f"{model_config.precision}. Input: {TFLITE_INPUT}."
     )
 
 
-def format_accuracies(saved_model, tflite: dict[str, bytes], examples_dir: str, model_config: dict):
+def format_accuracies(saved_model, tflite: dict[str, bytes], examples_dir: str, model_config: ModelConfig):
     """Correct test predictions of each exported format (the SavedModel's ``serving_images``, the SavedModel given
     by its path or loaded, and each TFLite model), and the number of test images."""
     from components.artifacts.examples import make_dataset
@@ -276,7 +276,7 @@ def export_image(config: ExportConfig) -> dict:
     ``export.json``."""
     model, model_config = build_cpu_model(config.model_dir)
     saved_model_path = os.path.join(config.output_dir, SAVED_MODEL_DIR)
-    write_saved_model(model, model_config["image_size"], model_config["class_names"], saved_model_path)
+    write_saved_model(model, model_config.image_size, model_config.class_names, saved_model_path)
     trained = load_trained_model(config.model_dir, model_config)
     saved_model = loaded(saved_model_path)  # once, for every check of it
     parity = check_parity(saved_model, trained, config.examples_dir, config.parity_split, model_config)
@@ -284,17 +284,17 @@ def export_image(config: ExportConfig) -> dict:
     check_raw_file_accuracy(raw)
     crossed = backend_parity(model, config.model_dir, model_config, config.examples_dir)
     tflite = tflite_models(
-        model, model_config["image_size"], config.examples_dir, model_config["num_classes"], config.tflite()
+        model, model_config.image_size, config.examples_dir, model_config.num_classes, config.tflite()
     )
     digest = model_digest(config.model_dir)
     for name, content in tflite.items():  # labels, normalisation, size: so that task libraries run them as they are
         tflite[name] = classifier_files(
             content,
-            name=model_config["model_name"],
+            name=model_config.model_name,
             version=digest[:12],
             description=describe(model_config, name),
-            image_size=model_config["image_size"],
-            class_names=model_config["class_names"],
+            image_size=model_config.image_size,
+            class_names=model_config.class_names,
         )
     for name, content in tflite.items():
         write_atomically(os.path.join(config.output_dir, TFLITE_FILES[name]), content)
@@ -311,10 +311,10 @@ def export_image(config: ExportConfig) -> dict:
         # what the SavedModel does to the bytes it is sent, as the conversion did: what a client that decodes
         # for itself (the TFLite files, serving_images) must do the same way
         "decoding": DECODING,
-        "class_names": model_config["class_names"],
+        "class_names": model_config.class_names,
         "modality": "image",
-        "image_size": model_config["image_size"],
-        "trained_precision": model_config["precision"],
+        "image_size": model_config.image_size,
+        "trained_precision": model_config.precision,
         "trained_backend": crossed["trained_backend"],
         "model_digest": digest,  # the trained weights' sha256: the model's identity
         **keep_model_code(config.model_dir, config.output_dir, model_config),

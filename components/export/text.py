@@ -22,7 +22,7 @@ import shutil
 import tempfile
 
 from components.artifacts.exported import SAVED_MODEL_DIR, TFLITE_FILES, write_export_record
-from components.artifacts.model import model_digest
+from components.artifacts.model import ModelConfig, model_digest
 from components.artifacts.tflite import tflite_token_predict
 from components.cli import StepFailedError
 from components.export.common import (
@@ -77,7 +77,7 @@ def write_text_saved_model(model, tokenizer: GraphTokenizer, class_names, path: 
     write_archive(archive, path)
 
 
-def check_text_parity(saved_model, trained_model, examples_dir: str, split: str, model_config: dict):
+def check_text_parity(saved_model, trained_model, examples_dir: str, split: str, model_config: ModelConfig):
     """On every example of ``split``: the SavedModel's token ids for the raw text against the conversion's (Beam's),
     and its probabilities for the raw text against the trained model's for the converted ids. Returns the record,
     and the first text whose ids differ (None when all agree)."""
@@ -161,7 +161,7 @@ def text_tflite_models(model, sequence_length: int, examples_dir: str, num_class
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def text_format_accuracies(saved_model, tflite: dict[str, bytes], examples_dir: str, model_config: dict):
+def text_format_accuracies(saved_model, tflite: dict[str, bytes], examples_dir: str, model_config: ModelConfig):
     """Correct test predictions of each format: the SavedModel fed the raw texts (its own tokenisation), each
     TFLite file fed the converted ids; and the number of test texts."""
 
@@ -181,7 +181,7 @@ def text_format_accuracies(saved_model, tflite: dict[str, bytes], examples_dir: 
     )
 
 
-def describe_text(model_config: dict, fmt: str, quantization: str) -> str:
+def describe_text(model_config: ModelConfig, fmt: str, quantization: str) -> str:
     kind = (
         "float32"
         if fmt == "tflite_float"
@@ -189,11 +189,11 @@ def describe_text(model_config: dict, fmt: str, quantization: str) -> str:
             quantization
         ]
     )
-    names = model_config["class_names"]
+    names = model_config.class_names
     return (
-        f"{model_config['model_name']}, {kind}: classifies a text, given as {model_config['sequence_length']} "
+        f"{model_config.model_name}, {kind}: classifies a text, given as {model_config.sequence_length} "
         f"token ids of vocabulary.txt, into {len(names)} classes ({shown_classes(names)}); trained with "
-        f"{model_config['backend']} in {model_config['precision']}."
+        f"{model_config.backend} in {model_config.precision}."
     )
 
 
@@ -201,11 +201,11 @@ def export_text(config: ExportConfig) -> dict:
     """Exports a text model (SavedModel on strings, TFLite on ids), checks it, and writes ``export.json``."""
     vocabulary = read_vocabulary(os.path.join(config.model_dir, VOCABULARY_FILE))
     model, model_config = build_cpu_model(config.model_dir)
-    length = model_config["sequence_length"]
+    length = model_config.sequence_length
     saved_model_path = os.path.join(config.output_dir, SAVED_MODEL_DIR)
     standardization = standardization_of(model_config)
     tokenizer = GraphTokenizer(vocabulary, length, standardization)
-    write_text_saved_model(model, tokenizer, model_config["class_names"], saved_model_path)
+    write_text_saved_model(model, tokenizer, model_config.class_names, saved_model_path)
     trained = load_trained_model(config.model_dir, model_config)
     saved_model = loaded(saved_model_path)  # once, for every check of it
     parity, differing = check_text_parity(saved_model, trained, config.examples_dir, config.parity_split, model_config)
@@ -218,17 +218,17 @@ def export_text(config: ExportConfig) -> dict:
         )
     crossed = backend_parity(model, config.model_dir, model_config, config.examples_dir)
     tflite, quantization = text_tflite_models(
-        model, length, config.examples_dir, model_config["num_classes"], config.tflite()
+        model, length, config.examples_dir, model_config.num_classes, config.tflite()
     )
     digest = model_digest(config.model_dir)
     for name, content in tflite.items():
         tflite[name] = text_classifier_files(
             content,
-            name=model_config["model_name"],
+            name=model_config.model_name,
             version=digest[:12],
             description=describe_text(model_config, name, quantization),
             sequence_length=length,
-            class_names=model_config["class_names"],
+            class_names=model_config.class_names,
             vocabulary=vocabulary_bytes(vocabulary),
             standardization=standardization,
         )
@@ -252,14 +252,14 @@ def export_text(config: ExportConfig) -> dict:
         "backend_parity": crossed,
         # what clients get: the SavedModel on the test texts as they send them, raw strings tokenised in its graph
         "raw_texts": {"split": "test", "num_texts": total, "test_accuracy": served},
-        "class_names": model_config["class_names"],
+        "class_names": model_config.class_names,
         "sequence_length": length,
         "vocabulary_size": len(vocabulary),
         "vocabulary_file": VOCABULARY_FILE,
-        "vocabulary_sha256": model_config.get("vocabulary_sha256"),
+        "vocabulary_sha256": model_config.vocabulary_sha256,
         "standardization": standardization,
         "standardization_file": STANDARDIZATION_FILE,
-        "trained_precision": model_config["precision"],
+        "trained_precision": model_config.precision,
         "trained_backend": crossed["trained_backend"],
         "model_digest": digest,
         **keep_model_code(config.model_dir, config.output_dir, model_config),

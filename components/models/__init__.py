@@ -9,6 +9,7 @@ Importing this package is light: Keras is imported by the functions that build."
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from components.cli import UsageError
 from components.models.builtin import (
@@ -30,6 +31,9 @@ from components.models.source import (
     resolve_hparams,
 )
 from components.models.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from components.artifacts.model import ModelConfig
 
 __all__ = [
     "AUTO_MODEL",
@@ -95,10 +99,10 @@ def build_model(loaded: LoadedModel | str, spec: ModelSpec, hparams: dict | None
     return loaded.build(spec, **(resolve_hparams(loaded, {}) if hparams is None else hparams))
 
 
-def load_trained(model_config: dict, model_dir: str) -> LoadedModel:
+def load_trained(model_config: ModelConfig, model_dir: str) -> LoadedModel:
     """The builder a trained model was made by, as ``model_config.json`` records it: ours by name, a file from the
     copy kept beside the model (``SOURCE_DIR``), a module imported (the same file it was trained from)."""
-    source = model_config.get("model") or {"ref": model_config["model_name"], "kind": "builtin", "sha256": ""}
+    source = model_config.model
     ref = parse_ref(source["ref"])
     if ref.kind != "file":
         loaded = load(ref)
@@ -117,17 +121,16 @@ def load_trained(model_config: dict, model_dir: str) -> LoadedModel:
     return load(ModelRef(kept, "file", kept, ref.function))
 
 
-def load_trained_model(model_dir: str, model_config: dict | None = None):
+def load_trained_model(model_dir: str, model_config: ModelConfig | None = None):
     """A trained model as it was saved (``model.keras``, in the precision it trained in), the user's custom layers
     registered first by importing the file it was built from."""
     import keras
 
-    from components.artifacts.model import MODEL_FILE
-    from components.artifacts.records import MODEL_CONFIG
+    from components.artifacts.model import MODEL_FILE, ModelConfig
 
     if model_config is None:  # (a baseline saved by hand may have none: a model of Keras's own layers)
-        model_config = MODEL_CONFIG.read_if_any(model_dir) or {}
-    if (model_config.get("model") or {}).get("kind", "builtin") != "builtin":
+        model_config = ModelConfig.read_if_any(model_dir)
+    if model_config is not None and model_config.model["kind"] != "builtin":
         load_trained(model_config, model_dir)  # (its import registers the model's custom layers)
     import components.models.text_layers  # noqa: F401 (registers the built-in models' own layers)
 

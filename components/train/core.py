@@ -29,6 +29,7 @@ import time
 from collections.abc import Mapping
 
 from components.artifacts.examples import damaged_shards_named
+from components.artifacts.model import ModelConfig
 from components.cli import UsageError
 from components.modalities import example_shape, modality_of, spec_of
 from components.models import parse_ref, resolve_auto
@@ -172,7 +173,7 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
         1000 * sum(backups) / max(len(backups), 1),
         "auto" if config.backup_interval is None else config.backup_interval,
     )
-    model_config = {
+    facts = {
         **model_facts(code, examples, backend, placement.why, precision),
         **transfer_facts(config, plan, model),
         "per_replica_batch_size": per_device,
@@ -188,13 +189,14 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
         "steps_per_execution": config.steps_per_execution,
         "distribution": distribution_facts(model, placement, (global_batch, *examples.shape)),
     }
-    curves, not_learned, kept = save_results(
+    model_config = ModelConfig(**facts)
+    history = save_results(
         model, config, examples, dirs, placement, model_config, finished_before, seconds, advice, code.loaded, kept
     )
-    at = kept.get("kept_index", -1)  # the figures of the epoch whose weights were kept (the best), else the last's
-    final = {name: values[at] for name, values in curves.items()}
-    if not_learned:
-        log.warning("training did not learn: %s", not_learned)
+    at = -1 if history.kept_index is None else history.kept_index  # the kept (best) epoch's figures, else the last's
+    final = {name: values[at] for name, values in history.history.items()}
+    if history.not_learning:
+        log.warning("training did not learn: %s", history.not_learning)
     images_per_second = trained_epochs * steps_per_epoch * global_batch / max(seconds, 1e-9)
     log.info("trained in %.1fs (%.0f %ss/s): %s", seconds, images_per_second, examples.modality, json.dumps(final))
     return {
@@ -204,11 +206,11 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
         "model_dir": dirs.model_dir,
         "resumed_after_epoch": finished_before,
         "epochs_trained": trained_epochs,
-        "kept_epoch": kept.get("kept_epoch"),
-        "stopped_after_epoch": kept.get("stopped_after_epoch"),
-        "not_learning": not_learned,
+        "kept_epoch": history.kept_epoch,
+        "stopped_after_epoch": history.stopped_after_epoch,
+        "not_learning": history.not_learning,
         "process_index": placement.process_index,
-        **model_config,
+        **facts,
     }
 
 

@@ -8,8 +8,7 @@ import os
 import shutil
 
 from components.artifacts.checkpoints import BACKUP_DIR, FINE_TUNE_BACKUP_DIR
-from components.artifacts.model import MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE
-from components.artifacts.records import HISTORY, MODEL_CONFIG
+from components.artifacts.model import MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE, History, ModelConfig
 from components.learning import not_learning
 from components.modalities import named
 from components.models import SOURCE_DIR, LoadedModel
@@ -73,37 +72,43 @@ def save_results(
     examples: Examples,
     dirs,
     placement,
-    model_config: dict,
+    model_config: ModelConfig,
     finished_before: int,
     seconds: float,
     advice: str,
     loaded: LoadedModel,
     kept: dict,
 ):
-    """Process 0 writes the model artifact and removes the finished run's backup; every host then reports what it
-    wrote: (the curves, why they show no learning or None, ``kept``: the epoch whose weights were kept, its index in
-    the curves, and where training stopped)."""
+    """Process 0 writes the model artifact and removes the finished run's backup; every host then returns the
+    ``History`` process 0 wrote (``kept``: the epoch whose weights were kept, the phase's last epoch, where it stopped
+    and after what patience)."""
     epoch_log = os.path.join(dirs.checkpoint_dir, EPOCH_LOG_FILE)
     epochs = read_epoch_log(epoch_log) if placement.is_chief else []  # process 0 alone keeps the log
     # (not an earlier attempt's epochs past where this one stopped)
     epochs = [record for record in epochs if record["epoch"] <= kept.get("last_epoch", record["epoch"])]
     numbers = [record["epoch"] for record in epochs]
-    if kept.get("kept_epoch") in numbers:
-        kept = {**kept, "kept_index": numbers.index(kept["kept_epoch"])}
     reference = reference_predictions(model, config.examples_dir, examples.stats, placement)
     curves = {name: [record[name] for record in epochs] for name in epochs[-1] if name != "epoch"} if epochs else {}
-    not_learned = None  # why the curves show no learning, with what to try: process 0 decides, every host reports
-    if placement.is_chief:
+    history = None
+    if placement.is_chief:  # process 0 decides whether the curves show learning, and writes what every host reports
         diagnosis = not_learning(curves.get("loss", []), examples.num_classes, class_counts=class_counts(examples))
-        not_learned = diagnosis and f"{diagnosis}; {advice}"
-        save_model_artifact(
-            model, dirs.model_dir, model_config, curves, finished_before, reference, seconds, not_learned, kept
+        history = History(
+            history=curves,
+            epochs=len(numbers),
+            train_seconds=round(seconds, 3),
+            resumed_after_epoch=finished_before,
+            not_learning=diagnosis and f"{diagnosis}; {advice}",
+            kept_epoch=kept.get("kept_epoch"),
+            kept_index=numbers.index(kept["kept_epoch"]) if kept.get("kept_epoch") in numbers else None,
+            stopped_after_epoch=kept.get("stopped_after_epoch"),
+            patience=kept.get("patience"),
         )
+        save_model_artifact(model, dirs.model_dir, model_config, history, reference)
         if examples.vocabulary is not None:
             write_atomically(os.path.join(dirs.model_dir, VOCABULARY_FILE), vocabulary_bytes(examples.vocabulary))
-        if model_config["model"]["file"]:  # the code that made the model, kept with it (evaluate and export load it)
+        if model_config.model["file"]:  # the code that made the model, kept with it (evaluate and export load it)
             with open(loaded.source_file, "rb") as handle:
-                write_atomically(os.path.join(dirs.model_dir, model_config["model"]["file"]), handle.read())
+                write_atomically(os.path.join(dirs.model_dir, model_config.model["file"]), handle.read())
         for backup in (BACKUP_DIR, FINE_TUNE_BACKUP_DIR):  # a rerun starts afresh
             shutil.rmtree(os.path.join(dirs.checkpoint_dir, backup), ignore_errors=True)
             shutil.rmtree(best_folder(dirs.checkpoint_dir, backup), ignore_errors=True)
@@ -114,27 +119,12 @@ def save_results(
         if os.path.isdir(dirs.checkpoint_dir) and not os.listdir(dirs.checkpoint_dir):
             os.rmdir(dirs.checkpoint_dir)
     placement.barrier("model saved")
-    if not placement.is_chief and HISTORY.exists(dirs.model_dir):  # every host reports what process 0 wrote
-        history = HISTORY.read(dirs.model_dir)
-        curves, not_learned = history["history"], history.get("not_learning")
-        kept = {name: history.get(name) for name in ("kept_epoch", "kept_index", "stopped_after_epoch")}
-    return curves, not_learned, kept
+    return history or History.read(dirs.model_dir)  # every other host reports what process 0 wrote
 
 
-def save_model_artifact(
-    model,
-    model_dir: str,
-    model_config: dict,
-    curves: dict,
-    resumed_after: int,
-    reference,
-    seconds: float,
-    not_learning: str | None = None,
-    kept: dict | None = None,
-):
-    """Writes the model artifact (``components.artifacts.model``); ``seconds``: how long this run's epochs took;
-    ``not_learning``: why the curves show no learning (with what to try), or None; ``kept``: the epoch whose weights
-    the model has (``kept_epoch``, ``kept_index`` in the curves), and where training stopped early, if it did."""
+def save_model_artifact(model, model_dir: str, model_config: ModelConfig, history: History, reference) -> None:
+    """Writes the model artifact (``components.artifacts.model``): the model, its weights, ``model_config.json``,
+    ``history.json`` and the reference predictions (where there are any)."""
     import numpy as np
 
     os.makedirs(model_dir, exist_ok=True)
@@ -142,15 +132,7 @@ def save_model_artifact(
     # on TPUs under JAX load into export's TensorFlow model on a CPU
     model.save(os.path.join(model_dir, MODEL_FILE))
     model.save_weights(os.path.join(model_dir, WEIGHTS_FILE))
-    MODEL_CONFIG.write(model_dir, model_config)
-    history = {
-        "epochs": len(next(iter(curves.values()), [])),
-        "resumed_after_epoch": resumed_after,
-        "train_seconds": round(seconds, 3),
-        "not_learning": not_learning,
-        "history": curves,
-        **{name: (kept or {}).get(name) for name in ("kept_epoch", "kept_index", "stopped_after_epoch", "patience")},
-    }
-    HISTORY.write(model_dir, history)
+    model_config.write(model_dir)
+    history.write(model_dir)
     if reference is not None:
         np.savez(os.path.join(model_dir, REFERENCE_FILE), probabilities=reference)

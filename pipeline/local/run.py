@@ -328,7 +328,7 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
         "raw_files": export_report.get("raw_files"),
         "raw_texts": export_report.get("raw_texts"),
         "training": {
-            **{name: model_config.get(name) for name in TRAINING_FACTS},
+            **{name: getattr(model_config, name) for name in TRAINING_FACTS},
             **training_run(outputs["model"].path, model_config, run.spec, run.parameters),
         },
         "backend_parity": export_report.get("backend_parity"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
+from components.artifacts.model import ModelConfig
 from components.artifacts.served import served_lines
 
 log = logging.getLogger(__name__)
@@ -29,28 +30,29 @@ TRAINING_FACTS = (
 )
 
 
-def training_run(model_dir: str, model_config: dict, spec: dict, parameters: dict) -> dict:
+def training_run(model_dir: str, model_config: ModelConfig, spec: dict, parameters: dict) -> dict:
     """The epochs, learning rate and schedule the run used (as the train step recorded them in ``model_config``:
     given, or what auto resolved to), and where training ended: the final epoch's validation accuracy; after how many
     epochs it resumed from a checkpoint (0: it did not)."""
-    from components.artifacts.records import HISTORY, TUNING
+    from components.artifacts.model import History
+    from components.artifacts.records import TUNING
 
     used = {name: parameter_used(name, spec, parameters) for name in ("epochs", "learning_rate", "lr_schedule")}
-    used.update({name: model_config[name] for name in ("epochs", "learning_rate") if model_config.get(name)})
+    used.update({name: getattr(model_config, name) for name in ("epochs", "learning_rate") if model_config.get(name)})
     used["epochs"] = int(used["epochs"])
-    recorded = HISTORY.read_if_any(model_dir) or {}
-    accuracies = recorded.get("history", {}).get("val_accuracy") or [None]
-    kept = recorded.get("kept_index")  # the epoch whose weights the model has (the best), else the last
+    recorded = History.read_if_any(model_dir) or History({}, 0, 0.0)
+    accuracies = recorded.history.get("val_accuracy") or [None]
+    kept = recorded.kept_index  # the epoch whose weights the model has (the best), else the last
     tuning = TUNING.read_if_any(model_dir)
     if tuning:  # a search: the kept trial's values are the run's
         used.update({name: value for name, value in tuning["best"]["parameters"].items() if name in used})
     return {
         **used,
         "final_validation_accuracy": accuracies[-1 if kept is None else kept],
-        "kept_epoch": recorded.get("kept_epoch"),
+        "kept_epoch": recorded.kept_epoch,
         "epochs_run": len(accuracies) if accuracies != [None] else None,
-        "stopped_after_epoch": recorded.get("stopped_after_epoch"),
-        "resumed_after_epoch": recorded.get("resumed_after_epoch", 0),
+        "stopped_after_epoch": recorded.stopped_after_epoch,
+        "resumed_after_epoch": recorded.resumed_after_epoch,
         "tuning": tuning,
     }
 

@@ -8,7 +8,8 @@ import logging
 
 import pytest
 
-from components.artifacts.records import FORMAT_KEY, METRICS, RECORDS, STATS, FormatVersionError
+from components.artifacts.model import History, ModelConfig
+from components.artifacts.records import FORMAT_KEY, HISTORY, METRICS, RECORDS, STATS, FormatVersionError
 from components.cli import UsageError
 
 
@@ -57,3 +58,48 @@ def test_a_baselines_record_of_another_version_is_left_aside_with_a_warning(tmp_
 
 def test_each_record_has_a_file_of_its_own():
     assert len({record.name for record in RECORDS}) == len(RECORDS)
+
+
+def test_a_typed_record_is_its_file_read_back_and_refused_in_one_line_without_its_fields(tmp_path):
+    folder = str(tmp_path)
+    assert History.read_if_any(folder) is None
+    history = History({"loss": [0.9, 0.4]}, 2, 3.5, kept_epoch=2, kept_index=1)
+    history.write(folder)
+    written = json.loads((tmp_path / HISTORY.name).read_text())
+    assert written[FORMAT_KEY] == HISTORY.version and written["history"] == {"loss": [0.9, 0.4]}
+    assert written["stopped_after_epoch"] is None  # every field is in the file, None where it has no value
+    assert History.read(folder) == history == History.read_if_any(folder)
+    del written["train_seconds"], written["epochs"]
+    (tmp_path / HISTORY.name).write_text(json.dumps(written))
+    with pytest.raises(UsageError) as lacking:
+        History.read(folder)
+    assert str(lacking.value) == f"model dir {folder}: its history.json has no epochs, train_seconds; retrain"
+    (tmp_path / HISTORY.name).write_text(json.dumps({"history": {}, "epochs": 1, "train_seconds": 1.0}))
+    with pytest.raises(FormatVersionError, match=r"^model dir .* was made by an older version .*: retrain$"):
+        History.read_if_any(folder)
+
+
+def test_a_model_config_is_typed_and_reads_as_the_facts_it_has(tmp_path):
+    from components.modalities import TEXT, modality_of
+
+    config = ModelConfig(
+        model_name="text_bilstm",
+        model={"ref": "text_bilstm", "kind": "builtin", "sha256": "", "file": ""},
+        hparams={},
+        modality="text",
+        num_classes=2,
+        class_names=["neg", "pos"],
+        backend="jax",
+        precision="float32",
+        sequence_length=8,
+        vocabulary_size=64,
+    )
+    assert modality_of(config) is TEXT and config["sequence_length"] == 8 == config.sequence_length
+    assert "image_size" not in config and config.get("image_size") is None  # (an image model's, not a text's)
+    with pytest.raises(KeyError):
+        config["image_size"]
+    assert dict(config)["class_names"] == ["neg", "pos"] and len(config) == len(dict(config))
+    config.write(str(tmp_path))
+    assert ModelConfig.read(str(tmp_path)) == config
+    with pytest.raises(TypeError):  # a fact the record does not declare is a mistake in the writer
+        ModelConfig(**{**dict(config), "colour": "blue"})

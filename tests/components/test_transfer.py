@@ -162,7 +162,7 @@ def test_head_only_leaves_the_whole_backbone_as_loaded(converted32, backbone_wei
     for before, after in zip(reference.weights, trained.weights, strict=True):
         np.testing.assert_array_equal(np.array(before), np.array(after))
     with open(os.path.join(model_dir, "model_config.json")) as handle:
-        assert "fine_tune" not in json.load(handle)
+        assert json.load(handle)["fine_tune"] is None  # (no phase of it)
     # evaluate loads it as it loads any model, and its report says where its weights came from
     from components.evaluate.core import EvaluateConfig
     from components.evaluate.core import run as evaluate
@@ -433,6 +433,7 @@ def test_the_run_local_summary_says_where_a_backbones_weights_came_from_and_its_
 
 
 def test_the_report_says_where_a_backbones_weights_came_from_and_its_two_phases():
+    from components.artifacts.model import History
     from components.evaluate.report import run_facts
 
     training = {
@@ -440,12 +441,12 @@ def test_the_report_says_where_a_backbones_weights_came_from_and_its_two_phases(
         "head_epochs": 5,
         "fine_tune": {"epochs": 10, "blocks": 3, "learning_rate": 0.0002},
     }
-    rows = run_facts({"model_name": MODEL, "training": training}, {"epochs": 15})
+    rows = run_facts({"model_name": MODEL, "training": training}, History({}, 15, 9.0))
     assert (
         "<tr><td>pretrained</td><td>gs://b/w.weights.h5 weights: 5 epochs of its head, the backbone frozen, "
         "then 10 fine-tuning its top 3 blocks at learning rate 0.0002</td></tr>"
     ) in rows
-    assert "pretrained" not in run_facts({"model_name": "codelab_convnet_bn", "training": {}}, {"epochs": 15})
+    assert "pretrained" not in run_facts({"model_name": "codelab_convnet_bn", "training": {}}, History({}, 15, 9.0))
 
 
 def test_an_interrupted_fine_tuning_is_said_to_stop_at_its_epoch_of_both_phases(tmp_path):
