@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from components.artifacts.conversion import ExamplesStats
 
 SPLITS = ("train", "validation", "test")
 # what the examples hold: images (this schema), or texts (``text_feature_spec``); auto: recognised from the source
@@ -38,10 +42,11 @@ def split_pattern(examples_dir: str, split: str) -> str:
 def split_files(examples_dir: str, split: str) -> list[str]:
     """The TFRecord files of ``split``: those ``stats.json`` lists when the convert step adopted existing TFRecords
     as they are, else the shards under ``<examples_dir>/<split>/``."""
-    from components.artifacts.records import STATS
+    from components.artifacts.conversion import ExamplesStats
     from components.storage import glob
 
-    listed = (STATS.read_if_any(examples_dir) or {}).get("files")
+    stats = ExamplesStats.read_if_any(examples_dir)
+    listed = stats.files if stats is not None else None
     return list(listed.get(split, [])) if listed is not None else glob(split_pattern(examples_dir, split))
 
 
@@ -276,10 +281,10 @@ def parse_example(serialized, num_classes: int) -> dict:
     return tf.io.parse_single_example(serialized, feature_spec(num_classes))
 
 
-def read_stats(examples_dir: str) -> dict:
+def read_stats(examples_dir: str) -> ExamplesStats:
     """Reads ``<examples_dir>/stats.json``; raises ``UsageError`` when the folder is not a conversion output, or one
     an older version of the pipeline made."""
-    from components.artifacts.records import STATS
+    from components.artifacts.conversion import ExamplesStats
     from components.cli import UsageError
     from components.storage import exists, read_json
 
@@ -292,7 +297,7 @@ def read_stats(examples_dir: str) -> dict:
         raise UsageError(
             f"examples dir {examples_dir} holds a conversion that failed ({reason}): convert again into it"
         )
-    return STATS.read(examples_dir)
+    return ExamplesStats.read(examples_dir)
 
 
 # a class with fewer examples than this in a split is listed in stats.json, the run-local summary and the report

@@ -11,11 +11,10 @@ A text model's artifact also holds ``vocabulary.txt``, the vocabulary its token 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from components.artifacts.records import HISTORY, MODEL_CONFIG, Record, Typed
+from components.artifacts.records import HISTORY, MODEL_CONFIG, Facts, Record, Typed
 
 MODEL_FILE = "model.keras"
 WEIGHTS_FILE = "model.weights.h5"
@@ -46,7 +45,7 @@ class History(Typed):
 
 
 @dataclass(frozen=True)
-class ModelConfig(Typed, Mapping):
+class ModelConfig(Facts):
     """``model_config.json``: the model, what it takes and how it was trained.
 
     - The model: ``model_name``; ``model``, where its code came from (``ref``, ``kind``: builtin, file or module,
@@ -59,8 +58,7 @@ class ModelConfig(Typed, Mapping):
       ``distribution``), ``jit_compile``, ``steps_per_execution``; a pretrained backbone's ``weights``,
       ``head_epochs`` and ``fine_tune`` (its epochs, blocks, learning rate and trainable weights).
 
-    It also reads as the mapping of its fields that have a value, as a ``stats.json`` and an ``export.json`` do:
-    what ``components.modalities`` takes as an artifact's facts."""
+    It reads as the mapping of its facts too (``Facts``)."""
 
     RECORD: ClassVar[Record] = MODEL_CONFIG
 
@@ -93,18 +91,6 @@ class ModelConfig(Typed, Mapping):
     weights: str | None = None
     head_epochs: int | None = None
     fine_tune: dict | None = None
-
-    def __getitem__(self, key: str) -> Any:
-        value = getattr(self, key) if key in self.__dataclass_fields__ else None
-        if value is None:
-            raise KeyError(key)
-        return value
-
-    def __iter__(self) -> Iterator[str]:
-        return (name for name in self.__dataclass_fields__ if getattr(self, name) is not None)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 def load_model_config(model_dir: str) -> ModelConfig:

@@ -8,9 +8,9 @@ so that a registry kept from an older release does not stop a run."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, asdict, dataclass, fields
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from components.cli import UsageError
 
@@ -144,9 +144,40 @@ class Typed:
         found = cls.RECORD.read_any(folder, missing_ok=True)
         return None if found is None else cls.from_dict(found, f"{cls.RECORD.folder} {folder}")
 
-    def write(self, folder: str) -> None:
-        """Writes the record into ``folder``, whole or not at all."""
-        self.RECORD.write(folder, asdict(self))  # type: ignore[call-overload]
+    def write(self, folder: str) -> dict:
+        """Writes the record into ``folder``, whole or not at all; returns what it wrote."""
+        return self.RECORD.write(folder, self.to_dict())
+
+    def to_dict(self) -> dict:
+        """The record as its file holds it: every field."""
+        return asdict(self)  # type: ignore[call-overload]
+
+
+class Facts(Typed, Mapping):
+    """A typed record that also reads as (and is written as) the mapping of its fields that have a value (None:
+    the fact is not this record's, an image size in a text model's). A conversion's ``stats.json``, a model's
+    ``model_config.json`` and an ``export.json`` describe their input with the same keys, which
+    ``components.modalities`` reads from any of them."""
+
+    def __getitem__(self, key: str) -> Any:
+        value = getattr(self, key) if key in self._names() else None
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in self._names() if getattr(self, name) is not None)
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return tuple(item.name for item in fields(cls))  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def to_dict(self) -> dict:
+        """The record as its file holds it: the facts it has (none of another modality's, for one)."""
+        return dict(self)
 
 
 STATS = Record("stats.json", 1, "examples dir", "convert", "convert the data again")

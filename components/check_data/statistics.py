@@ -21,6 +21,7 @@ from collections import Counter
 
 import numpy as np
 
+from components.artifacts.conversion import ExamplesStats
 from components.artifacts.data_statistics import NEAR_DUPLICATES_NAME
 from components.artifacts.records import DATA_STATS
 from components.modalities import modality_of
@@ -50,16 +51,16 @@ def compute(
     modality = modality_of(stats).name
     result = {
         "modality": modality,
-        "class_names": list(stats["class_names"]),
-        "counts": stats["counts"],
-        "per_class": stats["per_class"],
-        "num_examples": stats["num_examples"],
-        "quarantined": stats["quarantined"],
-        "duplicates": stats.get("duplicates", 0),
+        "class_names": list(stats.class_names),
+        "counts": stats.counts,
+        "per_class": stats.per_class,
+        "num_examples": stats.num_examples,
+        "quarantined": stats.quarantined,
+        "duplicates": stats.duplicates,
         "quarantine_reasons": quarantine_reasons(examples_dir),
-        "fingerprint": stats.get("fingerprint", ""),
-        "source": stats.get("source", ""),
-        "split_method": stats.get("split_method", 1),  # (a conversion that does not say was split by file bytes)
+        "fingerprint": stats.fingerprint,
+        "source": stats.source,
+        "split_method": stats.split_method,
     }
     of_split = SPLIT_STATISTICS[modality](examples_dir, stats, result, vocabulary, served_standardization)
     keys, result[modality] = {}, {}
@@ -70,11 +71,11 @@ def compute(
     return result, keys
 
 
-def image_splits(examples_dir: str, stats: dict, result: dict, vocabulary, served_standardization):
+def image_splits(examples_dir: str, stats: ExamplesStats, result: dict, vocabulary, served_standardization):
     return lambda split: image_statistics(examples_dir, split, stats["counts"].get(split), is_adopted(stats))
 
 
-def text_splits(examples_dir: str, stats: dict, result: dict, vocabulary, served_standardization):
+def text_splits(examples_dir: str, stats: ExamplesStats, result: dict, vocabulary, served_standardization):
     """A text split's statistics, under the version's standardisation (recorded in ``result``) and the served
     model's."""
     own = {token: i for i, token in enumerate(TEXT.read_vocabulary(examples_dir))}
@@ -97,9 +98,9 @@ def text_splits(examples_dir: str, stats: dict, result: dict, vocabulary, served
 SPLIT_STATISTICS = {"image": image_splits, "text": text_splits}
 
 
-def is_adopted(stats: dict) -> bool:
+def is_adopted(stats: ExamplesStats) -> bool:
     """Whether a version's examples are adopted TFRecords (their files listed in ``stats.json``), not shards."""
-    return "files" in stats
+    return stats.adopted
 
 
 def quarantine_reasons(examples_dir: str) -> dict[str, int]:

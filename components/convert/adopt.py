@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from apache_beam.io.filesystems import FileSystems
 
-from components.artifacts.records import STATS
+from components.artifacts.conversion import ExamplesStats
 from components.cli import UsageError, one_line
 from components.convert.listing import fingerprint_of, match_tfrecords
 from components.schema import SPLITS, RecordError, check_class_count, read_records, small_classes
@@ -248,7 +248,7 @@ def adopt(config, threads: int) -> dict:
     write_atomically(f"{output_dir}/quarantine.jsonl", b"")
     lines = "".join(json.dumps(record, sort_keys=True) + "\n" for record in duplicates)
     write_atomically(f"{output_dir}/duplicates.jsonl", lines.encode())
-    stats = STATS.write(output_dir, stats)
+    stats = ExamplesStats(**stats).write(output_dir)
     log.info(
         "adopted %d records in %d files in %.1fs: %s",
         stats["num_examples"],

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from components.artifacts.records import STATS
+from components.artifacts.conversion import ExamplesStats
 from components.cli import UsageError
 from components.convert.adopt import adopt
 from components.convert.common import (
@@ -419,5 +419,5 @@ def write_stats(
         split_method=SPLIT_METHOD,
     )
     write_records(output_dir, quarantine, duplicates)
-    stats = STATS.write(output_dir, stats)
+    stats = ExamplesStats(**stats).write(output_dir)
     return stats

@@ -25,7 +25,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from components.artifacts.records import STATS
+from components.artifacts.conversion import ExamplesStats
 from components.cli import one_line
 from components.convert.common import (
     DUPLICATE_TAG,
@@ -248,7 +248,7 @@ def write_text_stats(
     )
     write_atomically(f"{output_dir}/{VOCABULARY_FILE}", vocabulary_bytes(vocabulary))
     write_records(output_dir, quarantine, duplicates)
-    stats = STATS.write(output_dir, stats)
+    stats = ExamplesStats(**stats).write(output_dir)
     return stats
 
 

@@ -70,7 +70,7 @@ def _evaluate(config: EvaluateConfig) -> dict:
     activate_backend("tensorflow")  # a CPU step; the baseline may be a TensorFlow SavedModel
     stats = read_stats(config.examples_dir)
     model_config = load_model_config(config.model_dir)
-    if stats["counts"].get(config.split, 0) == 0:
+    if stats.counts.get(config.split, 0) == 0:
         raise UsageError(f"examples dir {config.examples_dir} has no {config.split} examples to evaluate on")
     check_examples_match(model_config, stats, config.model_dir, config.examples_dir)
     check_writable(config.output_dir, "--output")
@@ -102,7 +102,7 @@ def _evaluate(config: EvaluateConfig) -> dict:
         )
     metrics.update(model_name=model_config.model_name, model_dir=config.model_dir, examples_dir=config.examples_dir)
     # the run's facts, for the report to lead with: the data, and how and where the model was trained
-    metrics["counts"] = dict(stats["counts"])
+    metrics["counts"] = dict(stats.counts)
     metrics["training"] = {key: getattr(model_config, key) for key in TRAINING_FACTS}
     baseline_accuracy = None
     if baseline is not None and not not_comparable:
@@ -136,7 +136,7 @@ def _evaluate(config: EvaluateConfig) -> dict:
             f"the baseline is {baseline.modality.a_model}: {modality.a_model} must not take its place (give text "
             "and image models their own --model-display-name or registry)"
         )
-    metrics["small_classes"] = stats.get("small_classes", {})
+    metrics["small_classes"] = stats.small_classes
     if data_checks is not None:
         metrics["data_checks"] = data_checks
     metrics["blessing"]["baseline"] = config.baseline or None

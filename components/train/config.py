@@ -196,7 +196,7 @@ def lasting_checkpoint_dir(config: TrainConfig, model_uri: str) -> str:
         return ""
     stats = read_stats(config.examples_dir)
     examples = {
-        key: stats.get(key)
+        key: getattr(stats, key)
         for key in (
             "fingerprint",
             "counts",

@@ -97,7 +97,7 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
             BATCH_MULTIPLE,
         )
     global_batch = per_device * placement.devices
-    train_count = examples.stats["counts"]["train"]
+    train_count = examples.stats.counts["train"]
     steps_per_epoch = train_count // global_batch
     if steps_per_epoch < 1:
         raise UsageError(
@@ -228,7 +228,7 @@ def check_inputs(config: TrainConfig, env: Mapping[str, str]):
     kind = modality_of(stats)
     kind.check_augment(config.augment)
     modality = kind.name
-    examples = Examples(stats, modality, stats["num_classes"], example_shape(stats), None, spec_of(stats))
+    examples = Examples(stats, modality, stats.num_classes, example_shape(stats), None, spec_of(stats))
     ref = resolve_auto(parse_ref(config.model_name), modality)
     if ref.text != config.model_name:
         log.info("--model auto: %s for %ss", ref.text, modality)

@@ -8,6 +8,7 @@ import logging
 import math
 from dataclasses import dataclass
 
+from components.artifacts.conversion import ExamplesStats
 from components.artifacts.examples import first_images, make_dataset
 from components.modalities import named, reading_of
 from components.models import LoadedModel, ModelSpec, check_modality, load, resolve_hparams
@@ -39,11 +40,11 @@ def validation_batching(count: int, replicas: int, global_batch: int, static: bo
     return batch, (count // batch * batch if batch else 0)
 
 
-def validation_dataset(examples_dir: str, stats: dict, placement, global_batch: int, cache: bool):
+def validation_dataset(examples_dir: str, stats: ExamplesStats, placement, global_batch: int, cache: bool):
     """(dataset, steps) for validation while training, or (None, None) when there are too few examples: the steps
     read each example once. On several hosts, each reads its share of the same first examples, and all run the same
     number of steps."""
-    count = stats["counts"]["validation"]
+    count = stats.counts["validation"]
     static = placement.devices > 1 or placement.accelerator == "tpu"
     batch, used = validation_batching(count, placement.devices, global_batch, static)
     if not used:
@@ -69,7 +70,7 @@ def validation_dataset(examples_dir: str, stats: dict, placement, global_batch: 
 
 def datasets(config: TrainConfig, examples: Examples, placement, global_batch: int):
     """(the training dataset, each process's share of the global batch; the validation dataset and its steps)."""
-    counts = examples.stats["counts"]
+    counts = examples.stats.counts
     cache = (counts["train"] + counts["validation"]) * math.prod(examples.shape) * 4 < CACHE_LIMIT_BYTES
     shard = (placement.processes, placement.process_index)
     train_ds = make_dataset(
@@ -93,7 +94,7 @@ def datasets(config: TrainConfig, examples: Examples, placement, global_batch: i
 class Examples:
     """What training needs to know of the examples, read before the slow framework imports."""
 
-    stats: dict
+    stats: ExamplesStats
     modality: str
     num_classes: int
     shape: tuple
@@ -103,7 +104,7 @@ class Examples:
 
 def class_counts(examples: Examples) -> list:
     """The training examples of each class."""
-    return list(examples.stats.get("per_class", {}).get("train", {}).values())
+    return list(examples.stats.per_class.get("train", {}).values())
 
 
 @dataclass(frozen=True)
@@ -124,12 +125,12 @@ def load_model_code(config: TrainConfig, examples: Examples) -> ModelCode:
     return ModelCode(loaded, resolve_hparams(loaded, config.hparams))
 
 
-def reference_predictions(model, examples_dir: str, stats: dict, placement):
+def reference_predictions(model, examples_dir: str, stats: ExamplesStats, placement):
     """The trained model's probabilities on the first validation images, computed by the training backend (None on
     several hosts, where a prediction would need every host's part of the batch)."""
     import numpy as np
 
-    count = min(REFERENCE_EXAMPLES, stats["counts"]["validation"]) // placement.devices * placement.devices
+    count = min(REFERENCE_EXAMPLES, stats.counts["validation"]) // placement.devices * placement.devices
     if placement.processes > 1 or not count:
         return None
     images = first_images(examples_dir, "validation", reading_of(stats), count)

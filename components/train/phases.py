@@ -190,7 +190,7 @@ def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, p
     )
     image_size = examples.spec.image_size  # (None for texts)
     advice = what_to_try(
-        config.learning_rate, image_size, parse_ref(config.model_name).name, examples.stats.get("source_image_size")
+        config.learning_rate, image_size, parse_ref(config.model_name).name, examples.stats.source_image_size
     )
     if placement.is_chief:
         earlier = [record["loss"] for record in read_epoch_log(epoch_log)] if finished_before else []

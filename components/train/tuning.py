@@ -111,13 +111,13 @@ def space_for(model_name: str, weights: str, examples_dir: str) -> dict:
     from components.train.transfer import resolve_weights_choice
 
     stats = read_stats(examples_dir)
-    if not stats["counts"].get("validation"):  # before any trial trains: every one of them would end on this
+    if not stats.counts.get("validation"):  # before any trial trains: every one of them would end on this
         raise UsageError(NO_VALIDATION.format(examples=examples_dir))
     modality = modality_of(stats).name
     ref = resolve_auto(parse_ref(model_name), modality)
     declared = declared_space(load(ref)) if ref.kind != "builtin" else {}  # (a model of one's own imports Keras)
     weights = resolve_weights_choice(weights, ref.text)
-    return search_space(ref.text, weights, stats["counts"]["train"], declared, modality)
+    return search_space(ref.text, weights, stats.counts["train"], declared, modality)
 
 
 def sample(space: Mapping, count: int, seed: int) -> list[dict]:

@@ -12,6 +12,7 @@ import shutil
 import numpy as np
 import pytest
 
+from components.artifacts.records import STATS
 from components.cli import UsageError
 from components.convert.core import (
     ConvertConfig,
@@ -68,7 +69,7 @@ def test_stats_count_per_split_and_class_with_class_names_in_index_order(convert
     examples_dir, stats = converted
     with open(os.path.join(examples_dir, "stats.json")) as handle:
         on_disk = json.load(handle)
-    assert on_disk == stats
+    assert on_disk == {"format_version": STATS.version, **stats}  # (what the step returns is what it wrote)
     assert stats["class_names"] == list(CLASSES)
     assert stats["quarantined"] == 0
     assert stats["image_size"] == TINY_SIZE
@@ -1030,7 +1031,7 @@ def test_image_size_auto_converts_at_the_median_shorter_side_and_says_so(image_f
     given = run(
         ConvertConfig(source=image_folder, output_dir=str(tmp_path / "given"), image_size=24, pipeline_args=IN_MEMORY)
     )
-    assert given["image_size"] == 24 and given["image_size_auto"] is None
+    assert given.image_size == 24 and given.image_size_auto is None
     # the source's size, for the train step's advice: the median of every image converted, not of a sample
     assert given["source_image_size"] == int(statistics.median(sides))
 

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from components.artifacts.records import STATS
 from components.convert.core import ConvertConfig, run
 from components.convert.listing import list_image_folder
 from components.schema import SPLITS, split_files
@@ -36,7 +37,7 @@ def test_converts_a_gcs_folder_into_gcs_tfrecords(gcs):
         )
     )
     assert stats["num_examples"] == 18 and stats["quarantined"] == 1
-    assert read_json(f"{output}/stats.json") == stats
+    assert read_json(f"{output}/stats.json") == {"format_version": STATS.version, **stats}
     names = {blob.name for blob in gcs.client.list_blobs(BUCKET, prefix="examples/")}
     assert {"examples/stats.json", "examples/quarantine.jsonl", "examples/duplicates.jsonl"} <= names
     for split in SPLITS:

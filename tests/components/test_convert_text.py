@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 
+from components.artifacts.records import STATS
 from components.cli import UsageError
 from components.convert.__main__ import main as convert
 from components.schema import SPLITS
@@ -254,7 +255,10 @@ def test_a_jsonl_on_gcs_is_converted_into_gcs(gcs):
             source=f"gs://{BUCKET}/texts/reviews.jsonl", output_dir=output, vocabulary_size=20, pipeline_args=IN_MEMORY
         )
     )
-    assert stats["num_examples"] == 16 and read_json(f"{output}/stats.json") == stats
+    assert stats["num_examples"] == 16 and read_json(f"{output}/stats.json") == {
+        "format_version": STATS.version,
+        **stats,
+    }
     names = {blob.name for blob in gcs.client.list_blobs(BUCKET, prefix="text-examples/")}
     assert "text-examples/vocabulary.txt" in names
 

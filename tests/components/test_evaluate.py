@@ -480,7 +480,7 @@ def test_examples_that_do_not_match_the_model_are_refused_naming_both(converted,
     model_dir, _ = trained
     other = tmp_path / "examples"
     shutil.copytree(examples_dir, other)
-    edited = dict(stats)
+    edited = json.loads((other / "stats.json").read_text())
     if change == "reordered":
         edited["class_names"] = list(reversed(stats["class_names"]))
         expected = "fish, dog, cat, but model .* was trained on cat, dog, fish in another order"

@@ -103,3 +103,15 @@ def test_a_model_config_is_typed_and_reads_as_the_facts_it_has(tmp_path):
     assert ModelConfig.read(str(tmp_path)) == config
     with pytest.raises(TypeError):  # a fact the record does not declare is a mistake in the writer
         ModelConfig(**{**dict(config), "colour": "blue"})
+
+
+def test_a_conversions_stats_without_its_facts_are_refused_in_one_line(tmp_path):
+    from components.schema import read_stats
+
+    (tmp_path / STATS.name).write_text(json.dumps({FORMAT_KEY: STATS.version, "counts": {"train": 3}}))
+    with pytest.raises(UsageError) as lacking:
+        read_stats(str(tmp_path))
+    assert str(lacking.value) == (
+        f"examples dir {tmp_path}: its stats.json has no class_names, num_classes, num_examples, modality; convert "
+        "the data again"
+    )

@@ -551,10 +551,12 @@ def test_records_that_miss_a_feature_name_the_file_and_the_feature(tmp_path):
         feature = {"image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"x"]))}
         writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
     stats = {
+        "modality": "image",
         "image_size": 16,
         "num_classes": 2,
         "class_names": ["a", "b"],
         "counts": {"train": 64, "validation": 0, "test": 0},
+        "num_examples": 64,
     }
     STATS.write(str(tmp_path), stats)
     result = run_cli("components.train", "--examples", str(tmp_path), "--model-dir", str(tmp_path / "m"))

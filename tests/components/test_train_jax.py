@@ -287,7 +287,8 @@ def write_two_file_examples(root) -> str:
                     Image.fromarray(pixels).save(buffer, format="JPEG")
                     writer.write(serialize_example(buffer.getvalue(), i % 2, names[i % 2], (16, 16), 2))
         counts[split] = 16 * files
-    stats = {"image_size": 16, "num_classes": 2, "class_names": names, "counts": counts}
+    stats = {"modality": "image", "image_size": 16, "num_classes": 2, "class_names": names, "counts": counts}
+    stats["num_examples"] = sum(counts.values())
     STATS.write(str(root), stats)
     return str(root)
 
