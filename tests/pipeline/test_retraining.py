@@ -116,10 +116,12 @@ def test_the_first_run_registers_version_1(year):
 
 def test_unchanged_data_is_a_cache_hit_and_registers_nothing(year):
     """The fingerprint and the baseline lookup run again (they take the run's id); the fingerprint is unchanged, so
-    convert, train and export are cache hits, and the candidate is version 1 itself: no duplicate version."""
+    convert and train are cache hits. The data checks and evaluate run again against version 1, now the baseline,
+    and export with them (its report is evaluate's); the candidate is version 1 itself: no duplicate version."""
     first, summary = year["first"][1], assert_ok(year["unchanged"])
     assert summary["fingerprint"] == first["fingerprint"] and summary["run_id"] != first["run_id"]
-    assert summary["steps"]["convert"] == summary["steps"]["train"] == summary["steps"]["export"] == "cached"
+    assert summary["steps"]["convert"] == summary["steps"]["train"] == "cached"
+    assert summary["steps"]["check data"] == summary["steps"]["evaluate"] == summary["steps"]["export"] == "ran"
     shown = year["unchanged"][0].stdout
     assert "  convert: cached (an earlier run's outputs)" in shown and "  fingerprint: success (" in shown
     assert summary["model_dir"] == first["model_dir"]

@@ -284,7 +284,9 @@ def test_a_trial_metric_is_written_as_vertex_ai_reads_it(tmp_path, monkeypatch):
 
 
 def test_examples_without_a_validation_split_are_refused_before_any_trial(tmp_path):
-    STATS.write(str(tmp_path), {"counts": {"train": 90, "validation": 0, "test": 10}})
+    counts = {"train": 90, "validation": 0, "test": 10}
+    facts = {"modality": "image", "image_size": 16, "class_names": ["a", "b"], "num_classes": 2, "num_examples": 100}
+    STATS.write(str(tmp_path), {"counts": counts, **facts})
     with pytest.raises(
         UsageError,
         match=rf"^tuning compares trials on val_accuracy, and {tmp_path} have no "
