@@ -70,6 +70,7 @@ class ModelConfig(Facts):
     class_names: list[str]
     backend: str
     precision: str
+    augment: bool
     backend_reason: str = ""
     image_size: int | None = None
     sequence_length: int | None = None
@@ -80,7 +81,6 @@ class ModelConfig(Facts):
     global_batch_size: int | None = None
     epochs: int | None = None
     learning_rate: float | None = None
-    augment: bool = False
     replicas: int = 1
     processes: int = 1
     strategy: str | None = None

@@ -91,6 +91,7 @@ def test_a_model_config_is_typed_and_reads_as_the_facts_it_has(tmp_path):
         class_names=["neg", "pos"],
         backend="jax",
         precision="float32",
+        augment=False,
         sequence_length=8,
         vocabulary_size=64,
     )
