@@ -43,7 +43,7 @@ class ExamplesStats(Facts):
     source: str = ""
     shards: dict[str, int] | None = None
     input_bytes: int | None = None
-    split_method: int = 1  # (adopted TFRecords keep their files' splits: components.schema.SPLIT_METHODS)
+    split_method: int = 1  # (a conversion that does not say was split by file bytes: components.schema.SPLIT_METHODS)
     image_size: int | None = None
     image_size_auto: str | None = None
     source_image_size: int | None = None

@@ -89,20 +89,21 @@ def save_results(
     numbers = [record["epoch"] for record in epochs]
     reference = reference_predictions(model, config.examples_dir, examples.stats, placement)
     curves = {name: [record[name] for record in epochs] for name in epochs[-1] if name != "epoch"} if epochs else {}
-    history = None
-    if placement.is_chief:  # process 0 decides whether the curves show learning, and writes what every host reports
+    diagnosis = None  # process 0 decides whether the curves show learning, and writes what every host reports
+    if placement.is_chief:
         diagnosis = not_learning(curves.get("loss", []), examples.num_classes, class_counts=class_counts(examples))
-        history = History(
-            history=curves,
-            epochs=len(numbers),
-            train_seconds=round(seconds, 3),
-            resumed_after_epoch=finished_before,
-            not_learning=diagnosis and f"{diagnosis}; {advice}",
-            kept_epoch=kept.get("kept_epoch"),
-            kept_index=numbers.index(kept["kept_epoch"]) if kept.get("kept_epoch") in numbers else None,
-            stopped_after_epoch=kept.get("stopped_after_epoch"),
-            patience=kept.get("patience"),
-        )
+    history = History(
+        history=curves,
+        epochs=len(numbers),
+        train_seconds=round(seconds, 3),
+        resumed_after_epoch=finished_before,
+        not_learning=diagnosis and f"{diagnosis}; {advice}",
+        kept_epoch=kept.get("kept_epoch"),
+        kept_index=numbers.index(kept["kept_epoch"]) if kept.get("kept_epoch") in numbers else None,
+        stopped_after_epoch=kept.get("stopped_after_epoch"),
+        patience=kept.get("patience"),
+    )
+    if placement.is_chief:
         save_model_artifact(model, dirs.model_dir, model_config, history, reference)
         if examples.vocabulary is not None:
             write_atomically(os.path.join(dirs.model_dir, VOCABULARY_FILE), vocabulary_bytes(examples.vocabulary))
@@ -119,7 +120,9 @@ def save_results(
         if os.path.isdir(dirs.checkpoint_dir) and not os.listdir(dirs.checkpoint_dir):
             os.rmdir(dirs.checkpoint_dir)
     placement.barrier("model saved")
-    return history or History.read(dirs.model_dir)  # every other host reports what process 0 wrote
+    if not placement.is_chief:  # every other host reports what process 0 wrote, where it sees the model folder
+        history = History.read_if_any(dirs.model_dir) or history
+    return history
 
 
 def save_model_artifact(model, model_dir: str, model_config: ModelConfig, history: History, reference) -> None:

@@ -38,7 +38,8 @@ def training_run(model_dir: str, model_config: ModelConfig, spec: dict, paramete
     from components.artifacts.records import TUNING
 
     used = {name: parameter_used(name, spec, parameters) for name in ("epochs", "learning_rate", "lr_schedule")}
-    used.update({name: getattr(model_config, name) for name in ("epochs", "learning_rate") if model_config.get(name)})
+    recorded_values = {name: getattr(model_config, name) for name in ("epochs", "learning_rate")}
+    used.update({name: value for name, value in recorded_values.items() if value})
     used["epochs"] = int(used["epochs"])
     recorded = History.read_if_any(model_dir) or History({}, 0, 0.0)
     accuracies = recorded.history.get("val_accuracy") or [None]
