@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import time
 
+from components.artifacts.exported import Exported
 from components.artifacts.records import EXPORT
 from components.cli import UsageError
 from components.vertex_client import VertexError, VertexSettings, call, check_settings, connect
@@ -25,7 +26,7 @@ ONLINE_FILE_BYTES = 1_000_000
 BATCH_STATES_DONE = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED")
 
 
-def served_export(settings: VertexSettings, target) -> dict:
+def served_export(settings: VertexSettings, target) -> Exported:
     """The ``export.json`` of the model version that takes most of ``target``'s traffic (its class names and image
     size), read beside the SavedModel the Model Registry holds."""
     from google.cloud import aiplatform
@@ -77,12 +78,12 @@ def predict_endpoint(settings: VertexSettings, endpoint: str, images: list[str],
     check_settings(settings, need_root=False)
     target = find_endpoint(settings, endpoint)
     report = served_export(settings, target)
-    if report.get("modality") == "text":
+    if report.modality == "text":
         raise UsageError(
             f"endpoint {endpoint} serves a text model: --endpoint takes images; predict texts with "
             "--model and the export step's output"
         )
-    names, size = list(report["class_names"]), int(report["image_size"])
+    names, size = list(report.class_names), int(report.image_size)
     readable, errors = read_images(images)
     answers = []
     for chunk in online_requests(readable, size):

@@ -145,7 +145,7 @@ def _serving_answerer(saved_model: str):
     signatures = load_saved_model(saved_model).signatures
     # the model's size, from the pixels serving_images takes: [None, size, size, 3]
     size = int(signatures["serving_images"].structured_input_signature[1]["images"].shape[1])
-    raw_files = bool(read_export(saved_model))  # (a SavedModel on its own: the conversion's squares)
+    raw_files = read_export(saved_model) is not None  # (a SavedModel on its own: the conversion's squares)
 
     def answer(contents: list[bytes]):
         batch = tf.constant([sent_bytes(content, size, raw_files=raw_files) for content in contents])
@@ -206,7 +206,7 @@ def export_modality(model: str) -> str:
         details = Interpreter(model_content=tflite_content(model)).get_input_details()
         return TEXT_MODEL if details[0]["dtype"] == np.int32 else "image"
     found = find_saved_model(model)
-    if found and (report := read_export(found[0])):
+    if found and (report := read_export(found[0])) is not None:
         return modality_of(report).name
     if found:  # a SavedModel alone: what its serving_default takes
         inputs = load_saved_model(found[0]).signatures["serving_default"].structured_input_signature[1]

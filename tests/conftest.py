@@ -328,6 +328,40 @@ def exported_text(text_examples, trained_text, tmp_path_factory) -> tuple[str, d
     return session_fixture("exported_text", tmp_path_factory, make, after=("text_examples", "trained_text"))
 
 
+def made_up_export(folder, model_digest: str = "", **facts) -> dict:
+    """An ``export.json`` of this format for the export folder ``folder``, of made-up facts (an image model of two
+    classes, no files listed), for tests of what reads an export without exporting a model."""
+    from components.artifacts.records import EXPORT, FORMAT_KEY
+
+    made_up = {
+        FORMAT_KEY: EXPORT.version,
+        "modality": "image",
+        "class_names": ["a", "b"],
+        "image_size": 8,
+        "formats": {},
+        "saved_model": {"path": f"{folder}/saved_model"},
+        "signatures": {},
+        "parity": {},
+        "backend_parity": {},
+        "model_name": "made_up",
+        "model": {"ref": "made_up", "kind": "builtin", "function": "build", "sha256": "", "file": ""},
+        "hparams": {},
+        "trained_precision": "float32",
+        "trained_backend": "tensorflow",
+        "files": {},
+    }
+    return {**made_up, "model_digest": model_digest, **facts}
+
+
+def record_export(folder, model_digest: str = "", **facts):
+    """Writes a made-up ``export.json`` (``made_up_export``) for the files already in the local ``folder``, each
+    listed with its size and sha256, as the export step writes it last."""
+    from components.artifacts.exported import write_export_record
+
+    made_up = made_up_export(folder, model_digest, **facts)
+    return write_export_record(str(folder), {k: v for k, v in made_up.items() if k not in ("format_version", "files")})
+
+
 def run_cli(
     *args: str, cwd: str | None = None, timeout: int = 600, env: dict | None = None
 ) -> subprocess.CompletedProcess:

@@ -7,9 +7,8 @@ import os
 import pytest
 from PIL import Image
 
-from components.artifacts.exported import write_export_record
 from components.demo_data import write_digits
-from tests.conftest import REPO_ROOT, run_cli
+from tests.conftest import REPO_ROOT, record_export, run_cli
 
 
 @pytest.mark.parametrize("step", ["convert", "train", "evaluate", "export", "convert.fingerprint", "register"])
@@ -78,7 +77,7 @@ def test_the_fingerprint_and_registry_steps_run_on_their_own(tmp_path):
     export, registry = tmp_path / "export", tmp_path / "registry"
     (export / "saved_model").mkdir(parents=True)
     (export / "saved_model" / "saved_model.pb").write_bytes(b"graph")
-    write_export_record(str(export), {"model_digest": "ab" * 32})
+    record_export(export, "ab" * 32)
 
     def last_line(*args: str) -> dict:
         result = run_cli("components.register", *args)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
+from typing import ClassVar
 
-from components.artifacts.records import EXPORT
+from components.artifacts.records import EXPORT, Facts, Record
 from components.cli import UsageError
 
 SAVED_MODEL_DIR = "saved_model"
@@ -20,6 +22,55 @@ TFLITE_FILES = {"tflite_float": "model_float.tflite", "tflite_int8": "model_int8
 # what an export can hold: the SavedModel always (serving, the export's checks and registration read it), the TFLite
 # files where a run asks for them
 FORMATS = ("saved_model", *TFLITE_FILES)
+
+
+@dataclass(frozen=True)
+class Exported(Facts):
+    """``export.json``: what an export holds, what it measured, and what a client needs to call it.
+
+    - What it is: ``modality``, ``class_names`` (in index order), the served input (images: ``image_size`` and
+      ``decoding``, what the SavedModel does to the bytes it is sent; texts: ``sequence_length`` and the vocabulary
+      and standardization it tokenises with, ``vocabulary_*`` and ``standardization*``) and its ``signatures``.
+    - Its files: ``formats`` (each one's path, bytes and test accuracy; ``saved_model`` is the SavedModel's entry),
+      the int8 file's size and accuracy against the float model's, and ``files``, the size and sha256 of every
+      other file of the folder, written last (``check_export``).
+    - Its checks: ``parity`` (against the trained model), ``backend_parity`` (against the training backend's own
+      predictions), ``raw_files`` or ``raw_texts`` (the test split as clients send it).
+    - The model it came from: ``model_digest`` (the trained weights' sha256, its identity), ``model_name``, ``model``
+      (the code that built it), ``hparams``, ``trained_precision``, ``trained_backend``; ``report_html``, the
+      report beside it, where an evaluation was given.
+
+    It reads as the mapping of its facts too (``Facts``)."""
+
+    RECORD: ClassVar[Record] = EXPORT
+
+    modality: str
+    class_names: list[str]
+    formats: dict[str, dict]
+    saved_model: dict
+    signatures: dict[str, dict]
+    parity: dict
+    backend_parity: dict
+    model_digest: str
+    model_name: str
+    model: dict
+    hparams: dict
+    trained_precision: str
+    trained_backend: str
+    files: dict[str, dict]
+    int8_size_vs_float_weights: float | None = None
+    int8_accuracy_drop: float | None = None
+    image_size: int | None = None
+    decoding: dict | None = None
+    raw_files: dict | None = None
+    sequence_length: int | None = None
+    vocabulary_size: int | None = None
+    vocabulary_file: str | None = None
+    vocabulary_sha256: str | None = None
+    standardization: str | None = None
+    standardization_file: str | None = None
+    raw_texts: dict | None = None
+    report_html: str | None = None
 
 
 def check_formats(formats) -> None:
@@ -58,20 +109,21 @@ def export_folder(uri: str) -> str:
     return uri.removesuffix("/" + SAVED_MODEL_DIR)
 
 
-def read_export(uri: str) -> dict | None:
+def read_export(uri: str) -> Exported | None:
     """The ``export.json`` of the export at ``uri`` or of its ``saved_model/`` folder; None for a SavedModel on its
     own; a one-line error for one an older version of the pipeline made."""
-    return EXPORT.read_if_any(export_folder(uri))
+    return Exported.read_if_any(export_folder(uri))
 
 
 def export_class_names(uri: str) -> list[str]:
     """The class names the export at ``uri`` records; none for a SavedModel on its own."""
-    return (read_export(uri) or {}).get("class_names", [])
+    found = read_export(uri)
+    return found.class_names if found else []
 
 
-def write_export_record(output_dir: str, report: dict) -> dict:
+def write_export_record(output_dir: str, report: dict) -> Exported:
     """Writes ``export.json`` into the (local) ``output_dir``, last, with the size and sha256 of each file there;
-    returns what it wrote."""
+    returns the record."""
     files = {}
     for folder, _, names in os.walk(output_dir):
         for name in names:
@@ -79,10 +131,12 @@ def write_export_record(output_dir: str, report: dict) -> dict:
             relative = os.path.relpath(path, output_dir).replace(os.sep, "/")
             if relative != EXPORT.name:
                 files[relative] = {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
-    return EXPORT.write(output_dir, {**report, "files": dict(sorted(files.items()))})
+    record = Exported(**report, files=dict(sorted(files.items())))
+    record.write(output_dir)
+    return record
 
 
-def check_export(uri: str) -> dict:
+def check_export(uri: str) -> Exported:
     """The ``export.json`` of the export folder ``uri`` (local or ``gs://``), once every file it lists is there with
     its size and sha256; a one-line error for an unfinished export (no ``export.json``), a damaged one, or one an
     older version of the pipeline made."""
@@ -94,8 +148,8 @@ def check_export(uri: str) -> dict:
         raise UsageError(
             f"export {uri} is unfinished: it has no {EXPORT.name}, which the export step writes last; {again}"
         )
-    record = EXPORT.read(uri)
-    listed = record["files"]
+    record = Exported.read(uri)
+    listed = record.files
     sizes = {info.path[len(uri) + 1 :]: info.size_in_bytes for info in match(f"{uri}/**")}
     for relative, expected in listed.items():
         if relative not in sizes:

@@ -144,6 +144,13 @@ class Typed:
         found = cls.RECORD.read_any(folder, missing_ok=True)
         return None if found is None else cls.from_dict(found, f"{cls.RECORD.folder} {folder}")
 
+    @classmethod
+    def read_current(cls: type[T], folder: str) -> T | None:
+        """``read``, or None where ``folder`` holds no such file, and, with a warning, where another version of the
+        pipeline made it (a baseline's, which a run goes on without)."""
+        found = cls.RECORD.read_current(folder)
+        return None if found is None else cls.from_dict(found, f"{cls.RECORD.folder} {folder}")
+
     def write(self, folder: str) -> dict:
         """Writes the record into ``folder``, whole or not at all; returns what it wrote."""
         return self.RECORD.write(folder, self.to_dict())

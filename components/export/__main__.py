@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.verbose)
     report = run(config_from_args(ExportConfig, args))
-    print(json.dumps({"saved_model": report["saved_model"]["path"], "parity": report["parity"]}))
+    print(json.dumps({"saved_model": report.saved_model["path"], "parity": report.parity}))
     return 0
 
 

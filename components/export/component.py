@@ -33,15 +33,14 @@ def export(
             formats=tuple(export_formats),
         )
     )
-    shutil.copyfile(exported["report_html"], report.path)
+    shutil.copyfile(exported.report_html, report.path)
     exported_model.metadata.update(
         {
             "framework": "tensorflow",
             "format": "saved_model",
-            "parity": exported["parity"],
+            "parity": exported.parity,
             "formats": {
-                name: {"bytes": e["bytes"], "test_accuracy": e["test_accuracy"]}
-                for name, e in exported["formats"].items()
+                name: {"bytes": e["bytes"], "test_accuracy": e["test_accuracy"]} for name, e in exported.formats.items()
             },
         }
     )

@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import json
 
-from components.artifacts.exported import export_folder
-from components.artifacts.records import EXPORT
+from components.artifacts.exported import Exported, export_folder
 from components.cli import UsageError
 
 MODELS_FOLDER = "models"  # under the pipeline root's bucket when no model_root is given
 
 
-def export_record(uri: str) -> dict:
-    """The ``export.json`` of an export folder or of its ``saved_model/`` folder (``{}`` when there is none, or, for
+def export_record(uri: str) -> Exported | None:
+    """The ``export.json`` of an export folder or of its ``saved_model/`` folder (None when there is none, or, for
     a baseline, when an older version of the pipeline made it: a warning)."""
-    return EXPORT.read_current(export_folder(uri)) or {}
+    return Exported.read_current(export_folder(uri))
 
 
 def model_code_record(export_uri: str) -> dict:
@@ -32,20 +31,18 @@ def model_code_record(export_uri: str) -> dict:
     name, its file's sha256 (a model of one's own: the file itself is in the version, beside the export) and its
     hyperparameters."""
     export = export_record(export_uri)
-    code = export.get("model") or {}
-    return {
-        "model_name": export.get("model_name"),
-        "model_sha256": code.get("sha256", ""),
-        "hparams": export.get("hparams") or {},
-    }
+    if export is None:
+        return {"model_name": None, "model_sha256": "", "hparams": {}}
+    return {"model_name": export.model_name, "model_sha256": export.model["sha256"], "hparams": export.hparams}
 
 
 def same_as_baseline(candidate_export: str, baseline: str) -> str:
     """Why the candidate must not be registered again ("" when it may): its trained weights are the baseline's."""
     if not baseline:
         return ""
-    digest = export_record(candidate_export).get("model_digest")
-    if digest and digest == export_record(baseline).get("model_digest"):
+    candidate, served = export_record(candidate_export), export_record(baseline)
+    digest = candidate.model_digest if candidate else ""
+    if digest and served and digest == served.model_digest:
         return f"the candidate is the baseline itself (the same trained weights, sha256 {digest[:12]})"
     return ""
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.artifacts.evaluation import REPORT_FILE
+from components.artifacts.exported import Exported
 from components.artifacts.records import EXPORT, METRICS
 from components.artifacts.served import served_figure
 from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
@@ -288,7 +289,7 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
     metrics = METRICS.read(outputs["evaluation"].path)
     exported_dir = outputs["exported_model_uri"]  # empty: not blessed, so not exported
     export_json = EXPORT.path(exported_dir) if exported_dir else None
-    export_report = EXPORT.read(exported_dir) if exported_dir else {}
+    exported = Exported.read(exported_dir) if exported_dir else None
     model_config = load_model_config(outputs["model"].path)
     checks_dir = outputs["data_checks"].path
     produced = {
@@ -323,22 +324,22 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
         "reasons": metrics.get("blessing", {}).get("reasons", []),
         "baseline": (outputs["baseline"] if run.registry else run.parameters.get("baseline_model")) or None,
         # the export's report leads with the served model's figure; evaluate's, with nothing exported
-        "report_html": export_report.get("report_html") or metrics.get("report_html"),
-        "export_agreement": export_report.get("parity", {}).get("argmax_agreement"),
-        "raw_files": export_report.get("raw_files"),
-        "raw_texts": export_report.get("raw_texts"),
+        "report_html": (exported.report_html if exported else None) or metrics.get("report_html"),
+        "export_agreement": exported.parity["argmax_agreement"] if exported else None,
+        "raw_files": exported.raw_files if exported else None,
+        "raw_texts": exported.raw_texts if exported else None,
         "training": {
             **{name: getattr(model_config, name) for name in TRAINING_FACTS},
             **training_run(outputs["model"].path, model_config, run.spec, run.parameters),
         },
-        "backend_parity": export_report.get("backend_parity"),
+        "backend_parity": exported.backend_parity if exported else None,
         "examples_dir": examples_dir,
         "model_dir": outputs["model"].path,
         "metrics_json": metrics_json,
-        "saved_model_dir": export_report.get("saved_model", {}).get("path"),
+        "saved_model_dir": exported.saved_model["path"] if exported else None,
         "formats": {
             name: {"path": entry["path"], "bytes": entry["bytes"], "test_accuracy": entry["test_accuracy"]}
-            for name, entry in export_report.get("formats", {}).items()
+            for name, entry in (exported.formats if exported else {}).items()
         },
         "export_json": export_json,
         "registry": registry_outcome(run.registry, outputs),

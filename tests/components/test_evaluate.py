@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -427,7 +428,7 @@ def test_a_baseline_with_other_classes_is_not_comparable_and_the_value_threshold
     export_dir, report = exported
     other = tmp_path / "other"
     shutil.copytree(export_dir, other)
-    (other / "export.json").write_text(json.dumps({**report, "class_names": ["cat", "dog", "bird"]}))
+    dataclasses.replace(report, class_names=["cat", "dog", "bird"]).write(str(other))
     metrics = run(EvaluateConfig(examples_dir, model_dir, str(tmp_path / "out"), min_accuracy=0.5, baseline=str(other)))
     blessing = metrics["blessing"]
     assert blessing["blessed"] is True and blessing["baseline_comparable"] is False

@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+from components.artifacts.records import EXPORT
 from components.modalities import reading_of
 from tests.conftest import CLASSES, COLORS, IN_MEMORY, TINY_SIZE, image_bytes, run_cli
 
@@ -51,7 +52,7 @@ def test_export_records_parity_with_the_trained_model(exported, converted):
     output, report = exported
     _, stats = converted
     with open(os.path.join(output, "export.json")) as handle:
-        assert json.load(handle) == report
+        assert json.load(handle) == {"format_version": EXPORT.version, **report}
     parity = report["parity"]
     assert parity["num_examples"] == stats["counts"]["test"]
     assert parity["argmax_agreement"] == 1.0
@@ -134,7 +135,7 @@ def test_formats_left_out_are_neither_written_nor_recorded(converted, trained, t
     )
     assert sorted(report["formats"]) == ["saved_model", "tflite_float"]
     assert sorted(name for name in os.listdir(output) if name.endswith(".tflite")) == ["model_float.tflite"]
-    assert report["int8_size_vs_float_weights"] is None and report["int8_accuracy_drop"] is None
+    assert report.int8_size_vs_float_weights is None and report.int8_accuracy_drop is None
     assert check_export(output)["formats"] == report["formats"]
     assert report["parity"]["argmax_agreement"] == 1.0
 

@@ -3,13 +3,14 @@ pipeline made them, left aside (with a warning) where a baseline's may be."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 
 import pytest
 
 from components.artifacts.model import History, ModelConfig
-from components.artifacts.records import FORMAT_KEY, HISTORY, METRICS, RECORDS, STATS, FormatVersionError
+from components.artifacts.records import EXPORT, FORMAT_KEY, HISTORY, METRICS, RECORDS, STATS, FormatVersionError
 from components.cli import UsageError
 
 
@@ -116,3 +117,26 @@ def test_a_conversions_stats_without_its_facts_are_refused_in_one_line(tmp_path)
         f"examples dir {tmp_path}: its stats.json has no class_names, num_classes, num_examples, modality; convert "
         "the data again"
     )
+
+
+def test_an_export_lists_its_files_reads_as_its_facts_and_is_refused_in_one_line_without_them(tmp_path):
+    """What register, predict, deploy and the summary read: the record written last, each other file listed; one of
+    this format without the export's facts is refused in one line naming them, through its ``saved_model/`` too."""
+    from components.artifacts.exported import check_export, read_export
+    from components.modalities import modality_of
+    from tests.conftest import record_export
+
+    (tmp_path / "saved_model").mkdir()
+    (tmp_path / "saved_model" / "saved_model.pb").write_bytes(b"graph")
+    written = record_export(tmp_path, "d" * 64, class_names=["neg", "pos"])
+    assert written.files == {"saved_model/saved_model.pb": {"bytes": 5, "sha256": hashlib.sha256(b"graph").hexdigest()}}
+    assert check_export(str(tmp_path)) == written == read_export(f"{tmp_path}/saved_model")
+    assert modality_of(written).name == "image" and written.class_names == ["neg", "pos"]
+    assert "raw_texts" not in written and written.raw_texts is None  # a fact of texts: not an image export's
+    (tmp_path / "export.json").write_text(
+        json.dumps({FORMAT_KEY: EXPORT.version, "model_digest": "d" * 64, "files": {}})
+    )
+    with pytest.raises(UsageError) as lacking:
+        read_export(f"{tmp_path}/saved_model")
+    assert str(lacking.value).startswith(f"export {tmp_path}: its export.json has no modality, class_names, formats, ")
+    assert str(lacking.value).endswith(", trained_backend; export it again")

@@ -10,19 +10,18 @@ import threading
 
 import pytest
 
-from components.artifacts.exported import write_export_record
 from components.artifacts.records import DATA_STATS, METRICS
 from components.artifacts.registry import FolderRegistry
 from components.cli import UsageError
 from components.register.core import same_as_baseline
-from tests.conftest import at_once
+from tests.conftest import at_once, record_export
 
 
 def fake_export(folder, digest: str) -> str:
     (folder / "saved_model" / "variables").mkdir(parents=True)
     (folder / "saved_model" / "saved_model.pb").write_bytes(b"graph")
     (folder / "saved_model" / "variables" / "variables.index").write_bytes(b"index")
-    write_export_record(str(folder), {"model_digest": digest})
+    record_export(folder, digest)
     return str(folder)
 
 
@@ -156,13 +155,13 @@ def test_registering_in_a_folder_decides_in_one_json_line_and_says_what_it_did(t
     assert [v.number for v in FolderRegistry(root).versions()] == [1]
 
 
-def test_an_export_record_is_read_through_its_saved_model_folder_and_empty_when_missing(tmp_path):
+def test_an_export_record_is_read_through_its_saved_model_folder_and_none_when_missing(tmp_path):
     from components.register.core import default_model_root, export_record
 
     export = fake_export(tmp_path / "exportX", "3" * 64)  # a name's last letters are not stripped with the slash
-    assert export_record(export)["model_digest"] == "3" * 64
-    assert export_record(export + "/saved_model/")["model_digest"] == "3" * 64
-    assert export_record(str(tmp_path)) == {}
+    assert export_record(export).model_digest == "3" * 64
+    assert export_record(export + "/saved_model/").model_digest == "3" * 64
+    assert export_record(str(tmp_path)) is None
     assert default_model_root("gs://bucket/root/run/export", "digits") == "gs://bucket/models/digits"
     with pytest.raises(UsageError) as raised:
         default_model_root(export, "digits")
@@ -177,7 +176,7 @@ def test_a_version_keeps_the_statistics_of_the_data_it_learned_from(tmp_path):
     export, checks = tmp_path / "export", tmp_path / "checks"
     export.mkdir()
     checks.mkdir()
-    write_export_record(str(export), {})
+    record_export(export)
     DATA_STATS.write(str(checks), {})
     (checks / "near_duplicates.npz").write_bytes(b"keys")
     (checks / "data_checks.json").write_text("{}")  # this run's verdicts: not the data's statistics
@@ -207,7 +206,7 @@ def test_a_version_keeps_its_evaluation_and_the_command_line_passes_it(tmp_path,
     export, evaluation = tmp_path / "export", tmp_path / "evaluation"
     export.mkdir()
     evaluation.mkdir()
-    write_export_record(str(export), {})
+    record_export(export)
     METRICS.write(str(evaluation), {"accuracy": 0.5})
     (evaluation / "report.html").write_text("<html></html>")
     assert (
@@ -231,7 +230,6 @@ def test_a_version_keeps_its_evaluation_and_the_command_line_passes_it(tmp_path,
 def test_an_unfinished_or_damaged_export_is_never_registered(tmp_path):
     """A disk-full export (no export.json, written last) or one whose files changed since export.json listed them:
     one line naming it, no version claimed, the default unchanged."""
-    from components.artifacts.exported import write_export_record
     from components.register.vertex import register_version
 
     root = str(tmp_path / "registry")
@@ -243,7 +241,7 @@ def test_an_unfinished_or_damaged_export_is_never_registered(tmp_path):
         "step writes last; export it again",
     ):
         register_version(export, "digits", "", root, "run-1", None)
-    write_export_record(export, {"model_digest": "1" * 64})
+    record_export(export, "1" * 64)
     (tmp_path / "a" / "saved_model" / "saved_model.pb").write_bytes(b"grap")
     with pytest.raises(
         UsageError,

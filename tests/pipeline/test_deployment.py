@@ -12,10 +12,9 @@ import os
 
 import pytest
 
-from components.artifacts.records import EXPORT, FORMAT_KEY
 from components.cli import UsageError
 from pipeline.__main__ import main
-from tests.conftest import BUCKET
+from tests.conftest import BUCKET, made_up_export
 from tests.pipeline.test_vertex import PARENT, register_step, upload_export
 
 WHERE = {"project": "demo-project", "location": "europe-west4"}
@@ -243,8 +242,7 @@ def test_online_requests_for_a_256_pixel_model_stay_under_vertex_ais_limit(in_pi
     import numpy as np
     from PIL import Image
 
-    report = {FORMAT_KEY: EXPORT.version, "model_digest": "c" * 64, "class_names": ["daisy", "rose"], "image_size": 256}
-    report["files"] = {}
+    report = made_up_export(f"gs://{BUCKET}/root/big/export", "c" * 64, class_names=["daisy", "rose"], image_size=256)
     gcs.blob("root/big/export/export.json").upload_from_string(json.dumps(report))
     gcs.blob("root/big/export/saved_model/saved_model.pb").upload_from_string(b"graph")
     decided, _ = register_step(gcs, f"gs://{BUCKET}/root/big/export", "big", pipeline_run="r1")

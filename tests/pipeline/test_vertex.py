@@ -11,11 +11,11 @@ import os
 import pytest
 import yaml
 
-from components.artifacts.records import EXPORT, FORMAT_KEY, METRICS
+from components.artifacts.records import FORMAT_KEY, METRICS
 from components.cli import UsageError
 from components.vertex_client import load_settings
 from pipeline.__main__ import main
-from tests.conftest import BUCKET, REPO_ROOT, run_cli
+from tests.conftest import BUCKET, REPO_ROOT, made_up_export, run_cli
 from tests.pipeline.conftest import SOURCE
 
 PARENT = "projects/demo-project/locations/europe-west4"
@@ -730,8 +730,7 @@ def test_register_needs_a_cloud_storage_model(vertex):
 
 def upload_export(bucket, prefix: str, digest: str) -> str:
     """A stand-in export folder in the emulator's bucket: what the register step copies and reads."""
-    report = {FORMAT_KEY: EXPORT.version, "model_digest": digest, "class_names": ["daisy", "rose"], "image_size": 192}
-    report["files"] = {}
+    report = made_up_export(f"gs://{BUCKET}/{prefix}", digest, class_names=["daisy", "rose"], image_size=192)
     bucket.blob(f"{prefix}/export.json").upload_from_string(json.dumps(report))
     bucket.blob(f"{prefix}/saved_model/saved_model.pb").upload_from_string(b"graph")
     bucket.blob(f"{prefix}/saved_model/variables/variables.index").upload_from_string(b"index")
