@@ -353,6 +353,34 @@ def made_up_export(folder, model_digest: str = "", **facts) -> dict:
     return {**made_up, "model_digest": model_digest, **facts}
 
 
+def made_up_evaluation(**figures) -> dict:
+    """A ``metrics.json`` of this format, of made-up figures (two classes, 4 test examples, blessed) with
+    ``figures`` over them, for tests of what reads an evaluation without evaluating a model."""
+    from components.artifacts.records import FORMAT_KEY, METRICS
+
+    made_up = {
+        FORMAT_KEY: METRICS.version,
+        "accuracy": 0.75,
+        "num_examples": 4,
+        "class_names": ["a", "b"],
+        "per_class": {name: {"precision": 0.75, "recall": 0.75, "f1": 0.75, "support": 2} for name in "ab"},
+        "confusion_matrix": [[1, 1], [0, 2]],
+        "top_k_accuracy": {"k": 2, "accuracy": 1.0},
+        "ranking": {},
+        "split": "test",
+        "model_name": "made_up",
+        "model_dir": "model",
+        "examples_dir": "examples",
+        "counts": {"test": 4},
+        "training": {},
+        "blessing": {"blessed": True, "reasons": ["made up"]},
+        "report_html": "report.html",
+        "small_classes": {},
+        "misclassified": [],
+    }
+    return {**made_up, **figures}
+
+
 def record_export(folder, model_digest: str = "", **facts):
     """Writes a made-up ``export.json`` (``made_up_export``) for the files already in the local ``folder``, each
     listed with its size and sha256, as the export step writes it last."""

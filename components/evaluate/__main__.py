@@ -47,12 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         json.dumps(
             {
-                "accuracy": metrics["accuracy"],
-                "num_examples": metrics["num_examples"],
-                "blessed": metrics["blessing"]["blessed"],
-                "reasons": metrics["blessing"]["reasons"],
+                "accuracy": metrics.accuracy,
+                "num_examples": metrics.num_examples,
+                "blessed": metrics.blessing["blessed"],
+                "reasons": metrics.blessing["reasons"],
                 "metrics_json": METRICS.path(args.output_dir),
-                **({"report_png": (metrics.get("report_screenshot") or {}).get("path")} if args.screenshot else {}),
+                **({"report_png": (metrics.report_screenshot or {}).get("path")} if args.screenshot else {}),
             }
         )
     )

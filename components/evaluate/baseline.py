@@ -129,5 +129,5 @@ def baseline_figures(
             "per_class": judged["per_class"],
             "top_k_accuracy": {"k": k, "accuracy": top_k_accuracy(y_true, probabilities, k)},
         },
-        answered_counts(judged),
+        answered_counts(judged["confusion_matrix"], judged["class_names"]),
     )

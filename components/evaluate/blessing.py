@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from components.artifacts.evaluation import answered_counts
+from components.artifacts.evaluation import Evaluation, answered_counts
 from components.cli import UsageError
 
 
@@ -100,7 +100,7 @@ def bless(
     }
 
 
-def prediction_mix(answered: dict[str, int], kept: dict | None, split: str, warn: float, least: float) -> dict:
+def prediction_mix(answered: dict[str, int], kept: Evaluation | None, split: str, warn: float, least: float) -> dict:
     """The model in service's answers on the new data's ``split`` (``answered``: how often it gave each class)
     against its answers on its own evaluation split (``kept``: the ``metrics.json`` its registered version keeps):
     the L-infinity distance of the two class mixes, as a row of the data checks. It warns above ``warn`` and never
@@ -124,7 +124,7 @@ def prediction_mix(answered: dict[str, int], kept: dict | None, split: str, warn
             detail="the model in service keeps no evaluation of its own (a version that the "
             "register step keeps with its metrics.json does): nothing to compare its answers with",
         )
-    before = answered_counts(kept)
+    before = answered_counts(kept.confusion_matrix, kept.class_names)
     if sorted(before) != sorted(answered):
         return row("skipped", detail="the model in service's own evaluation was of other classes")
     now_total, before_total = sum(answered.values()), sum(before.values())
@@ -138,7 +138,7 @@ def prediction_mix(answered: dict[str, int], kept: dict | None, split: str, warn
     moved = {name: answered[name] / now_total - before[name] / before_total for name in names}
     most = max(names, key=lambda name: abs(moved[name]))
     distance = abs(moved[most])
-    own_split = kept.get("split", "evaluation")
+    own_split = kept.split
     detail = (
         f"class {most} {before[most] / before_total:.1%} -> {answered[most] / now_total:.1%} of its answers "
         f"(its {own_split} split of {before_total}, this {split} split of {now_total})"

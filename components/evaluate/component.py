@@ -45,29 +45,29 @@ def evaluate(
             data_checks=data_checks.path,
         )
     )
-    blessing = result["blessing"]
-    metrics.log_metric("accuracy", result["accuracy"])
-    metrics.log_metric(f"top_{result['top_k_accuracy']['k']}_accuracy", result["top_k_accuracy"]["accuracy"])
-    metrics.log_metric("num_examples", result["num_examples"])
+    blessing = result.blessing
+    metrics.log_metric("accuracy", result.accuracy)
+    metrics.log_metric(f"top_{result.top_k_accuracy['k']}_accuracy", result.top_k_accuracy["accuracy"])
+    metrics.log_metric("num_examples", result.num_examples)
     metrics.log_metric("blessed", int(blessing["blessed"]))
     if blessing.get("baseline_accuracy") is not None:
         metrics.log_metric("baseline_accuracy", blessing["baseline_accuracy"])
-    if (result.get("prediction_mix") or {}).get("value") is not None:
-        metrics.log_metric("prediction_mix", result["prediction_mix"]["value"])
-    for name, figures in result["per_class"].items():
+    if (result.prediction_mix or {}).get("value") is not None:
+        metrics.log_metric("prediction_mix", result.prediction_mix["value"])
+    for name, figures in result.per_class.items():
         for figure in ("precision", "recall", "f1"):
             metrics.log_metric(f"{figure}_{name}", figures[figure])
-    confusion.log_confusion_matrix(result["class_names"], result["confusion_matrix"])
+    confusion.log_confusion_matrix(result.class_names, result.confusion_matrix)
     # the ROC curve over every class at once (one-vs-rest, micro average), at Vertex AI's confidence thresholds
-    curve = result["ranking"]["thresholds"]
+    curve = result.ranking["thresholds"]
     confusion.log_roc_curve(
         [row["fpr"] for row in curve], [row["recall"] for row in curve], [row["threshold"] for row in curve]
     )
     evaluation.metadata.update({"blessed": blessing["blessed"], "reasons": blessing["reasons"]})
-    ranking = result["ranking"]
+    ranking = result.ranking
     vertex_evaluation.metadata.update(
         {
-            "accuracy": result["accuracy"],
+            "accuracy": result.accuracy,
             "auPrc": ranking["au_prc"],
             "auRoc": ranking["au_roc"],
             "logLoss": ranking["log_loss"],
@@ -75,20 +75,20 @@ def evaluate(
     )
     with open(vertex_evaluation.path, "w", encoding="utf-8") as handle:
         json.dump(sliced_metrics(result), handle)
-    shutil.copyfile(result["report_html"], report.path)
+    shutil.copyfile(result.report_html, report.path)
     for logged in (metrics, confusion):  # (kfp.local's cache takes an output without a file for a lost one)
         write_json(logged.path, logged.metadata)
     with open(test_accuracy, "w", encoding="utf-8") as handle:
-        handle.write(repr(float(result["accuracy"])))
+        handle.write(repr(float(result.accuracy)))
     return bool(blessing["blessed"])
 
 
 def not_blessed(evaluation: Input[Artifact]) -> str:
     """The branch of a run whose model is not blessed: says why; nothing is exported or registered, and the run
     still succeeds. Returns "" (no exported model)."""
-    from components.artifacts.records import METRICS
+    from components.artifacts.evaluation import Evaluation
 
-    metrics = METRICS.read(evaluation.path)
+    metrics = Evaluation.read(evaluation.path)
     import logging
     import os
 
@@ -96,9 +96,14 @@ def not_blessed(evaluation: Input[Artifact]) -> str:
     from components.cli import start_step
 
     start_step()  # (a warning: on the terminal under run-local, in Cloud Logging on Vertex AI)
-    anyway = export_anyway(metrics, os.path.join(os.path.dirname(evaluation.path), "exported-anyway"), evaluation.path)
+    anyway = export_anyway(
+        metrics.model_dir,
+        metrics.examples_dir,
+        os.path.join(os.path.dirname(evaluation.path), "exported-anyway"),
+        evaluation.path,
+    )
     logging.getLogger(__name__).warning(
-        "NOT blessed: " + "; ".join(metrics["blessing"]["reasons"]) + ". Nothing was exported or registered; the "
+        "NOT blessed: " + "; ".join(metrics.blessing["reasons"]) + ". Nothing was exported or registered; the "
         f"serving model stays as it was. To export this model all the same: {anyway}"
     )
     return ""

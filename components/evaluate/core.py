@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import os
 
+from components.artifacts.evaluation import Evaluation, kept_evaluation
 from components.artifacts.model import History, load_model_config
-from components.artifacts.records import METRICS
 from components.browser import draw_report
 from components.cli import UsageError
 from components.evaluate.baseline import baseline_figures, check_baseline, comparability
@@ -55,7 +55,7 @@ TRAINING_FACTS = (
 TOP_K = 3
 
 
-def run(config: EvaluateConfig) -> dict:
+def run(config: EvaluateConfig) -> Evaluation:
     """Evaluates the trained model (and the baseline, if any) on ``config.split``; writes ``metrics.json`` with the
     metrics and the blessing. A damaged shard is one line naming it."""
     from components.artifacts.examples import damaged_shards_named
@@ -64,7 +64,7 @@ def run(config: EvaluateConfig) -> dict:
         return _evaluate(config)
 
 
-def _evaluate(config: EvaluateConfig) -> dict:
+def _evaluate(config: EvaluateConfig) -> Evaluation:
     from components.keras_backend import activate_backend
 
     activate_backend("tensorflow")  # a CPU step; the baseline may be a TensorFlow SavedModel
@@ -109,7 +109,6 @@ def _evaluate(config: EvaluateConfig) -> dict:
         figures = baseline_figures(baseline, config.examples_dir, config.split, model_config, y_true, k, reading)
         baseline_accuracy, metrics["baseline_metrics"], answered = figures
         from components.artifacts.data_statistics import MIN_SPLIT_EXAMPLES, PREDICTION_MIX_WARN
-        from components.artifacts.evaluation import kept_evaluation
 
         limits = (data_checks or {}).get("thresholds", {})  # as the run's data checks were set
         metrics["prediction_mix"] = prediction_mix(
@@ -152,11 +151,12 @@ def _evaluate(config: EvaluateConfig) -> dict:
     metrics["report_html"] = write_report(config, metrics, wrong, history)
     if config.screenshot:
         metrics["report_screenshot"] = draw_report(metrics["report_html"])
-    metrics = METRICS.write(config.output_dir, metrics)
-    log.info("%s accuracy %.4f on %d examples", config.split, metrics["accuracy"], metrics["num_examples"])
-    blessing = metrics["blessing"]
+    evaluation = Evaluation(**metrics)
+    evaluation.write(config.output_dir)
+    log.info("%s accuracy %.4f on %d examples", config.split, evaluation.accuracy, evaluation.num_examples)
+    blessing = evaluation.blessing
     log.info("%s: %s", "blessed" if blessing["blessed"] else "NOT blessed", "; ".join(blessing["reasons"]))
-    return metrics
+    return evaluation
 
 
 def write_report(config: EvaluateConfig, metrics: dict, wrong, history: History | None) -> str:

@@ -46,12 +46,11 @@ class ExportConfig:
 
 def check_evaluation(evaluation_dir: str) -> None:
     """A one-line error when ``evaluation_dir`` is not an evaluate step's output (before the slow work)."""
-    from components.artifacts.evaluation import REPORT_FILE
-    from components.artifacts.records import METRICS
+    from components.artifacts.evaluation import REPORT_FILE, Evaluation
     from components.cli import UsageError
     from components.storage import exists
 
-    split = METRICS.read(evaluation_dir)["split"]
+    split = Evaluation.read(evaluation_dir).split
     if not exists(f"{evaluation_dir.rstrip('/')}/{REPORT_FILE}"):
         raise UsageError(f"evaluation {evaluation_dir} has no {REPORT_FILE}: pass the evaluate step's output")
     if split != "test":  # the served figure is the test split's, and the report's figures must be of the same
@@ -68,17 +67,16 @@ def served_report(config: ExportConfig, record: dict) -> dict:
     if not config.evaluation_dir:
         return {}
     from components.artifacts.data_statistics import test_copies
-    from components.artifacts.evaluation import REPORT_FILE
-    from components.artifacts.records import METRICS
+    from components.artifacts.evaluation import REPORT_FILE, Evaluation
     from components.artifacts.served import with_served
     from components.storage import read_bytes, write_atomically
 
-    metrics = METRICS.read(config.evaluation_dir)
+    metrics = Evaluation.read(config.evaluation_dir)
     facts = {
-        "counts": {"test": metrics["num_examples"]},
-        "test_accuracy": metrics["accuracy"],
+        "counts": {"test": metrics.num_examples},
+        "test_accuracy": metrics.accuracy,
         **{key: record.get(key) for key in ("raw_files", "raw_texts", "formats")},
-        "data_checks": {"test_copies": test_copies(metrics["data_checks"]) if metrics.get("data_checks") else None},
+        "data_checks": {"test_copies": test_copies(metrics.data_checks) if metrics.data_checks else None},
     }
     evaluated = read_bytes(f"{config.evaluation_dir.rstrip('/')}/{REPORT_FILE}").decode("utf-8")
     path = os.path.join(config.output_dir, REPORT_FILE)

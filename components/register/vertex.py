@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 
+from components.artifacts.evaluation import Evaluation
 from components.artifacts.exported import SAVED_MODEL_DIR
 from components.cli import UsageError
 from components.imaging import SERVING_DESCRIPTION
@@ -93,7 +94,11 @@ def baseline_uri(settings: VertexSettings, display_name: str) -> str:
 
 
 def register_blessed(
-    settings: VertexSettings, export_uri: str, display_name: str, pipeline_run: str = "", metrics: dict | None = None
+    settings: VertexSettings,
+    export_uri: str,
+    display_name: str,
+    pipeline_run: str = "",
+    metrics: Evaluation | None = None,
 ) -> dict:
     """Uploads the export at ``export_uri`` (its ``saved_model/`` folder; the DAG passes the stable copy under
     ``model_root``, not the run's output) as a new version of the model named ``display_name``, or as that model's
@@ -112,7 +117,7 @@ def register_blessed(
     return result
 
 
-def import_evaluation(settings: VertexSettings, model_version: str, metrics: dict, display_name: str) -> str:
+def import_evaluation(settings: VertexSettings, model_version: str, metrics: Evaluation, display_name: str) -> str:
     """Imports evaluate's ``metrics`` into the Model Registry as the evaluation of ``model_version``
     (``projects/.../models/ID@VERSION``), with a slice per class; returns the evaluation's name. Retried safely: a
     503 that hid the import is found by the evaluation's display name before importing again."""
@@ -203,7 +208,6 @@ def register_version(
     ``judged``: ``baseline`` is the model evaluate judged the candidate against ("": none), so the registry's default
     must still be it (``FolderRegistry.check_default_is``); False for a registration by hand with no baseline."""
     from components.artifacts.exported import check_export
-    from components.artifacts.records import METRICS
     from components.artifacts.registry import FolderRegistry, check_still_default
     from components.register.core import (
         decision,
@@ -242,7 +246,7 @@ def register_version(
             log.info(f"registered {export_uri} as version {version.number} of {root}")
             return decision("registered", version=version.number, uri=version.uri)
         # (in its turn too: the next registration checks the Model Registry's default after this one set it)
-        metrics = METRICS.read(evaluation) if evaluation else None
+        metrics = Evaluation.read(evaluation) if evaluation else None
         result = register_blessed(settings, version.uri, display_name, pipeline_run, metrics)
         registry.set_default(version.number)  # once the Model Registry serves it: the two agree on the default
     return decision(

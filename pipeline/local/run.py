@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from components.artifacts.evaluation import REPORT_FILE
+from components.artifacts.evaluation import REPORT_FILE, Evaluation
 from components.artifacts.exported import Exported
 from components.artifacts.records import EXPORT, METRICS
 from components.artifacts.served import served_figure
@@ -286,7 +286,7 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
     examples_dir = outputs["examples"].path
     stats = read_stats(examples_dir)
     metrics_json = METRICS.path(outputs["evaluation"].path)
-    metrics = METRICS.read(outputs["evaluation"].path)
+    metrics = Evaluation.read(outputs["evaluation"].path)
     exported_dir = outputs["exported_model_uri"]  # empty: not blessed, so not exported
     export_json = EXPORT.path(exported_dir) if exported_dir else None
     exported = Exported.read(exported_dir) if exported_dir else None
@@ -321,10 +321,10 @@ def succeeded_summary(run: LocalRun, outputs: dict) -> dict:
         "data_checks": data_checks_outcome(checks_dir),
         "test_accuracy": outputs["test_accuracy"],
         "blessed": outputs["blessed"],
-        "reasons": metrics.get("blessing", {}).get("reasons", []),
+        "reasons": metrics.blessing["reasons"],
         "baseline": (outputs["baseline"] if run.registry else run.parameters.get("baseline_model")) or None,
         # the export's report leads with the served model's figure; evaluate's, with nothing exported
-        "report_html": (exported.report_html if exported else None) or metrics.get("report_html"),
+        "report_html": (exported.report_html if exported else None) or metrics.report_html,
         "export_agreement": exported.parity["argmax_agreement"] if exported else None,
         "raw_files": exported.raw_files if exported else None,
         "raw_texts": exported.raw_texts if exported else None,

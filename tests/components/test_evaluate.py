@@ -10,12 +10,14 @@ import os
 
 import pytest
 
+from components.artifacts.evaluation import Evaluation
+from components.artifacts.records import METRICS
 from components.cli import UsageError
 from components.evaluate.baseline import Baseline, comparability
 from components.evaluate.blessing import bless
 from components.evaluate.core import EvaluateConfig, run
 from components.evaluate.metrics import classification_metrics, ranking_metrics, top_k_accuracy
-from tests.conftest import CLASSES, TINY_SIZE
+from tests.conftest import CLASSES, TINY_SIZE, made_up_evaluation
 
 
 def test_metrics_from_known_predictions():
@@ -42,7 +44,7 @@ def test_evaluates_the_test_split_and_writes_metrics_json(converted, trained, tm
     assert metrics["class_names"] == list(CLASSES)
     assert metrics["accuracy"] >= 0.8
     with open(os.path.join(tmp_path, "metrics.json")) as handle:
-        assert json.load(handle) == metrics
+        assert json.load(handle) == {"format_version": METRICS.version, **metrics}
     # every figure is scikit-learn's on the model's answers, gathered here from the test split's records
     import keras
     import numpy as np
@@ -720,7 +722,9 @@ def test_a_baseline_an_older_version_made_is_not_compared_and_the_value_threshol
 
 
 # a kept evaluation of a 3-class model on 30 test examples: rows true, columns its answers (a 8, b 12, c 10)
-KEPT = {"split": "test", "class_names": ["a", "b", "c"], "confusion_matrix": [[8, 2, 0], [0, 10, 0], [0, 0, 10]]}
+KEPT = Evaluation.from_dict(
+    made_up_evaluation(class_names=["a", "b", "c"], confusion_matrix=[[8, 2, 0], [0, 10, 0], [0, 0, 10]]), "kept"
+)
 
 
 def test_the_prediction_mix_compares_the_model_in_services_answers_with_its_own_evaluations():
@@ -744,7 +748,9 @@ def test_the_prediction_mix_compares_the_model_in_services_answers_with_its_own_
     }
     # shares, not counts: twice the answers in the same mix pass; the kept classes in another order are the same
     assert mix({"a": 16, "b": 24, "c": 20})["value"] == 0.0
-    reordered = {**KEPT, "class_names": ["c", "a", "b"], "confusion_matrix": [[10, 0, 0], [0, 8, 2], [0, 0, 10]]}
+    reordered = dataclasses.replace(
+        KEPT, class_names=["c", "a", "b"], confusion_matrix=[[10, 0, 0], [0, 8, 2], [0, 0, 10]]
+    )
     assert mix({"a": 4, "b": 16, "c": 10}, kept=reordered)["value"] == 0.1333
     assert mix({"a": 7, "b": 11, "c": 12})["detail"].startswith("class c 33.3% -> 40.0%")  # c: 10 -> 12 of 30
     for skipped, why in [
@@ -791,7 +797,7 @@ def test_a_registered_baselines_prediction_mix_is_checked_warned_and_shown(conve
     # had it answered its first class to every example of its own evaluation, its answers now moved a long way
     first = own["class_names"][0]
     rows = [[sum(row) if column == 0 else 0 for column in range(len(row))] for row in own["confusion_matrix"]]
-    (version / "metrics.json").write_text(json.dumps({**own, "confusion_matrix": rows}))
+    dataclasses.replace(own, confusion_matrix=rows).write(str(version))
     moved = evaluate("moved", version, min_split_examples=total)
     answered_first = sum(row[0] for row in own["confusion_matrix"])  # (the same answers as the candidate's)
     assert moved["prediction_mix"]["verdict"] == "warn"

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 
+from components.artifacts.records import METRICS
 from components.cli import UsageError
 from components.evaluate.baseline import Baseline, comparability
 from components.evaluate.core import EvaluateConfig, run
@@ -36,7 +37,7 @@ def test_a_text_model_is_evaluated_and_blessed_on_the_test_texts(text_examples, 
     assert metrics["training"]["modality"] == "text"
     assert metrics["training"]["sequence_length"] == TEXT_SEQUENCE_LENGTH
     with open(os.path.join(output, "metrics.json")) as handle:
-        assert json.load(handle) == metrics
+        assert json.load(handle) == {"format_version": METRICS.version, **metrics}
 
 
 def test_a_weak_models_misclassified_texts_are_listed_and_quoted(text_examples, tmp_path):

@@ -9,7 +9,7 @@ from components.artifacts.evaluation import REPORT_FILE
 from components.artifacts.records import METRICS
 from components.artifacts.served import SERVED_MARKER
 from components.export.common import ExportConfig, served_report
-from tests.conftest import run_cli
+from tests.conftest import made_up_evaluation, run_cli
 
 EVALUATED = f"<html><body><h1>Evaluation of m on the test split</h1>{SERVED_MARKER}<p class=verdict>Blessed</p>"
 
@@ -17,7 +17,8 @@ EVALUATED = f"<html><body><h1>Evaluation of m on the test split</h1>{SERVED_MARK
 def evaluation(folder, accuracy: float, copies: dict | None = None, split: str = "test") -> str:
     os.makedirs(folder)
     checks = {"checks": [{"check": "leakage across splits", "test_copies": copies}]} if copies else None
-    METRICS.write(str(folder), {"accuracy": accuracy, "num_examples": 200, "data_checks": checks, "split": split})
+    figures = made_up_evaluation(accuracy=accuracy, num_examples=200, data_checks=checks, split=split)
+    METRICS.write(str(folder), figures)
     with open(os.path.join(folder, REPORT_FILE), "w") as handle:
         handle.write(EVALUATED)
     return str(folder)

@@ -140,3 +140,19 @@ def test_an_export_lists_its_files_reads_as_its_facts_and_is_refused_in_one_line
         read_export(f"{tmp_path}/saved_model")
     assert str(lacking.value).startswith(f"export {tmp_path}: its export.json has no modality, class_names, formats, ")
     assert str(lacking.value).endswith(", trained_backend; export it again")
+
+
+def test_an_evaluation_without_its_figures_is_refused_in_one_line_and_a_whole_one_reads_back(tmp_path):
+    """What export's report, register's import and the summary read of evaluate's ``metrics.json``."""
+    from components.artifacts.evaluation import Evaluation
+    from tests.conftest import made_up_evaluation
+
+    (tmp_path / METRICS.name).write_text(json.dumps({FORMAT_KEY: METRICS.version, "accuracy": 0.5}))
+    with pytest.raises(UsageError) as lacking:
+        Evaluation.read(str(tmp_path))
+    assert str(lacking.value).startswith(f"evaluation {tmp_path}: its metrics.json has no num_examples, class_names, ")
+    assert str(lacking.value).endswith(", blessing, report_html; evaluate again")
+    METRICS.write(str(tmp_path), made_up_evaluation(accuracy=0.5))
+    found = Evaluation.read(str(tmp_path))
+    assert (found.accuracy, found.split, found.baseline_metrics) == (0.5, "test", None)
+    assert "baseline_metrics" not in found  # (no baseline: the file has no such key, as evaluate writes it)

@@ -14,7 +14,7 @@ from components.artifacts.records import DATA_STATS, METRICS
 from components.artifacts.registry import FolderRegistry
 from components.cli import UsageError
 from components.register.core import same_as_baseline
-from tests.conftest import at_once, record_export
+from tests.conftest import at_once, made_up_evaluation, record_export
 
 
 def fake_export(folder, digest: str) -> str:
@@ -207,7 +207,7 @@ def test_a_version_keeps_its_evaluation_and_the_command_line_passes_it(tmp_path,
     export.mkdir()
     evaluation.mkdir()
     record_export(export)
-    METRICS.write(str(evaluation), {"accuracy": 0.5})
+    METRICS.write(str(evaluation), made_up_evaluation(accuracy=0.5))
     (evaluation / "report.html").write_text("<html></html>")
     assert (
         main(

@@ -11,11 +11,10 @@ import os
 import pytest
 import yaml
 
-from components.artifacts.records import FORMAT_KEY, METRICS
 from components.cli import UsageError
 from components.vertex_client import load_settings
 from pipeline.__main__ import main
-from tests.conftest import BUCKET, REPO_ROOT, made_up_export, run_cli
+from tests.conftest import BUCKET, REPO_ROOT, made_up_evaluation, made_up_export, run_cli
 from tests.pipeline.conftest import SOURCE
 
 PARENT = "projects/demo-project/locations/europe-west4"
@@ -744,7 +743,7 @@ def upload_evaluation(bucket, prefix: str) -> str:
     truth, probabilities = [0, 0, 1, 1], [[0.9, 0.1], [0.4, 0.6], [0.2, 0.8], [0.3, 0.7]]
     metrics = classification_metrics(truth, [0, 1, 1, 1], ["daisy", "rose"])
     metrics["ranking"] = ranking_metrics(truth, probabilities, ["daisy", "rose"])
-    bucket.blob(f"{prefix}/metrics.json").upload_from_string(json.dumps({FORMAT_KEY: METRICS.version, **metrics}))
+    bucket.blob(f"{prefix}/metrics.json").upload_from_string(json.dumps(made_up_evaluation(**metrics)))
     return f"gs://{BUCKET}/{prefix}"
 
 
@@ -805,7 +804,8 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     # and so is its evaluation (the next run's prediction mix): the answers it gave, 1 daisy and 3 roses
     from components.artifacts.evaluation import answered_counts, kept_evaluation
 
-    assert answered_counts(kept_evaluation(f"{stored}/saved_model")) == {"daisy": 1, "rose": 3}
+    kept = kept_evaluation(f"{stored}/saved_model")
+    assert answered_counts(kept.confusion_matrix, kept.class_names) == {"daisy": 1, "rose": 3}
     name = first["model"]
     assert name.startswith("projects/demo-project/locations/europe-west4/models/")
     (upload,) = in_pipeline.bodies("POST", "/models:upload")
@@ -882,13 +882,13 @@ def test_gcpc_evaluation_import_reads_the_evaluate_output_as_the_register_step_i
         import_model_evaluation as gcpc_import,
     )
 
-    from components.artifacts.evaluation import sliced_metrics
+    from components.artifacts.evaluation import Evaluation, sliced_metrics
 
     export = upload_export(gcs, "root/flowers-1/export/exported_model", "a" * 64)
     registered, vertex_model = register_step(gcs, export, "flowers", pipeline_run="flowers-1")
     (ours,) = in_pipeline.bodies("POST", "/evaluations:import")
     (our_slices,) = in_pipeline.bodies("POST", "/slices:batchImport")
-    metrics = json.loads(gcs.blob("root/flowers-1/export/exported_model-evaluation/metrics.json").download_as_text())
+    metrics = Evaluation.read(f"gs://{BUCKET}/root/flowers-1/export/exported_model-evaluation")
     artifact = tmp_path / "vertex_evaluation"  # the artifact's file, as evaluate writes it
     artifact.write_text(json.dumps(sliced_metrics(metrics)))
 
