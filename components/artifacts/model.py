@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
-from components.artifacts.records import HISTORY, MODEL_CONFIG, Facts, Record, Typed
+from components.artifacts.records import HISTORY, MODEL_CONFIG, TUNING, Facts, Record, Typed
 
 MODEL_FILE = "model.keras"
 WEIGHTS_FILE = "model.weights.h5"
@@ -42,6 +42,21 @@ class History(Typed):
     kept_index: int | None = None
     stopped_after_epoch: int | None = None
     patience: int | None = None
+
+
+@dataclass(frozen=True)
+class Tuning(Typed):
+    """``tuning.json``, beside a model a local search kept: the ``metric`` it ranked trials by and its ``goal``,
+    the search ``space`` (as Vertex AI's study spec writes parameters), every trial's ``trial`` number,
+    ``parameters`` and score, and the ``best`` of them, whose model the folder holds."""
+
+    RECORD: ClassVar[Record] = TUNING
+
+    metric: str
+    goal: str
+    space: list[dict]
+    trials: list[dict]
+    best: dict
 
 
 @dataclass(frozen=True)

@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         json.dumps(
             {
-                "blocked": result["blocked"],
-                "blocking": result["blocking"],
-                "warnings": result["warnings"],
+                "blocked": result.blocked,
+                "blocking": result.blocking,
+                "warnings": result.warnings,
                 "data_checks": CHECKS.path(args.output_dir),
             }
         )

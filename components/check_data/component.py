@@ -36,16 +36,18 @@ def check_data(
             thresholds=parse_thresholds(data_thresholds),
         )
     )
-    for found in result["checks"]:
+    for found in result.checks:
         if found["value"] is not None:
             name = found["check"].replace(" ", "_").replace("-", "_")
             metrics.log_metric(f"{name}_{found['split']}" if found.get("split") else name, found["value"])
-    metrics.log_metric("data_warnings", len(result["warnings"]))
-    metrics.log_metric("data_accepted_blocks", len(result["blocking"]) if result["accepted_data_change"] else 0)
+    metrics.log_metric("data_warnings", len(result.warnings))
+    metrics.log_metric("data_accepted_blocks", len(result.blocking) if result.accepted_data_change else 0)
     write_json(metrics.path, metrics.metadata)  # (kfp.local's cache takes an output without a file for a lost one)
-    statistics.metadata.update({key: result[key] for key in ("blocking", "warnings", "accepted_data_change")})
-    outcome = "accepted" if result["accepted_data_change"] else "warned" if result["warnings"] else "passed"
-    return json.dumps({"outcome": outcome, "warnings": result["warnings"], "blocking": result["blocking"]})
+    statistics.metadata.update(
+        {"blocking": result.blocking, "warnings": result.warnings, "accepted_data_change": result.accepted_data_change}
+    )
+    outcome = "accepted" if result.accepted_data_change else "warned" if result.warnings else "passed"
+    return json.dumps({"outcome": outcome, "warnings": result.warnings, "blocking": result.blocking})
 
 
 def make_component(base_image: str):

@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 import os
 
-from components.artifacts.records import CHECKS, DATA_STATS
+from components.artifacts.data_statistics import DataChecks, DataStatistics
+from components.artifacts.records import DATA_STATS
 from components.check_data import statistics as data_statistics
 from components.check_data.config import CheckDataConfig
 from components.check_data.distributions import (
@@ -76,7 +77,7 @@ FIRST_VERSION = (
 )
 
 
-def load_baseline(baseline: str) -> tuple[tuple[dict, dict] | None, str, str]:
+def load_baseline(baseline: str) -> tuple[tuple[DataStatistics, dict] | None, str, str]:
     """(statistics and near-duplicate keys or None, the folder they came from, a note when None) of ``baseline``:
     a folder with ``data_stats.json`` (a check-data output; a registered version, whose SavedModel folder the
     Vertex AI Model Registry names: its parent is looked at too), or a convert output whose statistics are computed
@@ -91,7 +92,8 @@ def load_baseline(baseline: str) -> tuple[tuple[dict, dict] | None, str, str]:
     for place in version_folders(folder):
         statistics = DATA_STATS.read_any(place, missing_ok=True)
         if statistics is not None and not (made_by := DATA_STATS.other_version(statistics)):
-            return (statistics, data_statistics.read_keys(place)), place, ""
+            found = DataStatistics.from_dict(statistics, f"{DATA_STATS.folder} {place}")
+            return (found, data_statistics.read_keys(place)), place, ""
     examples = STATS.read_any(folder, missing_ok=True)
     if examples is not None and not (made_by := STATS.other_version(examples)):
         return data_statistics.compute(folder), folder, ""
@@ -114,7 +116,7 @@ def load_baseline(baseline: str) -> tuple[tuple[dict, dict] | None, str, str]:
     return None, "", note
 
 
-def run(config: CheckDataConfig) -> dict:
+def run(config: CheckDataConfig) -> DataChecks:
     """Computes the new version's statistics, compares them with the baseline's, writes ``data_checks.json`` and the
     statistics; returns the checks. Raises ``DataBlockedError`` (after writing) when a blocking check fails."""
     from components.storage import check_writable
@@ -135,47 +137,47 @@ def run(config: CheckDataConfig) -> dict:
             write_atomically(f"{config.output_dir.rstrip('/')}/{name}", handle.read())
     rows = compare(new, new_keys, base_statistics, base_keys, limits)
     outcome = verdict_of(rows, base is not None, config.accept_data_change)
-    result = {
-        "examples": config.examples_dir,
-        "baseline": config.baseline,
-        "baseline_statistics": base_folder,
-        "baseline_note": note,
+    result = DataChecks(
+        examples=config.examples_dir,
+        baseline=config.baseline,
+        baseline_statistics=base_folder,
+        baseline_note=note,
         **outcome,
-        "thresholds": limits,
-        "checks": rows,
-    }
-    result = CHECKS.write(config.output_dir, result)
+        thresholds=limits,
+        checks=rows,
+    )
+    result.write(config.output_dir)
     report(result)
-    if result["blocked"]:
+    if result.blocked:
         raise DataBlockedError(
             "the new data is blocked before training:\n"
-            + "\n".join(f"  {reason}" for reason in result["blocking"])
+            + "\n".join(f"  {reason}" for reason in result.blocking)
             + "\n  (pass --accept-data-change, the DAG's accept_data_change, to train on it anyway; the run records it)"
         )
     return result
 
 
-def report(result: dict) -> None:
+def report(result: DataChecks) -> None:
     """A line per check that did not pass, and the outcome, to the log (the terminal, Cloud Logging)."""
-    if result["baseline_note"]:  # (a first version is as expected; a baseline without statistics to compare is not)
-        level = logging.INFO if result["baseline_note"] == FIRST_VERSION else logging.WARNING
-        log.log(level, "check data: %s", result["baseline_note"])
+    if result.baseline_note:  # (a first version is as expected; a baseline without statistics to compare is not)
+        level = logging.INFO if result.baseline_note == FIRST_VERSION else logging.WARNING
+        log.log(level, "check data: %s", result.baseline_note)
     # a blocking row stops the run with its reasons (DataBlockedError); one that did not (accepted) is logged here
-    for found in result["checks"]:
-        if found["verdict"] in ("warn", "skipped") or (found["verdict"] == "block" and not result["blocked"]):
+    for found in result.checks:
+        if found["verdict"] in ("warn", "skipped") or (found["verdict"] == "block" and not result.blocked):
             split = f" ({found['split']})" if found.get("split") else ""
             verdict = "block, accepted" if found["verdict"] == "block" else found["verdict"]
             log.warning("check data: %s %s%s: %s", verdict, found["check"], split, found["detail"])
     counts = {
-        verdict: sum(1 for found in result["checks"] if found["verdict"] == verdict)
+        verdict: sum(1 for found in result.checks if found["verdict"] == verdict)
         for verdict in ("pass", "warn", "block", "skipped")
     }
     summary = ", ".join(f"{count} {verdict}" for verdict, count in counts.items() if count)
-    if result["accepted_data_change"]:
+    if result.accepted_data_change:
         log.warning(
             "check data: %s; blocking checks accepted (--accept-data-change): %s",
             summary,
-            "; ".join(result["blocking"]),
+            "; ".join(result.blocking),
         )
     else:
         log.info("check data: %s", summary)

@@ -22,8 +22,7 @@ from collections import Counter
 import numpy as np
 
 from components.artifacts.conversion import ExamplesStats
-from components.artifacts.data_statistics import NEAR_DUPLICATES_NAME
-from components.artifacts.records import DATA_STATS
+from components.artifacts.data_statistics import NEAR_DUPLICATES_NAME, DataStatistics
 from components.modalities import modality_of
 from components.modalities.text import TEXT
 from components.schema import SPLITS, read_stats, split_files
@@ -39,7 +38,7 @@ SIZE_BINS = {"width": 512, "height": 512, "aspect": 201}  # up to 8,192 pixels a
 
 def compute(
     examples_dir: str, vocabulary: list[str] | None = None, served_standardization: str | None = None
-) -> tuple[dict, dict[str, np.ndarray]]:
+) -> tuple[DataStatistics, dict[str, np.ndarray]]:
     """(``data_stats.json``'s content, the near-duplicate keys per split) of the version in ``examples_dir``.
 
     ``vocabulary``: for texts, the served model's vocabulary: the out-of-vocabulary share under it is counted too
@@ -68,7 +67,7 @@ def compute(
         result[modality][split], keys[split] = of_split(split)
         if len(keys[split]) < stats["counts"].get(split, 0):  # (a large version: a sample of about MAX_READ)
             result.setdefault("sampled", {})[split] = len(keys[split])
-    return result, keys
+    return DataStatistics(**result), keys
 
 
 def image_splits(examples_dir: str, stats: ExamplesStats, result: dict, vocabulary, served_standardization):
@@ -268,20 +267,20 @@ def text_statistics(
     return statistics, np.asarray(hashes, dtype=np.uint64)
 
 
-def write(folder: str, statistics: dict, keys: dict[str, np.ndarray]) -> None:
+def write(folder: str, statistics: DataStatistics, keys: dict[str, np.ndarray]) -> None:
     """``data_stats.json`` and ``near_duplicates.npz`` into ``folder`` (each written whole, then renamed)."""
     from components.storage import write_atomically
 
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **keys)
     write_atomically(f"{folder.rstrip('/')}/{NEAR_DUPLICATES_NAME}", buffer.getvalue())
-    DATA_STATS.write(folder, statistics)
+    statistics.write(folder)
 
 
-def read(folder: str) -> tuple[dict, dict[str, np.ndarray]] | None:
+def read(folder: str) -> tuple[DataStatistics, dict[str, np.ndarray]] | None:
     """The statistics written by ``write`` in ``folder``; None when it holds none; a one-line error for those of
     another version of the pipeline."""
-    statistics = DATA_STATS.read_if_any(folder)
+    statistics = DataStatistics.read_if_any(folder)
     return None if statistics is None else (statistics, read_keys(folder))
 
 

@@ -82,7 +82,7 @@ def _evaluate(config: EvaluateConfig) -> Evaluation:
     if config.data_checks:  # how the data compared with the model in service's, for the report
         from components.artifacts.data_statistics import read_checks
 
-        data_checks = read_checks(config.data_checks)
+        data_checks = read_checks(config.data_checks).for_report()
     not_comparable = baseline and comparability(baseline, model_config)
     model = load_trained_model(config.model_dir, model_config)
     history = History.read_if_any(config.model_dir)  # the curves for the report, and train's word on its learning

@@ -76,7 +76,7 @@ def served_report(config: ExportConfig, record: dict) -> dict:
         "counts": {"test": metrics.num_examples},
         "test_accuracy": metrics.accuracy,
         **{key: record.get(key) for key in ("raw_files", "raw_texts", "formats")},
-        "data_checks": {"test_copies": test_copies(metrics.data_checks) if metrics.data_checks else None},
+        "data_checks": {"test_copies": test_copies(metrics.data_checks["checks"]) if metrics.data_checks else None},
     }
     evaluated = read_bytes(f"{config.evaluation_dir.rstrip('/')}/{REPORT_FILE}").decode("utf-8")
     path = os.path.join(config.output_dir, REPORT_FILE)

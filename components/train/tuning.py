@@ -218,7 +218,7 @@ def search(config, trials: int, env: Mapping[str, str] | None = None) -> dict:
     ``config.model_dir``, with ``tuning.json`` beside it. A finished trial is not run again when the search is
     started again (each trial's own checkpoints resume an interrupted one). Returns the best run's result, with
     ``tuning`` (what ``tuning.json`` holds)."""
-    from components.artifacts.records import TUNING
+    from components.artifacts.model import Tuning
     from components.schema import read_stats
     from components.storage import write_json
     from components.train.config import resolve_output_dirs
@@ -261,14 +261,14 @@ def search(config, trials: int, env: Mapping[str, str] | None = None) -> dict:
             shutil.rmtree(target)
         os.replace(os.path.join(best_model, name), target)
     shutil.rmtree(os.path.join(dirs.model_dir, TRIALS_FOLDER))
-    tuning = {
-        "metric": METRIC,
-        "goal": GOAL,
-        "space": study_spec_parameters(space),
-        "trials": [{key: entry[key] for key in ("trial", "parameters", METRIC)} for entry in done],
-        "best": {key: best[key] for key in ("trial", "parameters", METRIC)},
-    }
-    TUNING.write(dirs.model_dir, tuning)
+    tuning = Tuning(
+        metric=METRIC,
+        goal=GOAL,
+        space=study_spec_parameters(space),
+        trials=[{key: entry[key] for key in ("trial", "parameters", METRIC)} for entry in done],
+        best={key: best[key] for key in ("trial", "parameters", METRIC)},
+    )
+    tuning.write(dirs.model_dir)
     log.info(
         "tuning: trial %d of %d kept (%s %.4f): %s",
         best["trial"],
@@ -277,7 +277,7 @@ def search(config, trials: int, env: Mapping[str, str] | None = None) -> dict:
         best[METRIC],
         " ".join(trial_flags(best["parameters"])),
     )
-    return {**best["result"], "model_dir": dirs.model_dir, "tuning": tuning}
+    return {**best["result"], "model_dir": dirs.model_dir, "tuning": tuning.to_dict()}
 
 
 def _facts(result: Mapping) -> dict:

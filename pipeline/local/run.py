@@ -357,11 +357,11 @@ def data_checks_outcome(checks_dir: str) -> dict:
 
     found = read_checks(checks_dir)
     return {
-        "test_copies": test_copies(found),
-        "checks": len(found["checks"]),
-        "warnings": found["warnings"],
-        "accepted": found["blocking"] if found["accepted_data_change"] else [],
-        "note": found["baseline_note"],
+        "test_copies": test_copies(found.checks),
+        "checks": len(found.checks),
+        "warnings": found.warnings,
+        "accepted": found.blocking if found.accepted_data_change else [],
+        "note": found.baseline_note,
         "path": CHECKS.path(checks_dir),
     }
 

@@ -34,8 +34,7 @@ def training_run(model_dir: str, model_config: ModelConfig, spec: dict, paramete
     """The epochs, learning rate and schedule the run used (as the train step recorded them in ``model_config``:
     given, or what auto resolved to), and where training ended: the final epoch's validation accuracy; after how many
     epochs it resumed from a checkpoint (0: it did not)."""
-    from components.artifacts.model import History
-    from components.artifacts.records import TUNING
+    from components.artifacts.model import History, Tuning
 
     used = {name: parameter_used(name, spec, parameters) for name in ("epochs", "learning_rate", "lr_schedule")}
     recorded_values = {name: getattr(model_config, name) for name in ("epochs", "learning_rate")}
@@ -44,9 +43,9 @@ def training_run(model_dir: str, model_config: ModelConfig, spec: dict, paramete
     recorded = History.read_if_any(model_dir) or History({}, 0, 0.0)
     accuracies = recorded.history.get("val_accuracy") or [None]
     kept = recorded.kept_index  # the epoch whose weights the model has (the best), else the last
-    tuning = TUNING.read_if_any(model_dir)
+    tuning = Tuning.read_if_any(model_dir)
     if tuning:  # a search: the kept trial's values are the run's
-        used.update({name: value for name, value in tuning["best"]["parameters"].items() if name in used})
+        used.update({name: value for name, value in tuning.best["parameters"].items() if name in used})
     return {
         **used,
         "final_validation_accuracy": accuracies[-1 if kept is None else kept],
@@ -54,7 +53,7 @@ def training_run(model_dir: str, model_config: ModelConfig, spec: dict, paramete
         "epochs_run": len(accuracies) if accuracies != [None] else None,
         "stopped_after_epoch": recorded.stopped_after_epoch,
         "resumed_after_epoch": recorded.resumed_after_epoch,
-        "tuning": tuning,
+        "tuning": tuning.to_dict() if tuning else None,
     }
 
 

@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pytest
 
+from components.artifacts.data_statistics import DataChecks, DataStatistics
 from components.artifacts.records import CHECKS, DATA_STATS
 from components.check_data import statistics as data_statistics
 from components.check_data.core import CheckDataConfig, DataBlockedError, compare
@@ -20,11 +21,20 @@ from components.check_data.distributions import jensen_shannon
 from components.check_data.leakage import check_leakage
 from components.check_data.thresholds import threshold_values, verdict_of
 from components.cli import UsageError
+from components.schema import SPLIT_METHOD
 from tests.conftest import REPO_ROOT
 
 CLASSES = ["ant", "bee", "cow", "dog"]
 LIMITS = threshold_values({})
 SIDE = data_statistics.THUMBNAIL_SIDE**2
+# what a check-data run records besides its rows and outcome (report reads the outcome)
+MADE_UP_CHECKS = {
+    "examples": "examples",
+    "baseline": "",
+    "baseline_statistics": "",
+    "thresholds": LIMITS,
+    "warnings": [],
+}
 
 
 def thumbnails(ids) -> np.ndarray:
@@ -62,9 +72,17 @@ def version(
         "quarantined": quarantined,
         "duplicates": 0,
         "quarantine_reasons": reasons or {},
+        "fingerprint": "",
+        "source": "",
+        "split_method": SPLIT_METHOD,
         "image": image,
     }
     return statistics, keys
+
+
+def typed(statistics: dict) -> DataStatistics:
+    """Hand-made statistics as the record a check-data run writes."""
+    return DataStatistics.from_dict(statistics, "made up")
 
 
 BALANCED = {"train": [100, 100, 100, 100], "validation": [25, 25, 25, 25], "test": [25, 25, 25, 25]}
@@ -807,7 +825,8 @@ def test_a_blocked_run_says_each_reason_on_a_line_records_it_and_goes_on_when_ac
 
     examples_dir, _ = converted
     baseline = tmp_path / "baseline"
-    data_statistics.write(str(baseline), *version(BALANCED))  # ant, bee, cow, dog: 600 examples
+    statistics, keys = version(BALANCED)
+    data_statistics.write(str(baseline), typed(statistics), keys)  # ant, bee, cow, dog: 600 examples
     config = {"examples_dir": examples_dir, "output_dir": str(tmp_path / "checks"), "baseline": f"{baseline}/"}
     with pytest.raises(DataBlockedError) as blocked:
         run(CheckDataConfig(**config))
@@ -869,7 +888,7 @@ def test_the_report_logs_each_check_that_did_not_pass_and_the_outcome(caplog):
         ],
     }
     caplog.set_level("INFO", logger="components.check_data.core")
-    report(accepted)
+    report(DataChecks(**{**MADE_UP_CHECKS, **accepted}))
     assert [record.getMessage() for record in caplog.records] == [
         "check data: a note",
         "check data: warn class mix (train): class ant 25.0% -> 45.0%",
@@ -881,7 +900,11 @@ def test_the_report_logs_each_check_that_did_not_pass_and_the_outcome(caplog):
         "100 examples against the baseline's 600; leakage across splits: 3 test images in train",
     ]
     caplog.clear()
-    report({**accepted, "baseline_note": "", "blocked": True, "accepted_data_change": False})  # (the error says why)
+    report(
+        DataChecks(
+            **{**MADE_UP_CHECKS, **accepted, "baseline_note": "", "blocked": True, "accepted_data_change": False}
+        )
+    )  # (the error says why)
     assert [record.getMessage() for record in caplog.records] == [
         "check data: warn class mix (train): class ant 25.0% -> 45.0%",
         "check data: skipped class mix (test): 10 examples on one side",
@@ -912,15 +935,15 @@ def test_a_registered_version_is_found_from_its_saved_model_folder_and_an_older_
     from components.check_data.core import load_baseline
 
     statistics, keys = version(BALANCED)
-    data_statistics.write(str(tmp_path / "3"), statistics, keys)
+    data_statistics.write(str(tmp_path / "3"), typed(statistics), keys)
     (tmp_path / "3" / "saved_model").mkdir()
     found, folder, note = load_baseline(str(tmp_path / "3" / "saved_model"))  # as the Model Registry names it
     assert folder == str(tmp_path / "3") and note == ""
-    assert found[0] == statistics and np.array_equal(found[1]["test"], keys["test"])
+    assert found[0] == typed(statistics) and np.array_equal(found[1]["test"], keys["test"])
     (tmp_path / "2" / "saved_model").mkdir(parents=True)  # registered before the data checks
     found, folder, note = load_baseline(str(tmp_path / "2" / "saved_model"))
     assert found is None and "holds no data_stats.json (an export step's output, or a model registered before" in note
-    data_statistics.write(str(tmp_path / "1"), statistics, keys)
+    data_statistics.write(str(tmp_path / "1"), typed(statistics), keys)
     older = {key: value for key, value in statistics.items() if key != "format_version"}  # before the versions
     (tmp_path / "1" / "data_stats.json").write_text(json.dumps(older))
     with pytest.raises(UsageError, match=r"was made by an older version .*: check the data again$"):
@@ -938,9 +961,9 @@ def test_a_baseline_is_read_where_it_is_typed_and_one_that_is_not_there_is_one_l
     assert load_baseline("") == (None, "", first)
     statistics, keys = version(BALANCED)
     kept = tmp_path / "check-dataX"  # typed with a trailing slash; only the slash goes
-    data_statistics.write(str(kept), statistics, keys)
+    data_statistics.write(str(kept), typed(statistics), keys)
     found, folder, note = load_baseline(f"{kept}/")
-    assert (found[0], folder, note) == (statistics, str(kept), "")
+    assert (found[0], folder, note) == (typed(statistics), str(kept), "")
     examples_dir, _ = converted  # a convert output: its statistics computed here, no note
     found, folder, note = load_baseline(f"{examples_dir}/")
     assert found is not None and (folder, note) == (examples_dir, "")
@@ -1164,8 +1187,8 @@ def test_the_examples_row_and_the_quarantine_rate_by_hand():
 def test_statistics_whose_keys_hold_pickled_objects_are_refused(tmp_path):
     """The near-duplicate keys come from a folder a registry keeps: an array of Python objects in it would run code
     when unpickled, so it is refused."""
-    examples = version(BALANCED)
-    data_statistics.write(str(tmp_path), *examples)
+    statistics, keys = version(BALANCED)
+    data_statistics.write(str(tmp_path), typed(statistics), keys)
     with open(tmp_path / data_statistics.NEAR_DUPLICATES_NAME, "wb") as handle:
         np.savez(handle, train=np.array([{"not": "a key"}], dtype=object))
     with pytest.raises(ValueError, match="allow_pickle"):
@@ -1469,10 +1492,10 @@ def test_statistics_kept_on_gcs_are_found_through_a_folder_typed_with_a_trailing
     kept, keys = version(BALANCED)
     words = [PADDING, OUT_OF_VOCABULARY, "the"]
     for folder in ("registry/1", "runs/check-dataX"):  # (only the slash goes: a name may end in any letter)
-        statistics.write(f"gs://{BUCKET}/{folder}", kept, keys)
+        statistics.write(f"gs://{BUCKET}/{folder}", typed(kept), keys)
         gcs.blob(f"{folder}/{VOCABULARY_FILE}").upload_from_string(vocabulary_bytes(words))
         found = statistics.read(f"gs://{BUCKET}/{folder}/")
-        assert found is not None and found[0] == kept
+        assert found is not None and found[0] == typed(kept)
         assert all(np.array_equal(found[1][split], keys[split]) for split in keys)
         assert TEXT.served_tokens(f"gs://{BUCKET}/{folder}/", {"standardization": "strip"})[0] == words
 

@@ -156,3 +156,23 @@ def test_an_evaluation_without_its_figures_is_refused_in_one_line_and_a_whole_on
     found = Evaluation.read(str(tmp_path))
     assert (found.accuracy, found.split, found.baseline_metrics) == (0.5, "test", None)
     assert "baseline_metrics" not in found  # (no baseline: the file has no such key, as evaluate writes it)
+
+
+def test_data_checks_without_their_outcome_are_refused_in_one_line_and_a_search_is_read_back(tmp_path):
+    """What evaluate (``--data-checks``) and the run-local summary read of check-data's output; what the summary
+    reads of a local search."""
+    from components.artifacts.data_statistics import read_checks
+    from components.artifacts.model import Tuning
+    from components.artifacts.records import CHECKS
+
+    (tmp_path / CHECKS.name).write_text(json.dumps({FORMAT_KEY: CHECKS.version, "checks": []}))
+    with pytest.raises(UsageError) as lacking:
+        read_checks(str(tmp_path))
+    assert str(lacking.value) == (
+        f"data checks {tmp_path}: its data_checks.json has no examples, baseline, baseline_statistics, baseline_note, "
+        "blocked, blocking, warnings, accepted_data_change, thresholds; check the data again"
+    )
+    trials = [{"trial": 1, "parameters": {"learning_rate": 0.01}, "val_accuracy": 0.5}]
+    searched = Tuning("val_accuracy", "MAXIMIZE", [], trials, trials[0])
+    searched.write(str(tmp_path))
+    assert Tuning.read(str(tmp_path)) == searched and Tuning.read_if_any(str(tmp_path / "none")) is None
