@@ -127,11 +127,15 @@ class Typed:
     def from_dict(cls: type[T], value: Mapping, where: str) -> T:
         """The record from its file's ``value`` (its format checked); ``where``: the folder, for the error."""
         cls.RECORD.check(value, where)
-        kinds = fields(cls)  # type: ignore[arg-type]
-        lacking = [f.name for f in kinds if f.name not in value and f.default is f.default_factory is MISSING]
-        if lacking:
+        if lacking := cls.lacking(value):
             raise UsageError(f"{where}: its {cls.RECORD.name} has no {', '.join(lacking)}; {cls.RECORD.remake}")
-        return cls(**{f.name: value[f.name] for f in kinds if f.name in value})
+        return cls(**{f.name: value[f.name] for f in fields(cls) if f.name in value})  # type: ignore[arg-type]
+
+    @classmethod
+    def lacking(cls, value: Mapping) -> list[str]:
+        """The fields without a default that ``value`` (a file's content) does not have."""
+        kinds = fields(cls)  # type: ignore[arg-type]
+        return [f.name for f in kinds if f.name not in value and f.default is f.default_factory is MISSING]
 
     @classmethod
     def read(cls: type[T], folder: str) -> T:
@@ -147,8 +151,12 @@ class Typed:
     @classmethod
     def read_current(cls: type[T], folder: str) -> T | None:
         """``read``, or None where ``folder`` holds no such file, and, with a warning, where another version of the
-        pipeline made it (a baseline's, which a run goes on without)."""
+        pipeline made it or it lacks a field (a baseline's, which a run goes on without)."""
         found = cls.RECORD.read_current(folder)
+        if found is not None and (lacking := cls.lacking(found)):
+            where, named = f"{cls.RECORD.folder} {folder}", ", ".join(lacking)
+            log.warning("%s: its %s has no %s: left aside", where, cls.RECORD.name, named)
+            return None
         return None if found is None else cls.from_dict(found, f"{cls.RECORD.folder} {folder}")
 
     def write(self, folder: str) -> dict:

@@ -951,6 +951,17 @@ def test_a_registered_version_is_found_from_its_saved_model_folder_and_an_older_
     found, folder, note = load_baseline(str(tmp_path / "1"))
     older_note = f"the baseline {tmp_path / '1'}'s statistics were made by an older version of this pipeline"
     assert found is None and folder == "" and note.startswith(f"{older_note} (data_stats.json format 0, this one reads")
+    lacking = {key: value for key, value in statistics.items() if key not in ("counts", "per_class")}
+    (tmp_path / "1" / "data_stats.json").write_text(json.dumps(lacking))  # of this format, without two facts
+    found, folder, note = load_baseline(str(tmp_path / "1"))
+    assert (
+        found is None
+        and folder == ""
+        and note.startswith(
+            f"the baseline {tmp_path / '1'}'s statistics were made by a version of this pipeline that did not record "
+            "counts, per_class: nothing to compare with"
+        )
+    )
 
 
 def test_a_baseline_is_read_where_it_is_typed_and_one_that_is_not_there_is_one_line(tmp_path, converted, gcs):

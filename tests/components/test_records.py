@@ -176,3 +176,18 @@ def test_data_checks_without_their_outcome_are_refused_in_one_line_and_a_search_
     searched = Tuning("val_accuracy", "MAXIMIZE", [], trials, trials[0])
     searched.write(str(tmp_path))
     assert Tuning.read(str(tmp_path)) == searched and Tuning.read_if_any(str(tmp_path / "none")) is None
+
+
+def test_a_baselines_record_without_its_fields_is_left_aside_with_a_warning(tmp_path, caplog):
+    """A run goes on without a baseline's record it cannot read, as without one of another version: the model in
+    service's kept evaluation (the prediction mix) and its export (whether the candidate is the same model)."""
+    from components.artifacts.evaluation import kept_evaluation
+    from components.register.core import export_record
+
+    (tmp_path / METRICS.name).write_text(json.dumps({FORMAT_KEY: METRICS.version, "accuracy": 0.5}))
+    (tmp_path / EXPORT.name).write_text(json.dumps({FORMAT_KEY: EXPORT.version, "model_digest": "d" * 64}))
+    with caplog.at_level(logging.WARNING):
+        assert kept_evaluation(str(tmp_path)) is None and export_record(str(tmp_path)) is None
+    assert caplog.messages[0].startswith(f"evaluation {tmp_path}: its metrics.json has no num_examples, class_names, ")
+    assert caplog.messages[0].endswith(", blessing, report_html: left aside")
+    assert caplog.messages[1].startswith(f"export {tmp_path}: its export.json has no modality, class_names, ")
