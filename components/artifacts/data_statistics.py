@@ -60,8 +60,8 @@ class DataChecks(Facts):
       compared, where nothing was), and the ``thresholds`` the checks used.
     - ``checks``: a row per check (``check``, ``verdict``, ``severity``, ``value``, ``thresholds``, ``split``,
       ``detail``).
-    - The outcome: ``blocked``, the ``blocking`` and ``warnings`` reasons, and ``accepted_data_change`` (blocking
-      reasons a run accepted).
+    - The outcome: ``blocked``, the ``blocking`` and ``warnings`` reasons, and ``accepted_data_change`` (whether the
+      run accepted blocking reasons, which then did not block).
 
     It reads as the mapping of its fields too (``Facts``)."""
 

@@ -31,7 +31,8 @@ class Evaluation(Facts):
     - What was judged: ``split``, ``model_name``, ``model_dir``, ``examples_dir``, ``counts`` and ``small_classes``
       (the examples'), ``training`` (the model config's facts the report leads with).
     - The verdict: ``blessing`` (``blessed``, ``reasons``, the baseline's accuracy and whether it was comparable);
-      with a baseline, ``baseline_metrics`` and ``prediction_mix``; ``data_checks``, where the run's were given.
+      with a baseline it could compare, ``baseline_metrics`` and ``prediction_mix``; ``data_checks``, where the
+      run's were given.
     - ``misclassified`` (at most the report's), ``report_html`` and, with ``--screenshot``, ``report_screenshot``.
 
     It reads as the mapping of its figures too (``Facts``)."""
@@ -144,16 +145,17 @@ def answered_counts(matrix: list[list[int]], class_names: list[str]) -> dict[str
 
 
 def keep_with_model(evaluation_dir: str, version_dir: str) -> None:
-    """Copies ``metrics.json`` from ``evaluation_dir`` (an evaluate output) into ``version_dir`` (a registered
-    version's folder, beside the export), so that a later run finds how the model in service answered on its own
-    evaluation split; a one-line error when it holds none."""
+    """Writes the ``metrics.json`` of ``evaluation_dir`` (an evaluate output) into ``version_dir`` (a registered
+    version's folder, beside the export), as its record reads it, so that a later run finds how the model in service
+    answered on its own evaluation split; a one-line error when it holds none or one this code does not read."""
     Evaluation.read(evaluation_dir).write(version_dir)
 
 
 def kept_evaluation(model: str) -> Evaluation | None:
     """The evaluation a registered version keeps (``keep_with_model``), for the model at ``model``: a version's
     folder or the SavedModel folder in it, which the Model Registry names; None when there is none (an export or
-    train output, a version registered before it was kept, or by an older version of the pipeline)."""
+    train output, a version registered before it was kept), and, with a warning, when another version of the pipeline
+    made it or it lacks a field."""
     from components.artifacts.exported import version_folders
 
     for place in version_folders(model):

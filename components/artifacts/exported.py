@@ -111,7 +111,7 @@ def export_folder(uri: str) -> str:
 
 def read_export(uri: str) -> Exported | None:
     """The ``export.json`` of the export at ``uri`` or of its ``saved_model/`` folder; None for a SavedModel on its
-    own; a one-line error for one an older version of the pipeline made."""
+    own; a one-line error for one another version of the pipeline made, or one that lacks a field."""
     return Exported.read_if_any(export_folder(uri))
 
 
@@ -138,8 +138,8 @@ def write_export_record(output_dir: str, report: dict) -> Exported:
 
 def check_export(uri: str) -> Exported:
     """The ``export.json`` of the export folder ``uri`` (local or ``gs://``), once every file it lists is there with
-    its size and sha256; a one-line error for an unfinished export (no ``export.json``), a damaged one, or one an
-    older version of the pipeline made."""
+    its size and sha256; a one-line error for an unfinished export (no ``export.json``), a damaged one, or one
+    another version of the pipeline made (or that lacks a field)."""
     from components.storage import match
 
     uri = uri.rstrip("/") if "://" in uri else os.path.abspath(uri)

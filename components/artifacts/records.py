@@ -1,9 +1,10 @@
 """The JSON files the steps hand each other, read and written only here, each with its ``format_version``.
 
 A file without this code's version (an artifact made before the versions were written, or by a newer release) is
-refused in one line that says what makes it again: ``convert again``, ``retrain``, ``export again``. A baseline of an
-older format is the one exception: evaluate and check-data skip it with a warning (``read_current``, ``other_version``),
-so that a registry kept from an older release does not stop a run."""
+refused in one line that says what makes it again: ``convert again``, ``retrain``, ``export again``; so is one of
+this version that lacks a field its record must have (``Typed``). A baseline's record is the one exception: evaluate,
+check-data and register leave one of another format, or one that lacks a field, aside with a warning
+(``read_current``, ``other_version``), so that a registry kept from an older release does not stop a run."""
 
 from __future__ import annotations
 

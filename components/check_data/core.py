@@ -81,8 +81,9 @@ def load_baseline(baseline: str) -> tuple[tuple[DataStatistics, dict] | None, st
     """(statistics and near-duplicate keys or None, the folder they came from, a note when None) of ``baseline``:
     a folder with ``data_stats.json`` (a check-data output; a registered version, whose SavedModel folder the
     Vertex AI Model Registry names: its parent is looked at too), or a convert output whose statistics are computed
-    here. A model without statistics (registered before the data checks), or statistics an older version of the
-    pipeline made, are no baseline, with a note (and a warning); a path that does not exist is a one-line error."""
+    here. A model without statistics (registered before the data checks), or statistics another version of the
+    pipeline made (or that lack a field), are no baseline, with a note (and a warning); a path that does not exist is
+    a one-line error."""
     from components.artifacts.exported import version_folders
     from components.artifacts.records import STATS
 

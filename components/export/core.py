@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 
+from components.artifacts.exported import Exported
 from components.artifacts.model import load_model_config
 from components.export.common import ExportConfig, check_evaluation
 from components.keras_backend import activate_backend
@@ -22,7 +23,7 @@ SERVING_EXPORTS = {
 }
 
 
-def run(config: ExportConfig) -> dict:
+def run(config: ExportConfig) -> Exported:
     """Exports the SavedModel and the TFLite files, checks their parity with the trained model, writes the
     evaluation's report led by the served model's figure (with ``config.evaluation_dir``), and ``export.json``."""
     trained_config = load_model_config(config.model_dir)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
-from components.artifacts.exported import SAVED_MODEL_DIR, TFLITE_FILES, write_export_record
+from components.artifacts.exported import SAVED_MODEL_DIR, TFLITE_FILES, Exported, write_export_record
 from components.artifacts.model import ModelConfig, model_digest
 from components.artifacts.tflite import tflite_predict
 from components.export.common import (
@@ -271,7 +271,7 @@ def format_accuracies(saved_model, tflite: dict[str, bytes], examples_dir: str, 
     )
 
 
-def export_image(config: ExportConfig) -> dict:
+def export_image(config: ExportConfig) -> Exported:
     """Exports an image model (SavedModel on encoded images, TFLite on pixels), checks it, and writes
     ``export.json``."""
     model, model_config = build_cpu_model(config.model_dir)

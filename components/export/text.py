@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 
-from components.artifacts.exported import SAVED_MODEL_DIR, TFLITE_FILES, write_export_record
+from components.artifacts.exported import SAVED_MODEL_DIR, TFLITE_FILES, Exported, write_export_record
 from components.artifacts.model import ModelConfig, model_digest
 from components.artifacts.tflite import tflite_token_predict
 from components.cli import StepFailedError
@@ -197,7 +197,7 @@ def describe_text(model_config: ModelConfig, fmt: str, quantization: str) -> str
     )
 
 
-def export_text(config: ExportConfig) -> dict:
+def export_text(config: ExportConfig) -> Exported:
     """Exports a text model (SavedModel on strings, TFLite on ids), checks it, and writes ``export.json``."""
     vocabulary = read_vocabulary(os.path.join(config.model_dir, VOCABULARY_FILE))
     model, model_config = build_cpu_model(config.model_dir)

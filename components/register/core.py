@@ -21,8 +21,8 @@ MODELS_FOLDER = "models"  # under the pipeline root's bucket when no model_root 
 
 
 def export_record(uri: str) -> Exported | None:
-    """The ``export.json`` of an export folder or of its ``saved_model/`` folder (None when there is none, or, for
-    a baseline, when an older version of the pipeline made it: a warning)."""
+    """The ``export.json`` of an export folder or of its ``saved_model/`` folder (None when there is none, and, with
+    a warning, when another version of the pipeline made it or it lacks a field: a baseline's is left aside)."""
     return Exported.read_current(export_folder(uri))
 
 

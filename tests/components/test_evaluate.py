@@ -17,7 +17,7 @@ from components.evaluate.baseline import Baseline, comparability
 from components.evaluate.blessing import bless
 from components.evaluate.core import EvaluateConfig, run
 from components.evaluate.metrics import classification_metrics, ranking_metrics, top_k_accuracy
-from tests.conftest import CLASSES, TINY_SIZE, made_up_evaluation
+from tests.conftest import CLASSES, TINY_SIZE, made_up_evaluation, made_up_export
 
 
 def test_metrics_from_known_predictions():
@@ -693,8 +693,8 @@ def test_misclassified_images_name_the_file_they_came_from(converted, image_fold
 
 def test_a_baseline_an_older_version_made_is_not_compared_and_the_value_threshold_decides(tmp_path, caplog):
     """A baseline whose ``model_config.json`` or ``export.json`` an older version of the pipeline wrote (no
-    ``format_version``: before the formats were versioned) is found with a warning and not compared; one of this
-    version's format, the same classes and input, is."""
+    ``format_version``: before the formats were versioned), or one of this format without its record's facts, is
+    found with a warning and not compared; one of this version's format, the same classes and input, is."""
     import logging
 
     from components.artifacts.records import EXPORT, MODEL_CONFIG
@@ -717,8 +717,13 @@ def test_a_baseline_an_older_version_made_is_not_compared_and_the_value_threshol
         assert f"baseline {folder} was made by an older version" in caplog.text and "not compared" in caplog.text
         blessing = bless(0.9, 0.5, None, 0.0, reason)
         assert blessing["blessed"] and "judged on the value threshold alone" in blessing["reasons"][-1]
+    # of this version's format without the facts its record must have: left aside the same way, naming them
     (trained / MODEL_CONFIG.name).write_text(json.dumps({**facts, "format_version": MODEL_CONFIG.version}))
-    assert comparability(check_baseline(str(trained)), facts) == ""
+    reason = comparability(check_baseline(str(trained)), facts)
+    assert reason.startswith("it was made by a version of this pipeline that did not record model_name, model, ")
+    # with them, the same classes and input: compared
+    (exported / EXPORT.name).write_text(json.dumps(made_up_export(exported, "e" * 64, image_size=4)))
+    assert comparability(check_baseline(str(exported)), facts) == ""
 
 
 # a kept evaluation of a 3-class model on 30 test examples: rows true, columns its answers (a 8, b 12, c 10)
