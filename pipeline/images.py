@@ -64,18 +64,34 @@ def template_images(spec: dict) -> dict[str, str]:
     return found
 
 
+def load_yaml(handle):
+    """The first document of a YAML stream (None for none), read safely by libyaml's parser where PyYAML was built
+    with it, which reads a compiled pipeline several times faster than PyYAML's own Python parser."""
+    import yaml
+
+    return next(yaml.load_all(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)), None)
+
+
 def read_template(path: str) -> dict:
     """A compiled pipeline's IR; a one-line error when it is missing or is not one."""
     import os
 
     import yaml
 
-    from components.cli import UsageError
+    from components.cli import UsageError, one_line
 
     if not os.path.isfile(path):
         raise UsageError(f"pipeline template {path} does not exist: run python -m pipeline compile first")
-    with open(path, encoding="utf-8") as handle:
-        spec = next(yaml.safe_load_all(handle), None)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            spec = load_yaml(handle)
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(err, "problem", None) or one_line(err)
+        raise UsageError(
+            f"pipeline template {path} is not YAML ({where}{problem}): run python -m pipeline compile"
+        ) from None
     if not isinstance(spec, dict) or "deploymentSpec" not in spec:
         raise UsageError(f"pipeline template {path} is not a compiled pipeline: run python -m pipeline compile")
     return spec

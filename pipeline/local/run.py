@@ -13,7 +13,7 @@ from components.artifacts.evaluation import REPORT_FILE, Evaluation
 from components.artifacts.exported import Exported
 from components.artifacts.records import EXPORT, METRICS
 from components.artifacts.served import served_figure
-from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images
+from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images, load_yaml
 from pipeline.local.config import SUMMARY_FILE, LocalRunConfig
 from pipeline.local.docker import check_docker, docker_runner
 from pipeline.local.identity import run_identity
@@ -41,7 +41,6 @@ def local_pipeline_spec(
     driver does), so that they change every run's cache keys."""
     import tempfile
 
-    import yaml
     from kfp import compiler
 
     from pipeline.dag import build_pipeline
@@ -51,7 +50,7 @@ def local_pipeline_spec(
         pipeline = build_pipeline(images, registry="folder" if registry else None, train_image=train_image)
         compiler.Compiler().compile(pipeline, path)
         with open(path, encoding="utf-8") as handle:
-            spec = yaml.safe_load(handle)
+            spec = load_yaml(handle)
     if cache:
         cache_every_task(spec)
     values = dict(zip(RUN_PLACEHOLDERS, (run_id, run_name, run_name), strict=True))

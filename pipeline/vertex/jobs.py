@@ -130,10 +130,9 @@ def make_job(settings: VertexSettings, credentials, job_id: str | None = None):
 
 
 def _pipeline_name(template: str) -> str:
-    import yaml
+    from pipeline.images import read_template
 
-    with open(template, encoding="utf-8") as handle:
-        return yaml.safe_load(handle).get("pipelineInfo", {}).get("name", "pipeline")
+    return read_template(template).get("pipelineInfo", {}).get("name", "pipeline")
 
 
 def check_experiment(name: str) -> None:

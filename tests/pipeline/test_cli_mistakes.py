@@ -400,3 +400,26 @@ def test_a_work_dir_the_filesystem_cannot_take_is_one_line(tmp_path):
         "the 4096 a path may take; choose a shorter path$",
     ):
         main(["run-local", "--work-dir", str(deep)])
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "does not exist: run python -m pipeline compile first"),
+        (
+            "a: [1, 2\n",
+            "is not YAML (line 2, column 1: did not find expected ',' or ']'): run python -m pipeline compile",
+        ),
+        ("a: 1\n", "is not a compiled pipeline: run python -m pipeline compile"),
+    ],
+)
+def test_a_template_that_is_no_compiled_pipeline_is_one_line(tmp_path, content, message):
+    """What submit, schedule and preflight read first: a missing file, a file that is not YAML (a hand edit gone
+    wrong) or YAML that is no pipeline gets one line naming it and the command that makes one."""
+    template = tmp_path / "pipeline.yaml"
+    if content is not None:
+        template.write_text(content)
+    args = ["submit", "--template", str(template), "--project", "p", "--region", "europe-west4"]
+    with pytest.raises(UsageError) as refused:
+        main([*args, "--pipeline-root", "gs://b/root"])
+    assert str(refused.value) == f"pipeline template {template} {message}"

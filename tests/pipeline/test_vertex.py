@@ -21,8 +21,9 @@ PARENT = "projects/demo-project/locations/europe-west4"
 
 
 def compiled(path: str = os.path.join(REPO_ROOT, "pipeline.yaml")) -> dict:
-    with open(path) as handle:
-        return yaml.safe_load(handle)
+    from pipeline.images import read_template
+
+    return read_template(path)
 
 
 def test_submit_sends_the_compiled_pipeline_with_its_settings(vertex, capsys, caplog):
