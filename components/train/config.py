@@ -125,6 +125,8 @@ class TrainConfig:
             if getattr(self, name) < minimum:
                 flag = "--batch-size" if name == "per_replica_batch_size" else f"--{name.replace('_', '-')}"
                 raise UsageError(f"{flag} {getattr(self, name)} must be at least {minimum}")
+        if not 0 <= self.seed < 2**32:  # (NumPy's and the frameworks' generators take 0 to 2**32 - 1)
+            raise UsageError(f"--seed {self.seed} is out of range: use 0 to {2**32 - 1}")
         if self.backup_interval is not None and not self.backup_interval >= 0:
             raise UsageError(f"--backup-interval {self.backup_interval} must be auto or a number of seconds >= 0")
         if not self.learning_rate >= 0:

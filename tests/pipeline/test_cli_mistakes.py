@@ -234,6 +234,9 @@ def test_an_image_size_a_model_cannot_take_is_refused_naming_the_models_that_can
         (["--test-fraction", "1"], r"--test-fraction 1.0 is out of range: use a fraction in \[0, 1\)"),
         (["--baseline", "{tmp}"], "baseline {tmp} is not a trained or exported model"),
         (["--formats", "tflite_int8"], "--formats tflite_int8: add saved_model: it is always exported"),
+        # (the seed reaches NumPy's and the frameworks' generators, which take 0 to 2**32 - 1)
+        (["--seed", "-1"], r"--seed -1 is out of range: use 0 to 4294967295"),
+        (["--seed", str(2**32)], r"--seed 4294967296 is out of range: use 0 to 4294967295"),
     ],
 )
 def test_every_parameter_is_checked_before_the_dag_starts(tmp_path, args, message):
