@@ -161,7 +161,7 @@ def list_manifest(manifest: str, classes: Sequence[str] = CONVERT["classes"].def
         raise UsageError(f"manifest {manifest} does not exist: pass a CSV file of [ML_USE,]IMAGE_URI,LABEL rows")
     text = read_bytes(manifest).decode("utf-8-sig")
     base = manifest.rsplit("/", 1)[0] if "/" in manifest else "."
-    rows, rejected, first_row = [], [], {}
+    rows, rejected, first_row, first_uri = [], [], {}, ""
     for number, row in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):
         row = [cell.strip() for cell in row]
         where = f"{manifest}:{number}"
@@ -188,6 +188,7 @@ def list_manifest(manifest: str, classes: Sequence[str] = CONVERT["classes"].def
                 rejected.append({"path": where, "reason": f"{uri} is listed again{other}: its row {first} is kept"})
                 continue
             first_row[path] = (number, label)
+            first_uri = first_uri or uri
             rows.append((path, label, split))
     if not rows:
         raise UsageError(f"manifest {manifest} has no usable rows: expected [ML_USE,]IMAGE_URI,LABEL lines")
@@ -197,6 +198,12 @@ def list_manifest(manifest: str, classes: Sequence[str] = CONVERT["classes"].def
     items = tuple((path, index[label], split) for path, label, split in rows)
     del rows
     found = find(path for path, _, _ in items).values()  # (by listing their folders, not a call a row)
+    if not found:  # (every row a missing file, found only after the whole conversion: not a manifest of images)
+        raise UsageError(
+            f"manifest {manifest} names no image file that exists ({len(items) + len(rejected)} rows; the first: "
+            f"{first_uri[:60]!r}): list images by paths relative to its folder or gs:// URIs, or, for a CSV of texts, "
+            "pass --modality text with --text-column and --label-column"
+        )
     fingerprint = fingerprint_of(found, extra=text.encode())
     return ImageListing(class_names, items, sum(m.size_in_bytes for m in found), tuple(rejected), fingerprint)
 

@@ -11,7 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from components.cli import UsageError
-from components.convert.listing import fingerprint_digest, fingerprint_of, in_class_order, visible_files
+from components.convert.listing import (
+    IMAGE_SUFFIXES,
+    fingerprint_digest,
+    fingerprint_of,
+    in_class_order,
+    visible_files,
+)
 from components.params import CONVERT, TEXT
 from components.storage import open_read
 
@@ -88,6 +94,11 @@ def list_text_folder(root: str) -> TextListing:
         raise UsageError(
             f"data path {root} holds no text files: expected <root>/<class_name>/*.txt or aclImdb's "
             "<root>/train|test/<class_name>/*.txt"
+        )
+    if all(meta.path.lower().endswith(IMAGE_SUFFIXES) for meta in kept):  # (each would be quarantined as binary)
+        raise UsageError(
+            f"data path {root} holds images, not texts: leave --modality auto (or pass image) for them; texts are "
+            "<root>/<class_name>/*.txt"
         )
     class_names = tuple(sorted(by_class))
     items = tuple(

@@ -1051,3 +1051,20 @@ def test_a_new_artifact_format_changes_the_sources_fingerprint(tmp_path, monkeyp
     newer = dataclasses.replace(records.MODEL_CONFIG, version=records.MODEL_CONFIG.version + 1)
     monkeypatch.setattr(records, "RECORDS", tuple(newer if r is records.MODEL_CONFIG else r for r in records.RECORDS))
     assert fingerprint_source(source) != before
+
+
+def test_a_manifest_that_names_no_file_that_exists_is_one_line_before_converting(tmp_path):
+    """A CSV of texts under columns of its own (``review,sentiment``), which ``--modality auto`` takes for an image
+    manifest, or a manifest moved away from its images: every row would be quarantined as a missing file after the
+    whole conversion. It is refused at once, naming the first row's path and both ways out."""
+    from components.convert.listing import list_manifest
+
+    review = "A long and lovely film, with a plot I did not see coming at all, and a cast to match it"
+    (tmp_path / "reviews.csv").write_text(f"review,sentiment\n{review},pos\nDull.,neg\n", encoding="utf-8")
+    with pytest.raises(UsageError) as raised:
+        list_manifest(str(tmp_path / "reviews.csv"))
+    assert str(raised.value) == (
+        f"manifest {tmp_path}/reviews.csv names no image file that exists (3 rows; the first: 'review'): list "
+        "images by paths relative to its folder or gs:// URIs, or, for a CSV of texts, pass --modality text with "
+        "--text-column and --label-column"
+    )

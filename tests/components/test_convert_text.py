@@ -239,6 +239,23 @@ def test_a_folder_with_no_text_files_is_one_line(tmp_path):
     )
 
 
+def test_a_folder_of_images_taken_for_texts_is_one_line_before_converting(tmp_path):
+    """``--modality text`` on a folder of photos: every file would be quarantined as binary after the whole
+    conversion; it is refused at once."""
+    from tests.conftest import image_bytes
+
+    for name in ("cat", "dog"):
+        os.makedirs(tmp_path / "photos" / name)
+        (tmp_path / "photos" / name / "1.jpg").write_bytes(image_bytes((200, 10, 10)))
+    with pytest.raises(UsageError) as raised:
+        convert(["--source", str(tmp_path / "photos"), "--output", str(tmp_path / "out"), "--modality", "text"])
+    assert str(raised.value) == (
+        f"data path {tmp_path / 'photos'} holds images, not texts: leave --modality auto (or pass image) for them; "
+        "texts are <root>/<class_name>/*.txt"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_jsonl_on_gcs_is_converted_into_gcs(gcs):
     from components.convert.text import TextConvertConfig, run_text
     from components.storage import read_json
