@@ -133,6 +133,15 @@ class Typed:
         return cls(**{f.name: value[f.name] for f in fields(cls) if f.name in value})  # type: ignore[arg-type]
 
     @classmethod
+    def made_by(cls, value: Mapping) -> str:
+        """Which version of the pipeline made ``value`` (a file's content) where this code does not read it as this
+        record ("" where it does): another format's, or this one's without fields the record must have."""
+        if other := cls.RECORD.other_version(value):
+            return other
+        lacking = cls.lacking(value)
+        return f"a version of this pipeline that did not record {', '.join(lacking)}" if lacking else ""
+
+    @classmethod
     def lacking(cls, value: Mapping) -> list[str]:
         """The fields without a default that ``value`` (a file's content) does not have."""
         kinds = fields(cls)  # type: ignore[arg-type]

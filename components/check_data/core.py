@@ -92,11 +92,9 @@ def load_baseline(baseline: str) -> tuple[tuple[DataStatistics, dict] | None, st
     folder, made_by = baseline.rstrip("/"), ""
     for place in version_folders(folder):
         statistics = DATA_STATS.read_any(place, missing_ok=True)
-        if statistics is not None and not (made_by := DATA_STATS.other_version(statistics)):
-            if not (lacking := DataStatistics.lacking(statistics)):
-                found = DataStatistics.from_dict(statistics, f"{DATA_STATS.folder} {place}")
-                return (found, data_statistics.read_keys(place)), place, ""
-            made_by = f"a version of this pipeline that did not record {', '.join(lacking)}"
+        if statistics is not None and not (made_by := DataStatistics.made_by(statistics)):
+            found = DataStatistics.from_dict(statistics, f"{DATA_STATS.folder} {place}")
+            return (found, data_statistics.read_keys(place)), place, ""
     examples = STATS.read_any(folder, missing_ok=True)
     if examples is not None and not (made_by := STATS.other_version(examples)):
         return data_statistics.compute(folder), folder, ""

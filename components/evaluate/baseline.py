@@ -87,7 +87,7 @@ def check_baseline(baseline: str) -> Baseline:
                 f"baseline {baseline} is not a trained or exported model: expected a train or export step output"
             )
         found = Baseline("trained", path, MODEL_CONFIG.read_any(path))
-        older = MODEL_CONFIG.other_version(found.facts) or not_recorded(ModelConfig, found.facts)
+        older = ModelConfig.made_by(found.facts)
     else:
         saved_model, report = found_export
         folder = os.path.dirname(report)
@@ -96,19 +96,13 @@ def check_baseline(baseline: str) -> Baseline:
                 f"baseline {baseline} has no {EXPORT.name} beside its SavedModel: pass a model this pipeline exported"
             )
         found = Baseline("export", saved_model, EXPORT.read_any(folder))
-        older = EXPORT.other_version(found.facts) or not_recorded(Exported, found.facts)
+        older = Exported.made_by(found.facts)
     if older:
         log.warning(
             "baseline %s was made by %s: it is not compared; the value threshold alone decides", baseline, older
         )
         found = Baseline(found.kind, found.path, found.facts, older)
     return found
-
-
-def not_recorded(record, facts: Mapping) -> str:
-    """Which version made ``facts`` where they lack a field of their ``record`` ("" where they have them all)."""
-    lacking = record.lacking(facts)
-    return f"a version of this pipeline that did not record {', '.join(lacking)}" if lacking else ""
 
 
 def load_baseline(baseline: Baseline):
