@@ -15,6 +15,10 @@ from components.cli import one_line
 # well above any photo (a 100-megapixel camera), well below what exhausts a worker's memory
 DEFAULT_MAX_PIXELS = 178_956_970
 FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WEBP", "MPO")
+# the files taken for images by their names (in any case): what the conversion lists in a folder, and what predict
+# and batch-predict send of one
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
+IMAGE_FILES = f"images are JPEG, PNG, GIF, BMP or WebP files ({', '.join(IMAGE_SUFFIXES)})"
 
 
 class UnusableImageError(ValueError):

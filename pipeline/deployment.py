@@ -13,11 +13,11 @@ import time
 from components.artifacts.exported import Exported
 from components.artifacts.records import EXPORT
 from components.cli import UsageError
+from components.decoding import IMAGE_SUFFIXES
 from components.vertex_client import VertexError, VertexSettings, call, check_settings, connect
 from components.vertex_resources import MODEL_NAME, find_endpoint
 
 BATCH_MACHINE_TYPE = "n1-standard-4"
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 ONLINE_BATCH = 16  # images per online prediction request at most
 # Vertex AI takes online requests of 1.5 MB at most: the base64 of the files of one request stays under this, and a
 # file larger than ONLINE_FILE_BYTES goes as the square the conversion makes of it (base64 adds a third)

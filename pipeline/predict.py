@@ -59,6 +59,43 @@ def locate_export(model: str) -> tuple[str, list[str]]:
     )
 
 
+TEXT_FILES = "texts are UTF-8 .txt files"
+
+
+def files_under(paths: list[str], suffixes: tuple[str, ...], kind: str, what: str):
+    """The ``paths`` as given, each folder among them standing for the files under it, at any depth, whose names end
+    in ``suffixes`` (in any case), in the order of their paths, hidden ones (``.name``) left out. Returns (the files,
+    a note for each folder with other files, which are left out, and a one-line error for each folder without any;
+    ``what`` says which files a folder's ``kind`` files are)."""
+    files, notes, errors = [], [], []
+    for path in paths:
+        if not os.path.isdir(path):
+            files.append(path)
+            continue
+        found, others = [], []
+        for folder, subfolders, names in os.walk(path):
+            subfolders[:] = [name for name in subfolders if not name.startswith(".")]
+            for name in names:
+                if not name.startswith("."):
+                    (found if name.lower().endswith(suffixes) else others).append(os.path.join(folder, name))
+        if not found:
+            errors.append(f"folder {path} holds no {kind} file: {what}")
+            continue
+        files += sorted(found)
+        if others:
+            shown = [os.path.relpath(other, path) for other in sorted(others)]
+            listed = ", ".join(shown[:3]) + (", ..." if len(shown) > 3 else "")
+            notes.append(
+                f"folder {path}: {plural(len(found), kind + ' file')}; {plural(len(others), 'other file')} left out "
+                f"({listed}): {what}"
+            )
+    return files, notes, errors
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def check_top(top: int) -> None:
     if top < 1:
         raise UsageError(f"--top {top} must be at least 1")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from components.cli import UsageError, one_line
+from components.decoding import IMAGE_SUFFIXES
 from components.params import CONVERT, TEXT
 from components.schema import MODALITIES
 from components.storage import find, iter_match, match, open_read, read_bytes
@@ -346,9 +347,6 @@ def csv_header(path: str) -> list[str]:
 
 
 SAMPLED_FILES, LISTED_AT_MOST = 1000, 10_000
-
-
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
 
 def resolve_modality(

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 from components.cli import UsageError
 from components.convert.listing import (
-    IMAGE_SUFFIXES,
     fingerprint_digest,
     fingerprint_of,
     in_class_order,
     visible_files,
 )
+from components.decoding import IMAGE_SUFFIXES
 from components.params import CONVERT, TEXT
 from components.storage import open_read
 

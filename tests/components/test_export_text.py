@@ -184,6 +184,23 @@ def test_predict_prints_the_top_labels_of_texts(exported_text, tmp_path):
         assert answers[0]["text"] == "awful, dull and boring" and answers[1]["path"] == str(review)
 
 
+def test_predict_reads_a_folder_of_texts_as_its_txt_files(exported_text, tmp_path, capsys):
+    """``--text-file`` of a folder stands for its ``.txt`` files at any depth (a folder per class, as the conversion
+    reads texts), in the order of their paths."""
+    from pipeline.__main__ import main
+
+    output, _ = exported_text
+    for label, text in (("pos", "Nice, superb and lovely. A GREAT film!"), ("neg", "awful, dull and boring")):
+        (tmp_path / "reviews" / label).mkdir(parents=True)
+        (tmp_path / "reviews" / label / "1.txt").write_text(text, encoding="utf-8")
+    assert main(["predict", "--model", output, "--text-file", str(tmp_path / "reviews"), "--top", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.rsplit(" ", 1)[0] for line in lines] == [
+        f"{tmp_path / 'reviews' / 'neg' / '1.txt'}: neg",
+        f"{tmp_path / 'reviews' / 'pos' / '1.txt'}: pos",
+    ]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -50,6 +50,41 @@ def test_json_output_and_the_saved_model_folder_itself(exported, tmp_path, capsy
     assert record["path"] == image and [t["label"] for t in record["top"]] == ["fish"]
 
 
+def test_a_folder_of_images_is_answered_file_by_file_at_any_depth(exported, tmp_path, capsys):
+    """A folder given as an image stands for the image files under it, at any depth, in the order of their paths (a
+    folder per class, as the conversion reads them, works as it is); its other files are left out and counted on
+    stderr, and a folder without an image file is an error of its own, the others still answered."""
+    output, _ = exported
+    photos = tmp_path / "photos"
+    for name in CLASSES:
+        (photos / name).mkdir(parents=True)
+    expected = {
+        str(photos / "cat" / "b.JPG"): "cat",
+        str(photos / "cat" / "a.png"): "cat",
+        str(photos / "fish" / "c.jpeg"): "fish",
+        str(photos / "dog" / "d.webp"): "dog",
+    }
+    formats = {"JPG": "JPEG", "png": "PNG", "jpeg": "JPEG", "webp": "WEBP"}
+    for seed, (path, name) in enumerate(expected.items()):
+        write(tmp_path / path, image_bytes(COLORS[name], (40, 40), formats[path.rsplit(".", 1)[1]], seed=80 + seed))
+    (photos / "notes.txt").write_text("taken in May")
+    (photos / "cat" / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")  # hidden: not even counted
+    (tmp_path / "empty").mkdir()
+    single = write(tmp_path / "single.png", image_bytes(COLORS["fish"], (40, 40), "PNG", seed=90))
+    code = main(["predict", "--model", output, "--top", "1", str(photos), str(tmp_path / "empty"), single])
+    assert code == 2  # the folder without images
+    captured = capsys.readouterr()
+    answered = [line.split(": ", 1) for line in captured.out.strip().splitlines()]
+    assert [path for path, _ in answered] == [*sorted(expected), single]
+    assert [top.rsplit(" ", 1)[0] for _, top in answered] == [expected[path] for path in sorted(expected)] + ["fish"]
+    assert captured.err.strip().splitlines() == [
+        f"note: folder {photos}: 4 image files; 1 other file left out (notes.txt): images are JPEG, PNG, GIF, BMP or "
+        "WebP files (.jpg, .jpeg, .png, .gif, .bmp, .webp)",
+        f"error: folder {tmp_path / 'empty'} holds no image file: images are JPEG, PNG, GIF, BMP or WebP files (.jpg, "
+        ".jpeg, .png, .gif, .bmp, .webp)",
+    ]
+
+
 def test_a_folder_that_is_not_an_export_is_a_one_line_error(tmp_path):
     with pytest.raises(UsageError, match=f"model {tmp_path} is not an export: expected the export step's output"):
         main(["predict", "--model", str(tmp_path), "x.jpg"])
