@@ -765,3 +765,24 @@ def test_a_dag_runs_backup_is_found_again_by_a_retried_or_resubmitted_run_with_t
     for changed in ({"epochs": 5}, {"hparams": ("width=1.0",)}, {"seed": 7}):
         assert lasting_checkpoint_dir(dataclasses.replace(config, **changed), "gs://bucket/r/model") != first
     assert lasting_checkpoint_dir(config, "/work/runs/local/artifacts/run/train/model") == ""
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", "tpu"])
+def test_training_datasets_autotune_on_accelerators_only(converted, tmp_path, accelerator):
+    """On the CPU the training and validation datasets run without tf.data's autotuning, whose thread held the end of
+    ``fit`` for up to its period (a minute at most) while Keras deleted their iterators; on a TPU or a GPU they keep
+    it. Either way they give the same batches."""
+    from components.modalities import example_shape, spec_of
+    from components.schema import read_stats
+    from components.train.inputs import Examples, datasets
+    from components.train.placement import Placement
+
+    stats = read_stats(converted[0])
+    examples = Examples(stats, "image", stats.num_classes, example_shape(stats), None, spec_of(stats))
+    config = TrainConfig(examples_dir=converted[0], model_dir=str(tmp_path / "model"), seed=7)
+    train, validation, _ = datasets(config, examples, Placement("tensorflow", accelerator, 1, "OneDevice"), 8)
+    for dataset in (train, validation):
+        assert dataset.options().autotune.enabled is (False if accelerator == "cpu" else None)
+    cpu = datasets(config, examples, Placement("tensorflow", "cpu", 1, "OneDevice"), 8)[0]
+    for ours, other in zip(train.take(3), cpu.take(3), strict=True):
+        assert (ours[0].numpy() == other[0].numpy()).all() and (ours[1].numpy() == other[1].numpy()).all()
