@@ -67,24 +67,23 @@ def files_under(paths: list[str], suffixes: tuple[str, ...], kind: str, what: st
     in ``suffixes`` (in any case), in the order of their paths, hidden ones (``.name``) left out. Returns (the files,
     a note for each folder with other files, which are left out, and a one-line error for each folder without any;
     ``what`` says which files a folder's ``kind`` files are)."""
+    from components.storage import glob
+
     files, notes, errors = [], [], []
     for path in paths:
         if not os.path.isdir(path):
             files.append(path)
             continue
-        found, others = [], []
-        for folder, subfolders, names in os.walk(path):
-            subfolders[:] = [name for name in subfolders if not name.startswith(".")]
-            for name in names:
-                if not name.startswith("."):
-                    (found if name.lower().endswith(suffixes) else others).append(os.path.join(folder, name))
+        inside = [os.path.relpath(found, path) for found in glob(path.rstrip("/") + "/**")]  # (sorted)
+        visible = [name for name in inside if not any(part.startswith(".") for part in name.split(os.sep))]
+        found = [os.path.join(path, name) for name in visible if name.lower().endswith(suffixes)]
+        others = [name for name in visible if not name.lower().endswith(suffixes)]
         if not found:
             errors.append(f"folder {path} holds no {kind} file: {what}")
             continue
-        files += sorted(found)
+        files += found
         if others:
-            shown = [os.path.relpath(other, path) for other in sorted(others)]
-            listed = ", ".join(shown[:3]) + (", ..." if len(shown) > 3 else "")
+            listed = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
             notes.append(
                 f"folder {path}: {plural(len(found), kind + ' file')}; {plural(len(others), 'other file')} left out "
                 f"({listed}): {what}"
