@@ -133,7 +133,8 @@ STEP_DEADLINE_ENV = "TPU_PIPELINE_STEP_DEADLINE"  # seconds a DAG step may run (
 def start_step() -> None:
     """A DAG step's start: its logging (``configure_logging``), and its deadline. KFP gives Vertex AI's tasks no
     timeout, so a step stuck on storage (a stalled ``/gcs/`` mount) or on a service would hold the run until its
-    own end: once ``STEP_DEADLINE_ENV`` seconds have passed, the step ends in one line, exit 1, however it is stuck."""
+    own end: once ``STEP_DEADLINE_ENV`` seconds have passed, the step ends in one line, exit 1, however it is stuck.
+    (A TensorFlow step starts with ``components.step_server.start_step`` instead.)"""
     import os
 
     configure_logging()
@@ -177,19 +178,25 @@ def configure_logging(verbose: bool = False) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-    if not verbose:  # TensorFlow's C++ start-up lines (CPU features, absl, graph optimizers): -v shows them
-        import os
-
-        # its C++ ERROR lines too: on AVX-512 hosts oneDNN logs "supports DT_BOOL only on platforms with AVX-512 ...
-        # falling back" as an error on every run of a text model; a real failure raises in Python
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    quiet_tensorflow_startup(hide_noise=not verbose)
+    quiet_tensorflow(verbose)
     # Beam's local job service relays every worker's INFO lines: keep the user's view to our progress lines
     for noisy in ("apache_beam", "absl", "tensorflow", "jax._src.xla_bridge"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_not_an_interruption)
     record_step_failures()
+
+
+def quiet_tensorflow(verbose: bool = False) -> None:
+    """TensorFlow's C++ lines (CPU features, absl, graph optimizers) held back, its import quiet
+    (``quiet_tensorflow_startup``); ``verbose`` shows them."""
+    if not verbose:
+        import os
+
+        # its C++ ERROR lines too: on AVX-512 hosts oneDNN logs "supports DT_BOOL only on platforms with AVX-512 ...
+        # falling back" as an error on every run of a text model; a real failure raises in Python
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    quiet_tensorflow_startup(hide_noise=not verbose)
 
 
 def _not_an_interruption(record: logging.LogRecord) -> bool:

@@ -56,6 +56,9 @@ def activate_backend(backend: str, env: dict | None = None) -> None:
         return
     loaded = keras.backend.backend()
     if loaded != backend:
+        from components.step_server import restart_cold
+
+        restart_cold()  # a step run-local's step server started, with its Keras: the step again, in a fresh Python
         raise UsageError(
             f"--backend {backend}: Keras was already imported with the {loaded} backend in this process; start a "
             "new one (the steps' entry points set KERAS_BACKEND themselves)"

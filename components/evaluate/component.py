@@ -28,9 +28,9 @@ def evaluate(
     import shutil
 
     from components.artifacts.evaluation import sliced_metrics
-    from components.cli import start_step
     from components.evaluate.config import EvaluateConfig
     from components.evaluate.core import run
+    from components.step_server import start_step
     from components.storage import write_json
 
     start_step()

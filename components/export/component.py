@@ -20,8 +20,8 @@ def export(
     accuracy; returns the export's URI."""
     import shutil
 
-    from components.cli import start_step
     from components.export.core import ExportConfig, run
+    from components.step_server import start_step
 
     start_step()
     exported = run(

@@ -34,13 +34,14 @@ def train(
     its last backed-up epoch."""
     import dataclasses
 
-    from components.cli import start_step
+    from components.step_server import start_step
     from components.train.config import TrainConfig, lasting_checkpoint_dir
     from components.train.core import run
+    from components.train.placement import trains_on_tensorflow
     from components.train.transfer import weights_cache_for
     from components.train.tuning import search
 
-    start_step()
+    start_step(lambda: trains_on_tensorflow(backend, precision, hosts, examples.path))
     config = TrainConfig(
         examples_dir=examples.path,
         model_dir=model.path,

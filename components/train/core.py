@@ -248,17 +248,9 @@ def activated_backend(config: TrainConfig, env: Mapping[str, str], modality: str
     """The backend chosen (the hardware's, or the one asked for) and activated, before Keras is first imported:
     (backend, why, hardware)."""
     from components.keras_backend import activate_backend
-    from components.train.placement import (
-        activate_jax_cpu_devices,
-        choose_backend,
-        choose_precision,
-        detect_hardware,
-        read_cpu_flags,
-    )
+    from components.train.placement import activate_jax_cpu_devices, backend_here
 
-    hardware = detect_hardware()
-    bfloat16 = hardware == "cpu" and choose_precision(config.precision, "cpu", cpu_flags=read_cpu_flags()) != "float32"
-    backend, why = choose_backend(config.backend, hardware, env, config.hosts, modality, bfloat16)
+    backend, why, hardware = backend_here(config.backend, config.precision, config.hosts, modality, env)
     if backend == "tensorflow":
         check_tensorflow_xla(config)
     activate_backend(backend)

@@ -143,6 +143,29 @@ def choose_backend(
     return backend, f"auto on {hardware}: {why}"
 
 
+def backend_here(
+    requested: str, precision: str, hosts: int, modality: str, env: Mapping[str, str]
+) -> tuple[str, str, str]:
+    """The backend a training of these parameters takes on this machine: (backend, why, hardware)."""
+    hardware = detect_hardware()
+    bfloat16 = hardware == "cpu" and choose_precision(precision, "cpu", cpu_flags=read_cpu_flags()) != "float32"
+    return (*choose_backend(requested, hardware, env, hosts, modality, bfloat16), hardware)
+
+
+def trains_on_tensorflow(requested: str, precision: str, hosts: int, examples_dir: str) -> bool:
+    """Whether the train step of these parameters will run on TensorFlow, read before it logs a line (False where it
+    cannot tell: a mistake, which the step reports once it has started): run-local's step server, whose Keras is
+    loaded on TensorFlow, runs those trainings warm (``components.step_server``)."""
+    from components.modalities import modality_of
+    from components.schema import read_stats
+
+    try:
+        modality = modality_of(read_stats(examples_dir)).name
+        return backend_here(requested, precision, hosts, modality, os.environ)[0] == "tensorflow"
+    except Exception:
+        return False
+
+
 def choose_precision(requested: str, accelerator: str, gpu_compute_capability=None, cpu_flags=frozenset()) -> str:
     """``auto`` -> ``mixed_bfloat16`` on TPUs, on GPUs from Ampere (compute capability 8.0) on, and on CPUs with AMX
     or AVX512-BF16; ``float32`` otherwise. An explicit choice is kept."""

@@ -82,6 +82,11 @@ class _Progress(io.TextIOBase):
             self.say(f"    {level}{match.group(2)}")
 
 
+def steps_environment(verbose: bool) -> dict[str, str]:
+    """What ``quiet`` sets for the steps (subprocesses): without ``verbose``, their TensorFlow start-up lines off."""
+    return {} if verbose else {"TF_CPP_MIN_LOG_LEVEL": "1"}
+
+
 @contextlib.contextmanager
 def quiet(log_path: str, verbose: bool, resumed: bool = False, on_change=None):
     """The orchestrator's and the steps' output, all of it into ``log_path``; on the terminal, only the progress
@@ -96,8 +101,7 @@ def quiet(log_path: str, verbose: bool, resumed: bool = False, on_change=None):
         handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
         streams = [h.setStream(progress) for h in handlers]
         previous = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
-        if not verbose:  # the steps' TensorFlow start-up lines (they are subprocesses)
-            os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
+        os.environ.update(steps_environment(verbose))
         try:
             with warnings.catch_warnings(), contextlib.redirect_stdout(progress), contextlib.redirect_stderr(progress):
                 if not verbose:

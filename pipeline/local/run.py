@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -17,7 +18,7 @@ from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images, load_yaml
 from pipeline.local.config import SUMMARY_FILE, LocalRunConfig
 from pipeline.local.docker import check_docker, docker_runner
 from pipeline.local.identity import run_identity
-from pipeline.local.progress import RUN_LOG, quiet
+from pipeline.local.progress import RUN_LOG, quiet, steps_environment
 from pipeline.local.summary import TRAINING_FACTS, epochs_done, registry_outcome, step_outcome, training_run
 
 log = logging.getLogger(__name__)
@@ -107,11 +108,18 @@ def run_local(config: LocalRunConfig) -> dict:
             resumes it).
     """
     import pipeline.local.resume as resume
+    from components.step_server import step_server
     from components.storage import write_json
 
     started = time.monotonic()
-    run = start_run(config)
-    outputs = run_steps(run, config.verbose)
+    # (started first: it imports TensorFlow while the run sets up, converts and checks the data)
+    warm_steps = None
+    if config.runner == "subprocess":
+        warm_steps = step_server(steps_environment(config.verbose), os.path.abspath(config.work_dir))
+    with warm_steps or contextlib.nullcontext({}) as warm:
+        run = start_run(config)
+        run.environment.update(warm)
+        outputs = run_steps(run, config.verbose)
     resume.finished(run.work_dir, run.state, killed_attempts(run))
     summary = {**succeeded_summary(run, outputs), "wall_seconds": round(time.monotonic() - started, 1)}
     if config.screenshot and summary["report_html"]:  # evaluate's report, in its artifact (the export's is sealed)

@@ -25,7 +25,7 @@ from components.train.callbacks import EPOCH_LOG_FILE, read_epoch_log
 from components.train.config import TrainConfig, resolve_output_dirs
 from components.train.core import run
 from components.train.inputs import round_up_batch, validation_batching
-from components.train.placement import choose_precision, read_cpu_flags
+from components.train.placement import choose_precision, read_cpu_flags, trains_on_tensorflow
 from tests.conftest import CLASSES, REPO_ROOT, TINY_SIZE, run_cli
 
 
@@ -261,6 +261,21 @@ def test_training_learns_and_saves_model_weights_config_and_history(trained):
     assert config["global_batch_size"] == 8 * config["replicas"]
     assert os.listdir(os.path.join(model_dir, "logs")), "no TensorBoard logs"
     assert not os.path.exists(os.path.join(model_dir, "checkpoints")), "a finished run keeps no backup"
+
+
+def test_run_local_knows_before_a_training_starts_whether_it_runs_on_tensorflow(converted, tmp_path, monkeypatch):
+    """What the train step tells run-local's step server (whose Keras is loaded on TensorFlow) before it logs a
+    line: image models train on TensorFlow on a CPU; JAX when asked for, over several hosts, or by KERAS_BACKEND;
+    no answer (cold) for examples it cannot read, whose error the step reports itself."""
+    examples_dir = converted[0]
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    assert trains_on_tensorflow("auto", "auto", 1, examples_dir)
+    assert trains_on_tensorflow("tensorflow", "float32", 1, examples_dir)
+    assert not trains_on_tensorflow("jax", "auto", 1, examples_dir)
+    assert not trains_on_tensorflow("auto", "auto", 2, examples_dir)
+    assert not trains_on_tensorflow("auto", "auto", 1, str(tmp_path / "missing"))
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    assert not trains_on_tensorflow("auto", "auto", 1, examples_dir)
 
 
 def test_two_replicas_split_the_global_batch_and_learn_like_one(converted, trained, tmp_path):

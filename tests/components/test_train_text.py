@@ -80,6 +80,13 @@ def test_the_bilstm_the_convolution_and_the_ngrams_train_on_jax_over_two_devices
     assert np.count_nonzero(idf) == len(grams)  # a gram no training text holds weighs nothing
 
 
+def test_a_text_model_in_float32_trains_on_jax_on_a_cpu_and_so_starts_cold_under_run_local(text_examples):
+    from components.train.placement import trains_on_tensorflow
+
+    assert not trains_on_tensorflow("auto", "float32", 1, text_examples[0])
+    assert trains_on_tensorflow("auto", "mixed_bfloat16", 1, text_examples[0])  # (TensorFlow was faster in it)
+
+
 def test_an_image_model_on_text_examples_is_one_line(text_examples, tmp_path):
     from components.train.config import TrainConfig
     from components.train.core import run

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from PIL import Image
 
@@ -85,29 +87,43 @@ def wait_for_epochs(process: subprocess.Popen, work_dir, epochs: int) -> int:
 
 
 def stop_train_step_once_backed_up(process: subprocess.Popen, work_dir, least: int = 1) -> tuple[int, int]:
-    """Stops (SIGSTOP) run-local's train step (its executor process) once its backup keeps ``least`` epochs; returns
-    (its pid, the epochs its backup kept). The step is stopped while its backup is read, so that however fast the
-    host trains, it is caught mid-way and not after its last epoch."""
+    """Stops (SIGSTOP) run-local's train step once its backup keeps ``least`` epochs: its executor process and, where
+    run-local's step server runs it, the server's forks (``components.step_server``); returns (the executor's pid,
+    the epochs its backup kept). The step is stopped while its backup is read, so that however fast the host trains,
+    it is caught mid-way and not after its last epoch."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         assert process.poll() is None, finish(process, work_dir).stderr[-3000:]
+        running = processes_naming(str(work_dir), with_pids=True)
         steps = [
             pid
-            for pid, line in processes_naming(str(work_dir), with_pids=True)
+            for pid, line in running
             if "kfp.dsl.executor_main" in line and "/train/model" in line and not line.startswith("sh ")
         ]
+        servers = {pid for pid, line in running if "components.step_server" in line}
+        forks = [pid for pid in servers if parent_of(pid) in servers]
         for train in steps:
             try:
-                os.kill(train, signal.SIGSTOP)
+                for pid in [train, *forks]:
+                    os.kill(pid, signal.SIGSTOP)
             except ProcessLookupError:
                 continue  # it ended: run-local's own end says how, above
             checkpoints = glob.glob(f"{work_dir}/resume/*/checkpoints")
             kept = epochs_kept(checkpoints[0]) if checkpoints else 0
             if kept >= least:
                 return train, kept
-            os.kill(train, signal.SIGCONT)
+            for pid in [train, *forks]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
         time.sleep(0.05)
     raise AssertionError(f"the train step in {work_dir} kept no backup of {least} epochs")
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.NoSuchProcess:
+        return None
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +262,9 @@ def test_the_terminal_shows_progress_and_results_and_the_run_log_everything(inte
     assert "Got executor_input" not in shown and "non-Python base image" not in shown
     log = (work_dir / "run.log").read_text()
     assert "Got executor_input" in log and f"the steps' full output: {work_dir / 'run.log'}" in shown
+    # the TensorFlow steps (train, evaluate, export) forked from run-local's step server, TensorFlow imported once
+    assert log.count("step server: this step runs in a copy of the server") == 3, log[-3000:]
+    assert "starts cold" not in log
 
 
 def test_run_prints_a_readable_summary(demo_run):
