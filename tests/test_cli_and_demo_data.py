@@ -59,6 +59,25 @@ def test_rewriting_the_same_digits_keeps_the_files_and_so_their_fingerprint(tmp_
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".digits-")]
 
 
+def test_digits_written_before_and_untouched_are_not_made_again(tmp_path, monkeypatch):
+    """Each run-local writes the demo digits: the folder left as the last write left it is kept without making them
+    again; one file gone (or changed) and they are written again."""
+    import sklearn.datasets
+
+    root = tmp_path / "digits"
+    assert write_digits(str(root), per_class_limit=3) == 30
+    with monkeypatch.context() as patched:
+        patched.setattr(sklearn.datasets, "load_digits", lambda: pytest.fail("the digits were made again"))
+        assert write_digits(str(root), per_class_limit=3) == 30
+    gone = root / "7" / sorted(os.listdir(root / "7"))[0]
+    os.remove(gone)
+    assert write_digits(str(root), per_class_limit=3) == 30 and gone.exists()
+    with monkeypatch.context() as patched:
+        patched.setattr(sklearn.datasets, "load_digits", lambda: pytest.fail("the digits were made again"))
+        with pytest.raises(pytest.fail.Exception):  # (other arguments: made again)
+            write_digits(str(root), per_class_limit=4)
+
+
 def test_the_fingerprint_and_registry_steps_run_on_their_own(tmp_path):
     """The fingerprint step prints what convert's cache keys on, changed by a new file; the folder registry's
     steps find no baseline, register an export as version 1, find it, and skip it when it is the baseline."""

@@ -28,6 +28,8 @@ def check_beam_args(args: Sequence[str], own_flags: Sequence[str] = ()) -> None:
     """Options are passed to Beam only when some Beam pipeline option (of any runner) takes them: Beam itself would
     only log "Unparseable argument" and go on with its defaults, so a mistyped flag of ours would be silently lost.
     A one-line error names the first unknown one and the closest known option, ours (``own_flags``) or Beam's."""
+    if not args:  # (nothing to check: no Beam import, 2 s)
+        return
     import difflib
 
     from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
