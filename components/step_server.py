@@ -195,7 +195,10 @@ def loop(listener, copies: dict, imported: dict, wake: tuple[int, int], stopping
                     os.kill(pid, signal.SIGKILL)
         reap(copies)
         if listener in ready:
-            connection, _ = listener.accept()
+            try:
+                connection, _ = listener.accept()
+            except OSError:  # (a step that gave up between the two)
+                continue
             pid = start_copy(connection, imported, [listener, *copies.values()], wake)
             if pid:
                 copies[pid] = connection
@@ -249,13 +252,11 @@ def start_copy(connection: socket.socket, imported: dict, inherited: list, wake:
         return 0
     why = "the step gave up waiting" if step_gone(connection) else cold_because(request, imported)
     if why:
-        for fd in fds:
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            connection.send(json.dumps({"cold": why}).encode())
-        connection.close()
-        return 0
-    pid = os.fork()
+        return answer_cold(connection, fds, why)
+    try:
+        pid = os.fork()
+    except OSError as err:  # (out of memory, or of processes: the step runs cold)
+        return answer_cold(connection, fds, f"the step server could not fork ({err})")
     if pid == 0:
         code = 1
         try:
@@ -270,8 +271,19 @@ def start_copy(connection: socket.socket, imported: dict, inherited: list, wake:
             os._exit(code)
     for fd in fds:
         os.close(fd)
-    connection.send(json.dumps({"pid": pid}).encode())
+    with contextlib.suppress(OSError):  # (a step gone since: the loop finds its end closed and ends the copy)
+        connection.send(json.dumps({"pid": pid}).encode())
     return pid
+
+
+def answer_cold(connection: socket.socket, fds: list[int], why: str) -> int:
+    """Tells the step on ``connection`` to run cold, and why; 0 (no copy)."""
+    for fd in fds:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        connection.send(json.dumps({"cold": why}).encode())
+    connection.close()
+    return 0
 
 
 def cold_because(request: dict, imported: dict) -> str:
