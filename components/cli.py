@@ -187,6 +187,9 @@ def configure_logging(verbose: bool = False) -> None:
     record_step_failures()
 
 
+QUIET_TF_LOG_LEVEL = "3"  # TF_CPP_MIN_LOG_LEVEL of a step that is not verbose, unless set
+
+
 def quiet_tensorflow(verbose: bool = False) -> None:
     """TensorFlow's C++ lines (CPU features, absl, graph optimizers) held back, its import quiet
     (``quiet_tensorflow_startup``); ``verbose`` shows them."""
@@ -195,7 +198,7 @@ def quiet_tensorflow(verbose: bool = False) -> None:
 
         # its C++ ERROR lines too: on AVX-512 hosts oneDNN logs "supports DT_BOOL only on platforms with AVX-512 ...
         # falling back" as an error on every run of a text model; a real failure raises in Python
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", QUIET_TF_LOG_LEVEL)
     quiet_tensorflow_startup(hide_noise=not verbose)
 
 

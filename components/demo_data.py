@@ -75,15 +75,15 @@ def record_path(root: str) -> str:
     return os.path.join(os.path.dirname(root), f".{os.path.basename(root)}.json")
 
 
+def relative_files(root: str) -> list[str]:
+    """The files under ``root``, as paths there."""
+    return [os.path.relpath(os.path.join(folder, name), root) for folder, _, names in os.walk(root) for name in names]
+
+
 def file_stats(root: str) -> dict[str, list[int]]:
     """Each file under ``root`` (its path there) -> [bytes, modification time in ns]."""
-    found = {}
-    for folder, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(folder, name)
-            stat = os.stat(path)
-            found[os.path.relpath(path, root)] = [stat.st_size, stat.st_mtime_ns]
-    return found
+    stats = {name: os.stat(os.path.join(root, name)) for name in relative_files(root)}
+    return {name: [stat.st_size, stat.st_mtime_ns] for name, stat in stats.items()}
 
 
 def record(root: str, size: int, per_class_limit: int | None) -> None:
@@ -113,15 +113,10 @@ def same_files(written: str, existing: str) -> bool:
     """Whether ``existing`` holds exactly the files of ``written``, byte for byte."""
     import filecmp
 
-    def listing(root: str) -> list[str]:
-        return sorted(
-            os.path.relpath(os.path.join(folder, name), root) for folder, _, names in os.walk(root) for name in names
-        )
-
     if not os.path.isdir(existing):
         return False
-    names = listing(written)
-    if names != listing(existing):
+    names = sorted(relative_files(written))
+    if names != sorted(relative_files(existing)):
         return False
     _, mismatch, errors = filecmp.cmpfiles(written, existing, names, shallow=False)
     return not mismatch and not errors

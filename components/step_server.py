@@ -26,6 +26,8 @@ import signal
 import socket
 import sys
 
+from components.cli import QUIET_TF_LOG_LEVEL
+
 # set by run-local for its steps: the server's socket (a step without it starts cold)
 SOCKET_ENV = "TPU_PIPELINE_STEP_SERVER"
 # the user's switch: 0 starts every step of run-local as a fresh Python
@@ -58,7 +60,7 @@ def import_time_environment(env) -> dict[str, str]:
     """Those of ``env``'s variables that TensorFlow and the rest read as they load, with the default a step's
     logging gives (``components.cli.quiet_tensorflow``)."""
     found = {name: value for name, value in env.items() if name.startswith(IMPORT_TIME_PREFIXES)}
-    found.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    found.setdefault("TF_CPP_MIN_LOG_LEVEL", QUIET_TF_LOG_LEVEL)
     return found
 
 
@@ -128,18 +130,27 @@ def wait_for(connection: socket.socket, pid: int) -> None:
     with contextlib.suppress(OSError):
         message = connection.recv(MESSAGE_BYTES)
     code = json.loads(message).get("exit", 1) if message else None
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
+    flush_streams()
     if code is None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         print("error: run-local's step server ended before this step did; run the same command again", file=sys.stderr)
         os._exit(1)
     if code < 0:  # killed by a signal: the same, for whoever waits on this process
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
+        end_by_signal(-code)
     os._exit(code if code >= 0 else 128 - code)
+
+
+def flush_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+def end_by_signal(number: int) -> None:
+    """Ends this process by signal ``number``, as its default action does."""
+    signal.signal(number, signal.SIG_DFL)
+    os.kill(os.getpid(), number)
 
 
 def restart_cold() -> None:
@@ -147,9 +158,7 @@ def restart_cold() -> None:
     backend other than the one loaded); elsewhere, nothing."""
     if _started_as is None:
         return
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
+    flush_streams()
     os.execv(sys.executable, _started_as)
 
 
@@ -222,8 +231,7 @@ def preload() -> None:
     import kfp.dsl.executor  # noqa: F401
     import tensorflow  # noqa: F401
 
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
+    flush_streams()
 
 
 def reap(copies: dict[int, socket.socket]) -> None:
@@ -341,12 +349,9 @@ def run_copy(request: dict, fds: list[int]) -> int:
 
     threading._shutdown()  # (as Python's end: its threads joined, then the exit functions)
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
+    flush_streams()
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
+        end_by_signal(-code)
     return code
 
 
