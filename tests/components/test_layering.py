@@ -233,10 +233,11 @@ def test_only_the_conversion_imports_beam():
     assert {module: sorted(reached(module) & beam) for module in free} == {module: [] for module in free}
 
 
-def test_keras_starts_without_the_plotting_and_scikit_learn_modules_no_step_uses_through_it():
-    """Keras imports scikit-learn, matplotlib and OpenCV at its own import when they are installed (1 to 3 s of every
-    TensorFlow step's start): a step's process, which imports ``components`` first, loads none of them with Keras or
-    TensorFlow, and imports scikit-learn as ever when it asks for it."""
+def test_keras_and_tensorflow_start_without_the_modules_no_step_uses_through_them():
+    """Keras imports scikit-learn, matplotlib and OpenCV at its own import when they are installed, and TensorFlow
+    and Keras on TensorFlow import JAX (2 to 4 s of every TensorFlow step's start): a step's process, which imports
+    ``components`` first, loads none of them with Keras or TensorFlow, and imports each as ever when it asks for it;
+    Keras on JAX still imports JAX as its backend."""
     import json
     import subprocess
     import sys
@@ -244,10 +245,22 @@ def test_keras_starts_without_the_plotting_and_scikit_learn_modules_no_step_uses
     script = """
 import json, sys
 import components.train.core, tensorflow, keras
-loaded = sorted({name.split(".")[0] for name in sys.modules} & {"sklearn", "matplotlib", "cv2"})
+loaded = sorted({name.split(".")[0] for name in sys.modules} & {"sklearn", "matplotlib", "cv2", "jax"})
 from sklearn.metrics import confusion_matrix
-print(json.dumps([loaded, confusion_matrix([0, 1], [0, 1]).tolist()]))
+import jax.numpy
+print(json.dumps([loaded, confusion_matrix([0, 1], [0, 1]).tolist(), float(jax.numpy.ones(3).sum())]))
 """
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == [[], [[1, 0], [0, 1]]]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [[], [[1, 0], [0, 1]], 3.0]
+    on_jax = "import components, keras, tensorflow; print(keras.backend.backend(), float(keras.ops.ones(2).sum()))"
+    result = subprocess.run(
+        [sys.executable, "-c", on_jax],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "KERAS_BACKEND": "jax"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["jax", "2.0"]
