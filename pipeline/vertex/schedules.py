@@ -50,11 +50,11 @@ def create_schedule(
     max_runs: int | None = None,
     preflight: bool = True,
 ) -> dict:
-    from google.cloud import aiplatform
-
     check_schedule_limits(cron, max_concurrent_runs, max_runs)
     check_settings(settings)
-    check_run(settings)  # the user's mistakes first, before any network
+    check_run(settings)  # the user's mistakes first, before any network (and the client's seconds of import)
+    from google.cloud import aiplatform
+
     if preflight:
         check_project(settings)
     settings = with_model_code(settings)
@@ -116,13 +116,13 @@ def update_schedule(
     """Points an existing schedule at the pipeline as ``schedule create`` would build it now: the template (a
     recompiled ``pipeline.yaml``), parameters, pipeline root, labels, service account and network; and, when given,
     a new cron and run limits. A schedule otherwise keeps the pipeline spec it was created with."""
+    check_schedule_limits(cron, max_concurrent_runs, max_runs)
+    check_settings(settings)
+    check_run(settings)  # the user's mistakes first, before any network (and the client's seconds of import)
     from google.cloud import aiplatform
     from google.cloud.aiplatform.compat.types import schedule as gca_schedule
     from google.protobuf import field_mask_pb2
 
-    check_schedule_limits(cron, max_concurrent_runs, max_runs)
-    check_settings(settings)
-    check_run(settings)  # the user's mistakes first, before any network
     if preflight:
         check_project(settings)
     settings = with_model_code(settings)
@@ -155,9 +155,9 @@ def update_schedule(
 
 
 def list_schedules(settings: VertexSettings, name: str = "") -> list[dict]:
+    check_settings(settings, need_root=False)  # (before the client's seconds of import)
     from google.cloud import aiplatform
 
-    check_settings(settings, need_root=False)
     connect(settings)
     found = call(
         "list the schedules",
@@ -179,9 +179,9 @@ def change_schedule(settings: VertexSettings, action: str, schedule: str, catch_
 
     ``catch_up`` (resume only): start the runs missed while paused. The aiplatform SDK's ``resume(catch_up=...)``
     never sends it, so the request goes through the API client directly."""
+    check_settings(settings, need_root=False)  # (before the client's seconds of import)
     from google.cloud import aiplatform
 
-    check_settings(settings, need_root=False)
     connect(settings)
     resource = resolve_schedule(settings, schedule)
     handle = call("find the schedule", lambda: aiplatform.PipelineJobSchedule.get(schedule_id=resource), settings)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -694,6 +696,30 @@ def test_the_cli_reports_a_missing_project_as_exit_2():
     result = run_cli("pipeline", "schedule", "list", "--region", "europe-west4")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("error: no Google Cloud project: pass --project")
+
+
+def test_a_schedule_command_without_a_project_says_so_before_importing_the_vertex_ai_client():
+    """The client takes seconds to import: a missing setting is told without waiting for it."""
+    script = """
+import json, sys
+from components.cli import UsageError
+from pipeline.__main__ import main
+said = {}
+for command in (["list"], ["create", "--cron", "0 3 * * *"], ["update", "nightly"], ["pause", "nightly"]):
+    try:
+        main(["schedule", *command, "--region", "europe-west4"])
+    except UsageError as err:
+        said[command[0]] = str(err).split(":")[0]
+print(json.dumps([said, "google.cloud.aiplatform" in sys.modules]))
+"""
+    environment = {k: v for k, v in os.environ.items() if k not in ("GOOGLE_CLOUD_PROJECT", "TPU_PIPELINE_PROJECT")}
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env=environment
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    said, imported = json.loads(result.stdout.strip().splitlines()[-1])
+    assert said == dict.fromkeys(("list", "create", "update", "pause"), "no Google Cloud project")
+    assert imported is False
 
 
 def test_no_credentials_or_tokens_in_the_compiled_pipeline():
