@@ -2,6 +2,7 @@
 its best trial) -> evaluate -> (blessed) export -> register. Knows the steps only
 through their KFP wrappers."""
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -344,11 +345,10 @@ def tuning_job(ops: StepOps, p: dict, converted, checked, training: dict):
         NETWORK_PLACEHOLDER,
         SERVICE_ACCOUNT_PLACEHOLDER,
     )
-    from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import HyperparameterTuningJobRunOp
 
     spec = ops.tuning_spec(examples=converted.outputs["examples"], **ops.tuning_options, **training)
     spec.set_display_name("specify the tuning job").after(checked)
-    job = HyperparameterTuningJobRunOp(
+    job = hyperparameter_tuning_job_op()(
         display_name=f"{PIPELINE_NAME}-tuning",
         base_output_directory=spec.outputs["base_output_directory"],
         worker_pool_specs=spec.outputs["worker_pool_specs"],
@@ -365,6 +365,22 @@ def tuning_job(ops: StepOps, p: dict, converted, checked, training: dict):
         gcp_resources=job.outputs["gcp_resources"], base_output_directory=spec.outputs["base_output_directory"]
     )
     return best.set_display_name("the best trial")
+
+
+def hyperparameter_tuning_job_op():
+    """GCPC's ``HyperparameterTuningJobRunOp``, read from its component's own module: its package's ``__init__`` also
+    imports the package's serialisers, and with them the Vertex AI client (4 to 5 s of every compile),
+    which building the DAG does not use."""
+    import importlib.util
+
+    import google_cloud_pipeline_components
+
+    package = os.path.dirname(google_cloud_pipeline_components.__file__)
+    path = os.path.join(package, "v1", "hyperparameter_tuning_job", "component.py")
+    spec = importlib.util.spec_from_file_location("gcpc_hyperparameter_tuning_job", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.hyperparameter_tuning_job
 
 
 def evaluate_and_gate(

@@ -473,6 +473,25 @@ def test_compile_cli_writes_the_file(tmp_path):
     assert (tmp_path / "out.yaml").exists()
 
 
+def test_compiling_the_tuning_job_imports_no_vertex_ai_client(tmp_path):
+    """The DAG's tuning job is GCPC's, whose package imports the Vertex AI client (seconds) for serialisers that
+    compiling does not use: a compile (the accelerator's too) goes without it, and gives the same tuning job."""
+    script = f"""
+import sys
+from pipeline.compile import compile_pipeline
+compile_pipeline({str(tmp_path / "tpu.yaml")!r}, accelerator="v5e-1")
+print("google.cloud.aiplatform" in sys.modules)
+"""
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-1] == "False"
+    from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import HyperparameterTuningJobRunOp
+
+    from pipeline.dag import hyperparameter_tuning_job_op
+
+    assert hyperparameter_tuning_job_op().component_spec == HyperparameterTuningJobRunOp.component_spec
+
+
 def test_every_dockerfile_passes_hadolint():
     import glob
     import subprocess
