@@ -1,8 +1,9 @@
 """The pipeline's steps. Importing this package keeps two imports of the frameworks from loading what no step uses
 through them: Keras imports scikit-learn, matplotlib and OpenCV whenever they are installed (for its scikit-learn
 wrappers and plotting utilities), and TensorFlow and Keras on TensorFlow import JAX (for TFLite's converter from JAX
-functions, and Keras's Orbax checkpoints). Together 2 to 4 seconds of each TensorFlow or Keras step's start on 2 cores (``bench/loop.py``). They stay importable as ever:
-evaluate's metrics import scikit-learn themselves, after Keras, and training on JAX imports JAX."""
+functions, and Keras's Orbax checkpoints). Together 2 to 4 seconds of each TensorFlow or Keras step's start on 2
+cores (``bench/loop.py``). They stay importable as ever: evaluate's metrics import scikit-learn themselves, after
+Keras, and training on JAX imports JAX."""
 
 from __future__ import annotations
 
