@@ -2,7 +2,6 @@
 its best trial) -> evaluate -> (blessed) export -> register. Knows the steps only
 through their KFP wrappers."""
 
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,8 +20,8 @@ from components.export.component import make_component as export_component
 from components.params import CHECK_DATA, CONVERT, DEPLOY, EVALUATE, EXPORT, TEXT, TRAIN, TUNE, defaults
 from components.register.component import make_components as registry_components
 from components.train.component import make_component as train_component
+from components.train.tuning_component import hyperparameter_tuning_job_op, study_spec_metrics
 from components.train.tuning_component import make_components as tuning_components
-from components.train.tuning_component import study_spec_metrics
 from pipeline.accelerators import Scheduling
 from pipeline.images import BEAM_WORKER_IMAGE, DEFAULT_IMAGES, LIGHT_IMAGE, PIPELINE_IMAGE, Images
 from pipeline.training_job import TRAIN_RETRIES, custom_training_job
@@ -365,22 +364,6 @@ def tuning_job(ops: StepOps, p: dict, converted, checked, training: dict):
         gcp_resources=job.outputs["gcp_resources"], base_output_directory=spec.outputs["base_output_directory"]
     )
     return best.set_display_name("the best trial")
-
-
-def hyperparameter_tuning_job_op():
-    """GCPC's ``HyperparameterTuningJobRunOp``, read from its component's own module: its package's ``__init__`` also
-    imports the package's serialisers, and with them the Vertex AI client (4 to 5 s of every compile),
-    which building the DAG does not use."""
-    import importlib.util
-
-    import google_cloud_pipeline_components
-
-    package = os.path.dirname(google_cloud_pipeline_components.__file__)
-    path = os.path.join(package, "v1", "hyperparameter_tuning_job", "component.py")
-    spec = importlib.util.spec_from_file_location("gcpc_hyperparameter_tuning_job", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.hyperparameter_tuning_job
 
 
 def evaluate_and_gate(

@@ -112,3 +112,20 @@ def study_spec_metrics() -> list[dict]:
     from components.train.tuning import GOAL, METRIC
 
     return [{"metric_id": METRIC, "goal": GOAL.upper()}]
+
+
+def hyperparameter_tuning_job_op():
+    """GCPC's ``HyperparameterTuningJobRunOp``, read from its component's own module: its package's ``__init__`` also
+    imports the package's serialisers, and with them the Vertex AI client (4 to 5 s of every compile), which
+    building the DAG does not use."""
+    import importlib.util
+    import os
+
+    import google_cloud_pipeline_components
+
+    package = os.path.dirname(google_cloud_pipeline_components.__file__)
+    path = os.path.join(package, "v1", "hyperparameter_tuning_job", "component.py")
+    spec = importlib.util.spec_from_file_location("gcpc_hyperparameter_tuning_job", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.hyperparameter_tuning_job

@@ -487,7 +487,7 @@ print("google.cloud.aiplatform" in sys.modules)
     assert result.stdout.split()[-1] == "False"
     from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import HyperparameterTuningJobRunOp
 
-    from pipeline.dag import hyperparameter_tuning_job_op
+    from components.train.tuning_component import hyperparameter_tuning_job_op
 
     assert hyperparameter_tuning_job_op().component_spec == HyperparameterTuningJobRunOp.component_spec
 
