@@ -5,8 +5,10 @@ an error raised in the user's code has its traceback in the log."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+import sys
 import traceback
 
 from components.cli import UsageError
@@ -180,7 +182,8 @@ def check_saving(model, loaded: LoadedModel) -> None:
     import keras
 
     try:
-        keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(model))
+        with tensorflow_types_skipped():
+            keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(model))
     except Exception as err:
         causes = chained(err)
         found = next(
@@ -202,6 +205,23 @@ def check_saving(model, loaded: LoadedModel) -> None:
             "decorate each custom layer with @keras.saving.register_keras_serializable() and give it "
             "get_config() returning its constructor's arguments (docs/your-model.md)"
         ) from None
+
+
+@contextlib.contextmanager
+def tensorflow_types_skipped():
+    """Keras's serialisation asks whether TensorFlow is installed, to recognise its shapes and types, and imports
+    it to answer: 5 s of a check on JAX. Where TensorFlow is not loaded, no object is of its types, so while this
+    lasts Keras is told it is absent."""
+    from keras.src.utils.module_utils import tensorflow
+
+    if "tensorflow" in sys.modules or tensorflow._available is not None:
+        yield
+        return
+    tensorflow._available = False
+    try:
+        yield
+    finally:
+        tensorflow._available = None
 
 
 def check_model(model, loaded: LoadedModel, spec: ModelSpec, backend: str, batch_size: int = 2) -> None:

@@ -509,6 +509,27 @@ def test_the_guides_model_check_prints_what_the_guide_shows_and_keeps_jaxs_compi
     assert len(os.listdir(tmp_path / "tpu-pipeline" / "jax")) >= 5
 
 
+def test_a_check_on_jax_never_imports_tensorflow_and_still_finds_an_unregistered_layer(tmp_path):
+    """run-local checks a model of one's own on JAX before anything else runs. Keras's serialisation would import
+    TensorFlow there (5 s) to ask whether an object is one of its types; the check leaves it unloaded and still
+    refuses a custom layer that cannot be loaded again."""
+    good = os.path.join(REPO_ROOT, "examples", "models", "codelab_convnet.py:build")
+    bad = write_model(tmp_path, "model", MISTAKES["unregistered layer"][0])
+    said = []
+    for ref in (good, bad):
+        result = run_cli(
+            *("pipeline", "models", "check", ref, "--json", "--backend", "jax", "--image-size", str(TINY_SIZE)),
+            *("--classes", ",".join(CLASSES)),
+            env={"PYTHONPROFILEIMPORTTIME": "1", "JAX_PLATFORMS": "cpu"},
+        )
+        imported = re.findall(r"^import time:.*\| +([\w.]+)$", result.stderr, flags=re.M)
+        tensorflow = [name for name in imported if name.split(".")[0] == "tensorflow"]
+        assert "keras" in imported and not tensorflow, result.stderr[-2000:]
+        said.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    assert (said[0]["backend"], said[0]["classes"]) == ("jax", len(CLASSES))
+    assert re.match(rf"^--model {bad}: {MISTAKES['unregistered layer'][1]}", said[1]["error"])
+
+
 def test_jaxs_compilation_cache_is_the_users_choice_when_they_made_one(tmp_path):
     from components.keras_backend import use_jax_cache
 
