@@ -122,7 +122,9 @@ TRAIN = {
         "auto", "Keras backend; auto: JAX on TPUs, elsewhere the one bench/train.py measured faster there"
     ),
     "jit_compile": Param(False, "compile TensorFlow's training step with XLA (JAX always does)"),
-    "steps_per_execution": Param(1, "training steps per compiled call"),
+    "steps_per_execution": Param(
+        1, "training steps per compiled call (the most up to it that divide an epoch's steps)"
+    ),
     "augment": Param(False, "random flips, brightness and saturation of the training images (images only)"),
     "seed": Param(42, "the seed of the weights, the shuffles and the augmentation"),
 }

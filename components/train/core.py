@@ -39,7 +39,14 @@ from components.storage import check_writable
 from components.train import writer_lock
 from components.train.batch_norm import MAX_BATCHES, reestimate
 from components.train.config import TrainConfig, check_tensorflow_xla, resolve_output_dirs, with_auto_training
-from components.train.inputs import BATCH_MULTIPLE, Examples, datasets, load_model_code, round_up_batch
+from components.train.inputs import (
+    BATCH_MULTIPLE,
+    Examples,
+    datasets,
+    load_model_code,
+    round_up_batch,
+    steps_per_call,
+)
 from components.train.outputs import distribution_facts, model_facts, save_results
 from components.train.phases import (
     PHASE_WORDS,
@@ -104,7 +111,16 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
             f"the train split of {config.examples_dir} has {train_count} examples, fewer than one global batch of "
             f"{global_batch}: lower --batch-size or add data"
         )
-    train_ds, validation_ds, validation_steps = datasets(config, examples, placement, global_batch)
+    per_call = steps_per_call(config.steps_per_execution, steps_per_epoch)
+    if per_call != config.steps_per_execution:
+        log.info(
+            "--steps-per-execution %d: %d steps a call, so that a call ends where the epoch of %d steps does",
+            config.steps_per_execution,
+            per_call,
+            steps_per_epoch,
+        )
+        config = dataclasses.replace(config, steps_per_execution=per_call)
+    train_ds, validation_ds = datasets(config, examples, placement, global_batch)
     jit_compile = backend == "jax" or config.jit_compile  # JAX steps are always XLA programs
     plan = training_phases(config)
     pretrained = weights_file(config.weights, config.model_name, config.weights_cache)
@@ -143,7 +159,6 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
             fitted = model.fit(
                 train_ds,
                 validation_data=validation_ds,
-                validation_steps=validation_steps,
                 epochs=phase.last,
                 initial_epoch=phase.first,
                 steps_per_epoch=steps_per_epoch,

@@ -41,15 +41,17 @@ def validation_batching(count: int, replicas: int, global_batch: int, static: bo
 
 
 def validation_dataset(examples_dir: str, stats: ExamplesStats, placement, global_batch: int, cache: bool):
-    """(dataset, steps) for validation while training, or (None, None) when there are too few examples: the steps
-    read each example once. On several hosts, each reads its share of the same first examples, and all run the same
-    number of steps."""
+    """The dataset validation reads while training, or None when there are too few examples: each example once an
+    epoch, in batches of a known count, so that a compiled call of several steps ends where the pass does. On several
+    hosts, each reads its share of the same first examples, and all run the same number of steps."""
+    import tensorflow as tf
+
     count = stats.counts["validation"]
     static = placement.devices > 1 or placement.accelerator == "tpu"
     batch, used = validation_batching(count, placement.devices, global_batch, static)
     if not used:
         log.info("no validation during training: %d validation examples for %d devices", count, placement.devices)
-        return None, None
+        return None
     if used < count:
         log.info("validating on %d of %d examples per epoch (static batches of %d)", used, count, batch)
     dataset = make_dataset(
@@ -63,13 +65,20 @@ def validation_dataset(examples_dir: str, stats: ExamplesStats, placement, globa
         shard=(placement.processes, placement.process_index),
         take=used if placement.processes > 1 else None,
     )
-    # Keras keeps one validation iterator across epochs when it is given a number of steps: repeat the examples (a
-    # pass of unknown length would end the first validation with Keras's "Your input ran out of data" warning)
-    return dataset.repeat(), math.ceil(used / batch)
+    # (Keras reads a pass of known length anew each epoch; given a count of steps over a repeated pass, it reads whole
+    # calls of --steps-per-execution steps, past the pass's end)
+    return dataset.apply(tf.data.experimental.assert_cardinality(math.ceil(used / batch)))
+
+
+def steps_per_call(requested: int, steps_per_epoch: int) -> int:
+    """The training steps of one compiled call: the most, up to ``requested``, that divide the epoch's steps. The
+    training pass repeats without end, and Keras runs whole calls, so a call that crossed the epoch's end would train
+    steps of the next epoch in this one."""
+    return max(count for count in range(1, min(requested, steps_per_epoch) + 1) if steps_per_epoch % count == 0)
 
 
 def datasets(config: TrainConfig, examples: Examples, placement, global_batch: int):
-    """(the training dataset, each process's share of the global batch; the validation dataset and its steps)."""
+    """(the training dataset, each process's share of the global batch; the validation dataset)."""
     counts = examples.stats.counts
     cache = (counts["train"] + counts["validation"]) * math.prod(examples.shape) * 4 < CACHE_LIMIT_BYTES
     shard = (placement.processes, placement.process_index)
@@ -84,12 +93,10 @@ def datasets(config: TrainConfig, examples: Examples, placement, global_batch: i
         seed=config.seed,
         shard=shard,
     )
-    validation_ds, validation_steps = validation_dataset(
-        config.examples_dir, examples.stats, placement, global_batch, cache
-    )
+    validation_ds = validation_dataset(config.examples_dir, examples.stats, placement, global_batch, cache)
     if placement.accelerator == "cpu":
         train_ds, validation_ds = (without_autotuning(d) if d is not None else None for d in (train_ds, validation_ds))
-    return train_ds, validation_ds, validation_steps
+    return train_ds, validation_ds
 
 
 def without_autotuning(dataset):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import pathlib
@@ -629,6 +630,37 @@ def test_the_same_seed_trains_the_same_model_on_the_cpu(converted, tmp_path):
     assert histories[0] == histories[1]
 
 
+def test_several_steps_per_execution_train_and_validate_as_one_step_at_a_time(converted, tmp_path, caplog):
+    """A compiled call of several steps never crosses an epoch's end: --steps-per-execution 3 over the 4 steps of an
+    epoch runs 2 a call (3 would train 6 steps an epoch), and validation's 2 steps are read once even in a call of 4
+    (Keras's steps over a repeated dataset read 4 batches). The histories are those of one step a call."""
+    from components.train.config import TrainConfig
+    from components.train.core import run
+
+    examples_dir, stats = converted
+    assert (stats["counts"]["train"] // 8, -(-stats["counts"]["validation"] // 8)) == (4, 2)  # (the batch of 8)
+    histories, kept = [], []
+    for steps in (1, 3, 4):
+        model_dir = tmp_path / str(steps)
+        config = TrainConfig(
+            examples_dir=examples_dir,
+            model_dir=str(model_dir),
+            epochs=2,
+            per_replica_batch_size=8,
+            steps_per_execution=steps,
+            precision="float32",
+        )
+        with caplog.at_level(logging.INFO, logger="components.train"):
+            run(config)
+        histories.append(json.loads((model_dir / "history.json").read_text())["history"])
+        kept.append(json.loads((model_dir / "model_config.json").read_text())["steps_per_execution"])
+    assert kept == [1, 2, 4]
+    for history in histories[1:]:
+        for name in ("loss", "val_loss", "val_accuracy"):
+            assert history[name] == pytest.approx(histories[0][name], rel=1e-5), name
+    assert "--steps-per-execution 3: 2 steps a call, so that a call ends where the epoch of 4 steps does" in caplog.text
+
+
 def test_one_device_traces_the_training_step_once_and_validates_each_example_once_an_epoch(
     converted, tmp_path, monkeypatch
 ):
@@ -795,7 +827,7 @@ def test_training_datasets_autotune_on_accelerators_only(converted, tmp_path, ac
     stats = read_stats(converted[0])
     examples = Examples(stats, "image", stats.num_classes, example_shape(stats), None, spec_of(stats))
     config = TrainConfig(examples_dir=converted[0], model_dir=str(tmp_path / "model"), seed=7)
-    train, validation, _ = datasets(config, examples, Placement("tensorflow", accelerator, 1, "OneDevice"), 8)
+    train, validation = datasets(config, examples, Placement("tensorflow", accelerator, 1, "OneDevice"), 8)
     for dataset in (train, validation):
         assert dataset.options().autotune.enabled is (False if accelerator == "cpu" else None)
     cpu = datasets(config, examples, Placement("tensorflow", "cpu", 1, "OneDevice"), 8)[0]
