@@ -1,5 +1,5 @@
 """A model's answers on a split: on its TFRecords in order (and the first examples it got wrong), and on the split's
-own source files, decoded as the exported SavedModel decodes what clients send."""
+own source files, as clients send them."""
 
 from __future__ import annotations
 
@@ -34,20 +34,29 @@ def predict_split(model, examples_dir: str, split: str, reading: Reading, keep_w
 
 
 def client_file_accuracy(model, examples_dir: str, split: str, image_size: int, num_classes: int) -> dict:
-    """The model's accuracy on the split's own source files, decoded as the exported SavedModel will decode what
-    clients send (``components.imaging.serving_pixels``), beside the TFRecords' figure; what is left
-    out is counted (``components.artifacts.examples.client_files``)."""
+    """The model's accuracy on the split's own source files, beside the TFRecords' figure (whose JPEGs were encoded
+    again at the model's size); what is left out is counted (``components.artifacts.examples.client_files``).
+
+    Each file is decoded as the conversion decoded it before that encoding (``components.decoding.conversion_square``,
+    Pillow, a thread a core), which the exported SavedModel's serving graph matches within one level
+    (``components.imaging.serving_pixels``, docs/serving.md); export then scores the SavedModel itself on the same
+    files. Not the serving graph here: tracing and starting it takes seconds, decoding a test split a fraction."""
+    import os
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
     import numpy as np
-    import tensorflow as tf
 
     from components.artifacts.examples import client_files
-    from components.imaging import serving_decoder
+    from components.decoding import conversion_square
 
-    decode = serving_decoder(image_size)
+    def pixels(row) -> np.ndarray:  # (the file passed the conversion's --max-pixels: no bound here)
+        return np.asarray(conversion_square(row[1], image_size, max_pixels=sys.maxsize), dtype=np.uint8)
+
     counts, correct, total = {}, 0, 0
-    for rows in client_files(examples_dir, split, num_classes, counts, EVAL_BATCH_SIZE):
-        pixels = decode(tf.constant([content for _, content, _, _ in rows])).numpy()
-        predicted = np.asarray(model(pixels, training=False)).argmax(axis=-1)
-        correct += int((predicted == np.array([truth for _, _, _, truth in rows])).sum())
-        total += len(rows)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        for rows in client_files(examples_dir, split, num_classes, counts, EVAL_BATCH_SIZE):
+            predicted = np.asarray(model(np.stack(list(pool.map(pixels, rows))), training=False)).argmax(axis=-1)
+            correct += int((predicted == np.array([truth for _, _, _, truth in rows])).sum())
+            total += len(rows)
     return {"num_files": total, "accuracy": correct / total if total else None, **counts}

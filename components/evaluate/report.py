@@ -202,7 +202,7 @@ def scores_table(metrics: dict) -> str:
     scores = f"<tr><td>accuracy</td><td><b>{metrics['accuracy']:.4f}</b></td>"
     scores += f"<td class=base>{base['accuracy']:.4f}</td></tr>" if base else "</tr>"
     client = metrics.get("client_files") or {}
-    if client.get("num_files"):  # the same examples' own files, decoded as the exported model decodes them
+    if client.get("num_files"):  # the same examples' own files, before the TFRecords' JPEG encoding
         scores += (
             f"<tr><td>accuracy on the {client['num_files']} files as clients send them</td>"
             f"<td>{client['accuracy']:.4f}</td></tr>"
