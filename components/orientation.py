@@ -217,15 +217,20 @@ def apply_orientation(image, orientation):
     """``ImageOps.exif_transpose`` for an [H, W, C] tensor and an orientation 1..8 (anything else: unchanged)."""
     import tensorflow as tf
 
+    # reversals and transposes as tf.image's flips and rotations make them, without their checks of the shape (a
+    # decoded image is [H, W, C]), which would be 400 of the serving graph's nodes
+    def swapped(pixels):
+        return tf.transpose(pixels, [1, 0, 2])
+
     branches = [
         lambda: image,  # 1 (and anything invalid)
-        lambda: tf.image.flip_left_right(image),  # 2 FLIP_LEFT_RIGHT
-        lambda: tf.image.rot90(image, 2),  # 3 ROTATE_180
-        lambda: tf.image.flip_up_down(image),  # 4 FLIP_TOP_BOTTOM
-        lambda: tf.image.transpose(image),  # 5 TRANSPOSE
-        lambda: tf.image.rot90(image, 3),  # 6 ROTATE_270 (90 degrees clockwise)
-        lambda: tf.image.rot90(tf.image.transpose(image), 2),  # 7 TRANSVERSE
-        lambda: tf.image.rot90(image, 1),  # 8 ROTATE_90 (90 degrees counter-clockwise)
+        lambda: tf.reverse(image, [1]),  # 2 FLIP_LEFT_RIGHT
+        lambda: tf.reverse(image, [0, 1]),  # 3 ROTATE_180
+        lambda: tf.reverse(image, [0]),  # 4 FLIP_TOP_BOTTOM
+        lambda: swapped(image),  # 5 TRANSPOSE
+        lambda: tf.reverse(swapped(image), [1]),  # 6 ROTATE_270 (90 degrees clockwise)
+        lambda: tf.reverse(swapped(image), [0, 1]),  # 7 TRANSVERSE
+        lambda: swapped(tf.reverse(image, [1])),  # 8 ROTATE_90 (90 degrees counter-clockwise)
     ]
     index = tf.where(tf.logical_and(orientation >= 1, orientation <= 8), orientation - 1, 0)
     out = tf.switch_case(index, branches)
