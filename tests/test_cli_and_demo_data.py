@@ -41,6 +41,25 @@ def test_demo_digits_are_written_as_a_folder_of_jpegs_per_class(tmp_path):
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".digits-")]
 
 
+def test_the_demo_scans_are_scikit_learns_digits_read_without_importing_it():
+    """The digits come from the file scikit-learn ships, read as ``load_digits`` reads it, in a process that never
+    imports scikit-learn (its import is most of a first run-local's start)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from components.demo_data import digit_scans
+
+    scans, targets = digit_scans()
+    digits = load_digits()
+    assert np.array_equal(scans, digits.images) and np.array_equal(targets, digits.target)
+    check = "import sys; from components.demo_data import digit_scans; digit_scans(); print('sklearn' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", check], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr[-2000:]
+
+
 def test_rewriting_the_same_digits_keeps_the_files_and_so_their_fingerprint(tmp_path):
     """run-local writes the demo digits on every run: the same images must leave the folder as it was (a new
     modification time would change the fingerprint: no rerun could resume or hit the cache); others replace it."""
@@ -62,18 +81,18 @@ def test_rewriting_the_same_digits_keeps_the_files_and_so_their_fingerprint(tmp_
 def test_digits_written_before_and_untouched_are_not_made_again(tmp_path, monkeypatch):
     """Each run-local writes the demo digits: the folder left as the last write left it is kept without making them
     again; one file gone (or changed) and they are written again."""
-    import sklearn.datasets
+    from components import demo_data
 
     root = tmp_path / "digits"
     assert write_digits(str(root), per_class_limit=3) == 30
     with monkeypatch.context() as patched:
-        patched.setattr(sklearn.datasets, "load_digits", lambda: pytest.fail("the digits were made again"))
+        patched.setattr(demo_data, "digit_scans", lambda: pytest.fail("the digits were made again"))
         assert write_digits(str(root), per_class_limit=3) == 30
     gone = root / "7" / sorted(os.listdir(root / "7"))[0]
     os.remove(gone)
     assert write_digits(str(root), per_class_limit=3) == 30 and gone.exists()
     with monkeypatch.context() as patched:
-        patched.setattr(sklearn.datasets, "load_digits", lambda: pytest.fail("the digits were made again"))
+        patched.setattr(demo_data, "digit_scans", lambda: pytest.fail("the digits were made again"))
         with pytest.raises(pytest.fail.Exception):  # (other arguments: made again)
             write_digits(str(root), per_class_limit=4)
 
