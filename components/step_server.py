@@ -51,6 +51,10 @@ IMPORT_TIME_PREFIXES = (
     "HOME",
     "XDG_",
 )
+# imported by the server once it has forked a step's copy, while that copy runs (its first, a training, runs for
+# seconds): what the steps after it import first, so that their copies find it loaded (scikit-learn's metrics are
+# 1.5 s of each evaluate's start)
+LATER_IMPORTS = ("sklearn.metrics", "components.evaluate.core", "components.export.core")
 MESSAGE_BYTES = 1 << 20
 # how long a step waits for the server's answer (it answers once TensorFlow is imported) before it starts cold
 ANSWER_SECONDS = 180
@@ -190,6 +194,7 @@ def loop(listener, copies: dict, imported: dict, wake: tuple[int, int], stopping
     import select
 
     wake_read = wake[0]
+    later = list(LATER_IMPORTS)
     while True:
         serving = not (stopping or os.getppid() != parent)
         if not (serving or copies):
@@ -211,6 +216,17 @@ def loop(listener, copies: dict, imported: dict, wake: tuple[int, int], stopping
             pid = start_copy(connection, imported, [listener, *copies.values()], wake)
             if pid:
                 copies[pid] = connection
+        if copies and later:
+            import_later(later)
+
+
+def import_later(modules: list[str]) -> None:
+    """Imports ``modules`` (emptying the list); one that fails to import is left to the step that needs it."""
+    import importlib
+
+    while modules:
+        with contextlib.suppress(Exception):
+            importlib.import_module(modules.pop(0))
 
 
 def step_gone(connection: socket.socket) -> bool:

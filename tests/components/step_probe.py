@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from components.step_server import hand_off
+from components.step_server import LATER_IMPORTS, hand_off
 
 hand_off()
 print(
@@ -17,6 +17,7 @@ print(
             "argv": sys.argv[1:],
             "cwd": os.getcwd(),
             "marker": os.environ.get("PROBE_MARKER"),
+            "loaded": [name for name in LATER_IMPORTS if name in sys.modules],
         }
     ),
     flush=True,

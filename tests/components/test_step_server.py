@@ -74,6 +74,23 @@ def test_a_step_runs_in_a_copy_with_its_own_streams_arguments_environment_and_ex
     assert "step server: this step runs in a copy of the server" in stderr
 
 
+def test_the_first_step_starts_at_once_and_the_next_find_what_they_import_first_loaded():
+    """The server imports what evaluate and export import first (scikit-learn's metrics, their modules) once it has
+    forked a step, while that step runs: the first step does not wait for it, the steps after it find it loaded."""
+    from components.step_server import LATER_IMPORTS
+
+    with step_server({"PROBE_SERVER": "1"}) as env:
+        runs = []
+        for _ in range(2):
+            step = start(env, "exit", "0")
+            stdout, stderr = step.communicate(timeout=120)
+            assert step.returncode == 0, stderr
+            runs.append(reports(stdout)[0])
+    assert "sklearn.metrics" in LATER_IMPORTS
+    assert runs[0]["tensorflow"] and runs[0]["loaded"] == []
+    assert runs[1]["loaded"] == list(LATER_IMPORTS)
+
+
 def test_a_failing_step_ends_as_python_does_its_traceback_on_its_stderr(server):
     step = start(server, "raise")
     stdout, stderr = step.communicate(timeout=120)
