@@ -28,7 +28,7 @@ def write_digits(root: str, size: int = DEFAULT_SIZE, per_class_limit: int | Non
         per_class_limit: at most this many images per class (for quick tests); None writes all 1,797.
     """
     unchanged = recorded_count(root, size, per_class_limit)
-    if unchanged:  # (without making them again: scikit-learn's import and 1,797 JPEGs, 3 to 4 s of each run-local)
+    if unchanged:  # (without making them again: 1,797 JPEGs, half a second of each run-local)
         log.info("kept the same %d digit images in %d classes under %s", unchanged, len(CLASS_NAMES), root)
         return unchanged
     import numpy as np

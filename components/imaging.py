@@ -236,8 +236,8 @@ def serving_pixels(image_bytes, image_size: int):
 @functools.cache
 def serving_decoder(image_size: int):
     """``serving_pixels`` traced once, as the SavedModel traces it (autograph off): call it a batch at a time. One
-    per size and process: its graph takes seconds to trace and optimise, which the export's ``serving_default`` (it
-    calls this function) and the checks that decode as it does then share."""
+    per size and process: its graph takes a second to trace and another to start. Export's ``serving_default`` calls
+    it; the tests and benches that decode as the SavedModel does share it."""
     import tensorflow as tf
 
     return tf.function(
