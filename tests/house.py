@@ -8,11 +8,14 @@
 - ``both_sizes``: the functions that take both ``image_size`` and ``sequence_length``;
 - ``long_files``: the ``.py`` files over 450 lines;
 - ``format_skips``: the ``# fmt: skip`` and ``# fmt: off`` comments (comments, not strings that quote them), in every
-  ``.py`` file of the tree."""
+  ``.py`` file of the tree;
+- ``doc_words``: the words (as ``wc -w`` counts them, code blocks included) of the README and ``docs/*.md``, by page;
+- ``results_lines``: the lines of ``bench/RESULTS.md``."""
 
 from __future__ import annotations
 
 import ast
+import glob
 import json
 import os
 import re
@@ -28,6 +31,8 @@ MODALITY_HOME = ("components/modalities/", "components/convert/listing.py")
 MODALITY_NAMES = ("image", "text")
 MODALITY_CONSTANTS = ("IMAGE", "TEXT", "IMAGE_MODEL", "TEXT_MODEL", "IMAGES", "TEXTS")
 LONG_FILE_LINES = 450
+USER_DOCS = ("README.md", "docs/*.md")
+RESULTS = "bench/RESULTS.md"
 SKIPPED_TREES = (".venv", ".tools", ".git", "third_party", "runs", "node_modules")
 FORMAT_OPT_OUT = re.compile(r"#\s*fmt:\s*(skip|off)\b")  # a comment that opts out of ruff format
 
@@ -112,11 +117,23 @@ def figures(root: str = REPO_ROOT) -> dict:
             comments = [token.string for token in tokenize.generate_tokens(handle.readline) if token.type == COMMENT]
         if count := sum(bool(FORMAT_OPT_OUT.match(comment)) for comment in comments):
             skips[path] = count
+    words = Counter()
+    for pattern in USER_DOCS:
+        for path in sorted(glob.glob(os.path.join(root, pattern))):
+            with open(path, encoding="utf-8") as handle:
+                words[os.path.relpath(path, root).replace(os.sep, "/")] = len(handle.read().split())
+    try:
+        with open(os.path.join(root, RESULTS), encoding="utf-8") as handle:
+            results_lines = handle.read().count("\n")
+    except FileNotFoundError:
+        results_lines = 0
     return {
         "modality_branches": {"total": sum(branches.values()), "by_file": dict(branches.most_common())},
         "both_sizes": sizes,
         "long_files": dict(sorted(long_files.items(), key=lambda item: -item[1])),
         "format_skips": {"total": sum(skips.values()), "by_file": dict(skips.most_common())},
+        "doc_words": {"total": sum(words.values()), "by_file": dict(words.most_common())},
+        "results_lines": results_lines,
     }
 
 
@@ -132,6 +149,8 @@ def main() -> int:
     for path, lines in found["long_files"].items():
         print(f"  {lines:5d}  {path}")
     print(f"# fmt: skip / off: {found['format_skips']['total']}")
+    print(f"words in the README and docs/: {found['doc_words']['total']}")
+    print(f"lines of {RESULTS}: {found['results_lines']}")
     print(json.dumps(found))
     return 0
 

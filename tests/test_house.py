@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from tests.house import LONG_FILE_LINES, figures
+from tests.house import LONG_FILE_LINES, RESULTS, figures
 
 BRANCHY = textwrap.dedent(
     """\
@@ -44,6 +44,12 @@ def test_house_counts_what_it_says_and_leaves_out_the_modalities_and_quoted_opt_
     (tmp_path / "third_party" / "vendored.py").write_text("x = 1  # fmt: skip\n")  # vendored: not counted
     (tmp_path / ".serving" / "lib").mkdir(parents=True)
     (tmp_path / ".serving" / "lib" / "installed.py").write_text("x = 1  # fmt: skip\n")  # installed: not counted
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("# A title\n\n```sh\nmake run\n```\n")
+    (tmp_path / "docs" / "guide.md").write_text("Type  `make test`,\tthen\nwait.\n")
+    (tmp_path / "docs" / "notes.txt").write_text("not a page")  # not counted
+    (tmp_path / "bench").mkdir()
+    (tmp_path / RESULTS).write_text("| a |\n|---|\n| 1 |\n")
 
     found = figures(str(tmp_path))
 
@@ -57,6 +63,8 @@ def test_house_counts_what_it_says_and_leaves_out_the_modalities_and_quoted_opt_
         "total": 3,
         "by_file": {"components/modalities/text.py": 1, "components/step.py": 1, "pipeline/quoted.py": 1},
     }
+    assert found["doc_words"] == {"total": 12, "by_file": {"README.md": 7, "docs/guide.md": 5}}  # as wc -w counts
+    assert found["results_lines"] == 3
 
 
 def test_the_tree_takes_ruff_formats_output_with_at_most_ten_opt_outs():
@@ -69,3 +77,9 @@ def test_no_module_of_components_or_pipeline_is_over_450_lines():
 
 def test_at_most_five_modality_branches_stand_outside_the_modalities():
     assert figures()["modality_branches"]["total"] <= 5
+
+
+def test_the_readme_and_docs_stay_under_ten_thousand_words_and_the_bench_results_under_250_lines():
+    found = figures()
+    assert found["doc_words"]["total"] < 10_000, found["doc_words"]
+    assert found["results_lines"] < 250
