@@ -73,7 +73,7 @@ profile-env: ## print the environment of PROFILE=... (bench/spread.py reads it)
 	@$(CHECK_PROFILE)
 	@echo '$(PROFILE_ENV_$(PROFILE))'
 
-test-heavy: setup ## the heavy tests: the simulated year of scheduled retraining (seven whole-DAG runs, ~7 min)
+test-heavy: setup ## the heavy tests: the simulated year of scheduled retraining (seven whole-DAG runs, 2 to 7 min)
 	$(VENV)/bin/python -m pytest -m heavy
 
 bench: setup ## how each step grows from 10^3 to 10^6 files (bench/scale.py), make run's steps against bare Keras (bench/loop.py)
