@@ -1,5 +1,5 @@
 """Serving on Vertex AI from the command line: online prediction through an endpoint, and batch prediction jobs over
-image folders or JSONL files on Cloud Storage (``deploy`` is the deploy step's own, ``components/deploy/core.py``).
+image folders or JSONL files on Cloud Storage (``deploy`` is the deploy step's, in ``components/vertex_resources.py``).
 
 Every call goes through ``components.vertex_client.call``: 429 / 503 retried, a create that a 503 hid found instead
 of made twice, the rest one-line errors.

@@ -390,6 +390,10 @@ def record_export(folder, model_digest: str = "", **facts):
     return write_export_record(str(folder), {k: v for k, v in made_up.items() if k not in ("format_version", "files")})
 
 
+# the loggers of the Vertex AI registry and endpoint calls (the register and deploy steps, pipeline register / deploy)
+VERTEX_LOGGERS = ("components.register.vertex", "components.vertex_resources")
+
+
 def run_cli(
     *args: str, cwd: str | None = None, timeout: int = 600, env: dict | None = None
 ) -> subprocess.CompletedProcess:

@@ -1,6 +1,6 @@
 """The deploy step of the DAG, as a lightweight KFP component: the blessed, registered model version (the register
 step's ``google.VertexModel``) deployed to the endpoint the ``endpoint`` parameter names, created if needed, with
-all of its traffic. The logic is in ``components/deploy/core.py``; this is a thin wrapper."""
+all of its traffic. The logic is ``components.vertex_resources.deploy``; this is a thin wrapper."""
 
 from google_cloud_pipeline_components.types.artifact_types import VertexEndpoint, VertexModel
 from kfp import dsl
@@ -24,8 +24,8 @@ def deploy(
     import json
 
     from components.cli import start_step
-    from components.deploy.core import deploy
     from components.vertex_client import name_vertex_resource, vertex_settings_in_pipeline
+    from components.vertex_resources import deploy
 
     start_step()
     settings = vertex_settings_in_pipeline(project, location)

@@ -4,80 +4,15 @@ AI's prebuilt TensorFlow CPU container, and labelled with the pipeline run that 
 from __future__ import annotations
 
 import logging
-import re
 
 from components.artifacts.evaluation import Evaluation
 from components.artifacts.exported import SAVED_MODEL_DIR
-from components.cli import UsageError
-from components.imaging import SERVING_DESCRIPTION
-from components.vertex_client import VertexSettings, call, check_settings, connect
+from components.vertex_client import VertexSettings, call
+from components.vertex_resources import find_model, register
 
 log = logging.getLogger(__name__)
 
-# Vertex AI's prebuilt TensorFlow 2 CPU prediction image (serves the SavedModel's serving_default signature)
-DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
 SLICES_PER_IMPORT = 50  # the most one BatchImportModelEvaluationSlices request takes (as GCPC's import step batches)
-
-
-def register(
-    settings: VertexSettings,
-    saved_model_uri: str,
-    display_name: str,
-    parent_model: str = "",
-    pipeline_run: str = "",
-    serving_image: str = DEFAULT_SERVING_IMAGE,
-    model_code: str = "",
-) -> dict:
-    """Uploads the SavedModel folder at ``saved_model_uri`` (gs://); returns the model's name and version id.
-    ``model_code``: the digest of the model file of one's own it was built from, its version's ``model-code``
-    label."""
-    from google.cloud import aiplatform
-
-    check_settings(settings, need_root=False)
-    if not saved_model_uri.startswith("gs://"):
-        raise UsageError(f"model {saved_model_uri} must be a gs:// folder holding the exported SavedModel")
-    labels = dict(settings.labels)
-    if pipeline_run:
-        labels["pipeline-run"] = re.sub(r"[^a-z0-9_-]", "-", pipeline_run.rsplit("/", 1)[-1].lower())[:63]
-    if model_code:
-        labels["model-code"] = model_code[:63]
-    connect(settings)
-
-    def uploaded_after_all():  # no request id in UploadModelRequest: the new default version names our folder
-        found = find_model(settings, display_name)
-        return found if found is not None and (found.uri or "").rstrip("/") == saved_model_uri.rstrip("/") else None
-
-    model = call(
-        "upload the model",
-        lambda: aiplatform.Model.upload(
-            display_name=display_name,
-            artifact_uri=saved_model_uri,
-            serving_container_image_uri=serving_image,
-            parent_model=parent_model or None,
-            is_default_version=True,
-            labels=labels or None,
-            description=SERVING_DESCRIPTION,
-        ),
-        settings,
-        done=uploaded_after_all,
-    )
-    result = {"name": model.resource_name, "version_id": model.version_id, "labels": labels}
-    log.info(f"registered {result['name']} version {result['version_id']}")
-    return result
-
-
-def find_model(settings: VertexSettings, display_name: str):
-    """The registry's model named ``display_name`` (its default version), most recently updated first; None if none."""
-    from google.cloud import aiplatform
-
-    check_settings(settings, need_root=False)
-    connect(settings)
-    models = call(
-        "look up the model",
-        lambda: aiplatform.Model.list(filter=f'display_name="{display_name}"', order_by="update_time desc"),
-        settings,
-    )
-    return models[0] if models else None
 
 
 def baseline_uri(settings: VertexSettings, display_name: str) -> str:

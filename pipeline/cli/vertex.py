@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
     settings = vertex_settings(args)
     try:
         if args.command == "register":
-            from components.register.vertex import DEFAULT_SERVING_IMAGE, register
+            from components.vertex_resources import DEFAULT_SERVING_IMAGE, register
 
             register(
                 settings,
@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
                 args.serving_image or DEFAULT_SERVING_IMAGE,
             )
         elif args.command == "deploy":
-            from components.deploy.core import deploy
+            from components.vertex_resources import deploy
 
             deploy(settings, args.model, args.endpoint, args.machine_type, args.min_replicas, args.max_replicas)
         elif args.command == "batch-predict":

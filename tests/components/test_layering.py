@@ -114,6 +114,24 @@ def test_no_step_imports_another_step_and_no_shared_module_imports_a_step():
     assert not crossings, "move what they share below the steps (components/artifacts):\n" + "\n".join(crossings)
 
 
+def test_the_pipeline_takes_from_a_step_only_its_component_or_its_config():
+    """A step's other modules are its own to change: the DAG, run-local and the command line reach a step through
+    its KFP component (``component``, ``tuning_component``) or its parameters (``config``), and what a command shares
+    with a step lives below the steps (``components.vertex_resources`` for ``pipeline register`` and ``deploy``)."""
+    graph = import_graph()
+    assert "components.train.component" in graph["pipeline.dag"]  # (the graph sees the pipeline's imports)
+    reached = [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if module.startswith("pipeline")
+        for target in sorted(targets)
+        if owner(target) and target.rsplit(".", 1)[-1] not in ("component", "tuning_component", "config")
+    ]
+    assert not reached, "import the step's component or config, or move what both use below the steps:\n" + "\n".join(
+        reached
+    )
+
+
 def test_the_import_reader_sees_every_form_of_import(tmp_path):
     """The check above can fail: each way of writing an import of another step is seen."""
     folder = tmp_path / "components" / "evaluate"
@@ -228,7 +246,7 @@ def test_only_the_conversion_imports_beam():
         "components.evaluate.core",
         "components.export.core",
         "components.register.vertex",
-        "components.deploy.core",
+        "components.vertex_resources",
     ]
     assert {module: sorted(reached(module) & beam) for module in free} == {module: [] for module in free}
 

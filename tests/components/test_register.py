@@ -14,7 +14,7 @@ from components.artifacts.records import DATA_STATS, METRICS
 from components.artifacts.registry import FolderRegistry
 from components.cli import UsageError
 from components.register.core import same_as_baseline
-from tests.conftest import at_once, made_up_evaluation, record_export
+from tests.conftest import VERTEX_LOGGERS, at_once, made_up_evaluation, record_export
 
 
 def fake_export(folder, digest: str) -> str:
@@ -100,7 +100,7 @@ def test_the_candidate_is_the_baseline_when_its_trained_weights_are(tmp_path):
 def said(caplog) -> list[str]:
     """What the registry steps logged since the last call (on the terminal under run-local, in Cloud Logging on
     Vertex AI)."""
-    lines = [record.getMessage() for record in caplog.records if record.name == "components.register.vertex"]
+    lines = [record.getMessage() for record in caplog.records if record.name in VERTEX_LOGGERS]
     caplog.clear()
     return lines
 
@@ -108,7 +108,7 @@ def said(caplog) -> list[str]:
 def test_the_baseline_is_the_folder_registrys_default_version_unless_one_is_given(tmp_path, caplog):
     from components.register.vertex import find_baseline
 
-    caplog.set_level("INFO", logger="components.register.vertex")
+    caplog.set_level("INFO", logger="components")
     root = str(tmp_path / "registry")
     assert find_baseline("digits", "", root, None) == ""  # the first run: nothing in service yet
     assert said(caplog) == [f"no model in {root} yet: the first run is judged on its value thresholds alone"]
@@ -129,7 +129,7 @@ def test_registering_in_a_folder_decides_in_one_json_line_and_says_what_it_did(t
     and which version is in service afterwards, for each of its three outcomes."""
     from components.register.vertex import register_version
 
-    caplog.set_level("INFO", logger="components.register.vertex")
+    caplog.set_level("INFO", logger="components")
     root = str(tmp_path / "registry")
     first = fake_export(tmp_path / "a", "1" * 64)
     line = register_version(first, "digits", "", root, "run-1", None)

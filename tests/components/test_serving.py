@@ -1,5 +1,5 @@
 """Serving compatibility, as TFX's InfraValidator checks it: the Model Registry serves our exports with Vertex AI's
-prebuilt TensorFlow CPU image (``components.register.vertex.DEFAULT_SERVING_IMAGE``, tf2-cpu.2-15), while we export with
+prebuilt TensorFlow CPU image (``vertex_resources.DEFAULT_SERVING_IMAGE``, tf2-cpu.2-15), while we export with
 TensorFlow 2.21. The export is loaded by that TensorFlow, in its own environment (``serving/tf2.<minor>``, a member
 of the uv workspace, pinned by ``uv.lock``, built here from the package index and cached in ``.serving/``), and its
 answers must equal 2.21's on the same image bytes. When the serving image changes, the version followed changes."""
@@ -31,7 +31,7 @@ print(json.dumps({"version": tf.__version__, "probabilities": answers["probabili
 
 def serving_version() -> str:
     """``2.15`` from ``.../tf2-cpu.2-15:latest``."""
-    from components.register.vertex import DEFAULT_SERVING_IMAGE
+    from components.vertex_resources import DEFAULT_SERVING_IMAGE
 
     match = re.search(r"tf2-cpu\.2-(\d+)", DEFAULT_SERVING_IMAGE)
     assert match, f"the serving image {DEFAULT_SERVING_IMAGE} is not a Vertex AI TensorFlow 2 CPU image"

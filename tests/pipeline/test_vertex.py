@@ -16,7 +16,7 @@ import yaml
 from components.cli import UsageError
 from components.vertex_client import load_settings
 from pipeline.__main__ import main
-from tests.conftest import BUCKET, REPO_ROOT, made_up_evaluation, made_up_export, run_cli
+from tests.conftest import BUCKET, REPO_ROOT, VERTEX_LOGGERS, made_up_evaluation, made_up_export, run_cli
 from tests.pipeline.conftest import SOURCE
 
 PARENT = "projects/demo-project/locations/europe-west4"
@@ -729,7 +729,7 @@ def test_no_credentials_or_tokens_in_the_compiled_pipeline():
 
 
 def test_register_uploads_a_new_version_of_the_parent_model(vertex, caplog):
-    caplog.set_level("INFO", logger="components.register.vertex")
+    caplog.set_level("INFO", logger="components")
     uri = f"gs://{BUCKET}/root/run-1/export/exported_model/saved_model"
     args = ["register", *vertex.args, "--model", uri, "--display-name", "flowers", "--label", "team=vision"]
     assert main([*args, "--pipeline-run", f"{PARENT}/pipelineJobs/flowers-1"]) == 0
@@ -745,7 +745,7 @@ def test_register_uploads_a_new_version_of_the_parent_model(vertex, caplog):
         assert "EXIF orientation applied, alpha composited on white" in model["description"]
     assert "parentModel" not in first and second["parentModel"] == name
     assert len(vertex.models[name]["versions"]) == 2
-    out = " | ".join(r.getMessage() for r in caplog.records if r.name == "components.register.vertex")
+    out = " | ".join(r.getMessage() for r in caplog.records if r.name in VERTEX_LOGGERS)
     assert f"registered {name} version 1" in out and f"registered {name} version 2" in out
 
 
@@ -800,7 +800,7 @@ def register_step(bucket, export: str, display_name: str, **options) -> tuple[di
 def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(in_pipeline, gcs, caplog):
     """find-baseline and register, as the cloud DAG runs them (Vertex AI fills in project and location): each
     blessed export is copied whole to a numbered folder outside the pipeline root, and that copy is registered."""
-    caplog.set_level("INFO", logger="components.register.vertex")
+    caplog.set_level("INFO", logger="components")
     from components.artifacts.registry import FolderRegistry
     from components.register import component
 
@@ -888,7 +888,7 @@ def test_the_dag_steps_find_the_baseline_and_register_new_versions_of_the_model(
     requests = len(in_pipeline.requests)
     assert find_baseline("flowers", baseline="gs://b/last-good", **where) == "gs://b/last-good"
     assert len(in_pipeline.requests) == requests
-    out = " | ".join(r.getMessage() for r in caplog.records if r.name == "components.register.vertex")
+    out = " | ".join(r.getMessage() for r in caplog.records if r.name in VERTEX_LOGGERS)
     assert "no model named flowers in the registry" in out and f"baseline: {name} version 1" in out
     # an empty model_display_name turns the registry off: no lookup, no upload
     assert find_baseline("", **where) == ""
