@@ -48,20 +48,28 @@ def template_images(spec: dict) -> dict[str, str]:
         f"step {name.removeprefix('exec-')}": executor["container"]["image"]
         for name, executor in sorted(spec["deploymentSpec"]["executors"].items())
     }
-    launched, stack = [], [spec["root"], spec["components"]]
-    while stack:  # the jobs' worker pools, and the tuning trials' image, sit in the DAG's constant inputs
-        node = stack.pop()
-        if isinstance(node, dict):
-            launched += [str(value) for key, value in node.items() if key == "image_uri"]
-            image = node.get("image", {})
-            if isinstance(image, dict) and isinstance(image.get("runtimeValue", {}).get("constant"), str):
-                launched.append(image["runtimeValue"]["constant"])
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+    launched = []
+    for node in mappings(spec["root"], spec["components"]):  # the jobs' pools and the trials' image: constant inputs
+        launched += [str(value) for key, value in node.items() if key == "image_uri"]
+        image = node.get("image", {})
+        if isinstance(image, dict) and isinstance(image.get("runtimeValue", {}).get("constant"), str):
+            launched.append(image["runtimeValue"]["constant"])
     for image in sorted(set(launched)):
         found[f"a job of the train step ({image.rsplit('/', 1)[-1].split(':')[0]})"] = image
     return found
+
+
+def mappings(*roots):
+    """Every mapping in ``roots`` and in the dicts and lists they nest, depth first: a compiled pipeline's (its
+    tasks' constant inputs among them), a kfp.local cache entry's."""
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield node
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 def load_yaml(handle):

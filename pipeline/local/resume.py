@@ -252,11 +252,14 @@ def remove_leftovers(work_dir: str, run_folders: list[str], caches: list[str]) -
     they finished, or that ran again. Returns the folders removed; logs their count and size."""
     import shutil
 
+    from pipeline.images import mappings
+
     used = set()
     for cache in {*caches, os.path.join(work_dir, "cache")}:
         for entry in glob.glob(os.path.join(cache, "*.json")):
             with contextlib.suppress(OSError, ValueError), open(entry, encoding="utf-8") as handle:
-                used.update(uri.removeprefix("file://") for uri in artifact_uris(json.load(handle)))
+                entry = mappings(json.load(handle))  # (every artifact's ``uri`` in it)
+                used.update(n["uri"].removeprefix("file://") for n in entry if isinstance(n.get("uri"), str))
     removed, size = [], 0
     for run_folder in run_folders:
         steps = sorted(glob.glob(os.path.join(run_folder, "*", "")))
@@ -279,18 +282,6 @@ def remove_leftovers(work_dir: str, run_folders: list[str], caches: list[str]) -
             where,
         )
     return removed
-
-
-def artifact_uris(value) -> Iterator[str]:
-    """The ``uri`` of every artifact in a kfp.local cache entry."""
-    if isinstance(value, dict):
-        if isinstance(value.get("uri"), str):
-            yield value["uri"]
-        for inner in value.values():
-            yield from artifact_uris(inner)
-    elif isinstance(value, list):
-        for inner in value:
-            yield from artifact_uris(inner)
 
 
 def descendants(pid: int) -> list[int]:

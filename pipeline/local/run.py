@@ -14,7 +14,7 @@ from components.artifacts.evaluation import REPORT_FILE, Evaluation
 from components.artifacts.exported import Exported
 from components.artifacts.records import EXPORT, METRICS
 from components.artifacts.served import served_figure
-from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images, load_yaml
+from pipeline.images import DEFAULT_IMAGES, PIPELINE_IMAGE, Images, load_yaml, mappings
 from pipeline.local.config import SUMMARY_FILE, LocalRunConfig
 from pipeline.local.docker import check_docker, docker_runner
 from pipeline.local.identity import run_identity
@@ -56,18 +56,10 @@ def local_pipeline_spec(
         cache_every_task(spec)
     values = dict(zip(RUN_PLACEHOLDERS, (run_id, run_name, run_name), strict=True))
 
-    def resolve(node):
-        if isinstance(node, dict):
-            constant = node.get("runtimeValue", {}).get("constant")
-            if isinstance(constant, str) and constant in values:
-                node["runtimeValue"]["constant"] = values[constant]
-            for value in node.values():
-                resolve(value)
-        elif isinstance(node, list):
-            for value in node:
-                resolve(value)
-
-    resolve(spec)
+    for node in mappings(spec):
+        constant = node.get("runtimeValue", {}).get("constant")
+        if isinstance(constant, str) and constant in values:
+            node["runtimeValue"]["constant"] = values[constant]
     return spec
 
 

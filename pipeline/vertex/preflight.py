@@ -69,14 +69,9 @@ class Run:
 
 def constants(spec: dict):
     """Every mapping in the template's DAGs (its tasks' inputs among them), depth first."""
-    stack: list = [spec.get("root", {}), spec.get("components", {})]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            yield node
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+    from pipeline.images import mappings
+
+    return mappings(spec.get("root", {}), spec.get("components", {}))
 
 
 def training_machine(spec: dict) -> Machine | None:
