@@ -17,38 +17,18 @@ import io
 import zipfile
 
 from components.artifacts.tflite import LABELS_FILE
-from components.tokenizing import PUNCTUATION_TO, STANDARDIZATION_FILE
+from components.tokenizing import PUNCTUATION_TO, STANDARDIZATION_FILE, VOCABULARY_FILE
 from third_party.tflite_metadata import metadata_schema_py_generated as schema
 
 METADATA_BUFFER_NAME = "TFLITE_METADATA"
 METADATA_IDENTIFIER = b"M001"
 MODEL_IDENTIFIER = b"TFL3"
-VOCABULARY_FILE = "vocabulary.txt"  # components.tokenizing's
 # the schema's history (metadata_schema.fbs): nothing written here is newer than 1.0.0
 MIN_PARSER_VERSION = "1.0.0"
 
 
 def _stats(low: float, high: float) -> schema.StatsT:
     return schema.StatsT(max=[float(high)], min=[float(low)])
-
-
-def _tensor(
-    name: str,
-    description: str,
-    content: schema.ContentT,
-    stats: schema.StatsT,
-    *,
-    files: list[schema.AssociatedFileT] | None = None,
-    process_units: list[schema.ProcessUnitT] | None = None,
-) -> schema.TensorMetadataT:
-    return schema.TensorMetadataT(
-        name=name,
-        description=description,
-        content=content,
-        processUnits=process_units,
-        stats=stats,
-        associatedFiles=files,
-    )
 
 
 def _features() -> schema.ContentT:
@@ -58,28 +38,23 @@ def _features() -> schema.ContentT:
     )
 
 
-def _classifier_output(num_classes: int) -> schema.TensorMetadataT:
-    """The output tensor's metadata: one probability per class (FeatureProperties, Stats 0..1), labelled by
-    ``labels.txt`` on its class axis."""
-    labels = schema.AssociatedFileT(
-        name=LABELS_FILE,
-        description=f"The {num_classes} class names, one a line, in the order of the outputs.",
-        type=schema.AssociatedFileType.TENSOR_AXIS_LABELS,
-    )
-    return _tensor(
-        "probability",
-        f"Probabilities of the {num_classes} classes (softmax).",
-        _features(),
-        _stats(0.0, 1.0),
-        files=[labels],
-    )
-
-
-def _model_metadata(
-    *, name: str, description: str, version: str, tensor_in: schema.TensorMetadataT, tensor_out: schema.TensorMetadataT
-) -> bytes:
+def _model_metadata(name: str, description: str, version: str, tensor_in: schema.TensorMetadataT, classes: int):
+    """The ``ModelMetadata`` flatbuffer of a classifier: ``tensor_in`` in, and one probability per class out
+    (FeatureProperties, Stats 0..1), labelled by ``labels.txt`` on its class axis."""
     import flatbuffers
 
+    labels = schema.AssociatedFileT(
+        name=LABELS_FILE,
+        description=f"The {classes} class names, one a line, in the order of the outputs.",
+        type=schema.AssociatedFileType.TENSOR_AXIS_LABELS,
+    )
+    tensor_out = schema.TensorMetadataT(
+        name="probability",
+        description=f"Probabilities of the {classes} classes (softmax).",
+        content=_features(),
+        stats=_stats(0.0, 1.0),
+        associatedFiles=[labels],
+    )
     subgraph = schema.SubGraphMetadataT(inputTensorMetadata=[tensor_in], outputTensorMetadata=[tensor_out])
     model = schema.ModelMetadataT(
         name=name,
@@ -92,75 +67,6 @@ def _model_metadata(
     builder = flatbuffers.Builder(1024)
     builder.Finish(model.Pack(builder), METADATA_IDENTIFIER)
     return bytes(builder.Output())
-
-
-def image_classifier_metadata(
-    *,
-    name: str,
-    description: str,
-    version: str,
-    image_size: int,
-    num_classes: int,
-    normalization: tuple[float, float] = (0.0, 1.0),
-) -> bytes:
-    """The ``ModelMetadata`` flatbuffer of an image classifier: one RGB image ``image_size`` square in, pixels 0..255
-    normalised as ``(pixel - mean) / std`` by the caller (0 and 1: the model takes them as decoded and scales them
-    itself), and one probability per class out, labelled by ``labels.txt``."""
-    size = schema.ImageSizeT(width=image_size, height=image_size)
-    properties = schema.ImagePropertiesT(colorSpace=schema.ColorSpaceType.RGB, defaultSize=size)
-    content = schema.ContentT(
-        contentPropertiesType=schema.ContentProperties.ImageProperties, contentProperties=properties
-    )
-    mean, std = normalization
-    options = schema.NormalizationOptionsT(mean=[float(mean)], std=[float(std)])
-    normalize = schema.ProcessUnitT(optionsType=schema.ProcessUnitOptions.NormalizationOptions, options=options)
-    image = _tensor(
-        "image",
-        f"An RGB image, {image_size}x{image_size}, pixels 0..255 as decoded (the model scales them).",
-        content,
-        _stats(0.0, 255.0),
-        process_units=[normalize],
-    )
-    return _model_metadata(
-        name=name, description=description, version=version, tensor_in=image, tensor_out=_classifier_output(num_classes)
-    )
-
-
-def text_classifier_metadata(
-    *,
-    name: str,
-    description: str,
-    version: str,
-    sequence_length: int,
-    vocabulary_size: int,
-    num_classes: int,
-    punctuation: str,
-) -> bytes:
-    """The ``ModelMetadata`` flatbuffer of a text classifier that takes token ids: ``[1, sequence_length]`` int32
-    ids of ``vocabulary.txt`` (attached to the input as its vocabulary), and one probability per class out.
-    ``punctuation``: what standardisation turns ASCII punctuation into, in words."""
-    vocabulary = schema.AssociatedFileT(
-        name=VOCABULARY_FILE,
-        description="The tokens, one a line, in id order: id 0 pads (an empty line), id 1 is out of vocabulary "
-        "([UNK]).",
-        type=schema.AssociatedFileType.VOCABULARY,
-    )
-    tokens = _tensor(
-        "tokens",
-        f"{sequence_length} token ids of the text: lowercased, HTML line breaks to spaces, ASCII punctuation "
-        f"{punctuation} (standardization.txt), split on whitespace, looked up in vocabulary.txt (1 when absent), "
-        "padded with 0 at the end.",
-        _features(),
-        _stats(0.0, vocabulary_size - 1.0),
-        files=[vocabulary],
-    )
-    return _model_metadata(
-        name=name,
-        description=description,
-        version=version,
-        tensor_in=tokens,
-        tensor_out=_classifier_output(num_classes),
-    )
 
 
 def with_metadata(model: bytes, metadata: bytes, files: dict[str, bytes]) -> bytes:
@@ -176,7 +82,9 @@ def with_metadata(model: bytes, metadata: bytes, files: dict[str, bytes]) -> byt
     buffer.data = np.frombuffer(metadata, dtype=np.uint8)
     tflite.buffers = list(tflite.buffers or [])
     tflite.metadata = list(tflite.metadata or [])
-    existing = [entry for entry in tflite.metadata if _text(entry.name) == METADATA_BUFFER_NAME]
+    existing = [
+        entry for entry in tflite.metadata if entry.name in (METADATA_BUFFER_NAME, METADATA_BUFFER_NAME.encode())
+    ]
     if existing:
         tflite.buffers[existing[0].buffer] = buffer
     else:
@@ -195,19 +103,33 @@ def with_metadata(model: bytes, metadata: bytes, files: dict[str, bytes]) -> byt
     return packed.getvalue()
 
 
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _labels(class_names: list[str]) -> bytes:
+    return "".join(f"{label}\n" for label in class_names).encode()
 
 
 def classifier_files(
     model: bytes, *, name: str, description: str, version: str, image_size: int, class_names: list[str]
 ) -> bytes:
-    """``model`` with an image classifier's metadata and its ``labels.txt`` (``class_names``, one a line)."""
-    metadata = image_classifier_metadata(
-        name=name, description=description, version=version, image_size=image_size, num_classes=len(class_names)
+    """``model`` with an image classifier's metadata and its ``labels.txt`` (``class_names``, one a line): one RGB
+    image ``image_size`` square in, pixels 0..255 as decoded (normalised with mean 0 and std 1: the model scales them
+    itself), and one probability per class out."""
+    size = schema.ImageSizeT(width=image_size, height=image_size)
+    properties = schema.ImagePropertiesT(colorSpace=schema.ColorSpaceType.RGB, defaultSize=size)
+    normalize = schema.ProcessUnitT(
+        optionsType=schema.ProcessUnitOptions.NormalizationOptions,
+        options=schema.NormalizationOptionsT(mean=[0.0], std=[1.0]),
     )
-    labels = "".join(f"{label}\n" for label in class_names).encode()
-    return with_metadata(model, metadata, {LABELS_FILE: labels})
+    image = schema.TensorMetadataT(
+        name="image",
+        description=f"An RGB image, {image_size}x{image_size}, pixels 0..255 as decoded (the model scales them).",
+        content=schema.ContentT(
+            contentPropertiesType=schema.ContentProperties.ImageProperties, contentProperties=properties
+        ),
+        processUnits=[normalize],
+        stats=_stats(0.0, 255.0),
+    )
+    metadata = _model_metadata(name, description, version, image, len(class_names))
+    return with_metadata(model, metadata, {LABELS_FILE: _labels(class_names)})
 
 
 def text_classifier_files(
@@ -222,20 +144,28 @@ def text_classifier_files(
     standardization: str,
 ) -> bytes:
     """``model`` with a token-id text classifier's metadata, its ``labels.txt``, ``vocabulary.txt`` and
-    ``standardization.txt`` (``standardization``'s name)."""
+    ``standardization.txt`` (``standardization``'s name): ``[1, sequence_length]`` int32 ids of ``vocabulary.txt``
+    (attached to the input as its vocabulary) in, and one probability per class out."""
     punctuation = "to spaces" if PUNCTUATION_TO[standardization] else "removed"
-    metadata = text_classifier_metadata(
-        name=name,
-        description=description,
-        version=version,
-        sequence_length=sequence_length,
-        vocabulary_size=len(vocabulary.decode("utf-8").split("\n")) - 1,
-        num_classes=len(class_names),
-        punctuation=punctuation,
+    vocabulary_file = schema.AssociatedFileT(
+        name=VOCABULARY_FILE,
+        description="The tokens, one a line, in id order: id 0 pads (an empty line), id 1 is out of vocabulary "
+        "([UNK]).",
+        type=schema.AssociatedFileType.VOCABULARY,
     )
-    labels = "".join(f"{label}\n" for label in class_names).encode()
-    return with_metadata(
-        model,
-        metadata,
-        {LABELS_FILE: labels, VOCABULARY_FILE: vocabulary, STANDARDIZATION_FILE: standardization.encode()},
+    tokens = schema.TensorMetadataT(
+        name="tokens",
+        description=f"{sequence_length} token ids of the text: lowercased, HTML line breaks to spaces, ASCII "
+        f"punctuation {punctuation} (standardization.txt), split on whitespace, looked up in vocabulary.txt (1 when "
+        "absent), padded with 0 at the end.",
+        content=_features(),
+        stats=_stats(0.0, vocabulary.count(b"\n") - 1.0),  # ids 0 to the vocabulary's size - 1 (a token a line)
+        associatedFiles=[vocabulary_file],
     )
+    metadata = _model_metadata(name, description, version, tokens, len(class_names))
+    files = {
+        LABELS_FILE: _labels(class_names),
+        VOCABULARY_FILE: vocabulary,
+        STANDARDIZATION_FILE: standardization.encode(),
+    }
+    return with_metadata(model, metadata, files)
