@@ -24,12 +24,14 @@ def evaluate(
     the HTML report (shown by the Vertex AI console), with the data checks (``data_checks``, the check-data step's
     output), and ``vertex_evaluation``, the figures as Google Cloud Pipeline Components' evaluation import reads them
     (a ``google.ClassificationMetrics``); returns the blessing, which gates export and registration."""
+    given = dict(locals())  # (the parameters, read before anything else is named here)
     import json
     import shutil
 
     from components.artifacts.evaluation import sliced_metrics
     from components.evaluate.config import EvaluateConfig
     from components.evaluate.core import run
+    from components.params import EVALUATE
     from components.step_server import start_step
     from components.storage import write_json
 
@@ -39,10 +41,8 @@ def evaluate(
             examples_dir=examples.path,
             model_dir=model.path,
             output_dir=evaluation.path,
-            min_accuracy=min_accuracy,
-            max_accuracy_drop=max_accuracy_drop,
-            baseline=baseline,
             data_checks=data_checks.path,
+            **{name: given[name] for name in EVALUATE},
         )
     )
     blessing = result.blessing

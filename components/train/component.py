@@ -32,8 +32,10 @@ def train(
     AI the DAG runs a tuning job instead, and this step with 0). On Cloud Storage the backup sits under the bucket's
     ``checkpoints/`` by a key of the inputs, so that a retried task, or the same run submitted again, resumes after
     its last backed-up epoch."""
+    given = dict(locals())  # (the parameters, read before anything else is named here)
     import dataclasses
 
+    from components.params import TRAIN
     from components.step_server import start_step
     from components.train.config import TrainConfig, lasting_checkpoint_dir
     from components.train.core import run
@@ -43,26 +45,10 @@ def train(
 
     start_step(lambda: trains_on_tensorflow(backend, precision, hosts, examples.path))
     config = TrainConfig(
+        **{**{name: given[name] for name in TRAIN}, "hparams": tuple(hparams), "hosts": hosts},
         examples_dir=examples.path,
         model_dir=model.path,
-        model_name=model_name,
-        hparams=tuple(hparams),
-        epochs=epochs,
-        weights=weights,
         weights_cache=weights_cache_for(model.uri),
-        fine_tune_epochs=fine_tune_epochs,
-        fine_tune_blocks=fine_tune_blocks,
-        fine_tune_learning_rate=fine_tune_learning_rate,
-        per_replica_batch_size=per_replica_batch_size,
-        learning_rate=learning_rate,
-        lr_schedule=lr_schedule,
-        precision=precision,
-        backend=backend,
-        hosts=hosts,
-        jit_compile=jit_compile,
-        steps_per_execution=steps_per_execution,
-        augment=augment,
-        seed=seed,
     )
     # on Cloud Storage, a backup a retried task or a resubmitted run with the same inputs resumes from
     config = dataclasses.replace(config, checkpoint_dir=lasting_checkpoint_dir(config, model.uri))

@@ -38,8 +38,10 @@ def tuning_spec(
     appended by Vertex AI; their models go under this step's ``trials`` folder (``<trial id>/model``). The search
     space follows the model: fine-tuning depth only for a pretrained backbone, and the ranges a model of one's own
     declares."""
+    given = dict(locals())  # (the parameters, read before anything else is named here)
     from components.cli import start_step
     from components.keras_backend import activate_backend
+    from components.params import TRAIN
     from components.train.tuning_vertex import trial_job
 
     start_step()
@@ -57,25 +59,7 @@ def tuning_spec(
             image,
             machine,
             boot_disk,
-            dict(
-                model_name=model_name,
-                hparams=list(hparams),
-                epochs=epochs,
-                weights=weights,
-                fine_tune_epochs=fine_tune_epochs,
-                fine_tune_blocks=fine_tune_blocks,
-                fine_tune_learning_rate=fine_tune_learning_rate,
-                per_replica_batch_size=per_replica_batch_size,
-                learning_rate=learning_rate,
-                lr_schedule=lr_schedule,
-                precision=precision,
-                backend=backend,
-                jit_compile=jit_compile,
-                steps_per_execution=steps_per_execution,
-                augment=augment,
-                seed=seed,
-                hosts=hosts,
-            ),
+            {**{name: given[name] for name in TRAIN}, "hparams": list(hparams), "hosts": hosts},
         )
     )
 
