@@ -69,6 +69,17 @@ def open_read(path: str, chunk_bytes: int | None = None):
     return _blob(path).open("rb", chunk_size=chunk_bytes)
 
 
+def sha256_of(path: str) -> str:
+    """The sha256 of a file (local or ``gs://``), read a MiB at a time."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open_read(path) as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def read_bytes(path: str) -> bytes:
     """The whole of a file: on ``gs://``, in one request."""
     if "://" not in path:

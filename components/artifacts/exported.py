@@ -9,13 +9,13 @@ differ from it is damaged; register and predict refuse both (``check_export``).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from typing import ClassVar
 
 from components.artifacts.records import EXPORT, Facts, Record
 from components.cli import UsageError
+from components.storage import sha256_of
 
 SAVED_MODEL_DIR = "saved_model"
 TFLITE_FILES = {"tflite_float": "model_float.tflite", "tflite_int8": "model_int8.tflite"}
@@ -130,7 +130,7 @@ def write_export_record(output_dir: str, report: dict) -> Exported:
             path = os.path.join(folder, name)
             relative = os.path.relpath(path, output_dir).replace(os.sep, "/")
             if relative != EXPORT.name:
-                files[relative] = {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
+                files[relative] = {"bytes": os.path.getsize(path), "sha256": sha256_of(path)}
     record = Exported(**report, files=dict(sorted(files.items())))
     record.write(output_dir)
     return record
@@ -154,7 +154,7 @@ def check_export(uri: str) -> Exported:
     for relative, expected in listed.items():
         if relative not in sizes:
             raise UsageError(f"export {uri} is damaged: {relative} is missing; {again}")
-        digest = None if sizes[relative] != expected["bytes"] else _sha256(f"{uri}/{relative}")
+        digest = None if sizes[relative] != expected["bytes"] else sha256_of(f"{uri}/{relative}")
         if digest != expected["sha256"]:
             found = f"{sizes[relative]} bytes" + (f", sha256 {digest[:12]}" if digest else "")
             raise UsageError(
@@ -162,13 +162,3 @@ def check_export(uri: str) -> Exported:
                 f"{expected['bytes']} bytes, sha256 {expected['sha256'][:12]}); {again}"
             )
     return record
-
-
-def _sha256(path: str) -> str:
-    from components.storage import open_read
-
-    digest = hashlib.sha256()
-    with open_read(path) as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -117,12 +117,6 @@ def load_model_config(model_dir: str) -> ModelConfig:
 def model_digest(model_dir: str) -> str:
     """sha256 of the trained weights: the model's identity, kept with its export (a cached train step gives the same
     file, so the same digest; any retraining gives another)."""
-    import hashlib
+    from components.storage import sha256_of
 
-    from components.storage import open_read
-
-    digest = hashlib.sha256()
-    with open_read(os.path.join(model_dir, WEIGHTS_FILE)) as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_of(os.path.join(model_dir, WEIGHTS_FILE))
