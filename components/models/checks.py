@@ -11,7 +11,7 @@ import re
 import sys
 import traceback
 
-from components.cli import UsageError
+from components.cli import UsageError, causes
 from components.models.source import LoadedModel, log_user_traceback, user_line
 from components.models.spec import ModelSpec
 
@@ -28,15 +28,6 @@ class TensorFlowUnderJaxError(UsageError):
     TensorFlow), a warning; where it does (TPUs), a mistake."""
 
 
-def chained(err: BaseException) -> list[BaseException]:
-    """``err`` and the exceptions it was raised from or during."""
-    found = []
-    while err is not None and err not in found:
-        found.append(err)
-        err = err.__cause__ or err.__context__
-    return found
-
-
 def first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else ""
@@ -45,7 +36,7 @@ def first_line(err: BaseException) -> str:
 def tensorflow_call(err: BaseException) -> str | None:
     """What the user's code called of TensorFlow, when that is what failed: the function its line names
     (``tf.nn.relu``), the line itself, or ``an op`` when only TensorFlow's frames show it."""
-    for each in chained(err):
+    for each in causes(err):
         frames = traceback.extract_tb(each.__traceback__)
         for before, frame in zip([None, *frames], frames, strict=False):
             if "/tensorflow/" in frame.filename.replace("\\", "/"):
@@ -59,7 +50,7 @@ def tensorflow_call(err: BaseException) -> str | None:
 
 def layer_named(err: BaseException) -> str:
     """The layer whose ``call`` Keras says raised ``err`` (``layer MyLayer``), or ``the model``."""
-    for each in chained(err):
+    for each in causes(err):
         found = re.search(r"when calling (\w+)\.call\(\)", str(each))
         if found:
             return f"layer {found.group(1)}"
@@ -72,7 +63,7 @@ def builder_error(err: Exception, loaded: LoadedModel, spec: ModelSpec, backend:
     if isinstance(err, UsageError):
         return err
     place = (
-        next(filter(None, (user_line(each, loaded.source_file) for each in reversed(chained(err)))), "")
+        next(filter(None, (user_line(each, loaded.source_file) for each in reversed(list(causes(err))))), "")
         if (loaded.source_file)
         else ""
     )
@@ -185,16 +176,9 @@ def check_saving(model, loaded: LoadedModel) -> None:
         with tensorflow_types_skipped():
             keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(model))
     except Exception as err:
-        causes = chained(err)
-        found = next(
-            (
-                re.search(r"Could not locate class '(\w+)'", str(each))
-                for each in causes
-                if re.search(r"Could not locate class '(\w+)'", str(each))
-            ),
-            None,
-        )
-        innermost = causes[-1]
+        chain = list(causes(err))
+        found = next(filter(None, (re.search(r"Could not locate class '(\w+)'", str(each)) for each in chain)), None)
+        innermost = chain[-1]
         why = (
             f"its layer class {found.group(1)} is not registered"
             if found
