@@ -105,8 +105,7 @@ def find_saved_model(path: str) -> tuple[str, str] | None:
 
 def export_folder(uri: str) -> str:
     """The export folder of an export or of its ``saved_model/`` folder (local or ``gs://``)."""
-    uri = uri.rstrip("/")
-    return uri.removesuffix("/" + SAVED_MODEL_DIR)
+    return uri.rstrip("/").removesuffix("/" + SAVED_MODEL_DIR)
 
 
 def read_export(uri: str) -> Exported | None:

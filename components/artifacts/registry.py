@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from components.artifacts.exported import SAVED_MODEL_DIR
+from components.artifacts.exported import export_folder
 from components.artifacts.records import DEFAULT, VERSION
 from components.cli import UsageError, one_line
 from components.storage import copy, exists, match
@@ -241,12 +241,8 @@ def check_still_default(root: str, baseline: str, current: str, current_name: st
     longer ``baseline``, the model a candidate was judged against ("": none), because another run registered
     meanwhile: the default never moves to a model that was not compared with the one it replaces. A baseline outside
     the registry ``root`` (one given by hand) is not the registry's to check."""
-
-    def folder(uri: str) -> str:
-        return uri.rstrip("/").removesuffix("/" + SAVED_MODEL_DIR)
-
-    judged = folder(baseline)
-    if (judged and not judged.startswith(root + "/")) or folder(current) == judged:
+    judged = export_folder(baseline)
+    if (judged and not judged.startswith(root + "/")) or export_folder(current) == judged:
         return
     was = f"version {judged.rsplit('/', 1)[-1]}" if judged else "no model"
     raise UsageError(
