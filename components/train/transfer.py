@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
 import tempfile
 
 from components.cli import UsageError
@@ -25,7 +24,6 @@ from components.models import BACKBONES, backbone_blocks, backbone_of
 
 log = logging.getLogger(__name__)
 
-WEIGHTS_CHOICES = ("auto", "imagenet", "none")  # or a path
 DEFAULT_WEIGHTS = {True: "imagenet", False: "none"}  # auto: by whether the model has a pretrained backbone
 WEIGHTS_CACHE_FOLDER = "keras-weights"  # in the pipeline root's bucket
 HEAD_WEIGHTS = "head.weights.h5"  # the model after the head phase, under the checkpoint dir: phase 2 starts from it
@@ -61,7 +59,7 @@ def weights_file(weights: str, model_name: str, cache_dir: str) -> str | None:
         return None
     if weights == "imagenet":
         return download_imagenet(model_name, cache_dir)
-    from components.storage import exists, open_read
+    from components.storage import copy, exists
 
     if not exists(weights):
         raise UsageError(
@@ -71,8 +69,7 @@ def weights_file(weights: str, model_name: str, cache_dir: str) -> str | None:
     if "://" not in weights:
         return weights
     local = os.path.join(tempfile.mkdtemp(prefix="weights-"), os.path.basename(weights))
-    with open_read(weights) as source, open(local, "wb") as target:
-        shutil.copyfileobj(source, target)
+    copy(weights, local)
     return local
 
 
@@ -85,14 +82,13 @@ def download_imagenet(model_name: str, cache_dir: str) -> str:
     name = origin.rsplit("/", 1)[1]
     local_cache, remote = cache_dir, "://" in cache_dir
     if remote:  # gs://: a local copy for Keras, then the file kept beside the pipeline root's other outputs
-        from components.storage import exists, open_read
+        from components.storage import copy, exists
 
         local_cache = tempfile.mkdtemp(prefix="keras-weights-")
         kept = f"{cache_dir.rstrip('/')}/{name}"
         if exists(kept):
             os.makedirs(os.path.join(local_cache, "models"))
-            with open_read(kept) as source, open(os.path.join(local_cache, "models", name), "wb") as target:
-                shutil.copyfileobj(source, target)
+            copy(kept, os.path.join(local_cache, "models", name))
     try:
         path = keras.utils.get_file(name, origin, file_hash=md5, cache_subdir="models", cache_dir=local_cache or None)
     except Exception as error:  # (urllib's URLError, HTTPError, a hash mismatch: get_file raises them as they are)
@@ -103,10 +99,9 @@ def download_imagenet(model_name: str, cache_dir: str) -> str:
             "--weights PATH (local or gs://), or --weights none"
         ) from None
     if remote and not exists(kept):
-        from components.storage import write_atomically
+        from components.storage import read_bytes, write_atomically
 
-        with open(path, "rb") as handle:
-            write_atomically(kept, handle.read())
+        write_atomically(kept, read_bytes(path))
         log.info("kept the ImageNet weights of %s in %s for later runs", model_name, kept)
     return path
 

@@ -343,6 +343,18 @@ def test_imagenet_weights_are_downloaded_once_into_the_cache_on_gcs(gcs, backbon
     model.load_weights(again)
 
 
+def test_weights_on_gcs_are_copied_to_a_local_file_and_a_missing_one_is_one_line(gcs, tmp_path):
+    """``--weights gs://...``: Keras reads local files only, so the run gets a local copy, byte for byte."""
+    content = os.urandom(3000)
+    gcs.blob("root/mine.weights.h5").upload_from_string(content)
+    local = weights_file(f"gs://{BUCKET}/root/mine.weights.h5", MODEL, str(tmp_path / "cache"))
+    assert "://" not in local and local.endswith("mine.weights.h5")
+    with open(local, "rb") as handle:
+        assert handle.read() == content
+    with pytest.raises(UsageError, match=f"--weights gs://{BUCKET}/root/gone.weights.h5: no such file"):
+        weights_file(f"gs://{BUCKET}/root/gone.weights.h5", MODEL, str(tmp_path / "cache"))
+
+
 def test_imagenet_out_of_reach_is_one_line_naming_the_way_out(monkeypatch, tmp_path):
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
