@@ -152,25 +152,15 @@ class Scheduling:
                 f"--max-wait {self.max_wait} applies to --scheduling flex-start only (how long the job "
                 "may queue for its machines)"
             )
-        if self.max_wait and not DURATION.fullmatch(self.max_wait):
-            raise UsageError(
-                f"--max-wait {self.max_wait!r} is not a duration: use e.g. 90m, 2h, 1800s, or 0 for no limit"
-            )
-        if self.max_queue and not DURATION.fullmatch(self.max_queue):
-            raise UsageError(
-                f"--max-queue {self.max_queue!r} is not a duration: use e.g. 30m, 2h, 1800s, or 0 for no limit"
-            )
-        if self.max_train_time and (
-            not DURATION.fullmatch(self.max_train_time) or self.seconds(self.max_train_time) == 0
-        ):
-            raise UsageError(
-                f"--max-train-time {self.max_train_time!r} is not a duration: use e.g. 6h, 90m, 3600s "
-                "(the job is cancelled past it)"
-            )
-        if self.max_step_time and not DURATION.fullmatch(self.max_step_time):
-            raise UsageError(
-                f"--max-step-time {self.max_step_time!r} is not a duration: use e.g. 2h, 90m, 3600s, or 0 for no limit"
-            )
+        durations = (
+            ("--max-wait", self.max_wait, "90m, 2h, 1800s, or 0 for no limit"),
+            ("--max-queue", self.max_queue, "30m, 2h, 1800s, or 0 for no limit"),
+            ("--max-train-time", self.max_train_time, "6h, 90m, 3600s (the job is cancelled past it)"),
+            ("--max-step-time", self.max_step_time, "2h, 90m, 3600s, or 0 for no limit"),
+        )
+        for flag, value, examples in durations:  # (a training time of 0 would cancel the job at once)
+            if value and (not DURATION.fullmatch(value) or (flag == "--max-train-time" and not self.seconds(value))):
+                raise UsageError(f"{flag} {value!r} is not a duration: use e.g. {examples}")
         if self.max_queue and self.strategy == "flex-start":
             raise UsageError(
                 "--max-queue applies to standard and spot machines: with flex-start, --max-wait bounds the queueing"

@@ -602,6 +602,7 @@ def test_every_step_but_the_training_job_ends_itself_past_its_max_step_time(tmp_
     [
         (["--max-train-time", "0"], "--max-train-time '0' is not a duration: use e.g. 6h, 90m, 3600s"),
         (["--max-step-time", "soon"], "--max-step-time 'soon' is not a duration: use e.g. 2h, 90m, 3600s, or 0"),
+        (["--max-queue", "a while"], "--max-queue 'a while' is not a duration: use e.g. 30m, 2h, 1800s, or 0 for no"),
         (["--scheduling", "spot", "--max-wait", "2h"], "--max-wait 2h applies to --scheduling flex-start only"),
         (
             ["--scheduling", "flex-start", "--max-wait", "two hours"],
