@@ -205,6 +205,11 @@ def run_steps(run: LocalRun, verbose: bool) -> dict:
     facts = {"pipeline": PIPELINE_NAME, "run_id": run.state.run_id}
     progress = None
 
+    def summarize(status: str, resumable: bool, **found) -> None:  # what the summary says of a run that stopped
+        resume_it = {"resume": "run the same command again"} if resumable else {}
+        said = {**facts, "status": status, **found, "source": run.source, "parameters": run.parameters}
+        write_json(run.summary_path, {**said, **resume_it})
+
     def attempt_dirs() -> list[str]:  # this attempt's kfp.local run folders
         return [
             os.path.join(run.pipeline_root, name)
@@ -226,26 +231,12 @@ def run_steps(run: LocalRun, verbose: bool) -> dict:
         step = getattr(err, "died", "")
         if not step:  # the step's own reason (a mistake, bad data): the same command would fail again
             resume.finished(run.work_dir, run.state, killed_attempts(run))
-            write_json(
-                run.summary_path,
-                {**facts, "status": "failed", "error": str(err), "source": run.source, "parameters": run.parameters},
-            )
+            summarize("failed", False, error=str(err))
             raise
         # a step killed without a word (out of memory, a lost machine): the same command goes on from there, its
         # finished steps reused and training from its last backed-up epoch, as after an interruption
         run.state = resume.interrupted(run.work_dir, run.state, step, attempt_dirs(), failed=True)
-        write_json(
-            run.summary_path,
-            {
-                **facts,
-                "status": "failed",
-                "step": step,
-                "error": str(err),
-                "source": run.source,
-                "parameters": run.parameters,
-                "resume": "run the same command again",
-            },
-        )
+        summarize("failed", True, step=step, error=str(err))
         raise StepFailedError(
             f"{err}: run the same command again to resume it from there, or add --no-resume to start over"
         ) from None
@@ -253,17 +244,7 @@ def run_steps(run: LocalRun, verbose: bool) -> dict:
         step = progress.running[-1] if progress and progress.running else ""
         run.state = resume.interrupted(run.work_dir, run.state, step, attempt_dirs())
         where = f" during {step}" + epochs_done(run.checkpoints, run.parameters, run.spec) if step else ""
-        write_json(
-            run.summary_path,
-            {
-                **facts,
-                "status": "interrupted",
-                "step": step,
-                "source": run.source,
-                "parameters": run.parameters,
-                "resume": "run the same command again",
-            },
-        )
+        summarize("interrupted", True, step=step)
         raise Interrupted(
             f"interrupted{where}: run the same command again to resume it, or add --no-resume to start over"
         ) from None
