@@ -14,7 +14,8 @@ from components.cli import (
     console_script,
     image_size_flag,
 )
-from components.convert.core import ConversionError, ConvertConfig
+from components.convert.common import ConversionError
+from components.convert.core import ConvertConfig
 from components.convert.dispatch import convert_source
 from components.params import CONVERT, TEXT
 from components.schema import MODALITIES

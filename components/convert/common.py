@@ -335,3 +335,15 @@ def warn_small_classes(stats: dict) -> None:
             split,
             items,
         )
+
+
+def check_quarantined(stats: dict, total: int, noun: str, max_bad_fraction: float, output_dir: str) -> None:
+    """After a conversion of ``total`` items (``noun``: images, rows, texts): the small classes warned of, and a
+    ``ConversionError`` when more than ``max_bad_fraction`` of them were quarantined."""
+    warn_small_classes(stats)
+    bad_fraction = stats["quarantined"] / max(1, total)
+    if bad_fraction > max_bad_fraction:
+        raise ConversionError(
+            f"{stats['quarantined']} of {total} {noun} could not be converted ({bad_fraction:.1%} > "
+            f"--max-bad-fraction {max_bad_fraction:.1%}): see {output_dir}/{QUARANTINE_FILE}"
+        )

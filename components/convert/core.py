@@ -27,21 +27,19 @@ from components.cli import UsageError
 from components.convert.adopt import adopt
 from components.convert.common import (
     DUPLICATE_TAG,
-    QUARANTINE_FILE,
     QUARANTINE_TAG,
-    ConversionError,
     Gather,
     KeepFirstCopy,
     WriteShards,
     WriteUniqueShard,
     bound_beam_storage_retries,
     check_output_is_empty,
+    check_quarantined,
     content_shard_key,
     finish_shards,
     marked_if_it_fails,
     split_for_digest,
     summarize_counts,
-    warn_small_classes,
     write_records,
 )
 from components.convert.config import check_beam_args, check_split_options
@@ -177,15 +175,8 @@ def run(config: ConvertConfig) -> dict:
             unusable,
             stats["duplicates"],
         )
-        warn_small_classes(stats)
-        total = len(listing.items) + len(listing.rejected)
-        bad_fraction = stats["quarantined"] / max(1, total)
-        if bad_fraction > config.max_bad_fraction:
-            raise ConversionError(
-                f"{stats['quarantined']} of {total} {'rows' if listing.rejected else 'images'} could not be converted "
-                f"({bad_fraction:.1%} > --max-bad-fraction {config.max_bad_fraction:.1%}): "
-                f"see {output_dir}/{QUARANTINE_FILE}"
-            )
+        total, noun = len(listing.items) + len(listing.rejected), "rows" if listing.rejected else "images"
+        check_quarantined(stats, total, noun, config.max_bad_fraction, output_dir)
     return stats
 
 

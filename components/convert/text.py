@@ -29,17 +29,15 @@ from components.artifacts.conversion import ExamplesStats
 from components.cli import one_line
 from components.convert.common import (
     DUPLICATE_TAG,
-    QUARANTINE_FILE,
     QUARANTINE_TAG,
-    ConversionError,
     Gather,
     KeepFirstCopy,
     WriteShards,
     check_output_is_empty,
+    check_quarantined,
     finish_shards,
     marked_if_it_fails,
     summarize_counts,
-    warn_small_classes,
     write_records,
 )
 from components.convert.config import check_beam_args, check_split_options, check_text_options
@@ -352,12 +350,6 @@ def run_text(config: TextConvertConfig) -> dict:
             stats["quarantined"],
             stats["duplicates"],
         )
-        warn_small_classes(stats)
         total = len(listing.items) + len(listing.rejected)
-        if stats["quarantined"] / max(1, total) > config.max_bad_fraction:
-            raise ConversionError(
-                f"{stats['quarantined']} of {total} texts could not be converted "
-                f"({stats['quarantined'] / max(1, total):.1%} > --max-bad-fraction "
-                f"{config.max_bad_fraction:.1%}): see {output_dir}/{QUARANTINE_FILE}"
-            )
+        check_quarantined(stats, total, "texts", config.max_bad_fraction, output_dir)
     return stats
