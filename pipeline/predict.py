@@ -197,31 +197,29 @@ def png_bytes(pixels) -> bytes:
     return buffer.getvalue()
 
 
-def tflite_content(path: str) -> bytes:
-    """The bytes of the TFLite file at ``path``, once an interpreter takes them; a one-line error naming it when
-    it is damaged (a truncated file)."""
+def tflite_content(path: str) -> tuple[bytes, dict]:
+    """The bytes of the TFLite file at ``path``, once an interpreter takes them, and what its input takes (its
+    ``get_input_details()``, shape and dtype); a one-line error naming it when it is damaged (a truncated file)."""
     from ai_edge_litert.interpreter import Interpreter
 
     with open(path, "rb") as handle:
         content = handle.read()
     try:
-        Interpreter(model_content=content)
+        return content, Interpreter(model_content=content).get_input_details()[0]
     except (ValueError, RuntimeError) as err:
         raise UsageError(f"model {path} cannot be loaded: {one_line(err)[:300]}; export it again") from None
-    return content
 
 
 def _tflite_answerer(path: str):
     """contents -> the TFLite model's probabilities, each image decoded and resized here as the conversion does
     (the TFLite input is decoded, upright RGB pixels: the caller's work)."""
     import numpy as np
-    from ai_edge_litert.interpreter import Interpreter
 
     from components.artifacts.tflite import tflite_predict
     from components.decoding import conversion_square
 
-    content = tflite_content(path)
-    size = int(Interpreter(model_content=content).get_input_details()[0]["shape"][1])
+    content, given = tflite_content(path)
+    size = int(given["shape"][1])
 
     def answer(contents: list[bytes]):
         images = [np.asarray(conversion_square(image, size), dtype=np.uint8) for image in contents]
@@ -237,10 +235,8 @@ def export_modality(model: str) -> str:
     """ "text" or "image": what an export (its ``export.json``) or a TFLite file (int32 ids in) takes."""
     if model.endswith(".tflite"):
         import numpy as np
-        from ai_edge_litert.interpreter import Interpreter
 
-        details = Interpreter(model_content=tflite_content(model)).get_input_details()
-        return TEXT_MODEL if details[0]["dtype"] == np.int32 else "image"
+        return TEXT_MODEL if tflite_content(model)[1]["dtype"] == np.int32 else "image"
     found = find_saved_model(model)
     if found and (report := read_export(found[0])) is not None:
         return modality_of(report).name
@@ -301,7 +297,7 @@ def _tflite_text_probabilities(path: str, texts: list[str]):
         token_ids,
     )
 
-    content = tflite_content(path)
+    content, given = tflite_content(path)
 
     def packed_or_beside(name: str) -> bytes | None:
         found = packed_file(content, name)
@@ -315,9 +311,7 @@ def _tflite_text_probabilities(path: str, texts: list[str]):
     standardization = standardization_of({"standardization": (packed_or_beside(STANDARDIZATION_FILE) or b"").decode()})
     if vocabulary is None:
         raise UsageError(f"model {path} carries no {VOCABULARY_FILE} and none is beside it: pass the export's file")
-    from ai_edge_litert.interpreter import Interpreter
-
-    length = int(Interpreter(model_content=content).get_input_details()[0]["shape"][1])
+    length = int(given["shape"][1])
     index = {token: i for i, token in enumerate(parse_vocabulary(vocabulary))}
     ids = np.array([token_ids(text, index, length, standardization)[0] for text in texts], dtype=np.int32)
     return tflite_token_predict(content, ids)
