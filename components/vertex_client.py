@@ -349,6 +349,22 @@ def call(
         raise VertexError(f"{what}: Vertex AI answered {_status(err)}: {_message(err)}") from None
 
 
+def follow_states(what: str, get: Callable[[], Any], settings: VertexSettings, ended, poll_seconds: float) -> Any:
+    """Polls ``get()`` (through ``call``; ``what`` names it) until its resource's state is one of ``ended``, printing
+    each state it takes with the seconds since the start; returns the resource as it ended."""
+    import time
+
+    state, started = "", time.monotonic()
+    while True:
+        resource = call(what, get, settings)
+        if resource.state.name != state:
+            state = resource.state.name
+            print(f"  {time.monotonic() - started:6.0f}s  {state}")
+        if state in ended:
+            return resource
+        time.sleep(poll_seconds)
+
+
 def _aborted(err: Exception) -> bool:
     """ABORTED (a concurrency conflict), which google.api_core files under Conflict: the class over gRPC, the error
     body's status over REST."""

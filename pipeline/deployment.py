@@ -14,7 +14,7 @@ from components.artifacts.exported import Exported
 from components.artifacts.records import EXPORT
 from components.cli import UsageError
 from components.decoding import IMAGE_SUFFIXES
-from components.vertex_client import VertexError, VertexSettings, call, check_settings, connect
+from components.vertex_client import VertexError, VertexSettings, call, check_settings, connect, follow_states
 from components.vertex_resources import MODEL_NAME, find_endpoint
 
 BATCH_MACHINE_TYPE = "n1-standard-4"
@@ -175,19 +175,14 @@ def write_file_list(folder: str, output: str) -> str:
 
 def follow_batch(job, settings: VertexSettings, poll_seconds: float) -> str:
     """Polls the batch prediction job until it ends; raises ``VertexError`` unless it succeeded."""
-    state, started = "", time.monotonic()
-    while True:
-        resource = call(
-            "follow the batch prediction job",
-            lambda: job.api_client.get_batch_prediction_job(name=job.resource_name),
-            settings,
-        )
-        if resource.state.name != state:
-            state = resource.state.name
-            print(f"  {time.monotonic() - started:6.0f}s  {state}")
-        if state in BATCH_STATES_DONE:
-            break
-        time.sleep(poll_seconds)
+    resource = follow_states(
+        "follow the batch prediction job",
+        lambda: job.api_client.get_batch_prediction_job(name=job.resource_name),
+        settings,
+        BATCH_STATES_DONE,
+        poll_seconds,
+    )
+    state = resource.state.name
     if state != "JOB_STATE_SUCCEEDED":
         detail = resource.error.message if resource.error and resource.error.message else "see the console"
         raise VertexError(f"batch prediction job {job.resource_name} ended {state}: {detail}")

@@ -19,6 +19,7 @@ from components.vertex_client import (
     check_settings,
     connect,
     credentials_for,
+    follow_states,
     run_as,
 )
 from components.vertex_sdk import add_run_to_experiment, set_resource
@@ -299,18 +300,14 @@ def _adopt_created_job(job):
 
 def follow(job, settings: VertexSettings, poll_seconds: float) -> str:
     """Polls the job until it ends, printing each state change; raises ``VertexError`` unless it succeeded."""
-    state, started = "", time.monotonic()
-    while True:
-        resource = call(
-            "follow the pipeline job", lambda: job.api_client.get_pipeline_job(name=job.resource_name), settings
-        )
-        new_state = resource.state.name
-        if new_state != state:
-            state = new_state
-            print(f"  {time.monotonic() - started:6.0f}s  {state}")
-        if state in TERMINAL_STATES:
-            break
-        time.sleep(poll_seconds)
+    resource = follow_states(
+        "follow the pipeline job",
+        lambda: job.api_client.get_pipeline_job(name=job.resource_name),
+        settings,
+        TERMINAL_STATES,
+        poll_seconds,
+    )
+    state = resource.state.name
     if state == "PIPELINE_STATE_PAUSED":
         raise VertexError(
             f"pipeline job {job.resource_name} is {state}: it waits for someone to resume it in the console "
