@@ -70,14 +70,11 @@ def open_read(path: str, chunk_bytes: int | None = None):
 
 
 def sha256_of(path: str) -> str:
-    """The sha256 of a file (local or ``gs://``), read a MiB at a time."""
+    """The sha256 of a file (local or ``gs://``), read a piece at a time."""
     import hashlib
 
-    digest = hashlib.sha256()
     with open_read(path) as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def read_bytes(path: str) -> bytes:
