@@ -156,8 +156,6 @@ def list_manifest(manifest: str, classes: Sequence[str] = CONVERT["classes"].def
     against the manifest's folder. Rows that cannot be used (wrong column count, unknown ``ML_USE``, an empty label,
     a label outside ``classes`` when given) become quarantine records, not errors.
     """
-    import csv
-
     if "://" not in manifest and not os.path.isfile(manifest):
         raise UsageError(f"manifest {manifest} does not exist: pass a CSV file of [ML_USE,]IMAGE_URI,LABEL rows")
     text = read_bytes(manifest).decode("utf-8-sig")

@@ -12,7 +12,7 @@ import sys
 import traceback
 
 from components.cli import UsageError, causes
-from components.models.source import LoadedModel, log_user_traceback, user_line
+from components.models.source import LoadedModel, first_line, log_user_traceback, user_line
 from components.models.spec import ModelSpec
 
 SUM_TOLERANCE = 0.02  # a softmax's row sums to 1 within bfloat16's rounding
@@ -26,11 +26,6 @@ KERAS_OPS = (
 class TensorFlowUnderJaxError(UsageError):
     """A model of one's own calls TensorFlow, which cannot run under JAX: where JAX does not train it (the CPU with
     TensorFlow), a warning; where it does (TPUs), a mistake."""
-
-
-def first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else ""
 
 
 def tensorflow_call(err: BaseException) -> str | None:

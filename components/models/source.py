@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from components.cli import UsageError
 from components.models.builtin import BUILTINS
+from components.storage import read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ def load(ref: ModelRef | str, fetch_dir: str = "") -> LoadedModel:
         return loaded_from(ref, module, file_digest(content), path)
     module = import_module(ref)
     path = getattr(module, "__file__", None) or ""
-    digest = file_digest(read_local(path)) if path else ""
+    digest = file_digest(read_bytes(path)) if path else ""
     if ref.pinned and not digest.startswith(ref.pinned):
         raise UsageError(
             f"--model {ref.text}: module {ref.location} has changed since the run was started (its file "
@@ -158,9 +159,9 @@ def load(ref: ModelRef | str, fetch_dir: str = "") -> LoadedModel:
     return loaded_from(ref, module, digest, path)
 
 
-def read_local(path: str) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read()
+def first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def local_copy(ref: ModelRef, fetch_dir: str) -> tuple[str, bytes]:
@@ -174,7 +175,7 @@ def local_copy(ref: ModelRef, fetch_dir: str) -> tuple[str, bytes]:
                 f"--model {ref.text}: model file {ref.location} does not exist: pass the path of a Python "
                 f"file that defines {ref.function}(spec, ...), or {REF_FORMS}"
             )
-        return os.path.abspath(ref.location), read_local(ref.location)
+        return os.path.abspath(ref.location), read_bytes(ref.location)
     if not exists(ref.location):
         raise UsageError(
             f"--model {ref.text}: model file {ref.location} does not exist: upload it, or let submit "
@@ -254,9 +255,8 @@ def import_error(err: Exception, ref: ModelRef, path: str) -> UsageError:
             f"--model {ref.text}: {what}{where} imports {err.name}, which is not installed here: "
             "install it, or on Vertex AI build an image on ours with it (docs/your-model.md)"
         )
-    message = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return UsageError(
-        f"--model {ref.text}: importing {what} raised {type(err).__name__}{where}: {message}".rstrip(": ")
+        f"--model {ref.text}: importing {what} raised {type(err).__name__}{where}: {first_line(err)}".rstrip(": ")
     )
 
 
@@ -418,7 +418,7 @@ def module_digest(ref: ModelRef) -> str:
             f"--model {ref.text}: module {ref.location} is not importable here: install its package, or pass a file "
             "(FILE.py:FUNCTION)"
         )
-    return file_digest(read_local(found.origin))
+    return file_digest(read_bytes(found.origin))
 
 
 def pin(ref: ModelRef, root: str) -> str:
