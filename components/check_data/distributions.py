@@ -213,19 +213,16 @@ def distribution_rows(
     if categorical:
         keys = sorted(set().union(*new_hist.values(), *base_hist.values()))
 
-        def total(hist):
-            return np.array([sum(hist[split].get(key, 0) for split in SPLITS) for key in keys], dtype=np.float64)
-
         def one(hist, split):
             return np.array([hist[split].get(key, 0) for key in keys], dtype=np.float64)
     else:
         edges = quantile_bins(np.sum([base_hist[split] for split in SPLITS], axis=0))
 
-        def total(hist):
-            return rebin(np.sum([hist[split] for split in SPLITS], axis=0), edges)
-
         def one(hist, split):
             return rebin(hist[split], edges)
+
+    def total(hist):  # every split's counts together
+        return sum(one(hist, split) for split in SPLITS)
 
     floor = 0.0
     if min(sum(one(base_hist, "train")), sum(one(base_hist, "validation"))) >= limits["min_split_examples"]:
