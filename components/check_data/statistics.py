@@ -71,7 +71,7 @@ def compute(
 
 
 def image_splits(examples_dir: str, stats: ExamplesStats, result: dict, vocabulary, served_standardization):
-    return lambda split: image_statistics(examples_dir, split, stats["counts"].get(split), is_adopted(stats))
+    return lambda split: image_statistics(examples_dir, split, stats["counts"].get(split), stats.adopted)
 
 
 def text_splits(examples_dir: str, stats: ExamplesStats, result: dict, vocabulary, served_standardization):
@@ -90,16 +90,11 @@ def text_splits(examples_dir: str, stats: ExamplesStats, result: dict, vocabular
         result["standardization"],
         served_standardization,
         total=stats["counts"].get(split),
-        adopted=is_adopted(stats),
+        adopted=stats.adopted,
     )
 
 
 SPLIT_STATISTICS = {"image": image_splits, "text": text_splits}
-
-
-def is_adopted(stats: ExamplesStats) -> bool:
-    """Whether a version's examples are adopted TFRecords (their files listed in ``stats.json``), not shards."""
-    return stats.adopted
 
 
 def quarantine_reasons(examples_dir: str) -> dict[str, int]:
