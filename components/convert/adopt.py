@@ -24,8 +24,9 @@ from apache_beam.io.filesystems import FileSystems
 
 from components.artifacts.conversion import ExamplesStats
 from components.cli import UsageError, one_line
+from components.convert.common import summarize_counts
 from components.convert.listing import fingerprint_of, match_tfrecords
-from components.schema import SPLITS, RecordError, check_class_count, read_records, small_classes
+from components.schema import SPLITS, RecordError, check_class_count, read_records
 from components.storage import write_atomically
 
 log = logging.getLogger(__name__)
@@ -209,27 +210,18 @@ def adopt(config, threads: int) -> dict:
     metadata = match_tfrecords(config.source)
     paths = [m.path for m in metadata]
     summaries = validate_files(metadata, threads, config.source)
-    image_size, num_classes, class_names = shared_facts(summaries, config)
+    image_size, _, class_names = shared_facts(summaries, config)
     files = assign_file_splits(paths, config.validation_fraction, config.test_fraction)
     split_of = {path: split for split in SPLITS for path in files[split]}
-    per_class = {split: {name: 0 for name in class_names} for split in SPLITS}
-    for path, split in split_of.items():
-        for class_id, count in summaries[path].per_class.items():
-            per_class[split][class_names[class_id]] += count
+    found = (((split, i), n) for path, split in split_of.items() for i, n in summaries[path].per_class.items())
+    stats = summarize_counts(found, class_names)
     duplicates = duplicate_records(paths, summaries, split_of)
     leaks = sum(1 for record in duplicates if record.get("cross_split"))
     if leaks:
         log.warning(
             "%d images are in two splits of %s (see duplicates.jsonl); %s to drop them", leaks, config.source, FIX
         )
-    counts = {split: sum(per_class[split].values()) for split in SPLITS}
-    stats = {
-        "class_names": class_names,
-        "num_classes": num_classes,
-        "counts": counts,
-        "per_class": per_class,
-        "small_classes": small_classes(per_class),
-        "num_examples": sum(counts.values()),
+    stats |= {
         "quarantined": 0,
         "duplicates": len(duplicates),
         "duplicates_in_two_splits": leaks,
@@ -254,6 +246,6 @@ def adopt(config, threads: int) -> dict:
         stats["num_examples"],
         len(paths),
         time.monotonic() - started,
-        ", ".join(f"{split} {counts[split]} ({len(files[split])} files)" for split in SPLITS),
+        ", ".join(f"{split} {stats['counts'][split]} ({len(files[split])} files)" for split in SPLITS),
     )
     return stats
