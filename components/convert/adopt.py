@@ -159,8 +159,9 @@ def validate_files(metadata: list, threads: int, source: str) -> dict:
     return summaries
 
 
-def shared_facts(summaries: dict, config) -> tuple[int, int, list[str]]:
-    """The image size, class count and class names that every file agrees on; a one-line error where they differ."""
+def shared_facts(summaries: dict, config) -> tuple[int, list[str]]:
+    """The image size and class names (as many as the records' classes) that every file agrees on; a one-line error
+    where they differ."""
     sizes = set().union(*(s.sizes for s in summaries.values()))
     widths = set().union(*(s.num_classes for s in summaries.values()))
     if len(sizes) != 1 or len(widths) != 1:
@@ -184,7 +185,7 @@ def shared_facts(summaries: dict, config) -> tuple[int, int, list[str]]:
             f"TFRecord source {config.source} has classes {', '.join(class_names)}, not --classes "
             f"{', '.join(config.classes)}: drop --classes, or {FIX}"
         )
-    return image_size, num_classes, class_names
+    return image_size, class_names
 
 
 def duplicate_records(paths: list[str], summaries: dict, split_of: dict) -> list[dict]:
@@ -210,7 +211,7 @@ def adopt(config, threads: int) -> dict:
     metadata = match_tfrecords(config.source)
     paths = [m.path for m in metadata]
     summaries = validate_files(metadata, threads, config.source)
-    image_size, _, class_names = shared_facts(summaries, config)
+    image_size, class_names = shared_facts(summaries, config)
     files = assign_file_splits(paths, config.validation_fraction, config.test_fraction)
     split_of = {path: split for split in SPLITS for path in files[split]}
     found = (((split, i), n) for path, split in split_of.items() for i, n in summaries[path].per_class.items())
