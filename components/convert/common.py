@@ -337,13 +337,17 @@ def warn_small_classes(stats: dict) -> None:
         )
 
 
-def check_quarantined(stats: dict, total: int, noun: str, max_bad_fraction: float, output_dir: str) -> None:
+def check_quarantined(
+    stats: dict, total: int, noun: str, max_bad_fraction: float, output_dir: str, left_out: int = 0
+) -> None:
     """After a conversion of ``total`` items (``noun``: images, rows, texts): the small classes warned of, and a
-    ``ConversionError`` when more than ``max_bad_fraction`` of them were quarantined."""
+    ``ConversionError`` when more than ``max_bad_fraction`` of them were quarantined (``left_out`` quarantine records
+    aside: files named as no image, not counted)."""
     warn_small_classes(stats)
-    bad_fraction = stats["quarantined"] / max(1, total)
+    bad = stats["quarantined"] - left_out
+    bad_fraction = bad / max(1, total)
     if bad_fraction > max_bad_fraction:
         raise ConversionError(
-            f"{stats['quarantined']} of {total} {noun} could not be converted ({bad_fraction:.1%} > "
+            f"{bad} of {total} {noun} could not be converted ({bad_fraction:.1%} > "
             f"--max-bad-fraction {max_bad_fraction:.1%}): see {output_dir}/{QUARANTINE_FILE}"
         )

@@ -130,10 +130,13 @@ def run(config: ConvertConfig) -> dict:
         size, auto = auto_image_size(listing.shorter_side or typical_shorter_side([item[0] for item in listing.items]))
         log.info("--image-size auto: %d (%s)", size, auto)
         config = dataclasses.replace(config, image_size=size)
-    # a manifest's rows that name no usable image are counted beside its images, in every line below
+    # a manifest's rows that name no usable image, and a folder's files named as none, are counted beside its
+    # images, in every line below
     rows = (
         f" ({len(listing.items) + len(listing.rejected)} rows, {len(listing.rejected)} unusable)"
         if listing.rejected
+        else f" ({len(listing.items) + len(listing.others)} files, {len(listing.others)} of them no images)"
+        if listing.others
         else ""
     )
     log.info(
@@ -158,13 +161,21 @@ def run(config: ConvertConfig) -> dict:
         started = time.monotonic()
         sample_often(options)
         with (
-            staged_rows({"items": listing.items, "rejected": listing.rejected}, config.pipeline_args) as staged,
+            staged_rows(
+                {"items": listing.items, "rejected": listing.rejected + listing.others}, config.pipeline_args
+            ) as staged,
             beam.Pipeline(options=options) as pipeline,
         ):
             conversion_graph(pipeline, config, listing, staged, shards, auto)
         stats = read_stats(output_dir)
         seconds = time.monotonic() - started
-        unusable = f" ({len(listing.rejected)} of them unusable rows)" if listing.rejected else ""
+        unusable = (
+            f" ({len(listing.rejected)} of them unusable rows)"
+            if listing.rejected
+            else f" ({len(listing.others)} of them no images)"
+            if listing.others
+            else ""
+        )
         log.info(
             "converted %d images in %.1fs (%.0f images/s): %s; quarantined %d%s, duplicates dropped %d",
             stats["num_examples"],
@@ -176,7 +187,7 @@ def run(config: ConvertConfig) -> dict:
             stats["duplicates"],
         )
         total, noun = len(listing.items) + len(listing.rejected), "rows" if listing.rejected else "images"
-        check_quarantined(stats, total, noun, config.max_bad_fraction, output_dir)
+        check_quarantined(stats, total, noun, config.max_bad_fraction, output_dir, left_out=len(listing.others))
     return stats
 
 

@@ -9,15 +9,19 @@ import dataclasses
 import functools
 import hashlib
 import io
+import logging
+import mimetypes
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from components.cli import UsageError, one_line
-from components.decoding import IMAGE_SUFFIXES
+from components.decoding import IMAGE_FILES, IMAGE_SUFFIXES
 from components.params import CONVERT, TEXT
 from components.schema import MODALITIES
 from components.storage import find, iter_match, match, open_read, read_bytes
+
+log = logging.getLogger(__name__)
 
 
 def fingerprint_of(metadata, extra: bytes = b"", digest=None) -> str:
@@ -72,6 +76,18 @@ def iter_visible(pattern: str):
     return (meta for meta in iter_match(pattern) if not is_hidden(meta.path))
 
 
+IMAGE_TYPES = mimetypes.MimeTypes()  # Python's own table, not the host's /etc/mime.types: the same on every host
+NO_IMAGE = f"not an image file: left out ({IMAGE_FILES})"
+
+
+def named_no_image(path: str) -> bool:
+    """Whether a file's name says it is no image: a suffix (notes.txt, Thumbs.db) of no image type. A name without
+    one, or with another image type's (.heic, .tif), may be an image: the conversion reads it to know."""
+    suffix = os.path.splitext(path.rsplit("/", 1)[-1])[1].lower()
+    kind = IMAGE_TYPES.guess_type("x" + suffix, strict=False)[0] or ""
+    return suffix[1:2].isalpha() and suffix not in IMAGE_SUFFIXES and not kind.startswith("image/")
+
+
 @dataclass(frozen=True)
 class ImageListing:
     """The images found under a source folder, with class names in index order (sorted)."""
@@ -82,6 +98,7 @@ class ImageListing:
     rejected: tuple[dict, ...] = ()  # quarantine records found while listing (manifest rows)
     fingerprint: str = ""  # changes when a file is added, removed, resized or modified (see ``fingerprint_of``)
     shorter_side: int | None = None  # every image's shorter side, where the source says it (a NumPy array)
+    others: tuple[dict, ...] = ()  # quarantine records of a folder's files named as no image (not counted as bad)
 
 
 FINGERPRINT_BASIS = (
@@ -103,7 +120,9 @@ def check_folder(root: str) -> str:
 def list_image_folder(root: str) -> ImageListing:
     """Lists ``<root>/<class_name>/<image>``; raises ``UsageError`` naming the path when the layout is wrong."""
     root = check_folder(root)
-    found = list(class_files(root))
+    found, others = [], []
+    for meta in class_files(root):
+        (others if named_no_image(meta.path) else found).append(meta)
     by_class: dict[str, list] = {}
     for meta in found:
         class_name = meta.path.split("/")[-2]
@@ -114,13 +133,21 @@ def list_image_folder(root: str) -> ImageListing:
         for index, name in enumerate(class_names)
         for meta in sorted(by_class[name], key=lambda m: m.path)
     )
-    return ImageListing(class_names, items, sum(m.size_in_bytes for m in found), fingerprint=fingerprint_of(found))
+    if not items:
+        raise UsageError(f"data path {root} holds no images: expected <root>/<class_name>/*.jpg ({IMAGE_FILES})")
+    return ImageListing(
+        class_names,
+        items,
+        sum(m.size_in_bytes for m in found),
+        others=tuple({"path": meta.path, "reason": NO_IMAGE} for meta in sorted(others, key=lambda m: m.path)),
+        fingerprint=fingerprint_of(found + others),
+    )
 
 
 def class_files(root: str, class_names: set | None = None):
     """The files of ``<root>/<class_name>/``, one at a time, as the listing finds them, each class's name added to
     ``class_names``; a one-line error, once the listing is done, where there are none."""
-    # every file in a class folder is an item: what is not an image is quarantined with its reason, never skipped;
+    # every file in a class folder is an item or a quarantine record (one named as no image), never skipped;
     # a hidden folder (.thumbnails, .ipynb_checkpoints) is no class
     class_names = set() if class_names is None else class_names
     for meta in iter_visible(f"{root}/*/*"):
@@ -160,7 +187,7 @@ def list_manifest(manifest: str, classes: Sequence[str] = CONVERT["classes"].def
         raise UsageError(f"manifest {manifest} does not exist: pass a CSV file of [ML_USE,]IMAGE_URI,LABEL rows")
     text = read_bytes(manifest).decode("utf-8-sig")
     base = manifest.rsplit("/", 1)[0] if "/" in manifest else "."
-    rows, rejected, first_row, first_uri = [], [], {}, ""
+    rows, rejected, first_row, first_uri, header = [], [], {}, "", ""
     for number, row in enumerate(csv.reader(io.StringIO(text, newline="")), start=1):
         row = [cell.strip() for cell in row]
         where = f"{manifest}:{number}"
@@ -173,7 +200,10 @@ def list_manifest(manifest: str, classes: Sequence[str] = CONVERT["classes"].def
             continue
         ml_use, uri, label = row if len(row) == 3 else ("", *row)
         split = ML_USE_SPLITS.get(ml_use.lower(), "" if not ml_use else None)
-        if split is None:
+        if not (rows or rejected or header) and split in (None, "") and not set("./") & set(uri):
+            header = ",".join(row)  # (column names: the paths' cell neither a path nor a file name)
+            log.info("manifest %s: its line %d (%s) read as a header", manifest, number, header)
+        elif split is None:
             rejected.append({"path": where, "reason": f"unknown ML_USE {ml_use!r}: use training, validation or test"})
         elif not label:
             rejected.append({"path": uri or where, "reason": "unknown label: the label column is empty"})

@@ -23,6 +23,7 @@ from components.convert.core import (
     summarize_counts,
 )
 from components.convert.listing import list_image_folder, list_source
+from components.decoding import IMAGE_FILES
 from components.schema import SPLITS, split_pattern
 from tests.conftest import BUCKET, CLASSES, COLORS, IN_MEMORY, TINY_SIZE, image_bytes, run_cli, write_image_folder
 
@@ -407,11 +408,33 @@ def test_too_many_bad_files_fail_the_job_with_one_line(tmp_path):
 def test_listing_orders_classes_skips_hidden_files_and_keeps_every_other_file(tmp_path):
     source = write_image_folder(tmp_path / "images", per_class=2)
     (tmp_path / "images" / "cat" / ".DS_Store").write_bytes(b"junk")
-    (tmp_path / "images" / "dog" / "notes.txt").write_text("not an image: quarantined by the conversion, not lost")
+    (tmp_path / "images" / "dog" / "photo").write_bytes(b"no suffix: the conversion reads it to know")
     listing = list_image_folder(source)
     assert listing.class_names == CLASSES
     assert len(listing.items) == 7
     assert [index for _, index, _ in listing.items] == [0, 0, 1, 1, 1, 2, 2]
+
+
+def test_files_that_are_no_images_by_name_are_recorded_not_counted_as_bad_images(tmp_path, caplog):
+    """A class folder's notes.txt or Thumbs.db does not fail a conversion at the default --max-bad-fraction: each
+    is left out, recorded in the quarantine file and said; an unreadable image still counts."""
+    source = write_image_folder(tmp_path / "images", per_class=3)
+    (tmp_path / "images" / "dog" / "notes.txt").write_text("about these dogs")
+    (tmp_path / "images" / "cat" / "Thumbs.db").write_bytes(b"\xd0\xcf\x11\xe0")
+    caplog.set_level("INFO", logger="components.convert.core")
+    output = tmp_path / "out"
+    stats = run(ConvertConfig(source=source, output_dir=str(output), image_size=8, pipeline_args=IN_MEMORY))
+    assert stats["num_examples"] == 9 and stats["quarantined"] == 2
+    with open(output / "quarantine.jsonl") as handle:
+        records = sorted((os.path.basename(r["path"]), r["reason"]) for r in map(json.loads, handle))
+    left_out = f"not an image file: left out ({IMAGE_FILES})"
+    assert records == [("Thumbs.db", left_out), ("notes.txt", left_out)]
+    said = [r.getMessage() for r in caplog.records if r.name == "components.convert.core"]
+    assert f"found 9 images in 3 classes under {source} (11 files, 2 of them no images): cat, dog, fish" in said
+    assert any(line.endswith("quarantined 2 (2 of them no images), duplicates dropped 0") for line in said), said
+    (tmp_path / "images" / "fish" / "broken.jpg").write_bytes(b"not an image")
+    with pytest.raises(Exception, match=r"^1 of 10 images could not be converted \(10\.0% > --max-bad-fraction"):
+        run(ConvertConfig(source=source, output_dir=str(tmp_path / "again"), image_size=8, pipeline_args=IN_MEMORY))
 
 
 @pytest.mark.parametrize(
@@ -768,6 +791,29 @@ def test_a_manifest_lists_each_row_where_it_points_and_records_each_unusable_row
         assert str(raised.value) == message
 
 
+@pytest.mark.parametrize("header", ["image_uri,label", "ML_USE,GCS_PATH,LABEL", " path , class "])
+def test_a_manifests_header_row_is_read_as_one_and_said(tmp_path, caplog, header):
+    """A first row of column names (the paths' cell neither a path nor a file name) is a header: no class named
+    "label", no missing file "image_uri"; the log says it. The same row further down is a row like any other."""
+    from components.convert.listing import list_manifest
+
+    (tmp_path / "a.png").write_bytes(b"x")
+    columns = header.count(",") + 1
+    row = "training,a.png,cat" if columns == 3 else "a.png,cat"
+    (tmp_path / "import.csv").write_text(f"\n{header}\n{row}\n{header}\n")
+    caplog.set_level("INFO", logger="components.convert.listing")
+    listing = list_manifest(str(tmp_path / "import.csv"))
+    cells = [cell.strip() for cell in header.split(",")]
+    assert listing.items[0] == (f"{tmp_path}/a.png", 0, "train" if columns == 3 else "")
+    if columns == 3:  # (further down, an unknown ML_USE)
+        assert listing.class_names == ("cat",) and len(listing.items) == 1
+        assert listing.rejected[0]["path"] == f"{tmp_path}/import.csv:4"
+    else:  # (further down, a missing file of class "class")
+        assert listing.class_names == ("cat", cells[-1]) and len(listing.items) == 2
+    said = [r.getMessage() for r in caplog.records if r.name == "components.convert.listing"]
+    assert said == [f"manifest {tmp_path}/import.csv: its line 2 ({','.join(cells)}) read as a header"]
+
+
 def test_a_manifest_and_an_array_file_on_gcs_are_listed_where_they_point(gcs):
     """A manifest on Cloud Storage (the emulator): gs:// URIs as they are, relative ones against its folder;
     neither it nor an array file there is looked for on the local disk. (Here, beside the local listing, rather than
@@ -809,6 +855,7 @@ def test_an_image_folder_is_listed_file_by_file_under_its_class_and_each_wrong_l
         ("dog/b.jpg", 5),
         ("cat/a.jpg", 3),
         ("cat/notes.txt", 2),
+        ("dog/Thumbs.db", 4),
         ("cat/.DS_Store", 7),
         (".thumbnails/x.jpg", 11),
         ("dog/X", 1),
@@ -817,13 +864,14 @@ def test_an_image_folder_is_listed_file_by_file_under_its_class_and_each_wrong_l
         (root / name).write_bytes(b"x" * size)
     listing = list_image_folder(f"{root}/")
     assert listing.class_names == ("cat", "dog")
-    assert listing.items == (
-        (f"{root}/cat/a.jpg", 0, ""),
-        (f"{root}/cat/notes.txt", 0, ""),
-        (f"{root}/dog/X", 1, ""),
-        (f"{root}/dog/b.jpg", 1, ""),
+    # a file that may be an image is an item (by its content: a name without a suffix too); one whose suffix names
+    # another type is left out, recorded
+    assert listing.items == ((f"{root}/cat/a.jpg", 0, ""), (f"{root}/dog/X", 1, ""), (f"{root}/dog/b.jpg", 1, ""))
+    assert listing.others == (
+        {"path": f"{root}/cat/notes.txt", "reason": f"not an image file: left out ({IMAGE_FILES})"},
+        {"path": f"{root}/dog/Thumbs.db", "reason": f"not an image file: left out ({IMAGE_FILES})"},
     )
-    assert listing.total_bytes == 3 + 2 + 1 + 5 and re.fullmatch("[0-9a-f]{64}", listing.fingerprint)
+    assert listing.total_bytes == 3 + 1 + 5 and re.fullmatch("[0-9a-f]{64}", listing.fingerprint)
     (tmp_path / "flat").mkdir()
     (tmp_path / "flat" / "a.jpg").write_bytes(b"x")
     (tmp_path / "empty").mkdir()
@@ -1056,7 +1104,8 @@ def test_a_new_artifact_format_changes_the_sources_fingerprint(tmp_path, monkeyp
 def test_a_manifest_that_names_no_file_that_exists_is_one_line_before_converting(tmp_path):
     """A CSV of texts under columns of its own (``review,sentiment``), which ``--modality auto`` takes for an image
     manifest, or a manifest moved away from its images: every row would be quarantined as a missing file after the
-    whole conversion. It is refused at once, naming the first row's path and both ways out."""
+    whole conversion. It is refused at once, naming the first row's path and both ways out (its header read as one,
+    its first review, with commas, as a malformed row)."""
     from components.convert.listing import list_manifest
 
     review = "A long and lovely film, with a plot I did not see coming at all, and a cast to match it"
@@ -1064,7 +1113,7 @@ def test_a_manifest_that_names_no_file_that_exists_is_one_line_before_converting
     with pytest.raises(UsageError) as raised:
         list_manifest(str(tmp_path / "reviews.csv"))
     assert str(raised.value) == (
-        f"manifest {tmp_path}/reviews.csv names no image file that exists (3 rows; the first: 'review'): list "
+        f"manifest {tmp_path}/reviews.csv names no image file that exists (2 rows; the first: 'Dull.'): list "
         "images by paths relative to its folder or gs:// URIs, or, for a CSV of texts, pass --modality text with "
         "--text-column and --label-column"
     )
