@@ -9,7 +9,8 @@ import argparse
 import json
 import os
 
-from components.cli import ArgumentParser, configure_logging, console_script
+from components.cli import configure_logging, console_script
+from components.flags import ArgumentParser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,7 +102,10 @@ def unfinished_versions(root: str, remove: bool) -> int:
 
     registry = FolderRegistry(root)
     with registry.turn():
-        for number, age in registry.unfinished():
+        unfinished = registry.unfinished()
+        if not unfinished:
+            print(f"{registry.root}: no unfinished copies")
+        for number, age in unfinished:
             recent = age < IN_PROGRESS_SECONDS
             if remove and not recent:
                 removed = remove_tree(f"{registry.root}/{number}")

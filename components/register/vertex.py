@@ -7,6 +7,7 @@ import logging
 
 from components.artifacts.evaluation import Evaluation
 from components.artifacts.exported import SAVED_MODEL_DIR
+from components.cli import UsageError
 from components.vertex_client import VertexSettings, call
 from components.vertex_resources import find_model, register
 
@@ -155,6 +156,12 @@ def register_version(
         log.info("model_display_name is empty: the blessed export is not registered")
         return decision("skipped", reason="registration is off (model_display_name is empty)")
     check_export(export_uri)  # never a half-written or damaged export
+    blessing = Evaluation.read(evaluation).blessing if evaluation else {"blessed": True}
+    if not blessing["blessed"]:
+        raise UsageError(
+            f"--evaluation {evaluation}: evaluate did not bless this model ({'; '.join(blessing['reasons'])}): only a "
+            "blessed export is registered"
+        )
     same = same_as_baseline(export_uri, baseline)
     if same:
         log.info(f"{same}: not registered again")

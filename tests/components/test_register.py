@@ -220,6 +220,17 @@ def test_a_version_keeps_its_evaluation_and_the_command_line_passes_it(tmp_path,
     assert sorted(p.name for p in kept.iterdir()) == ["export.json", "metrics.json", "version.json"]
     assert METRICS.read(str(kept)) == METRICS.read(str(evaluation))
     assert json.loads((kept / "version.json").read_text())["files"] == 2
+    # an export evaluate did not bless is refused in one line, and the registry stays as it was
+    unblessed = {"blessed": False, "reasons": ["accuracy 0.50 < 0.75"]}
+    METRICS.write(str(evaluation), made_up_evaluation(accuracy=0.5, blessing=unblessed))
+    registry = str(tmp_path / "registry")
+    with pytest.raises(UsageError) as raised:
+        main(["add", "--registry", registry, "--export", str(export), "--evaluation", str(evaluation)])
+    assert str(raised.value) == (
+        f"--evaluation {evaluation}: evaluate did not bless this model (accuracy 0.50 < 0.75): only a blessed "
+        "export is registered"
+    )
+    assert [v.number for v in FolderRegistry(str(tmp_path / "registry")).versions()] == [1]
     (evaluation / "metrics.json").unlink()
     other = FolderRegistry(str(tmp_path / "other"))
     with pytest.raises(UsageError, match=f"^evaluation {evaluation} has no metrics.json: pass the evaluate step"):
@@ -411,3 +422,10 @@ def test_the_copies_killed_registrations_left_are_listed_and_removed_by_a_comman
     ]
     assert sorted(os.listdir(root)) == [".lock", "1", "3", "default"]
     assert [v.number for v in registry.versions()] == [1] and registry.default().number == 1
+    os.utime(root / "3" / "saved_model" / "saved_model.pb", (old, old))
+    assert main(["unfinished", "--registry", str(root), "--remove"]) == 0
+    assert main(["unfinished", "--registry", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{root}/3: removed (1 files of an unfinished copy)",
+        f"{root}: no unfinished copies",
+    ]
