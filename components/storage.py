@@ -425,9 +425,10 @@ def check_writable(path: str, what: str) -> None:
         )
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        where = "a file" if folder == os.path.abspath(path) else f"under a file, {folder}"
+        raise UsageError(f"{what} {path} is {where}: pass a new or empty folder")
     try:
-        if not os.path.isdir(folder):
-            raise NotADirectoryError(20, "Not a directory", folder)
         handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
         os.close(handle)
         os.remove(probe)

@@ -11,7 +11,7 @@ from components.cli import UsageError
 REFUSED = "/sys/tpu-image-pipeline-test/out"  # sysfs: creating anything here is refused, whatever the user
 
 
-def commands(examples: str, model: str, tmp) -> dict:
+def commands(examples: str, model: str, tmp, out: str = REFUSED) -> dict:
     from components.check_data.__main__ import main as check_data
     from components.convert.__main__ import main as convert
     from components.evaluate.__main__ import main as evaluate
@@ -20,13 +20,13 @@ def commands(examples: str, model: str, tmp) -> dict:
     from pipeline.__main__ import main as pipeline
 
     return {
-        "convert": lambda: convert(["--source", str(tmp / "photos"), "--output", REFUSED]),
-        "check-data": lambda: check_data(["--examples", examples, "--output", REFUSED]),
-        "train": lambda: train(["--examples", examples, "--model-dir", REFUSED, "--epochs", "1"]),
-        "evaluate": lambda: evaluate(["--examples", examples, "--model-dir", model, "--output", REFUSED]),
-        "export": lambda: export(["--model-dir", model, "--examples", examples, "--output", REFUSED]),
-        "compile": lambda: pipeline(["compile", "--output", REFUSED + "/pipeline.yaml"]),
-        "run-local": lambda: pipeline(["run-local", "--work-dir", REFUSED]),
+        "convert": lambda: convert(["--source", str(tmp / "photos"), "--output", out]),
+        "check-data": lambda: check_data(["--examples", examples, "--output", out]),
+        "train": lambda: train(["--examples", examples, "--model-dir", out, "--epochs", "1"]),
+        "evaluate": lambda: evaluate(["--examples", examples, "--model-dir", model, "--output", out]),
+        "export": lambda: export(["--model-dir", model, "--examples", examples, "--output", out]),
+        "compile": lambda: pipeline(["compile", "--output", out + "/pipeline.yaml"]),
+        "run-local": lambda: pipeline(["run-local", "--work-dir", out]),
     }
 
 
@@ -78,3 +78,20 @@ def test_processes_checking_one_new_folder_at_once_all_pass(tmp_path):
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+@pytest.mark.parametrize("command", list(FLAGS))
+@pytest.mark.parametrize("under", [False, True], ids=["a-file", "under-a-file"])
+def test_every_command_names_an_output_that_is_a_file(converted, trained, tmp_path, command, under):
+    from tests.conftest import write_image_folder
+
+    if command == "compile" and not under:  # (its --output is a file: that of a folder is named below)
+        return
+    write_image_folder(tmp_path / "photos", per_class=2)
+    (examples, _), (model, _) = converted, trained
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    out = str(tmp_path / "notes.txt" / "out") if under else str(tmp_path / "notes.txt")
+    where = f"under a file, {tmp_path}/notes.txt" if under else "a file"
+    with pytest.raises(UsageError, match=rf"^{FLAGS[command]} {out}.* is {where}: pass a new or empty folder$"):
+        commands(examples, model, tmp_path, out)[command]()
+    assert (tmp_path / "notes.txt").read_text() == "a file, not a folder"
