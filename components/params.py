@@ -86,8 +86,8 @@ TRAIN = {
     ),
     "epochs": Param(
         0,
-        "training epochs (a pretrained backbone's: those of its head, the backbone frozen); auto (0): 30 for an image "
-        "model trained from scratch, 20 for a text model or a pretrained backbone's head",
+        "training epochs (a pretrained backbone's: those of its head, the backbone frozen); auto (0 in the DAG): 30 "
+        "for an image model trained from scratch, 20 for a text model or a pretrained backbone's head",
         shown="auto",
     ),
     "weights": Param(

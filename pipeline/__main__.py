@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.cli import ArgumentParser, configure_logging, console_script
+from components.cli import configure_logging, console_script
+from components.flags import ArgumentParser, unknown_flag
 from pipeline.cli import compile as compile_command
 from pipeline.cli import local, models, predict, vertex
 
@@ -60,6 +61,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Argument
     """The arguments, and the parser of the (sub)command they chose: an unknown flag gets that command's usage."""
     words = sys.argv[1:] if argv is None else argv
     parser = build_parser(dag_parameters="run-local" in words)
+    unknown_flag(parser, words)
     args, unknown = parser.parse_known_args(argv)
     chosen = subcommands(parser)[" ".join(filter(None, (args.command, getattr(args, "action", None))))]
     if unknown:

@@ -10,7 +10,8 @@ from components.artifacts.records import CHECKS
 from components.check_data.config import CheckDataConfig
 from components.check_data.core import run
 from components.check_data.thresholds import THRESHOLDS, parse_thresholds
-from components.cli import ArgumentParser, configure_logging, console_script
+from components.cli import configure_logging, console_script
+from components.flags import ArgumentParser
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,17 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import (
-    ArgumentParser,
-    add_param,
-    class_names_flag,
-    configure_logging,
-    console_script,
-    image_size_flag,
-)
+from components.cli import configure_logging, console_script
 from components.convert.common import ConversionError
 from components.convert.core import ConvertConfig
 from components.convert.dispatch import convert_source
+from components.flags import ArgumentParser, add_param, class_names_flag, image_size_flag
 from components.params import CONVERT, TEXT
 from components.schema import MODALITIES
 

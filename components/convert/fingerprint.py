@@ -7,9 +7,10 @@ import argparse
 import json
 from collections.abc import Sequence
 
-from components.cli import ArgumentParser, add_param, class_names_flag, configure_logging, console_script
+from components.cli import configure_logging, console_script
 from components.convert.listing import resolve_modality, source_fingerprint
 from components.convert.text_listing import text_source_fingerprint
+from components.flags import ArgumentParser, add_param, class_names_flag
 from components.params import CONVERT, TEXT
 from components.schema import MODALITIES
 

@@ -6,9 +6,10 @@ import argparse
 import json
 
 from components.artifacts.records import METRICS
-from components.cli import ArgumentParser, add_param, config_from_args, configure_logging, console_script
+from components.cli import configure_logging, console_script
 from components.evaluate.config import EvaluateConfig
 from components.evaluate.core import run
+from components.flags import ArgumentParser, add_param, config_from_args
 from components.params import EVALUATE
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import ArgumentParser, comma_separated, config_from_args, configure_logging, console_script
+from components.cli import configure_logging, console_script
 from components.export.core import ExportConfig, run
+from components.flags import ArgumentParser, comma_separated, config_from_args
 from components.params import EXPORT
 
 

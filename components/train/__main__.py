@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from components.cli import ArgumentParser, UsageError, add_param, config_from_args, configure_logging, console_script
+from components.cli import UsageError, configure_logging, console_script
+from components.flags import ArgumentParser, add_param, config_from_args
 from components.params import TRAIN, TUNE
 from components.train.config import LR_SCHEDULES, TrainConfig
 from components.train.core import run

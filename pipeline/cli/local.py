@@ -6,7 +6,8 @@ import argparse
 import inspect
 import os
 
-from components.cli import UsageError, comma_separated, image_size_flag
+from components.cli import UsageError
+from components.flags import comma_separated, image_size_flag
 from components.params import CONVERT, EVALUATE, TRAIN, TUNE, flag_of
 from components.schema import MODALITIES
 from components.train.config import BACKENDS, LR_SCHEDULES, PRECISIONS

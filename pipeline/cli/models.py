@@ -90,7 +90,8 @@ def list_builtins() -> int:
 
 def class_names(text: str) -> tuple[str, ...]:
     """``--classes``: a number of classes (named ``class_0``, ...), or their names."""
-    from components.cli import UsageError, comma_separated
+    from components.cli import UsageError
+    from components.flags import comma_separated
 
     if text.strip().isdigit():
         count = int(text)

@@ -91,36 +91,43 @@ def test_an_unknown_flag_gets_its_subcommands_usage(capsys, argv, usage):
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(f"usage: {usage} ")
-    assert err.strip().endswith(f"{usage}: error: unrecognized arguments: --bogus")
+    assert err.strip().endswith(f"{usage}: error: unknown option --bogus: see --help")
 
 
 @pytest.mark.parametrize(
-    "module, argv, mistake, usage",
+    "module, argv, mistake, usage, meant",
     [
-        ("pipeline", ["run-local"], ["--epoch", "3"], "python -m pipeline run-local"),
+        ("pipeline", ["run-local"], ["--epoch", "3"], "python -m pipeline run-local", "--epochs"),
         (
             "pipeline",
             ["schedule", "create", "--cron", "0 3 * * 1"],
             ["--max-run", "2"],
             "python -m pipeline schedule create",
+            "--max-runs",
         ),
-        ("components.train", ["--examples", "e"], ["--epoch", "3"], "python -m components.train"),
+        ("components.train", ["--examples", "e"], ["--epoch", "3"], "python -m components.train", "--epochs"),
         (
             "components.evaluate",
             ["--model-dir", "m", "--examples", "e", "--output", "o"],
             ["--min-acc", "0.5"],
             "python -m components.evaluate",
+            "--min-accuracy",
         ),
         (
             "components.export",
             ["--model-dir", "m", "--examples", "e", "--output", "o"],
             ["--verb"],
             "python -m components.export",
+            "--verbose",
         ),
+        # named before the missing required flags (argparse would name those first)
+        ("pipeline", ["predict", "--modle", "x", "a.jpg"], [], "python -m pipeline predict", "--model"),
+        ("components.train", ["--examples=e", "--model-dri=m"], [], "python -m components.train", "--model-dir"),
     ],
 )
-def test_a_flag_is_spelt_whole_never_taken_for_the_flag_it_begins(capsys, module, argv, mistake, usage):
-    """``--epoch 3`` would otherwise run as ``--epochs 3``: argparse takes any unambiguous beginning of a flag."""
+def test_a_flag_is_spelt_whole_never_taken_for_the_flag_it_begins(capsys, module, argv, mistake, usage, meant):
+    """``--epoch 3`` would otherwise run as ``--epochs 3``: argparse takes any unambiguous beginning of a flag.
+    The mistake is named, with the flag meant."""
     import importlib
 
     with pytest.raises(SystemExit) as exited:
@@ -128,7 +135,8 @@ def test_a_flag_is_spelt_whole_never_taken_for_the_flag_it_begins(capsys, module
     assert exited.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"usage: {usage} ")
-    assert err.splitlines()[-1] == f"{usage}: error: unrecognized arguments: {' '.join(mistake)}"
+    typed = (mistake or [next(a for a in argv[::-1] if a.startswith("--"))])[0].split("=")[0]
+    assert err.splitlines()[-1] == f"{usage}: error: unknown option {typed}, did you mean {meant}?"
 
 
 def test_version_and_verbose_after_the_subcommand(tmp_path, capsys, caplog):

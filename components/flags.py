@@ -1,0 +1,92 @@
+"""The command lines' flags: a parser that takes a flag spelt whole and names an unknown one with the flag meant,
+the flags of a declaration table (``components.params``), and the parsers of the values they take."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """Every command line of the project: a flag is spelt whole (``--epoch 3`` is an error, not ``--epochs 3``, as in
+    Beam's strict options); a subcommand's parser is of the same kind."""
+
+    def __init__(self, *args, allow_abbrev: bool = False, **kwargs):
+        super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, but an unknown ``--flag`` is named first, with the closest known one (argparse would name a
+        missing required flag first, or list the unknown one without a fix), under its subcommand's usage."""
+        args = sys.argv[1:] if args is None else list(args)
+        unknown_flag(self, args)
+        return super().parse_args(args, namespace)
+
+
+def unknown_flag(parser: argparse.ArgumentParser, args: list[str]) -> None:
+    """``parser.error`` (exit 2) at the first ``--flag`` in ``args`` that neither ``parser`` nor the subcommand
+    named in ``args`` knows: ``unknown option --epoch, did you mean --epochs?``."""
+    import difflib
+
+    known = [option for action in parser._actions for option in action.option_strings]
+    commands = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+    for at, arg in enumerate(args):
+        if arg == "--":
+            return
+        if arg in commands:
+            return unknown_flag(commands[arg], args[at + 1 :])
+        name = arg.split("=", 1)[0]
+        if name.startswith("--") and name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+            parser.error(f"unknown option {name}" + (f", did you mean {close[0]}?" if close else ": see --help"))
+
+
+def config_from_args(config_class, args, **overrides):
+    """Builds a config dataclass from parsed arguments whose ``dest`` names are the config's field names."""
+    from dataclasses import fields
+
+    values = {f.name: getattr(args, f.name) for f in fields(config_class) if hasattr(args, f.name)}
+    return config_class(**{**values, **overrides})
+
+
+def image_size_flag(text: str) -> int:
+    """``--image-size``: ``auto`` (``AUTO_IMAGE_SIZE``, the source's typical size) or a side in pixels that
+    ``image_size_mistake`` takes."""
+    from components.imaging import AUTO_IMAGE_SIZE, image_size_mistake  # (0 given is a size, too small)
+
+    if text.strip().lower() == "auto":
+        return AUTO_IMAGE_SIZE
+    try:
+        size = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: use auto or a number of pixels") from None
+    mistake = image_size_mistake(size)
+    if mistake:
+        raise argparse.ArgumentTypeError(mistake)
+    return size
+
+
+def comma_separated(text: str) -> list[str]:
+    """A flag's ``a, b,c``: its items, stripped, the empty ones left out."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def class_names_flag(text: str) -> tuple[str, ...]:
+    """``--classes a,b,c``: the class names in index order (empty: none given)."""
+    return tuple(comma_separated(text))
+
+
+def add_param(parser, params: dict, name: str, listed=(), **extra) -> None:
+    """Adds parameter ``name`` of a declaration table (``components.params``) to ``parser``: its flag, type, default
+    and help (``listed``: the choices, named in the help and checked by the step's config, whose one-line error
+    lists them); a boolean is a switch."""
+    from components.params import flag_of
+
+    param = params[name]
+    one_of = f"; one of {', '.join(listed)}" if listed else ""
+    options = {"dest": name, "help": param.help_with_default().replace(" (default", one_of + " (default", 1), **extra}
+    if isinstance(param.default, bool):
+        parser.add_argument(flag_of(name, params), action="store_true", **options)
+        return
+    kind = options.pop("type", type(param.default))
+    default = list(param.default) if options.get("action") == "append" else param.default  # (repeated: a list)
+    parser.add_argument(flag_of(name, params), type=kind, default=default, **options)
