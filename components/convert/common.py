@@ -337,6 +337,14 @@ def warn_small_classes(stats: dict) -> None:
         )
 
 
+def unusable_said(items: int, rejected: int, kind: str = "unusable", unit: str = "rows") -> tuple[str, str]:
+    """What the found and the converted lines add for a listing's ``rejected`` entries beside its ``items`` (a
+    manifest's or a table's rows that name nothing usable, a folder's files named as no image): "" for none."""
+    if not rejected:
+        return "", ""
+    return f" ({items + rejected} {unit}, {rejected} {kind})", f" ({rejected} of them {kind} {unit})"
+
+
 def check_quarantined(
     stats: dict, total: int, noun: str, max_bad_fraction: float, output_dir: str, left_out: int = 0
 ) -> None:

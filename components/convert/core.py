@@ -40,6 +40,7 @@ from components.convert.common import (
     marked_if_it_fails,
     split_for_digest,
     summarize_counts,
+    unusable_said,
     write_records,
 )
 from components.convert.config import check_beam_args, check_split_options
@@ -132,12 +133,10 @@ def run(config: ConvertConfig) -> dict:
         config = dataclasses.replace(config, image_size=size)
     # a manifest's rows that name no usable image, and a folder's files named as none, are counted beside its
     # images, in every line below
-    rows = (
-        f" ({len(listing.items) + len(listing.rejected)} rows, {len(listing.rejected)} unusable)"
+    rows, unusable = (
+        unusable_said(len(listing.items), len(listing.rejected))
         if listing.rejected
-        else f" ({len(listing.items) + len(listing.others)} files, {len(listing.others)} of them no images)"
-        if listing.others
-        else ""
+        else unusable_said(len(listing.items), len(listing.others), "non-image", "files")
     )
     log.info(
         "found %d images in %d classes under %s%s: %s",
@@ -169,13 +168,6 @@ def run(config: ConvertConfig) -> dict:
             conversion_graph(pipeline, config, listing, staged, shards, auto)
         stats = read_stats(output_dir)
         seconds = time.monotonic() - started
-        unusable = (
-            f" ({len(listing.rejected)} of them unusable rows)"
-            if listing.rejected
-            else f" ({len(listing.others)} of them no images)"
-            if listing.others
-            else ""
-        )
         log.info(
             "converted %d images in %.1fs (%.0f images/s): %s; quarantined %d%s, duplicates dropped %d",
             stats["num_examples"],

@@ -38,6 +38,7 @@ from components.convert.common import (
     finish_shards,
     marked_if_it_fails,
     summarize_counts,
+    unusable_said,
     write_records,
 )
 from components.convert.config import check_beam_args, check_split_options, check_text_options
@@ -319,11 +320,13 @@ def run_text(config: TextConvertConfig) -> dict:
     check_writable(config.output_dir, "--output")
     listing = list_text_source(config.source, config.classes, config.text_column, config.label_column)
     check_class_count(listing.class_names, config.source)
+    rows, unusable = unusable_said(len(listing.items), len(listing.rejected))  # (a table's rows, in every line)
     log.info(
-        "found %d texts in %d classes under %s: %s",
+        "found %d texts in %d classes under %s%s: %s",
         len(listing.items),
         len(listing.class_names),
         config.source,
+        rows,
         ", ".join(listing.class_names),
     )
     output_dir = config.output_dir.rstrip("/")
@@ -341,15 +344,17 @@ def run_text(config: TextConvertConfig) -> dict:
         stats = read_stats(output_dir)
         seconds = time.monotonic() - started
         log.info(
-            "converted %d texts in %.1fs (%.0f texts/s): %s; vocabulary %d ids; quarantined %d, duplicates dropped %d",
+            "converted %d texts in %.1fs (%.0f texts/s): %s; vocabulary %d ids; quarantined %d%s, duplicates dropped "
+            "%d",
             stats["num_examples"],
             seconds,
             len(listing.items) / max(seconds, 1e-9),
             ", ".join(f"{split} {stats['counts'][split]}" for split in SPLITS),
             stats["vocabulary_size"],
             stats["quarantined"],
+            unusable,
             stats["duplicates"],
         )
-        total = len(listing.items) + len(listing.rejected)
-        check_quarantined(stats, total, "texts", config.max_bad_fraction, output_dir)
+        total, noun = len(listing.items) + len(listing.rejected), "rows" if listing.rejected else "texts"
+        check_quarantined(stats, total, noun, config.max_bad_fraction, output_dir)
     return stats

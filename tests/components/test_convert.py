@@ -430,8 +430,8 @@ def test_files_that_are_no_images_by_name_are_recorded_not_counted_as_bad_images
     left_out = f"not an image file: left out ({IMAGE_FILES})"
     assert records == [("Thumbs.db", left_out), ("notes.txt", left_out)]
     said = [r.getMessage() for r in caplog.records if r.name == "components.convert.core"]
-    assert f"found 9 images in 3 classes under {source} (11 files, 2 of them no images): cat, dog, fish" in said
-    assert any(line.endswith("quarantined 2 (2 of them no images), duplicates dropped 0") for line in said), said
+    assert f"found 9 images in 3 classes under {source} (11 files, 2 non-image): cat, dog, fish" in said
+    assert any(line.endswith("quarantined 2 (2 of them non-image files), duplicates dropped 0") for line in said), said
     (tmp_path / "images" / "fish" / "broken.jpg").write_bytes(b"not an image")
     with pytest.raises(Exception, match=r"^1 of 10 images could not be converted \(10\.0% > --max-bad-fraction"):
         run(ConvertConfig(source=source, output_dir=str(tmp_path / "again"), image_size=8, pipeline_args=IN_MEMORY))

@@ -182,7 +182,7 @@ def test_tokens_are_the_vocabulary_ids_padded_or_truncated_at_the_end(imdb):
     assert 0 < stats["tokens"]["train"]["truncated"] < 1 and stats["sequence_length"] == 8
 
 
-def test_a_csv_with_modality_text_and_a_jsonl_found_by_its_suffix(tmp_path):
+def test_a_csv_with_modality_text_and_a_jsonl_found_by_its_suffix(tmp_path, caplog):
     rows = [(text, "pos") for text in POSITIVE] + [(text, "neg") for text in NEGATIVE]
     import csv
 
@@ -193,6 +193,7 @@ def test_a_csv_with_modality_text_and_a_jsonl_found_by_its_suffix(tmp_path):
     with open(tmp_path / "reviews.jsonl", "w", encoding="utf-8") as handle:
         for text, label in rows:
             handle.write(json.dumps({"review": text, "sentiment": label}) + "\n")
+    caplog.set_level("INFO", logger="components.convert.text")
     # the CSV is found to be texts by its header naming the columns given, as with --modality text
     for source, extra in (("reviews.csv", ["--modality", "text"]), ("reviews.csv", []), ("reviews.jsonl", [])):
         output = tmp_path / f"out-{source}-{len(extra)}"
@@ -205,6 +206,14 @@ def test_a_csv_with_modality_text_and_a_jsonl_found_by_its_suffix(tmp_path):
         with open(output / "quarantine.jsonl") as handle:
             reasons = sorted(json.loads(line)["reason"] for line in handle)
         assert reasons == (["empty: no text", "no sentiment"] if source.endswith(".csv") else []), source
+    # the lines agree on the CSV's 18 rows: 17 texts and a row without a label; 16 converted, 2 quarantined
+    said = [r.getMessage() for r in caplog.records if r.name == "components.convert.text"]
+    assert f"found 17 texts in 2 classes under {tmp_path / 'reviews.csv'} (18 rows, 1 unusable): neg, pos" in said
+    assert any(
+        line.startswith("converted 16 texts")
+        and line.endswith("quarantined 2 (1 of them unusable rows), duplicates dropped 0")
+        for line in said
+    ), said
 
 
 @pytest.mark.parametrize(
