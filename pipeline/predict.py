@@ -248,14 +248,24 @@ def export_modality(model: str) -> str:
 
 def read_texts(texts: list[str], files: list[str]) -> tuple[list[Answer], list[str]]:
     """(an empty answer per text, given inline or read from a UTF-8 file, with the text), and a one-line error for
-    each file that cannot be read."""
-    readable, errors = [Answer("", [], text) for text in texts], []
+    each file that cannot be read and each empty text (the conversion quarantines those: nothing to classify)."""
+    readable, errors = [], []
+    for number, text in enumerate(texts, start=1):
+        if text.strip():
+            readable.append(Answer("", [], text))
+        else:
+            errors.append(f"--text {number} is empty: nothing to classify")
     for path in files:
         try:
             with open(path, encoding="utf-8-sig") as handle:
-                readable.append(Answer(path, [], handle.read()))
+                text = handle.read()
         except (OSError, UnicodeDecodeError) as err:
             errors.append(f"text file {path} cannot be read: {one_line(err)} (pass a UTF-8 text file)")
+            continue
+        if text.strip():
+            readable.append(Answer(path, [], text))
+        else:
+            errors.append(f"text file {path} is empty: nothing to classify")
     return readable, errors
 
 

@@ -201,6 +201,23 @@ def test_predict_reads_a_folder_of_texts_as_its_txt_files(exported_text, tmp_pat
     ]
 
 
+def test_an_empty_text_is_named_not_answered_and_the_others_are(exported_text, tmp_path, capsys):
+    """The conversion quarantines an empty text; predict does not answer one with the model's bias either."""
+    from pipeline.__main__ import main
+
+    output, _ = exported_text
+    (tmp_path / "blank.txt").write_text(" \n", encoding="utf-8")
+    texts = ["--text", "", "--text", "awful, dull and boring", "--text", " ", "--text-file", str(tmp_path / "blank.txt")]
+    assert main(["predict", "--model", output, *texts, "--top", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert [line.rsplit(" ", 1)[0] for line in out.strip().splitlines()] == ["'awful, dull and boring': neg"]
+    assert err.splitlines() == [
+        "error: --text 1 is empty: nothing to classify",
+        "error: --text 3 is empty: nothing to classify",
+        f"error: text file {tmp_path / 'blank.txt'} is empty: nothing to classify",
+    ]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
