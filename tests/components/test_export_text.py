@@ -207,7 +207,8 @@ def test_an_empty_text_is_named_not_answered_and_the_others_are(exported_text, t
 
     output, _ = exported_text
     (tmp_path / "blank.txt").write_text(" \n", encoding="utf-8")
-    texts = ["--text", "", "--text", "awful, dull and boring", "--text", " ", "--text-file", str(tmp_path / "blank.txt")]
+    texts = ["--text", "", "--text", "awful, dull and boring", "--text", " "]
+    texts += ["--text-file", str(tmp_path / "blank.txt")]
     assert main(["predict", "--model", output, *texts, "--top", "1"]) == 2
     out, err = capsys.readouterr()
     assert [line.rsplit(" ", 1)[0] for line in out.strip().splitlines()] == ["'awful, dull and boring': neg"]
