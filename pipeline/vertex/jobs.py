@@ -65,8 +65,21 @@ def pipeline_parameters(template: str, overrides: Mapping[str, Any]) -> dict[str
 
     try:
         check_step_values(typed)
-    except UsageError as err:
-        raise UsageError(f"--param: {err}") from None
+    except UsageError as err:  # (the steps name their flags: --image-size 100000 ... is --param image_size=100000)
+        from components import params
+
+        tables = (
+            params.CONVERT,
+            params.TEXT,
+            params.TRAIN,
+            params.TUNE,
+            params.EVALUATE,
+            params.EXPORT,
+            params.CHECK_DATA,
+        )
+        flags = {params.flag_of(name, table) + " ": name for table in tables for name in table}
+        flag = next((flag for flag in flags if str(err).startswith(flag)), "")
+        raise UsageError(f"--param {flags[flag]}={str(err)[len(flag) :]}" if flag else f"--param: {err}") from None
     return typed
 
 
@@ -88,14 +101,14 @@ def _typed(name: str, value: Any, kind: str) -> Any:
                 raise ValueError(value)
             return parsed
     except ValueError:
-        example = {
-            "NUMBER_INTEGER": "20",
-            "NUMBER_DOUBLE": "0.002",
-            "BOOLEAN": "true",
-            "LIST": '["a","b"]',
-            "STRUCT": '{"k": 1}',
+        what = {
+            "NUMBER_INTEGER": "an integer, e.g. 20",
+            "NUMBER_DOUBLE": "a number, e.g. 0.002",
+            "BOOLEAN": "true or false",
+            "LIST": 'a JSON list, e.g. ["a","b"]',
+            "STRUCT": 'a JSON object, e.g. {"k": 1}',
         }[kind]
-        raise UsageError(f"--param {name}={value} is not a {kind.lower().replace('_', ' ')}, e.g. {example}") from None
+        raise UsageError(f"--param {name}={value} is not {what}") from None
     return value
 
 

@@ -550,7 +550,7 @@ def test_gcloud_s_project_is_the_last_fallback_and_each_command_says_where_its_s
                 "--param",
                 "epochs=many",
             ],
-            "--param epochs=many is not a number integer",
+            "--param epochs=many is not an integer, e.g. 20",
         ),
         # what a step would refuse minutes into the run, refused before it is submitted
         (
@@ -567,7 +567,7 @@ def test_gcloud_s_project_is_the_last_fallback_and_each_command_says_where_its_s
                 "--param",
                 "image_size=100000",
             ],
-            "--param: --image-size 100000 is too large: use 1024 or less, or auto",
+            "--param image_size=100000 is too large: use 1024 or less, or auto",
         ),
         (
             [
@@ -583,7 +583,7 @@ def test_gcloud_s_project_is_the_last_fallback_and_each_command_says_where_its_s
                 "--param",
                 "epochs=-1",
             ],
-            "--param: --epochs -1 must be at least 0",
+            "--param epochs=-1 must be at least 0",
         ),
         (
             [
@@ -599,7 +599,7 @@ def test_gcloud_s_project_is_the_last_fallback_and_each_command_says_where_its_s
                 "--param",
                 "test_fraction=1.5",
             ],
-            "--param: --test-fraction 1.5 is out of range: use a fraction in [0, 1)",
+            "--param test_fraction=1.5 is out of range: use a fraction in [0, 1)",
         ),
         (
             [
@@ -615,14 +615,14 @@ def test_gcloud_s_project_is_the_last_fallback_and_each_command_says_where_its_s
                 "--param",
                 "vocabulary_size=2",
             ],
-            "--param: --vocabulary-size 2 is too small",
+            "--param vocabulary_size=2 is too small",
         ),
         (
             [
                 *("--project", "p", "--region", "europe-west4", "--pipeline-root", "gs://b/r", "--anonymous"),
                 *("--param", "source=x", "--param", 'export_formats=["tflite_int8"]'),
             ],
-            "--param: --formats tflite_int8: add saved_model: it is always exported",
+            "--param export_formats=tflite_int8: add saved_model: it is always exported",
         ),
     ],
 )
