@@ -13,7 +13,7 @@ import sys
 
 from components.cli import UsageError
 from components.modalities import named
-from components.models import ModelSpec, parse_ref
+from components.models import AUTO_MODEL, ModelSpec, load, parse_ref, resolve_auto, resolve_hparams
 from components.models.source import pin
 
 log = logging.getLogger(__name__)
@@ -115,9 +115,11 @@ def checked_and_pinned(
     model that calls TensorFlow is refused where JAX trains it (``--backend jax``), and trains here on TensorFlow
     with a warning otherwise (on TPUs, JAX trains: it would fail there)."""
     ref = parse_ref(parameters.get("model_name", "auto"))
-    if ref.kind == "builtin":
-        return parameters
     hparams = parameters.get("hparams") or []
+    if ref.kind == "builtin":
+        if hparams and (spec is not None or ref.text != AUTO_MODEL):  # (auto: the spec's modality says which)
+            resolve_hparams(load(resolve_auto(ref, spec.modality if spec else "").text), hparams)
+        return parameters
     backend = check_backend(parameters)
     found = check_up_front(ref.text, hparams, spec, backend, log_path, remember)
     if found.get("tensorflow_under_jax") and parameters.get("backend") != "jax":

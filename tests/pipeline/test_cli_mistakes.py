@@ -25,6 +25,28 @@ def test_zero_is_refused_not_taken_for_the_default(tmp_path, flag, value, messag
     assert not (tmp_path / "work").exists()
 
 
+@pytest.mark.parametrize(
+    "model, hparam, message",
+    [
+        ([], "width=2", "--hparam width=2: codelab_convnet_bn has no hyperparameter width: it takes none"),
+        (["--model", "lstm"], "units=many", "--hparam units=many: units is an int (its default is 32)"),
+    ],
+)
+def test_a_built_in_models_hyperparameter_is_checked_before_any_step(tmp_path, model, hparam, message):
+    """(The train step refused it, after the conversion and the data checks.)"""
+    source = tmp_path / "texts" if model else tmp_path / "images"
+    if model:
+        for label in ("pos", "neg"):
+            (source / label).mkdir(parents=True)
+            (source / label / "1.txt").write_text(f"a {label} text")
+    else:
+        write_image_folder(source, per_class=2)
+    with pytest.raises(UsageError) as raised:
+        main(["run-local", "--work-dir", str(tmp_path / "work"), "--source", str(source), *model, "--hparam", hparam])
+    assert str(raised.value) == message
+    assert not (tmp_path / "work").exists()
+
+
 IMAGE_SIZE_MISTAKES = [
     ("0", "0 is too small: use 8 or more, or auto"),
     ("100000", "100000 is too large: use 1024 or less, or auto"),  # (30 GB an image, decoded)
