@@ -182,11 +182,8 @@ def begin(work_dir: str, key: str, run_name: str, resume: bool) -> tuple[RunStat
     previous = check_free(work_dir)
     decision = decide(previous, key, resume, previous_alive=False)  # (checked just now)
     if decision.action == "resume":
-        log.info(
-            "%s: its finished steps are reused and training goes on from its last finished epoch "
-            "(--no-resume starts over)",
-            decision.why,
-        )
+        training = " and training goes on from its last finished epoch" if previous.step == "train" else ""
+        log.info("%s: its finished steps are reused%s (--no-resume starts over)", decision.why, training)
         state = replace(
             previous,
             status=RUNNING,

@@ -339,6 +339,7 @@ def data_checks_outcome(checks_dir: str) -> dict:
     return {
         "test_copies": test_copies(found.checks),
         "checks": len(found.checks),
+        "skipped": sum(check["verdict"] == "skipped" for check in found.checks),
         "warnings": found.warnings,
         "accepted": found.blocking if found.accepted_data_change else [],
         "note": found.baseline_note,

@@ -166,7 +166,12 @@ def data_check_rows(checks: dict | None) -> list[tuple[str, str]]:
         return []
     found = [f"accepted: {reason}" for reason in checks["accepted"]] + [f"warn: {line}" for line in checks["warnings"]]
     plural = "" if checks["checks"] == 1 else "s"
-    head = f"{checks['checks']} check{plural}, " + (f"{len(found)} to read" if found else "all passed")
+    skipped = checks["skipped"]
+    if found:
+        head = f"{checks['checks']} check{plural}, {len(found)} to read" + (f", {skipped} skipped" if skipped else "")
+    else:
+        passed = f": {checks['checks'] - skipped} passed, {skipped} skipped" if skipped else ", all passed"
+        head = f"{checks['checks']} check{plural}{passed}"
     head += f" ({checks['note']})" if checks["note"] else ""
     return [("data checks", f"{head}  {checks['path']}"), *(("", line) for line in found)]
 

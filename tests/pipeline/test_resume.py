@@ -119,6 +119,20 @@ def test_killed_attempts_lose_the_step_folders_no_cache_entry_reuses(tmp_path):
     assert remove_leftovers(str(work_dir), [str(attempts[0])], []) == left
 
 
+@pytest.mark.parametrize("step", ["train", "export"])
+def test_a_resumed_run_says_training_goes_on_only_when_it_stopped_in_training(tmp_path, caplog, step):
+    work_dir = str(tmp_path)
+    first, _ = begin(work_dir, KEY, "run-a", resume=True)
+    interrupted(work_dir, first, step, [])
+    caplog.set_level("INFO", logger="pipeline.local.resume")
+    begin(work_dir, KEY, "run-a", resume=True)
+    goes_on = " and training goes on from its last finished epoch" if step == "train" else ""
+    assert [r.getMessage() for r in caplog.records if r.name == "pipeline.local.resume"] == [
+        f"resuming run-a, interrupted during {step} (started {first.started}): its finished steps are reused"
+        f"{goes_on} (--no-resume starts over)"
+    ]
+
+
 def test_another_key_discards_the_interrupted_runs_checkpoints(tmp_path):
     work_dir = str(tmp_path)
     first, _ = begin(work_dir, KEY, "run-a", resume=True)

@@ -4,7 +4,7 @@ differ from it by more than the test split's noise."""
 from __future__ import annotations
 
 from components.artifacts.served import served_figure
-from pipeline.local.summary import served_rows
+from pipeline.local.summary import data_check_rows, served_rows
 
 
 def demo_like(**changes) -> dict:
@@ -62,3 +62,14 @@ def test_texts_nothing_exported_and_near_copies():
     )
     assert served_figure(small)["noise"] == 0.05
     assert served_figure(small)["what"] == "the SavedModel on the 20 test examples' TFRecords"
+
+
+def test_the_data_checks_line_counts_the_skipped_checks_apart_from_the_passed():
+    checks = {"checks": 15, "skipped": 2, "warnings": [], "accepted": [], "note": "", "path": "d.json"}
+    assert data_check_rows(checks) == [("data checks", "15 checks: 13 passed, 2 skipped  d.json")]
+    assert data_check_rows({**checks, "skipped": 0}) == [("data checks", "15 checks, all passed  d.json")]
+    warned = {**checks, "warnings": ["class mix moved"], "note": "first version"}
+    assert data_check_rows(warned) == [
+        ("data checks", "15 checks, 1 to read, 2 skipped (first version)  d.json"),
+        ("", "warn: class mix moved"),
+    ]
