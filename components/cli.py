@@ -97,6 +97,22 @@ def storage_deadline() -> float:
         raise UsageError(f"{STORAGE_DEADLINE_ENV}={text!r} is not a number of seconds") from None
 
 
+STORAGE_RETRIES_SAID: list[BaseException] = []  # (the first failed call of the process, once said)
+
+
+def storage_retrying(err: BaseException) -> None:
+    """The Cloud Storage client's ``on_error``: the first failed call of the process is said, with how long it is
+    retried, so that a wait of up to ``storage_deadline()`` seconds is not silent."""
+    if not STORAGE_RETRIES_SAID:
+        STORAGE_RETRIES_SAID.append(err)
+        logging.getLogger(__name__).warning(
+            "Cloud Storage did not answer (%s): retrying for up to %.0f s (%s sets how long)",
+            type(err).__name__,
+            storage_deadline(),
+            STORAGE_DEADLINE_ENV,
+        )
+
+
 def storage_unreachable(err: BaseException) -> str | None:
     """One line for a Cloud Storage call that still failed after its retries (an outage, no network), however it
     was wrapped on its way up: what could not be reached, for how long it was retried, and what to do; None for any

@@ -372,9 +372,9 @@ def bound_storage_retries() -> None:
     which the conversion bounds: ``components.convert.common.bound_beam_storage_retries``.)"""
     from google.cloud.storage import retry
 
-    from components.cli import storage_deadline
+    from components.cli import storage_deadline, storage_retrying
 
-    retry.DEFAULT_RETRY._timeout = storage_deadline()
+    retry.DEFAULT_RETRY._timeout, retry.DEFAULT_RETRY._on_error = storage_deadline(), storage_retrying
 
 
 @functools.lru_cache(maxsize=4)

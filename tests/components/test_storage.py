@@ -124,7 +124,7 @@ print(json.dumps(sorted({{name.split(".")[0] for name in sys.modules}} & {{"apac
     assert gcs.blob("light/registry/1/saved_model/variables/v.data").download_as_bytes() == local.read_bytes()
 
 
-def test_a_storage_outage_in_the_register_step_ends_in_one_line_within_its_deadline(monkeypatch, capsys):
+def test_a_storage_outage_in_the_register_step_ends_in_one_line_within_its_deadline(monkeypatch, capsys, caplog):
     """Nothing answers at the Cloud Storage endpoint: the register step's first call is retried for
     TPU_PIPELINE_STORAGE_DEADLINE seconds, then the command ends in one line naming the object."""
     import re
@@ -133,10 +133,14 @@ def test_a_storage_outage_in_the_register_step_ends_in_one_line_within_its_deadl
 
     from google.cloud.storage import retry
 
+    from components import cli
     from components.cli import run_main
     from components.register.__main__ import main as register
 
     monkeypatch.setattr(retry.DEFAULT_RETRY, "_timeout", retry.DEFAULT_RETRY._timeout)  # (restored afterwards)
+    monkeypatch.setattr(retry.DEFAULT_RETRY, "_on_error", retry.DEFAULT_RETRY._on_error)
+    monkeypatch.setattr(cli, "STORAGE_RETRIES_SAID", [])  # (said once a process: as in this test's own)
+    caplog.set_level("WARNING", logger="components.cli")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # (nothing listens there once it is closed)
@@ -147,12 +151,16 @@ def test_a_storage_outage_in_the_register_step_ends_in_one_line_within_its_deadl
         run_main(register, ["add", "--export", "gs://b/run/export", "--registry", "gs://b/models/x", "--baseline", ""])
     took = time.monotonic() - started
     assert exited.value.code == 1
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    said = capsys.readouterr().err.strip().splitlines()
     assert re.fullmatch(
         r"error: gs://b/run/export/export.json could not be reached: Cloud Storage did not answer "
         r"within 2 s of retries; .*",
-        last,
-    ), last
+        said[-1],
+    ), said
+    # while it retries, the wait is said once, not left silent for the deadline (120 s by default)
+    waiting = [r.getMessage() for r in caplog.records if r.name == "components.cli"]
+    assert len(waiting) == 1 and waiting[0].startswith("Cloud Storage did not answer ("), waiting
+    assert waiting[0].endswith("): retrying for up to 2 s (TPU_PIPELINE_STORAGE_DEADLINE sets how long)")
     assert took < 30  # (no hang: 2 s of retries, not google-cloud-storage's 120)
     # a Vertex AI call that gave up is not Cloud Storage's outage
     from google.api_core.exceptions import RetryError
