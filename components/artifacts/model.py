@@ -29,7 +29,9 @@ class History(Typed):
     attempt had finished; ``not_learning``: why the curves show no learning, with what to try (None: they do);
     ``kept_epoch`` (1-based) and ``kept_index`` (in the curves): the epoch whose weights the model has, where it keeps
     the best; ``stopped_after_epoch`` and ``patience``: where early stopping ended the run, after how many epochs
-    without a better one."""
+    without a better one; ``saved_model_validation``: the saved model's ``val_loss`` and ``val_accuracy`` once its
+    batch-norm statistics were re-estimated (None: the model has none, or there is no validation split), where the
+    curves scored the statistics training left."""
 
     RECORD: ClassVar[Record] = HISTORY
 
@@ -42,6 +44,7 @@ class History(Typed):
     kept_index: int | None = None
     stopped_after_epoch: int | None = None
     patience: int | None = None
+    saved_model_validation: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)

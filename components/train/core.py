@@ -178,7 +178,12 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
         if phase.name == "head" and len(plan) > 1:
             save_head(model, dirs, placement)
     with placement.scope():  # (over several processes, each reads its share of the same global batches)
-        reestimate(model, train_ds.take(min(steps_per_epoch, MAX_BATCHES)), backend)
+        if reestimate(model, train_ds.take(min(steps_per_epoch, MAX_BATCHES)), backend) and validation_ds is not None:
+            # the curves scored the statistics training left: the saved model is scored again
+            kept["saved_model_validation"] = {
+                f"val_{name}": float(value)
+                for name, value in model.evaluate(validation_ds, verbose=0, return_dict=True).items()
+            }
     seconds = time.monotonic() - started
     finished_before = resumed_after or 0
     log.info(
@@ -209,7 +214,7 @@ def _train(config: TrainConfig, env: Mapping[str, str]) -> dict:
         model, config, examples, dirs, placement, model_config, finished_before, seconds, advice, code.loaded, kept
     )
     at = -1 if history.kept_index is None else history.kept_index  # the kept (best) epoch's figures, else the last's
-    final = {name: values[at] for name, values in history.history.items()}
+    final = {name: values[at] for name, values in history.history.items()} | (history.saved_model_validation or {})
     if history.not_learning:
         log.warning("training did not learn: %s", history.not_learning)
     images_per_second = trained_epochs * steps_per_epoch * global_batch / max(seconds, 1e-9)

@@ -102,6 +102,7 @@ def save_results(
         kept_index=numbers.index(kept["kept_epoch"]) if kept.get("kept_epoch") in numbers else None,
         stopped_after_epoch=kept.get("stopped_after_epoch"),
         patience=kept.get("patience"),
+        saved_model_validation=kept.get("saved_model_validation"),
     )
     if placement.is_chief:
         save_model_artifact(model, dirs.model_dir, model_config, history, reference)

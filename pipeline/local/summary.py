@@ -33,7 +33,8 @@ TRAINING_FACTS = (
 def training_run(model_dir: str, model_config: ModelConfig, spec: dict, parameters: dict) -> dict:
     """The epochs, learning rate and schedule the run used (as the train step recorded them in ``model_config``:
     given, or what auto resolved to), and where training ended: the final epoch's validation accuracy; after how many
-    epochs it resumed from a checkpoint (0: it did not)."""
+    epochs it resumed from a checkpoint (0: it did not). The validation accuracy is the saved model's (its batch-norm
+    statistics re-estimated), where the curves scored another."""
     from components.artifacts.model import History, Tuning
 
     used = {name: parameter_used(name, spec, parameters) for name in ("epochs", "learning_rate", "lr_schedule")}
@@ -48,7 +49,9 @@ def training_run(model_dir: str, model_config: ModelConfig, spec: dict, paramete
         used.update({name: value for name, value in tuning.best["parameters"].items() if name in used})
     return {
         **used,
-        "final_validation_accuracy": accuracies[-1 if kept is None else kept],
+        "final_validation_accuracy": (recorded.saved_model_validation or {}).get(
+            "val_accuracy", accuracies[-1 if kept is None else kept]
+        ),
         "kept_epoch": recorded.kept_epoch,
         "epochs_run": len(accuracies) if accuracies != [None] else None,
         "stopped_after_epoch": recorded.stopped_after_epoch,

@@ -5,6 +5,7 @@ over two virtual devices (DataParallel); a frozen layer keeps its own."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -146,3 +147,45 @@ def test_jax_statistics_over_two_processes_are_those_of_the_global_batches():
         assert (found["used"], found["processes"], found["devices"]) == (5, 2, 2), found
         assert found["mean_error"] < 1e-5 and found["variance_error"] < 1e-4, found
         assert found["half_error"] > 0.01, found  # (a process's own half would not do)
+
+
+def test_the_saved_models_validation_accuracy_is_scored_after_its_statistics_are_re_estimated(converted, tmp_path):
+    """Two epochs of the default image model leave its moving statistics short of its weights: the curves score
+    those, and history.json, the step's figures and the run summary give the saved model's own score."""
+    import keras
+    import numpy as np
+
+    from components.artifacts.examples import make_dataset
+    from components.artifacts.model import ModelConfig
+    from components.modalities import reading_of
+    from components.models import DEFAULT_MODELS
+    from components.train.config import TrainConfig
+    from components.train.core import run
+    from pipeline.local.summary import training_run
+
+    examples_dir, stats = converted
+    model_dir = str(tmp_path / "model")
+    config = TrainConfig(
+        examples_dir=examples_dir,
+        model_dir=model_dir,
+        model_name=DEFAULT_MODELS["image"],
+        epochs=2,
+        per_replica_batch_size=8,
+        precision="float32",
+        backend="tensorflow",
+    )
+    result = run(config)
+    with open(os.path.join(model_dir, "history.json")) as handle:
+        history = json.load(handle)
+    saved = keras.models.load_model(os.path.join(model_dir, "model.keras"), compile=False)
+    right = total = 0
+    for images, labels in make_dataset(examples_dir, "validation", reading_of(stats), 8, training=False):
+        right += int((np.argmax(saved(images, training=False), -1) == np.argmax(labels, -1)).sum())
+        total += len(labels)
+    scored = history["saved_model_validation"]["val_accuracy"]
+    assert abs(scored - right / total) < 1e-6 and total == stats["counts"]["validation"]
+    assert result["final"]["val_accuracy"] == scored
+    used = {"epochs": 2, "learning_rate": 0.001, "lr_schedule": "constant"}
+    spec = {"root": {"inputDefinitions": {"parameters": {name: {} for name in used}}}}  # (the DAG's, in short)
+    summary = training_run(model_dir, ModelConfig.read(model_dir), spec, used)
+    assert summary["final_validation_accuracy"] == scored
