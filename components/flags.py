@@ -65,6 +65,25 @@ def image_size_flag(text: str) -> int:
     return size
 
 
+def auto_or(kind: type, auto: int | float, least: int | None = None):
+    """A flag's type that reads ``auto`` as ``auto`` (the value that stands for it) and anything else as ``kind``
+    does, at least ``least`` where it is given (so that 0 typed is not taken for auto)."""
+
+    def read(text: str):
+        if text.strip().lower() == "auto":
+            return auto
+        try:
+            value = kind(text)
+        except ValueError:
+            example = "a whole number, e.g. 20" if kind is int else "a number, e.g. 0.002"
+            raise argparse.ArgumentTypeError(f"{text!r} is neither auto nor {example}") from None
+        if least is not None and value < least:
+            raise argparse.ArgumentTypeError(f"{text} is too small: use {least} or more, or auto")
+        return value
+
+    return read
+
+
 def comma_separated(text: str) -> list[str]:
     """A flag's ``a, b,c``: its items, stripped, the empty ones left out."""
     return [item.strip() for item in text.split(",") if item.strip()]
@@ -88,5 +107,7 @@ def add_param(parser, params: dict, name: str, listed=(), **extra) -> None:
         parser.add_argument(flag_of(name, params), action="store_true", **options)
         return
     kind = options.pop("type", type(param.default))
+    if param.shown == "auto" and kind in (int, float):  # the help's "auto" is a value users may type too
+        kind = auto_or(kind, param.default)
     default = list(param.default) if options.get("action") == "append" else param.default  # (repeated: a list)
     parser.add_argument(flag_of(name, params), type=kind, default=default, **options)

@@ -39,6 +39,16 @@ def flag_of(name: str, params: dict[str, Param]) -> str:
     return param.flag if param is not None and param.flag else "--" + name.replace("_", "-")
 
 
+def auto_value(name: str) -> int | float | None:
+    """The number that stands for ``auto`` in step parameter ``name`` (``epochs``: 0), where its help offers auto
+    for a number; else None."""
+    for table in (CONVERT, TEXT, TRAIN, TUNE, EVALUATE, EXPORT, CHECK_DATA):
+        param = table.get(name)
+        if param is not None and param.shown == "auto" and type(param.default) in (int, float):
+            return param.default
+    return None
+
+
 def defaults(params: dict[str, Param]) -> dict[str, Any]:
     return {name: param.default for name, param in params.items()}
 

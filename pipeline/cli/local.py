@@ -7,7 +7,7 @@ import inspect
 import os
 
 from components.cli import UsageError
-from components.flags import comma_separated, image_size_flag
+from components.flags import auto_or, comma_separated, image_size_flag
 from components.params import CONVERT, EVALUATE, TRAIN, TUNE, flag_of
 from components.schema import MODALITIES
 from components.train.config import BACKENDS, LR_SCHEDULES, PRECISIONS
@@ -49,7 +49,7 @@ def add_command(commands, with_dag_parameters: bool) -> None:
     )
     local_cmd.add_argument(
         "--epochs",
-        type=int,
+        type=auto_or(int, TRAIN["epochs"].default, least=1),  # (0 typed is refused: not the demo's default)
         help=f"{TRAIN['epochs'].help} (default: {DEMO_EPOCHS} for the demo, auto otherwise)",
     )
     add_training_flags(local_cmd)
@@ -75,7 +75,10 @@ def add_training_flags(local_cmd) -> None:
     local_cmd.add_argument("--modality", choices=MODALITIES, help=CONVERT["modality"].help_with_default())
     for name, choices in (("precision", PRECISIONS), ("backend", BACKENDS), ("lr_schedule", LR_SCHEDULES)):
         local_cmd.add_argument(flag_of(name, TRAIN), choices=choices, help=TRAIN[name].help_with_default())
-    for name, kind in (("per_replica_batch_size", int), ("learning_rate", float)):
+    for name, kind in (
+        ("per_replica_batch_size", int),
+        ("learning_rate", auto_or(float, TRAIN["learning_rate"].default)),
+    ):
         local_cmd.add_argument(flag_of(name, TRAIN), dest=name, type=kind, help=TRAIN[name].help_with_default())
     local_cmd.add_argument(
         "--tune",
@@ -173,7 +176,7 @@ def dag_parameters() -> dict[str, inspect.Parameter]:
 
 def add_dag_parameters(parser: argparse.ArgumentParser) -> None:
     """A flag for each pipeline parameter run-local has no flag for yet, typed and documented from the DAG."""
-    from components.params import CHECK_DATA, EXPORT, TEXT
+    from components.params import CHECK_DATA, EXPORT, TEXT, auto_value
 
     declared = {**CONVERT, **TEXT, **TRAIN, **EVALUATE, **CHECK_DATA, **EXPORT}  # (the DAG's baseline: baseline_model)
     taken = {action.dest for action in parser._actions}
@@ -198,7 +201,9 @@ def add_dag_parameters(parser: argparse.ArgumentParser) -> None:
                 type=comma_separated,
             )
         else:
-            parser.add_argument(flag, dest=name, type=parameter.annotation, default=None, help=help_text)
+            auto = auto_value(name)
+            kind = parameter.annotation if auto is None else auto_or(parameter.annotation, auto)
+            parser.add_argument(flag, dest=name, type=kind, default=None, help=help_text)
 
 
 def local_parameters(args: argparse.Namespace) -> dict:
@@ -214,12 +219,19 @@ def check(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> None:
     """Every value given, checked before anything runs: one line and exit 2 for a mistake."""
     if args.tune_trials is not None and args.tune_trials < 0:
         raise UsageError(f"--tune {args.tune_trials}: give a number of trials (0: no search)")
-    for name, least in (("epochs", 1), ("demo_per_class", 1)):  # never 0 for "the default"
-        if getattr(args, name) is not None and getattr(args, name) < least:
-            raise UsageError(
-                f"--{name.replace('_', '-')} {getattr(args, name)} is too small: use {least} or more, "
-                "or leave it out for the default"
-            )
+    if args.runner != "docker":  # (the steps run in this Python: there is no image to take them from)
+        given = {
+            "--accelerator": (args.accelerator, DEFAULT_ACCELERATOR),
+            "--image-registry": (args.image_registry, DEFAULT_REGISTRY),
+            "--image-tag": (args.image_tag, DEFAULT_TAG),
+        }
+        for flag, (value, default) in given.items():
+            if value != default:
+                raise UsageError(f"{flag} {value} takes effect with --runner docker only: add it, or leave {flag} out")
+    if args.demo_per_class is not None and args.demo_per_class < 1:  # never 0 for "the default"
+        raise UsageError(
+            f"--demo-per-class {args.demo_per_class} is too small: use 1 or more, or leave it out for the default"
+        )
     from components.convert.config import check_beam_args
 
     check_beam_args(args.beam_args, list(chosen._option_string_actions))

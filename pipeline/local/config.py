@@ -30,7 +30,7 @@ class LocalRunConfig:
             (scikit-learn's digits written as JPEGs under ``work_dir``).
         image_size: None: auto, the source images' typical size, at most 192 (the demo digits: 16, or the least
             a built-in model takes).
-        epochs: None picks 15 for the demo and the pipeline's default otherwise.
+        epochs: None picks 15 for the demo and the pipeline's default otherwise; 0: auto.
         demo_per_class: write at most this many demo images per class (None: all 1,797); for quick checks.
         beam_args: Beam pipeline options for the convert step.
         parameters: any other pipeline parameters (``model_name``, ``per_replica_batch_size``, ...).

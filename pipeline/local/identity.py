@@ -44,10 +44,11 @@ def run_identity(config: LocalRunConfig) -> RunIdentity:
 
     source, fingerprint = resolve_source(config)
     registry = check_registry(config.registry) if config.registry else ""
+    epochs = DEMO_EPOCHS if config.epochs is None and not config.source else config.epochs  # (0: auto)
     parameters = {
         "source": source,
         "image_size": given_image_size(config),
-        **({"epochs": config.epochs or DEMO_EPOCHS} if not config.source or config.epochs else {}),  # None: default
+        **({"epochs": epochs} if epochs is not None else {}),
         **({"beam_args": list(config.beam_args)} if config.beam_args else {}),
         **({"model_root": registry} if registry else {}),
         **config.parameters,

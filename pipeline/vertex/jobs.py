@@ -86,6 +86,10 @@ def pipeline_parameters(template: str, overrides: Mapping[str, Any]) -> dict[str
 def _typed(name: str, value: Any, kind: str) -> Any:
     if not isinstance(value, str):  # from the YAML config: already typed
         return value
+    from components.params import auto_value
+
+    if value.strip().lower() == "auto" and auto_value(name) is not None:  # (epochs=auto: the DAG's 0)
+        return auto_value(name)
     try:
         if kind == "NUMBER_INTEGER":
             return int(value)

@@ -12,16 +12,13 @@ from pipeline.__main__ import main
 from tests.conftest import run_cli, write_image_folder
 
 
-@pytest.mark.parametrize(
-    "flag, value, message",
-    [
-        ("--epochs", "0", "--epochs 0 is too small: use 1 or more, or leave it out for the default"),
-        ("--demo-per-class", "0", "--demo-per-class 0 is too small: use 1 or more"),
-    ],
-)
-def test_zero_is_refused_not_taken_for_the_default(tmp_path, flag, value, message):
-    with pytest.raises(UsageError, match=message):
-        main(["run-local", "--work-dir", str(tmp_path / "work"), flag, value])
+def test_zero_is_refused_not_taken_for_the_default(tmp_path, capsys):
+    with pytest.raises(UsageError, match="--demo-per-class 0 is too small: use 1 or more"):
+        main(["run-local", "--work-dir", str(tmp_path / "work"), "--demo-per-class", "0"])
+    with pytest.raises(SystemExit) as exited:  # (auto is a value of its own)
+        main(["run-local", "--work-dir", str(tmp_path / "work"), "--epochs", "0"])
+    assert exited.value.code == 2
+    assert "argument --epochs: 0 is too small: use 1 or more, or auto" in capsys.readouterr().err
     assert not (tmp_path / "work").exists()
 
 
@@ -456,3 +453,51 @@ def test_a_template_that_is_no_compiled_pipeline_is_one_line(tmp_path, content, 
     with pytest.raises(UsageError) as refused:
         main([*args, "--pipeline-root", "gs://b/root"])
     assert str(refused.value) == f"pipeline template {template} {message}"
+
+
+def test_auto_is_a_value_of_the_flags_whose_default_is_auto(tmp_path, template):
+    """The help says ``(default auto)`` for the epochs and the learning rate: ``auto`` typed is taken, on the train
+    step's command line, on run-local's (for the demo too: auto's epochs, not the demo's 15) and in submit's
+    ``--param``; the DAG's value for it is 0."""
+    from components.train.__main__ import build_parser
+    from pipeline.__main__ import parse
+    from pipeline.local import LocalRunConfig, run_identity
+    from pipeline.vertex import pipeline_parameters
+
+    parsed = build_parser().parse_args(["--examples", "x", "--epochs", "auto", "--learning-rate", "AUTO"])
+    assert (parsed.epochs, parsed.learning_rate) == (0, 0.0)
+    given = {"source": "gs://b/photos", "epochs": "auto", "learning_rate": "auto", "image_size": "auto"}
+    taken = pipeline_parameters(template, given)
+    assert (taken["epochs"], taken["learning_rate"], taken["image_size"]) == (0, 0.0, 0)
+    args, _ = parse(["run-local", "--epochs", "auto", "--learning-rate", "auto"])
+    assert (args.epochs, args.learning_rate) == (0, 0.0)
+    work_dir = str(tmp_path / "work")
+    auto = run_identity(LocalRunConfig(work_dir=work_dir, demo_per_class=1, epochs=args.epochs))
+    assert auto.parameters["epochs"] == 0
+    assert run_identity(LocalRunConfig(work_dir=work_dir, demo_per_class=1)).parameters["epochs"] == 15
+
+
+@pytest.mark.parametrize(
+    "command, flag, value, message",
+    [
+        (["run-local"], "--epochs", "ten", "argument --epochs: 'ten' is neither auto nor a whole number, e.g. 20"),
+        (["run-local"], "--learning-rate", "fast", "'fast' is neither auto nor a number, e.g. 0.002"),
+    ],
+)
+def test_a_number_that_may_be_auto_says_both_when_it_is_neither(tmp_path, capsys, command, flag, value, message):
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "--work-dir", str(tmp_path / "work"), flag, value])
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [("--accelerator", "v6e-8"), ("--image-registry", "europe-docker.pkg.dev/p/r"), ("--image-tag", "v2")],
+)
+def test_a_flag_for_the_docker_runner_alone_is_refused_without_it(tmp_path, flag, value):
+    """(It was taken and ignored: the steps ran in this Python, the training on no image of that target.)"""
+    with pytest.raises(UsageError) as raised:
+        main(["run-local", "--work-dir", str(tmp_path / "work"), flag, value])
+    assert str(raised.value) == f"{flag} {value} takes effect with --runner docker only: add it, or leave {flag} out"
+    assert not (tmp_path / "work").exists()
