@@ -313,6 +313,21 @@ def check_class_count(class_names, source: str) -> None:
         raise UsageError(f"data path {source} has {only}: a classifier needs at least 2 classes (one folder each)")
 
 
+def check_classes_found(listing, source: str) -> None:
+    """Each class ``--classes`` names has an example in ``listing`` (items ``(where, class index, ...)``): a class the
+    source lacks would give the model an output it never learns, and the evaluation would not bless it."""
+    from components.cli import UsageError
+
+    found = {item[1] for item in listing.items}
+    missing = [name for index, name in enumerate(listing.class_names) if index not in found]
+    if missing:
+        raise UsageError(
+            f"data path {source} has no example of {', '.join(missing)}, named in --classes: add "
+            f"{'its' if len(missing) == 1 else 'their'} examples, or leave {'it' if len(missing) == 1 else 'them'} "
+            "out of --classes"
+        )
+
+
 def small_classes(per_class: dict) -> dict:
     """{split: {class: count}} for the classes below ``SMALL_CLASS_EXAMPLES`` in a split (empty splits left out)."""
     found = {

@@ -52,7 +52,7 @@ from components.convert.staging import ReadRows, default_pipeline_args, one_loca
 from components.decoding import DEFAULT_MAX_PIXELS
 from components.imaging import AUTO_IMAGE_SIZE, image_size_mistake
 from components.params import CONVERT
-from components.schema import SPLIT_METHOD, SPLITS, check_class_count, read_stats
+from components.schema import SPLIT_METHOD, SPLITS, check_class_count, check_classes_found, read_stats
 from components.storage import check_writable
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,8 @@ def run(config: ConvertConfig) -> dict:
         return adopt(config, conversion_threads(config))
     listing = list_source(config.source, config.classes)
     check_class_count(listing.class_names, config.source)
+    if config.classes:
+        check_classes_found(listing, config.source)
     options = pipeline_options(config)
     processes = local_processes(options, config, listing)
     if processes:

@@ -53,6 +53,7 @@ from components.schema import (
     _delimited,
     _int64_feature,
     check_class_count,
+    check_classes_found,
 )
 from components.storage import check_writable, write_atomically
 from components.tokenizing import (
@@ -320,6 +321,8 @@ def run_text(config: TextConvertConfig) -> dict:
     check_writable(config.output_dir, "--output")
     listing = list_text_source(config.source, config.classes, config.text_column, config.label_column)
     check_class_count(listing.class_names, config.source)
+    if config.classes:
+        check_classes_found(listing, config.source)
     rows, unusable = unusable_said(len(listing.items), len(listing.rejected))  # (a table's rows, in every line)
     log.info(
         "found %d texts in %d classes under %s%s: %s",

@@ -968,6 +968,30 @@ def test_classes_fix_the_index_order_and_refuse_unknown_folders(tmp_path):
     assert str(raised.value) == f"data path {source} has class folders not in --classes: dog, fish"
 
 
+@pytest.mark.parametrize("modality", ["image", "text"])
+def test_a_class_named_in_classes_that_the_source_lacks_is_one_line_before_anything_is_written(tmp_path, modality):
+    """(It converted with a warning, trained an output it never saw, and was refused at the gate.)"""
+    if modality == "image":
+        source, given = write_image_folder(tmp_path / "images", per_class=2), "cat,dog,zebra,fish,yak"
+    else:
+        source, given = str(tmp_path / "texts"), "pos,neg,meh"
+        for label in ("pos", "neg"):
+            (tmp_path / "texts" / label).mkdir(parents=True)
+            (tmp_path / "texts" / label / "1.txt").write_text(f"a {label} text")
+    output = tmp_path / "out"
+    result = run_cli("components.convert", "--source", str(source), "--output", str(output), "--classes", given)
+    assert result.returncode == 2, result.stderr
+    missing = (
+        "zebra, yak, named in --classes: add their examples, or leave them"
+        if modality == "image"
+        else ("meh, named in --classes: add its examples, or leave it")
+    )
+    assert result.stderr.strip().splitlines() == [
+        f"error: data path {source} has no example of {missing} out of --classes"
+    ]
+    assert not output.exists()
+
+
 def test_missing_manifest_is_one_line_exit_2(tmp_path):
     result = run_cli("components.convert", "--source", str(tmp_path / "nope.csv"), "--output", str(tmp_path / "o"))
     assert result.returncode == 2
