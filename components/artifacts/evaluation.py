@@ -63,12 +63,14 @@ class Evaluation(Facts):
     report_screenshot: dict | None = None
 
 
-def export_anyway(model_dir: str, examples_dir: str, output: str, evaluation_dir: str) -> str:
+def export_anyway(model_dir: str, examples_dir: str, evaluation_dir: str) -> str:
     """The command that exports a model that was not blessed (the train output ``model_dir``, judged on
-    ``examples_dir`` by the evaluation in ``evaluation_dir``) into ``output``, with the evaluation's report led by
-    what the export serves."""
+    ``examples_dir`` by the evaluation in ``evaluation_dir``) into ``exported-anyway`` beside the evaluation, with its
+    report led by what the export serves: the same command in the step's log and in run-local's summary."""
+    import os
     import shlex
 
+    output = os.path.join(os.path.dirname(evaluation_dir.rstrip("/")), "exported-anyway")
     folders = (model_dir, examples_dir, output, evaluation_dir)
     return "python -m components.export --model-dir {} --examples {} --output {} --evaluation {}".format(
         *map(shlex.quote, folders)

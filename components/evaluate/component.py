@@ -90,18 +90,12 @@ def not_blessed(evaluation: Input[Artifact]) -> str:
 
     metrics = Evaluation.read(evaluation.path)
     import logging
-    import os
 
     from components.artifacts.evaluation import export_anyway
     from components.cli import start_step
 
     start_step()  # (a warning: on the terminal under run-local, in Cloud Logging on Vertex AI)
-    anyway = export_anyway(
-        metrics.model_dir,
-        metrics.examples_dir,
-        os.path.join(os.path.dirname(evaluation.path), "exported-anyway"),
-        evaluation.path,
-    )
+    anyway = export_anyway(metrics.model_dir, metrics.examples_dir, evaluation.path)
     logging.getLogger(__name__).warning(
         "NOT blessed: " + "; ".join(metrics.blessing["reasons"]) + ". Nothing was exported or registered; the "
         f"serving model stays as it was. To export this model all the same: {anyway}"

@@ -193,15 +193,8 @@ def format_summary(summary: dict, summary_path: str) -> str:
 
     counts = " / ".join(f"{split} {count}" for split, count in summary["counts"].items())
     exported = summary.get("export_json") is not None
-    work_dir = os.path.dirname(os.path.abspath(summary_path))
     evaluation_dir = os.path.dirname(summary["metrics_json"])
-    anyway = (
-        ""
-        if exported
-        else export_anyway(
-            summary["model_dir"], summary["examples_dir"], os.path.join(work_dir, "exported"), evaluation_dir
-        )
-    )
+    anyway = "" if exported else export_anyway(summary["model_dir"], summary["examples_dir"], evaluation_dir)
     not_exported = "- (not blessed: nothing exported)"
     training = summary["training"]
     crossed = summary.get("backend_parity") or {}

@@ -467,7 +467,7 @@ def test_a_run_that_is_not_blessed_succeeds_says_why_and_exports_nothing(demo_ru
     baseline takes the not-blessed branch; export never runs, and the run still succeeds."""
     _, blessed, _ = demo_run
     baseline = os.path.dirname(blessed["export_json"])
-    weak_dir, summary, result = side_runs["weak"]
+    _, summary, result = side_runs["weak"]
     assert summary["blessed"] is False
     reasons = " ".join(summary["reasons"])
     assert "is below the minimum 0.9000" in reasons and "below the baseline's" in reasons
@@ -481,10 +481,13 @@ def test_a_run_that_is_not_blessed_succeeds_says_why_and_exports_nothing(demo_ru
     # data checks say so, and compare nothing
     assert summary["data_checks"]["note"].startswith(f"the baseline {baseline} holds no data_stats.json")
     assert "not blessed, so no export" in result.stdout and "blessed        NO: " in result.stdout
-    anyway = f"python -m components.export --model-dir {summary['model_dir']} --examples {summary['examples_dir']}"
-    assert "To export this model all the same: " + anyway in result.stdout
     evaluation = os.path.dirname(summary["metrics_json"])  # the exported model gets the report, led by what it serves
-    assert f"  export anyway  {anyway} --output {weak_dir}/exported --evaluation {evaluation}\n" in result.stdout
+    anyway = (
+        f"python -m components.export --model-dir {summary['model_dir']} --examples {summary['examples_dir']} "
+        f"--output {os.path.dirname(evaluation)}/exported-anyway --evaluation {evaluation}"
+    )
+    assert "To export this model all the same: " + anyway in result.stdout  # the step's log and the summary: one
+    assert f"  export anyway  {anyway}\n" in result.stdout  # command
 
 
 def test_a_sigterm_to_run_local_stops_its_steps_and_marks_the_run_interrupted(side_runs):
