@@ -9,6 +9,7 @@ import os
 BACKUP_DIR = "backup"  # BackupAndRestore's state under the checkpoint dir
 FINE_TUNE_BACKUP_DIR = "backup_fine_tune"  # the fine-tuning phase's (components.train.transfer)
 BACKUP_METADATA = "training_metadata.json"  # BackupAndRestore's record of the epochs its backup holds
+EPOCH_LOG_FILE = "epochs.jsonl"  # each finished epoch's figures, a line each, written before its backup
 
 
 def epochs_kept(checkpoint_dir: str, backup: str | None = None) -> int:
@@ -25,3 +26,25 @@ def epochs_kept(checkpoint_dir: str, backup: str | None = None) -> int:
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return 0
+
+
+def read_epoch_log(path: str) -> list[dict]:
+    """Finished epochs in order, the latest record winning when an epoch was run twice (a kill mid-save)."""
+    if not os.path.exists(path):
+        return []
+    by_epoch = {}
+    with open(path) as handle:
+        for line in handle:
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a kill
+                by_epoch[record["epoch"]] = record
+    return [by_epoch[epoch] for epoch in sorted(by_epoch)]
+
+
+def epochs_logged(checkpoint_dir: str) -> int:
+    """The last epoch the epoch log records as finished (0: none), which may be ahead of the backup's."""
+    records = read_epoch_log(os.path.join(checkpoint_dir, EPOCH_LOG_FILE))
+    return max((int(record["epoch"]) for record in records), default=0)

@@ -38,7 +38,7 @@ class Exported(Facts):
       predictions), ``raw_files`` or ``raw_texts`` (the test split as clients send it).
     - The model it came from: ``model_digest`` (the trained weights' sha256, its identity), ``model_name``, ``model``
       (the code that built it), ``hparams``, ``trained_precision``, ``trained_backend``; ``report_html``, the
-      report beside it, where an evaluation was given.
+      report beside it, and ``blessing``, the evaluation's decision, where an evaluation was given.
 
     It reads as the mapping of its facts too (``Facts``)."""
 
@@ -71,6 +71,7 @@ class Exported(Facts):
     standardization_file: str | None = None
     raw_texts: dict | None = None
     report_html: str | None = None
+    blessing: dict | None = None
 
 
 def check_formats(formats) -> None:

@@ -61,7 +61,10 @@ def no_texts(source: str) -> str:
 
 
 def check_columns(path: str, columns: set, text_column: str, label_column: str) -> None:
-    """A one-line error naming the column missing from ``columns`` and the flag that names the right one."""
+    """A one-line error naming the column missing from ``columns`` and the flag that names the right one (or, with
+    no column at all, that the file is empty)."""
+    if not columns:
+        raise UsageError(f"data path {path} is empty: it holds no texts")
     for column, flag in ((text_column, "--text-column"), (label_column, "--label-column")):
         if column not in columns:
             have = ", ".join(sorted(columns)) or "none"

@@ -63,7 +63,7 @@ def check_evaluation(evaluation_dir: str) -> None:
 def served_report(config: ExportConfig, record: dict) -> dict:
     """With ``config.evaluation_dir``: evaluate's report, led by the served model's figure that this export measured
     (``components.artifacts.served``), written as ``report.html`` beside the export; the record's ``report_html``
-    (nothing without an evaluation)."""
+    and the evaluation's ``blessing`` (nothing without an evaluation)."""
     if not config.evaluation_dir:
         return {}
     from components.artifacts.data_statistics import test_copies
@@ -81,7 +81,7 @@ def served_report(config: ExportConfig, record: dict) -> dict:
     evaluated = read_bytes(f"{config.evaluation_dir.rstrip('/')}/{REPORT_FILE}").decode("utf-8")
     path = os.path.join(config.output_dir, REPORT_FILE)
     write_atomically(path, with_served(evaluated, facts).encode("utf-8"))
-    return {"report_html": path}
+    return {"report_html": path, "blessing": metrics.blessing}
 
 
 def build_cpu_model(model_dir: str):

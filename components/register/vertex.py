@@ -143,7 +143,7 @@ def register_version(
 
     ``judged``: ``baseline`` is the model evaluate judged the candidate against ("": none), so the registry's default
     must still be it (``FolderRegistry.check_default_is``); False for a registration by hand with no baseline."""
-    from components.artifacts.exported import check_export
+    from components.artifacts.exported import Exported, check_export
     from components.artifacts.registry import FolderRegistry, check_still_default
     from components.register.core import (
         decision,
@@ -156,11 +156,13 @@ def register_version(
         log.info("model_display_name is empty: the blessed export is not registered")
         return decision("skipped", reason="registration is off (model_display_name is empty)")
     check_export(export_uri)  # never a half-written or damaged export
-    blessing = Evaluation.read(evaluation).blessing if evaluation else {"blessed": True}
-    if not blessing["blessed"]:
+    # (an export made anyway, of a model evaluate did not bless, says so itself)
+    blessing = Evaluation.read(evaluation).blessing if evaluation else Exported.read(export_uri).blessing
+    if blessing and not blessing["blessed"]:
+        what = f"--evaluation {evaluation}" if evaluation else f"export {export_uri} was exported anyway"
         raise UsageError(
-            f"--evaluation {evaluation}: evaluate did not bless this model ({'; '.join(blessing['reasons'])}): only a "
-            "blessed export is registered"
+            f"{what}: evaluate did not bless this model ({'; '.join(blessing['reasons'])}): only a blessed export is "
+            "registered"
         )
     same = same_as_baseline(export_uri, baseline)
     if same:

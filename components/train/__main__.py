@@ -20,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a Keras model on the convert step's TFRecords on the backend that reaches the hardware "
         "(Keras on JAX on TPUs; TensorFlow or JAX on GPUs and the CPU) over every device. Vertex AI's "
         "AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR are used when the matching flag is not given. "
-        "A run killed mid-way resumes after its last finished epoch when started again with the same checkpoint dir.",
+        "A run killed mid-way resumes after its last backed-up epoch when started again with the same checkpoint dir.",
     )
     parser.add_argument("--examples", dest="examples_dir", required=True, help="the convert step's output dir")
     parser.add_argument(

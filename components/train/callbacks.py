@@ -9,14 +9,11 @@ import math
 import os
 import time
 
-from components.artifacts.checkpoints import BACKUP_DIR
+from components.artifacts.checkpoints import BACKUP_DIR, EPOCH_LOG_FILE
 from components.learning import not_learning
 from components.train.backup import backup_callback
 
 log = logging.getLogger(__name__)
-
-
-EPOCH_LOG_FILE = "epochs.jsonl"
 
 
 def epoch_line(epoch: int, epochs: int, logs: dict, seconds: float, left: float | None) -> str:
@@ -107,19 +104,3 @@ def training_callbacks(
         backup,
         EpochTensorBoard(tensorboard_dir, update_freq="epoch", write_graph=False, profile_batch=0),
     ]
-
-
-def read_epoch_log(path: str) -> list[dict]:
-    """Finished epochs in order, the latest record winning when an epoch was run twice (a kill mid-save)."""
-    if not os.path.exists(path):
-        return []
-    by_epoch = {}
-    with open(path) as handle:
-        for line in handle:
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by a kill
-                by_epoch[record["epoch"]] = record
-    return [by_epoch[epoch] for epoch in sorted(by_epoch)]

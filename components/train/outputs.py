@@ -7,7 +7,7 @@ import contextlib
 import os
 import shutil
 
-from components.artifacts.checkpoints import BACKUP_DIR, FINE_TUNE_BACKUP_DIR
+from components.artifacts.checkpoints import BACKUP_DIR, EPOCH_LOG_FILE, FINE_TUNE_BACKUP_DIR, read_epoch_log
 from components.artifacts.model import MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE, History, ModelConfig
 from components.learning import not_learning
 from components.modalities import named
@@ -15,7 +15,6 @@ from components.models import SOURCE_DIR, LoadedModel
 from components.storage import write_atomically
 from components.tokenizing import VOCABULARY_FILE, vocabulary_bytes
 from components.train import writer_lock
-from components.train.callbacks import EPOCH_LOG_FILE, read_epoch_log
 from components.train.config import TrainConfig
 from components.train.inputs import Examples, ModelCode, class_counts, reference_predictions
 from components.train.keep_best import best_folder

@@ -8,11 +8,17 @@ import math
 import os
 from dataclasses import dataclass
 
-from components.artifacts.checkpoints import BACKUP_DIR, FINE_TUNE_BACKUP_DIR, epochs_kept
+from components.artifacts.checkpoints import (
+    BACKUP_DIR,
+    EPOCH_LOG_FILE,
+    FINE_TUNE_BACKUP_DIR,
+    epochs_kept,
+    read_epoch_log,
+)
 from components.learning import what_to_try
 from components.modalities import named
 from components.models import BACKBONES, backbone_of, parse_ref
-from components.train.callbacks import EPOCH_LOG_FILE, learning_watch, read_epoch_log, training_callbacks
+from components.train.callbacks import learning_watch, training_callbacks
 from components.train.config import OutputDirs, TrainConfig
 from components.train.inputs import Examples, ModelCode, class_counts
 from components.train.keep_best import auto_patience, best_folder, keep_best_callback

@@ -125,20 +125,16 @@ def add_run_flags(local_cmd) -> None:
     )
     local_cmd.add_argument(
         "--image-registry",
-        default=DEFAULT_REGISTRY,
-        help="with --runner docker: registry of the step images (default %(default)s)",
+        help=f"with --runner docker: registry of the step images (default {DEFAULT_REGISTRY})",
     )
-    local_cmd.add_argument(
-        "--image-tag", default=DEFAULT_TAG, help="with --runner docker: tag of the step images (default %(default)s)"
-    )
+    local_cmd.add_argument("--image-tag", help=f"with --runner docker: tag of the step images (default {DEFAULT_TAG})")
     local_cmd.add_argument(
         "--accelerator",
-        default=DEFAULT_ACCELERATOR,
         choices=ACCELERATORS,
         metavar="TARGET",
         help="with --runner docker: train in the image this compile target's training job runs in, as a plain "
-        "container on this machine (default %(default)s, pipeline.yaml's: the TPU trainer, which trains on the CPU "
-        "here)",
+        f"container on this machine (default {DEFAULT_ACCELERATOR}, pipeline.yaml's: the TPU trainer, which trains on "
+        "the CPU here)",
     )
     local_cmd.add_argument(
         "--screenshot",
@@ -151,7 +147,7 @@ def add_run_flags(local_cmd) -> None:
         dest="resume",
         action="store_false",
         help="start a new run even when the run interrupted in --work-dir (Ctrl-C, SIGTERM) had the same parameters "
-        "and data; by default that run goes on: its finished steps reused, training from its last finished epoch",
+        "and data; by default that run goes on: its finished steps reused, training from its last backup",
     )
     for name in ("validation_fraction", "test_fraction", "max_bad_fraction"):
         local_cmd.add_argument(
@@ -221,12 +217,12 @@ def check(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> None:
         raise UsageError(f"--tune {args.tune_trials}: give a number of trials (0: no search)")
     if args.runner != "docker":  # (the steps run in this Python: there is no image to take them from)
         given = {
-            "--accelerator": (args.accelerator, DEFAULT_ACCELERATOR),
-            "--image-registry": (args.image_registry, DEFAULT_REGISTRY),
-            "--image-tag": (args.image_tag, DEFAULT_TAG),
+            "--accelerator": args.accelerator,
+            "--image-registry": args.image_registry,
+            "--image-tag": args.image_tag,
         }
-        for flag, (value, default) in given.items():
-            if value != default:
+        for flag, value in given.items():
+            if value is not None:
                 raise UsageError(f"{flag} {value} takes effect with --runner docker only: add it, or leave {flag} out")
     if args.demo_per_class is not None and args.demo_per_class < 1:  # never 0 for "the default"
         raise UsageError(
@@ -276,8 +272,8 @@ def run(args: argparse.Namespace, chosen: argparse.ArgumentParser) -> int:
             verbose=args.verbose,
             resume=args.resume,
             runner=args.runner,
-            images=Images(registry=args.image_registry, tag=args.image_tag),
-            accelerator=args.accelerator,
+            images=Images(registry=args.image_registry or DEFAULT_REGISTRY, tag=args.image_tag or DEFAULT_TAG),
+            accelerator=args.accelerator or DEFAULT_ACCELERATOR,
             screenshot=args.screenshot,
         )
     )

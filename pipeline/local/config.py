@@ -42,7 +42,7 @@ class LocalRunConfig:
         verbose: everything the orchestrator and the steps print goes to the terminal too, not only to
             ``<work_dir>/run.log`` (which always has it).
         resume: continue the run interrupted in ``work_dir`` (Ctrl-C, SIGTERM) when it had the same parameters and
-            data: the same run id, its finished steps reused, training from its last finished epoch
+            data: the same run id, its finished steps reused, training from its last backup
             (``pipeline.local.resume``); False starts over.
         runner: ``subprocess`` (kfp.local's SubprocessRunner: the steps in this Python) or ``docker``
             (DockerRunner: each step in the image the DAG gives it, ``images``, as the invoking user).

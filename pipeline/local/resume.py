@@ -4,7 +4,7 @@ While ``run-local`` runs, ``<work_dir>/run-state.json`` names the run (its id, t
 its process). Ctrl-C or a SIGTERM stops the steps, marks the run ``interrupted`` there and in ``summary.json``, and
 keeps ``<work_dir>/resume/<run id>/``: the cache of the steps that finished and the training checkpoints
 (``AIP_CHECKPOINT_DIR``, as a Vertex AI custom job gets it). The same command run again continues that run, as Vertex
-AI resumes a failed pipeline run: the same run id, the finished steps reused, training from its last finished epoch.
+AI resumes a failed pipeline run: the same run id, the finished steps reused, training from its last backup.
 Other parameters or other data start a new run; so does ``--no-resume``.
 """
 
@@ -182,7 +182,7 @@ def begin(work_dir: str, key: str, run_name: str, resume: bool) -> tuple[RunStat
     previous = check_free(work_dir)
     decision = decide(previous, key, resume, previous_alive=False)  # (checked just now)
     if decision.action == "resume":
-        training = " and training goes on from its last finished epoch" if previous.step == "train" else ""
+        training = " and training goes on from its last backup" if previous.step == "train" else ""
         log.info("%s: its finished steps are reused%s (--no-resume starts over)", decision.why, training)
         state = replace(
             previous,

@@ -74,14 +74,25 @@ def step_outcome(path: str, run_dir: str, interrupted_dirs: tuple[str, ...]) -> 
 
 
 def epochs_done(checkpoints: str, parameters: dict, spec: dict) -> str:
-    """ " (after epoch N of M)" when training was interrupted with N epochs kept in its checkpoints, else ""."""
-    from components.artifacts.checkpoints import epochs_kept
+    """ " (after epoch N of M)" when training was interrupted with N epochs finished, and where the same command
+    resumes when its last backup is older (backups are taken every --backup-interval); else ""."""
+    from components.artifacts.checkpoints import epochs_kept, epochs_logged
 
-    done = epochs_kept(checkpoints)  # (a backbone's fine-tuning counts on from its head's epochs)
+    backed_up = epochs_kept(checkpoints)  # (a backbone's fine-tuning counts on from its head's epochs)
+    done = max(epochs_logged(checkpoints), backed_up)
     total = int(parameter_used("epochs", spec, parameters))  # 0: auto, which the train step resolves
     if total and done > total:
         total += int(parameter_used("fine_tune_epochs", spec, parameters))
-    return (f" (after epoch {done} of {total})" if total else f" (after epoch {done})") if done else ""
+    if not done:
+        return ""
+    said = f"after epoch {done} of {total}" if total else f"after epoch {done}"
+    if backed_up < done:
+        said += (
+            f"; it resumes after epoch {backed_up}, its last backup"
+            if backed_up
+            else "; no backup yet: training starts over"
+        )
+    return f" ({said})"
 
 
 def registry_outcome(registry: str, outputs) -> dict:

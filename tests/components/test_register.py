@@ -231,6 +231,17 @@ def test_a_version_keeps_its_evaluation_and_the_command_line_passes_it(tmp_path,
         "export is registered"
     )
     assert [v.number for v in FolderRegistry(str(tmp_path / "registry")).versions()] == [1]
+    # so is one exported anyway, without --evaluation: its export.json keeps the evaluation's decision
+    anyway = tmp_path / "exported-anyway"
+    anyway.mkdir()
+    record_export(anyway, blessing=unblessed)
+    with pytest.raises(UsageError) as raised:
+        main(["add", "--registry", registry, "--export", str(anyway)])
+    assert str(raised.value) == (
+        f"export {anyway} was exported anyway: evaluate did not bless this model (accuracy 0.50 < 0.75): only a "
+        "blessed export is registered"
+    )
+    assert [v.number for v in FolderRegistry(str(tmp_path / "registry")).versions()] == [1]
     (evaluation / "metrics.json").unlink()
     other = FolderRegistry(str(tmp_path / "other"))
     with pytest.raises(UsageError, match=f"^evaluation {evaluation} has no metrics.json: pass the evaluate step"):

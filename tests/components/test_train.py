@@ -15,14 +15,13 @@ import time
 
 import pytest
 
-from components.artifacts.checkpoints import BACKUP_DIR, epochs_kept
+from components.artifacts.checkpoints import BACKUP_DIR, EPOCH_LOG_FILE, epochs_kept, read_epoch_log
 from components.artifacts.examples import make_dataset
 from components.artifacts.records import STATS
 from components.cli import UsageError
 from components.modalities import reading_of
 from components.models import DEFAULT_MODELS, ModelSpec, build_model
 from components.train.backup import settle_backup
-from components.train.callbacks import EPOCH_LOG_FILE, read_epoch_log
 from components.train.config import TrainConfig, resolve_output_dirs
 from components.train.core import run
 from components.train.inputs import round_up_batch, validation_batching

@@ -493,7 +493,12 @@ def test_a_number_that_may_be_auto_says_both_when_it_is_neither(tmp_path, capsys
 
 @pytest.mark.parametrize(
     "flag, value",
-    [("--accelerator", "v6e-8"), ("--image-registry", "europe-docker.pkg.dev/p/r"), ("--image-tag", "v2")],
+    [
+        ("--accelerator", "v6e-8"),
+        ("--accelerator", "v5e-4"),  # (the default, typed)
+        ("--image-registry", "europe-docker.pkg.dev/p/r"),
+        ("--image-tag", "v2"),
+    ],
 )
 def test_a_flag_for_the_docker_runner_alone_is_refused_without_it(tmp_path, flag, value):
     """(It was taken and ignored: the steps ran in this Python, the training on no image of that target.)"""

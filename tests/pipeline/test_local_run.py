@@ -152,11 +152,18 @@ def demo_run(interrupted_demo_run):
 
 
 def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_go_on(interrupted_demo_run):
-    _, summary, stopped, _ = interrupted_demo_run
+    work_dir, summary, stopped, _ = interrupted_demo_run
     assert stopped.returncode == 130, stopped.stderr[-3000:]
     last = stopped.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: interrupted during train (after epoch ")
-    assert last.endswith(" of 15): run the same command again to resume it, or add --no-resume to start over")
+    said = re.fullmatch(
+        r"error: interrupted during train \(after epoch (\d+) of 15(; it resumes after epoch (\d+), its last backup)?\)"
+        ": run the same command again to resume it, or add --no-resume to start over",
+        last,
+    )
+    assert said, last
+    with open(work_dir / "summary.json") as handle:  # (the resumed run's): it went on where the line said, or from
+        resumed_after = json.load(handle)["training"]["resumed_after_epoch"]  # a backup the dying step finished
+    assert int(said.group(3) or said.group(1)) <= resumed_after <= int(said.group(1))
     assert "Traceback" not in stopped.stderr + stopped.stdout
     assert (summary["status"], summary["step"]) == ("interrupted", "train")
 
@@ -208,7 +215,10 @@ def test_summary_points_at_real_artifacts(demo_run):
     with open(summary["metrics_json"]) as handle:
         assert json.load(handle)["accuracy"] == summary["test_accuracy"]
     with open(summary["export_json"]) as handle:
-        agreement = json.load(handle)["parity"]["argmax_agreement"]
+        exported = json.load(handle)
+    agreement = exported["parity"]["argmax_agreement"]
+    with open(summary["metrics_json"]) as handle:  # the export keeps the decision of the evaluation it was given
+        assert exported["blessing"] == json.load(handle)["blessing"] and exported["blessing"]["blessed"]
     assert agreement == summary["export_agreement"]
     assert agreement >= demo_export_agreement_floor(summary["training"]["precision"])
     assert summary["examples_dir"].startswith(str(work_dir))

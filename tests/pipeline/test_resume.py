@@ -126,7 +126,7 @@ def test_a_resumed_run_says_training_goes_on_only_when_it_stopped_in_training(tm
     interrupted(work_dir, first, step, [])
     caplog.set_level("INFO", logger="pipeline.local.resume")
     begin(work_dir, KEY, "run-a", resume=True)
-    goes_on = " and training goes on from its last finished epoch" if step == "train" else ""
+    goes_on = " and training goes on from its last backup" if step == "train" else ""
     assert [r.getMessage() for r in caplog.records if r.name == "pipeline.local.resume"] == [
         f"resuming run-a, interrupted during {step} (started {first.started}): its finished steps are reused"
         f"{goes_on} (--no-resume starts over)"

@@ -73,3 +73,29 @@ def test_the_data_checks_line_counts_the_skipped_checks_apart_from_the_passed():
         ("data checks", "15 checks, 1 to read, 2 skipped (first version)  d.json"),
         ("", "warn: class mix moved"),
     ]
+
+
+def test_an_interruption_names_the_last_finished_epoch_and_where_a_rerun_resumes(tmp_path):
+    """Backups are taken every --backup-interval, so the epoch log may run ahead of the last backup: the line names
+    both (it said "after epoch 1" when epoch 3 had finished, and the rerun trained epochs 2 and 3 again)."""
+    import json
+
+    from components.artifacts.checkpoints import BACKUP_DIR, BACKUP_METADATA, EPOCH_LOG_FILE
+    from pipeline.local.summary import epochs_done
+
+    spec = {"root": {"inputDefinitions": {"parameters": {"epochs": {}, "fine_tune_epochs": {}}}}}
+
+    def said(logged: int, backed_up: int | None) -> str:
+        checkpoints = tmp_path / f"{logged}-{backed_up}"
+        checkpoints.mkdir()
+        lines = [json.dumps({"epoch": epoch, "loss": 1.0 / epoch}) for epoch in range(1, logged + 1)]
+        (checkpoints / EPOCH_LOG_FILE).write_text("".join(line + "\n" for line in lines))
+        if backed_up is not None:
+            (checkpoints / BACKUP_DIR).mkdir()
+            (checkpoints / BACKUP_DIR / BACKUP_METADATA).write_text(json.dumps({"epoch": backed_up}))
+        return epochs_done(str(checkpoints), {"epochs": 15}, spec)
+
+    assert said(3, 1) == " (after epoch 3 of 15; it resumes after epoch 1, its last backup)"
+    assert said(3, 3) == " (after epoch 3 of 15)"
+    assert said(2, None) == " (after epoch 2 of 15; no backup yet: training starts over)"
+    assert said(0, None) == ""
