@@ -19,6 +19,8 @@ FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WEBP", "MPO")
 # and batch-predict send of one
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 IMAGE_FILES = f"images are JPEG, PNG, GIF, BMP or WebP files ({', '.join(IMAGE_SUFFIXES)})"
+# the quarantine record of a file an image folder holds that is named as no image (notes.txt): left out, not a bad image
+NO_IMAGE = f"not an image file: left out ({IMAGE_FILES})"
 
 
 class UnusableImageError(ValueError):

@@ -27,15 +27,22 @@ def unknown_flag(parser: argparse.ArgumentParser, args: list[str]) -> None:
     named in ``args`` knows: ``unknown option --epoch, did you mean --epochs?``."""
     import difflib
 
-    known = [option for action in parser._actions for option in action.option_strings]
+    actions = {option: action for action in parser._actions for option in action.option_strings}
+    known = list(actions)
     commands = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+    value_next = False  # (the token after an option that takes a value is that value: --text "--- a review")
     for at, arg in enumerate(args):
+        if value_next:
+            value_next = False
+            continue
         if arg == "--":
             return
         if arg in commands:
             return unknown_flag(commands[arg], args[at + 1 :])
         name = arg.split("=", 1)[0]
-        if name.startswith("--") and name not in known:
+        if name in actions:
+            value_next = "=" not in arg and actions[name].nargs != 0
+        elif name.startswith("--") and " " not in arg:  # (argparse too reads a token with a space as a value)
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
             parser.error(f"unknown option {name}" + (f", did you mean {close[0]}?" if close else ": see --help"))
 

@@ -9,6 +9,7 @@ import os
 BACKUP_DIR = "backup"  # BackupAndRestore's state under the checkpoint dir
 FINE_TUNE_BACKUP_DIR = "backup_fine_tune"  # the fine-tuning phase's (components.train.transfer)
 BACKUP_METADATA = "training_metadata.json"  # BackupAndRestore's record of the epochs its backup holds
+HEAD_WEIGHTS = "head.weights.h5"  # the model after the head phase, under the checkpoint dir: phase 2 starts from it
 EPOCH_LOG_FILE = "epochs.jsonl"  # each finished epoch's figures, a line each, written before its backup
 
 
@@ -48,3 +49,13 @@ def epochs_logged(checkpoint_dir: str) -> int:
     """The last epoch the epoch log records as finished (0: none), which may be ahead of the backup's."""
     records = read_epoch_log(os.path.join(checkpoint_dir, EPOCH_LOG_FILE))
     return max((int(record["epoch"]) for record in records), default=0)
+
+
+def trim_epoch_log(path: str, last_epoch: int) -> None:
+    """Drops the epoch log's records of the epochs after ``last_epoch``, where a restart resumes: an earlier attempt
+    ran them past its last backup, and they run again."""
+    records = read_epoch_log(path)
+    if any(record["epoch"] > last_epoch for record in records):
+        with open(path + ".tmp", "w") as handle:
+            handle.writelines(json.dumps(record) + "\n" for record in records if record["epoch"] <= last_epoch)
+        os.replace(path + ".tmp", path)

@@ -187,8 +187,12 @@ def check_counts(new: dict, base: dict, limits: dict) -> dict:
 
 
 def quarantine_rate(statistics: dict) -> float:
-    items = statistics["num_examples"] + statistics["quarantined"] + statistics.get("duplicates", 0)
-    return statistics["quarantined"] / items if items else 0.0
+    """The share of the items quarantined, the files an image folder holds that are named as no image aside."""
+    from components.decoding import NO_IMAGE
+
+    quarantined = statistics["quarantined"] - statistics.get("quarantine_reasons", {}).get(NO_IMAGE.split(":")[0], 0)
+    items = statistics["num_examples"] + quarantined + statistics.get("duplicates", 0)
+    return quarantined / items if items else 0.0
 
 
 def check_quarantine(new: dict, base: dict, limits: dict) -> dict:

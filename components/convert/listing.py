@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from components.cli import UsageError, one_line
-from components.decoding import IMAGE_FILES, IMAGE_SUFFIXES
+from components.decoding import IMAGE_FILES, IMAGE_SUFFIXES, NO_IMAGE
 from components.params import CONVERT, TEXT
 from components.schema import MODALITIES
 from components.storage import find, iter_match, match, open_read, read_bytes
@@ -77,15 +77,19 @@ def iter_visible(pattern: str):
 
 
 IMAGE_TYPES = mimetypes.MimeTypes()  # Python's own table, not the host's /etc/mime.types: the same on every host
-NO_IMAGE = f"not an image file: left out ({IMAGE_FILES})"
+
+
+NO_IMAGE_SUFFIXES = (".db", ".ini")  # (Windows' Thumbs.db and desktop.ini, which Python's table does not know)
 
 
 def named_no_image(path: str) -> bool:
-    """Whether a file's name says it is no image: a suffix (notes.txt, Thumbs.db) of no image type. A name without
-    one, or with another image type's (.heic, .tif), may be an image: the conversion reads it to know."""
+    """Whether a file's name says it is no image: a suffix Python's table knows as another type (notes.txt,
+    labels.csv), or Windows' Thumbs.db and desktop.ini. A name without a suffix, with an image type's (.heic, .tif)
+    or with one the table does not know (.jfif, .jpg_large, .apng) may be an image: the conversion reads it to
+    know."""
     suffix = os.path.splitext(path.rsplit("/", 1)[-1])[1].lower()
-    kind = IMAGE_TYPES.guess_type("x" + suffix, strict=False)[0] or ""
-    return suffix[1:2].isalpha() and suffix not in IMAGE_SUFFIXES and not kind.startswith("image/")
+    kind = IMAGE_TYPES.guess_type("x" + suffix, strict=False)[0]
+    return suffix in NO_IMAGE_SUFFIXES or (kind is not None and not kind.startswith("image/"))
 
 
 @dataclass(frozen=True)

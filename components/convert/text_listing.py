@@ -62,9 +62,12 @@ def no_texts(source: str) -> str:
 
 def check_columns(path: str, columns: set, text_column: str, label_column: str) -> None:
     """A one-line error naming the column missing from ``columns`` and the flag that names the right one (or, with
-    no column at all, that the file is empty)."""
-    if not columns:
-        raise UsageError(f"data path {path} is empty: it holds no texts")
+    no column at all, what the file must hold)."""
+    if not columns:  # (an empty file, a JSON array, a blank first line)
+        raise UsageError(
+            f"data path {path} has no columns: it holds no texts as a JSON object a line (.jsonl) or rows under a "
+            f"header (.csv) naming {text_column} and {label_column}"
+        )
     for column, flag in ((text_column, "--text-column"), (label_column, "--label-column")):
         if column not in columns:
             have = ", ".join(sorted(columns)) or "none"

@@ -28,6 +28,7 @@ import os
 import time
 from collections.abc import Mapping
 
+from components.artifacts.checkpoints import HEAD_WEIGHTS
 from components.artifacts.examples import damaged_shards_named
 from components.artifacts.model import ModelConfig
 from components.cli import UsageError
@@ -57,7 +58,7 @@ from components.train.phases import (
     training_phases,
     transfer_facts,
 )
-from components.train.transfer import HEAD_WEIGHTS, resolve_weights_choice, weights_file
+from components.train.transfer import resolve_weights_choice, weights_file
 
 log = logging.getLogger(__name__)
 

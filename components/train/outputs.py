@@ -7,7 +7,13 @@ import contextlib
 import os
 import shutil
 
-from components.artifacts.checkpoints import BACKUP_DIR, EPOCH_LOG_FILE, FINE_TUNE_BACKUP_DIR, read_epoch_log
+from components.artifacts.checkpoints import (
+    BACKUP_DIR,
+    EPOCH_LOG_FILE,
+    FINE_TUNE_BACKUP_DIR,
+    HEAD_WEIGHTS,
+    read_epoch_log,
+)
 from components.artifacts.model import MODEL_FILE, REFERENCE_FILE, WEIGHTS_FILE, History, ModelConfig
 from components.learning import not_learning
 from components.modalities import named
@@ -18,7 +24,6 @@ from components.train import writer_lock
 from components.train.config import TrainConfig
 from components.train.inputs import Examples, ModelCode, class_counts, reference_predictions
 from components.train.keep_best import best_folder
-from components.train.transfer import HEAD_WEIGHTS
 
 
 def distribution_facts(model, placement, batch_shape: tuple[int, ...]) -> dict:

@@ -12,8 +12,10 @@ from components.artifacts.checkpoints import (
     BACKUP_DIR,
     EPOCH_LOG_FILE,
     FINE_TUNE_BACKUP_DIR,
+    HEAD_WEIGHTS,
     epochs_kept,
     read_epoch_log,
+    trim_epoch_log,
 )
 from components.learning import what_to_try
 from components.modalities import named
@@ -22,7 +24,7 @@ from components.train.callbacks import learning_watch, training_callbacks
 from components.train.config import OutputDirs, TrainConfig
 from components.train.inputs import Examples, ModelCode, class_counts
 from components.train.keep_best import auto_patience, best_folder, keep_best_callback
-from components.train.transfer import HEAD_WEIGHTS, freeze_backbone, load_backbone_weights, unfreeze_top
+from components.train.transfer import freeze_backbone, load_backbone_weights, unfreeze_top
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +193,7 @@ def resume_and_watch(config: TrainConfig, examples: Examples, dirs, placement, p
         os.makedirs(dirs.checkpoint_dir, exist_ok=True)
         if not phase.first and not os.path.isdir(backup_dir) and os.path.exists(epoch_log):
             os.remove(epoch_log)  # a log without its backup belongs to a finished run
+        trim_epoch_log(epoch_log, finished_before)  # (an earlier attempt's epochs past its backup run again)
     callbacks = training_callbacks(
         dirs.checkpoint_dir, dirs.tensorboard_dir, placement, config.backup_interval, phase.backup, total_epochs
     )

@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_WEIGHTS = {True: "imagenet", False: "none"}  # auto: by whether the model has a pretrained backbone
 WEIGHTS_CACHE_FOLDER = "keras-weights"  # in the pipeline root's bucket
-HEAD_WEIGHTS = "head.weights.h5"  # the model after the head phase, under the checkpoint dir: phase 2 starts from it
 
 
 def weights_cache_for(model_uri: str) -> str:

@@ -76,11 +76,14 @@ def step_outcome(path: str, run_dir: str, interrupted_dirs: tuple[str, ...]) -> 
 def epochs_done(checkpoints: str, parameters: dict, spec: dict) -> str:
     """ " (after epoch N of M)" when training was interrupted with N epochs finished, and where the same command
     resumes when its last backup is older (backups are taken every --backup-interval); else ""."""
-    from components.artifacts.checkpoints import epochs_kept, epochs_logged
+    from components.artifacts.checkpoints import HEAD_WEIGHTS, epochs_kept, epochs_logged
+    from components.params import AUTO_TRAINING
 
     backed_up = epochs_kept(checkpoints)  # (a backbone's fine-tuning counts on from its head's epochs)
-    done = max(epochs_logged(checkpoints), backed_up)
     total = int(parameter_used("epochs", spec, parameters))  # 0: auto, which the train step resolves
+    if os.path.exists(os.path.join(checkpoints, HEAD_WEIGHTS)):  # a backbone's head kept: fine-tuning goes on from it
+        backed_up = max(backed_up, total or AUTO_TRAINING["text model or pretrained head"]["epochs"])
+    done = max(epochs_logged(checkpoints), backed_up)
     if total and done > total:
         total += int(parameter_used("fine_tune_epochs", spec, parameters))
     if not done:

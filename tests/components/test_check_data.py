@@ -1178,6 +1178,11 @@ def test_the_examples_row_and_the_quarantine_rate_by_hand():
     assert quarantine_rate({"num_examples": 90, "quarantined": 5, "duplicates": 5}) == 0.05
     assert quarantine_rate({"num_examples": 95, "quarantined": 5}) == 0.05  # (older statistics: no duplicates)
     assert quarantine_rate({"num_examples": 0, "quarantined": 0, "duplicates": 0}) == 0.0
+    # a folder's notes.txt, left out by the conversion and not counted against it, is no bad image here either
+    left_out = {"not an image file": 1, "undecodable": 1}
+    assert quarantine_rate({"num_examples": 98, "quarantined": 2, "duplicates": 0, "quarantine_reasons": left_out}) == (
+        1 / 99
+    )
     # 1 quarantined of 7 items; the baseline's 10 of 610, doubled: 0.0328
     new = {**version(BALANCED)[0], "num_examples": 6, "quarantined": 1}
     row = next(

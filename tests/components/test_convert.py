@@ -856,6 +856,7 @@ def test_an_image_folder_is_listed_file_by_file_under_its_class_and_each_wrong_l
         ("cat/a.jpg", 3),
         ("cat/notes.txt", 2),
         ("dog/Thumbs.db", 4),
+        ("dog/c.jfif", 6),  # (a JPEG, as browsers save some: a suffix Python's table does not know is read)
         ("cat/.DS_Store", 7),
         (".thumbnails/x.jpg", 11),
         ("dog/X", 1),
@@ -866,12 +867,17 @@ def test_an_image_folder_is_listed_file_by_file_under_its_class_and_each_wrong_l
     assert listing.class_names == ("cat", "dog")
     # a file that may be an image is an item (by its content: a name without a suffix too); one whose suffix names
     # another type is left out, recorded
-    assert listing.items == ((f"{root}/cat/a.jpg", 0, ""), (f"{root}/dog/X", 1, ""), (f"{root}/dog/b.jpg", 1, ""))
+    assert listing.items == (
+        (f"{root}/cat/a.jpg", 0, ""),
+        (f"{root}/dog/X", 1, ""),
+        (f"{root}/dog/b.jpg", 1, ""),
+        (f"{root}/dog/c.jfif", 1, ""),
+    )
     assert listing.others == (
         {"path": f"{root}/cat/notes.txt", "reason": f"not an image file: left out ({IMAGE_FILES})"},
         {"path": f"{root}/dog/Thumbs.db", "reason": f"not an image file: left out ({IMAGE_FILES})"},
     )
-    assert listing.total_bytes == 3 + 1 + 5 and re.fullmatch("[0-9a-f]{64}", listing.fingerprint)
+    assert listing.total_bytes == 3 + 1 + 5 + 6 and re.fullmatch("[0-9a-f]{64}", listing.fingerprint)
     (tmp_path / "flat").mkdir()
     (tmp_path / "flat" / "a.jpg").write_bytes(b"x")
     (tmp_path / "empty").mkdir()

@@ -227,7 +227,10 @@ def test_a_csv_with_modality_text_and_a_jsonl_found_by_its_suffix(tmp_path, capl
             lambda p: [write(f"{p}/one/{n}.txt", f"text {n}".encode()) for n in range(3)],
             "has one class (one): a classifier needs at least 2 classes",
         ),
-        (lambda p: write(f"{p}/r.jsonl", b""), "is empty: it holds no texts"),  # (not: has no column 'text')
+        *(  # (not: has no column 'text')
+            (lambda p, held=held: write(f"{p}/r.jsonl", held), "has no columns: it holds no texts as a JSON object")
+            for held in (b"", b'[{"text": "good", "label": "pos"}]\n')
+        ),
     ],
 )
 def test_bad_sources_are_one_line_errors(tmp_path, setup, message):

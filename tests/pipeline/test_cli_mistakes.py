@@ -506,3 +506,11 @@ def test_a_flag_for_the_docker_runner_alone_is_refused_without_it(tmp_path, flag
         main(["run-local", "--work-dir", str(tmp_path / "work"), flag, value])
     assert str(raised.value) == f"{flag} {value} takes effect with --runner docker only: add it, or leave {flag} out"
     assert not (tmp_path / "work").exists()
+
+
+def test_a_value_that_begins_with_dashes_is_a_value_not_an_unknown_flag():
+    """(``--text "--- what a film"`` was refused as an unknown option.)"""
+    from pipeline.__main__ import parse
+
+    args, _ = parse(["predict", "--model", "m", "--text", "--- what a film, really", "--text", "--x=1 y"])
+    assert args.text == ["--- what a film, really", "--x=1 y"]

@@ -99,3 +99,29 @@ def test_an_interruption_names_the_last_finished_epoch_and_where_a_rerun_resumes
     assert said(3, 3) == " (after epoch 3 of 15)"
     assert said(2, None) == " (after epoch 2 of 15; no backup yet: training starts over)"
     assert said(0, None) == ""
+    # a restart drops the epochs an earlier attempt ran past its backup (they run again): stopped in epoch 4, the
+    # second attempt has finished epoch 3, not the first attempt's 5
+    from components.artifacts.checkpoints import read_epoch_log, trim_epoch_log
+
+    resumed = tmp_path / "5-3"
+    said(5, 3)
+    trim_epoch_log(str(resumed / EPOCH_LOG_FILE), 3)
+    assert [record["epoch"] for record in read_epoch_log(str(resumed / EPOCH_LOG_FILE))] == [1, 2, 3]
+    assert epochs_done(str(resumed), {"epochs": 15}, spec) == " (after epoch 3 of 15)"
+
+
+def test_an_interrupted_fine_tuning_resumes_from_the_kept_head_when_its_backup_is_older(tmp_path):
+    """A backbone's head kept (head.weights.h5): fine-tuning goes on from the head's last epoch, whatever the head's
+    last backup held."""
+    import json
+
+    from components.artifacts.checkpoints import BACKUP_DIR, BACKUP_METADATA, EPOCH_LOG_FILE, HEAD_WEIGHTS
+    from pipeline.local.summary import epochs_done
+
+    spec = {"root": {"inputDefinitions": {"parameters": {"epochs": {}, "fine_tune_epochs": {}}}}}
+    (tmp_path / BACKUP_DIR).mkdir()
+    (tmp_path / BACKUP_DIR / BACKUP_METADATA).write_text(json.dumps({"epoch": 18}))  # the head's, older
+    (tmp_path / HEAD_WEIGHTS).write_bytes(b"weights")
+    (tmp_path / EPOCH_LOG_FILE).write_text("".join(json.dumps({"epoch": n}) + "\n" for n in range(1, 23)))
+    said = epochs_done(str(tmp_path), {"epochs": 20, "fine_tune_epochs": 10}, spec)
+    assert said == " (after epoch 22 of 30; it resumes after epoch 20, its last backup)"
