@@ -74,6 +74,14 @@ class Exported(Facts):
     blessing: dict | None = None
 
 
+def unblessed_reasons(export_dir: str) -> list[str] | None:
+    """Why evaluate did not bless the model of the export in ``export_dir``, where it was exported anyway (its
+    ``export.json`` keeps the evaluation's ``blessing``); None for a blessed export, one made without an evaluation,
+    or a folder without ``export.json``."""
+    blessing = (EXPORT.read_any(export_dir, missing_ok=True) or {}).get("blessing")
+    return None if not blessing or blessing.get("blessed") else list(blessing.get("reasons", []))
+
+
 def check_formats(formats) -> None:
     """A one-line error where ``formats`` (``--formats``) names a format there is not, or leaves out the
     SavedModel."""

@@ -749,6 +749,22 @@ def test_register_uploads_a_new_version_of_the_parent_model(vertex, caplog):
     assert f"registered {name} version 1" in out and f"registered {name} version 2" in out
 
 
+def test_register_refuses_an_export_made_anyway(vertex, gcs):
+    """(The raw upload took a SavedModel whose model evaluate did not bless, and made it the default version.)"""
+    export = upload_export(gcs, "root/run-1/exported-anyway", "b" * 64)
+    record = json.loads(gcs.blob("root/run-1/exported-anyway/export.json").download_as_bytes())
+    unblessed = {"blessed": False, "reasons": ["test accuracy 0.5 is below the minimum 0.9"]}
+    gcs.blob("root/run-1/exported-anyway/export.json").upload_from_string(json.dumps({**record, "blessing": unblessed}))
+    model = f"{export}/saved_model"
+    with pytest.raises(UsageError) as raised:
+        main(["register", *vertex.args, "--model", model, "--display-name", "flowers"])
+    assert str(raised.value) == (
+        f"--model {model} was exported anyway: evaluate did not bless this model (test accuracy 0.5 is below the "
+        "minimum 0.9): only a blessed export is registered"
+    )
+    assert vertex.models == {} and not vertex.bodies("POST", "/models:upload")
+
+
 def test_register_needs_a_cloud_storage_model(vertex):
     with pytest.raises(UsageError, match="model /tmp/x must be a gs:// folder"):
         main(["register", *vertex.args, "--model", "/tmp/x"])
