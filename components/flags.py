@@ -114,7 +114,7 @@ def add_param(parser, params: dict, name: str, listed=(), **extra) -> None:
         parser.add_argument(flag_of(name, params), action="store_true", **options)
         return
     kind = options.pop("type", type(param.default))
-    if param.shown == "auto" and kind in (int, float):  # the help's "auto" is a value users may type too
-        kind = auto_or(kind, param.default)
+    if param.auto_number() is not None and kind in (int, float):  # the help's "auto" is a value users may type too
+        kind = auto_or(kind, param.auto_number())
     default = list(param.default) if options.get("action") == "append" else param.default  # (repeated: a list)
     parser.add_argument(flag_of(name, params), type=kind, default=default, **options)

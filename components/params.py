@@ -28,6 +28,10 @@ class Param:
     flag: str = ""
     shown: str = ""  # the default as users write it, where that is not the value (image_size 0: auto)
 
+    def auto_number(self) -> int | float | None:
+        """The number that stands for ``auto``, where the help offers auto for a number (``epochs``: 0); else None."""
+        return self.default if self.shown == "auto" and type(self.default) in (int, float) else None
+
     def help_with_default(self) -> str:
         shown = self.shown or (self.default if self.default not in ("", [], ()) else "none")
         return f"{self.help} (default {shown})"
@@ -42,11 +46,8 @@ def flag_of(name: str, params: dict[str, Param]) -> str:
 def auto_value(name: str) -> int | float | None:
     """The number that stands for ``auto`` in step parameter ``name`` (``epochs``: 0), where its help offers auto
     for a number; else None."""
-    for table in (CONVERT, TEXT, TRAIN, TUNE, EVALUATE, EXPORT, CHECK_DATA):
-        param = table.get(name)
-        if param is not None and param.shown == "auto" and type(param.default) in (int, float):
-            return param.default
-    return None
+    found = [table[name] for table in (CONVERT, TEXT, TRAIN, TUNE, EVALUATE, EXPORT, CHECK_DATA) if name in table]
+    return found[0].auto_number() if found else None
 
 
 def defaults(params: dict[str, Param]) -> dict[str, Any]:

@@ -29,6 +29,13 @@ SPLIT_METHODS = {
     2: "a hash of each image's perceptual key or each text's standardised words (near-copies in one split)",
 }
 QUARANTINE_FILE = "quarantine.jsonl"  # a record a line for each item that could not be converted, with its reason
+
+
+def reason_kind(reason: str) -> str:
+    """The kind of a quarantine record's reason: its words before the first colon (``not an image file``)."""
+    return reason.split(":")[0]
+
+
 # what a failed conversion leaves in its output folder beside what it wrote: no step reads that folder, and the next
 # conversion into it takes it over
 FAILED_FILE = "conversion-failed.json"

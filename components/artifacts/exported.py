@@ -74,12 +74,20 @@ class Exported(Facts):
     blessing: dict | None = None
 
 
-def unblessed_reasons(export_dir: str) -> list[str] | None:
-    """Why evaluate did not bless the model of the export in ``export_dir``, where it was exported anyway (its
-    ``export.json`` keeps the evaluation's ``blessing``); None for a blessed export, one made without an evaluation,
-    or a folder without ``export.json``."""
-    blessing = (EXPORT.read_any(export_dir, missing_ok=True) or {}).get("blessing")
-    return None if not blessing or blessing.get("blessed") else list(blessing.get("reasons", []))
+def kept_blessing(export_dir: str) -> dict | None:
+    """The evaluation's ``blessing`` that the ``export.json`` in ``export_dir`` keeps; None for an export made without
+    an evaluation, or a folder without ``export.json``."""
+    return (EXPORT.read_any(export_dir, missing_ok=True) or {}).get("blessing")
+
+
+def check_blessed(blessing: dict | None, what: str) -> None:
+    """A one-line error where ``blessing`` (an evaluation's, or the one an export made anyway keeps) did not bless the
+    model: only a blessed export is registered. ``what``: the input, as the user gave it."""
+    if blessing and not blessing["blessed"]:
+        raise UsageError(
+            f"{what}: evaluate did not bless this model ({'; '.join(blessing['reasons'])}): only a blessed export is "
+            "registered"
+        )
 
 
 def check_formats(formats) -> None:

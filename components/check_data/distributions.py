@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from components.check_data.thresholds import graded, row
-from components.schema import SPLITS
+from components.schema import SPLITS, reason_kind
 
 
 def shares(counts: dict[str, int], names: list[str]) -> np.ndarray:
@@ -190,7 +190,7 @@ def quarantine_rate(statistics: dict) -> float:
     """The share of the items quarantined, the files an image folder holds that are named as no image aside."""
     from components.decoding import NO_IMAGE
 
-    quarantined = statistics["quarantined"] - statistics.get("quarantine_reasons", {}).get(NO_IMAGE.split(":")[0], 0)
+    quarantined = statistics["quarantined"] - statistics.get("quarantine_reasons", {}).get(reason_kind(NO_IMAGE), 0)
     items = statistics["num_examples"] + quarantined + statistics.get("duplicates", 0)
     return quarantined / items if items else 0.0
 

@@ -25,7 +25,7 @@ from components.artifacts.conversion import ExamplesStats
 from components.artifacts.data_statistics import NEAR_DUPLICATES_NAME, DataStatistics
 from components.modalities import modality_of
 from components.modalities.text import TEXT
-from components.schema import SPLITS, read_stats, split_files
+from components.schema import SPLITS, read_stats, reason_kind, split_files
 from components.tokenizing import STANDARDIZATION, standardization_of
 
 THUMBNAIL_SIDE = 16
@@ -108,7 +108,7 @@ def quarantine_reasons(examples_dir: str) -> dict[str, int]:
     if not exists(path):
         return {}
     with open_read(path) as handle:
-        reasons = [json.loads(line)["reason"].split(":")[0] for line in handle.read().decode().splitlines() if line]
+        reasons = [reason_kind(json.loads(line)["reason"]) for line in handle.read().decode().splitlines() if line]
     return dict(sorted(Counter(reasons).items()))
 
 

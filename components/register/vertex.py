@@ -7,7 +7,6 @@ import logging
 
 from components.artifacts.evaluation import Evaluation
 from components.artifacts.exported import SAVED_MODEL_DIR
-from components.cli import UsageError
 from components.vertex_client import VertexSettings, call
 from components.vertex_resources import find_model, register
 
@@ -143,7 +142,7 @@ def register_version(
 
     ``judged``: ``baseline`` is the model evaluate judged the candidate against ("": none), so the registry's default
     must still be it (``FolderRegistry.check_default_is``); False for a registration by hand with no baseline."""
-    from components.artifacts.exported import Exported, check_export
+    from components.artifacts.exported import check_blessed, check_export
     from components.artifacts.registry import FolderRegistry, check_still_default
     from components.register.core import (
         decision,
@@ -155,15 +154,11 @@ def register_version(
     if not display_name:
         log.info("model_display_name is empty: the blessed export is not registered")
         return decision("skipped", reason="registration is off (model_display_name is empty)")
-    check_export(export_uri)  # never a half-written or damaged export
-    # (an export made anyway, of a model evaluate did not bless, says so itself)
-    blessing = Evaluation.read(evaluation).blessing if evaluation else Exported.read(export_uri).blessing
-    if blessing and not blessing["blessed"]:
-        what = f"--evaluation {evaluation}" if evaluation else f"export {export_uri} was exported anyway"
-        raise UsageError(
-            f"{what}: evaluate did not bless this model ({'; '.join(blessing['reasons'])}): only a blessed export is "
-            "registered"
-        )
+    exported = check_export(export_uri)  # never a half-written or damaged export
+    if evaluation:
+        check_blessed(Evaluation.read(evaluation).blessing, f"--evaluation {evaluation}")
+    else:  # (an export made anyway, of a model evaluate did not bless, says so itself)
+        check_blessed(exported.blessing, f"export {export_uri} was exported anyway")
     same = same_as_baseline(export_uri, baseline)
     if same:
         log.info(f"{same}: not registered again")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.cli import UsageError
 from components.params import DEPLOY, flag_of
 
 
@@ -233,15 +232,11 @@ def run(args: argparse.Namespace) -> int:
     settings = vertex_settings(args)
     try:
         if args.command == "register":
-            from components.artifacts.exported import unblessed_reasons
+            from components.artifacts.exported import check_blessed, kept_blessing
             from components.vertex_resources import DEFAULT_SERVING_IMAGE, register
 
-            reasons = unblessed_reasons(args.model.rstrip("/").rsplit("/", 1)[0])  # (export.json beside saved_model/)
-            if reasons is not None:
-                raise UsageError(
-                    f"--model {args.model} was exported anyway: evaluate did not bless this model "
-                    f"({'; '.join(reasons)}): only a blessed export is registered"
-                )
+            export = args.model.rstrip("/").rsplit("/", 1)[0]  # (its export.json, beside saved_model/)
+            check_blessed(kept_blessing(export), f"--model {args.model} was exported anyway")
             register(
                 settings,
                 args.model,

@@ -88,8 +88,8 @@ def _typed(name: str, value: Any, kind: str) -> Any:
         return value
     from components.params import auto_value
 
-    if value.strip().lower() == "auto" and auto_value(name) is not None:  # (epochs=auto: the DAG's 0)
-        return auto_value(name)
+    if value.strip().lower() == "auto" and (auto := auto_value(name)) is not None:  # (epochs=auto: the DAG's 0)
+        return auto
     try:
         if kind == "NUMBER_INTEGER":
             return int(value)
